@@ -1,0 +1,394 @@
+/* backends/local/local.c - the embedded default backend: one file per lock
+ * name in a lock directory, held with an open file description (OFD) lock.
+ *
+ * Why OFD locks: the kernel drops them when the last descriptor of the open
+ * file description closes, which includes the holder dying by any signal, so
+ * a crashed holder never blocks the others. Unlike classic POSIX record locks
+ * they belong to the open file, not the process, so two threads (two opens)
+ * of one process exclude each other, and closing some unrelated descriptor of
+ * the same file does not silently drop the lock. Files are opened O_CLOEXEC
+ * so a program started by the holder (dlock run) does not inherit the lock.
+ *
+ * Each file starts with a small header: magic, the fence counter (raised on
+ * every grant while the lock is held, so it is strictly increasing for as
+ * long as the file exists; lock files are never deleted for that reason), and
+ * the current holder's pid and owner id for `dlock status`.
+ *
+ * It protects processes of one host only. A lease is kept by the client
+ * itself (the core expires a fixed lease and drops the kernel lock), since no
+ * server exists to expire it: a holder that is stopped (SIGSTOP) keeps its
+ * lock, and one that dies frees it at once. */
+#include "config.h"
+
+#include "../../core/internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define HEADER_MAGIC "DLOCKv1\n"
+#define HEADER_SIZE 128
+#define OWNER_MAX 96
+
+struct lock_file_header {
+    char magic[8];
+    uint64_t fence;
+    int64_t holder_pid;       /* 0 when free */
+    char owner[OWNER_MAX];
+    char reserved[HEADER_SIZE - 8 - 8 - 8 - OWNER_MAX];
+};
+
+struct local_instance {
+    char dir[PATH_MAX];
+    int dirfd;
+};
+
+struct local_lock {
+    int fd;                   /* valid when fd_open */
+    bool fd_open;
+    bool held;
+};
+
+static const struct dlock_setting_spec local_settings[] = {
+    { "dir", DLOCK_SETTING_STRING, 0, 0 },
+    { NULL, 0, 0, 0 },
+};
+
+/* ---- names -------------------------------------------------------------------- */
+
+static uint64_t fnv1a(const char *s, size_t n, uint64_t basis)
+{
+    uint64_t h = basis;
+    for (size_t i = 0; i < n; i++) {
+        h ^= (unsigned char)s[i];
+        h *= 1099511628211ULL;
+    }
+    /* A finaliser so the two hashes differ in more than their start. */
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdULL;
+    h ^= h >> 33;
+    return h;
+}
+
+static bool keep_byte(unsigned char c, size_t pos)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+           c == '-' || (c == '.' && pos > 0);
+}
+
+/* Maps a lock name to a file name that is safe in one directory: bytes other
+ * than [A-Za-z0-9_-] (and a leading '.') become %XX, so no name can reach
+ * outside the directory or collide with another short name. Names whose
+ * escaped form would be too long for a file name keep a readable start and
+ * add a 128-bit hash. out must hold NAME_MAX + 1 bytes. */
+static void file_name_for(const char *name, size_t len, char *out)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    size_t o = 0, cut = 0;
+    bool long_form = false;
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)name[i];
+        if (o <= 120)
+            cut = o; /* a byte boundary, never inside an escape */
+        if (o > 200) {
+            long_form = true;
+            break;
+        }
+        if (keep_byte(c, i)) {
+            out[o++] = (char)c;
+        } else {
+            out[o++] = '%';
+            out[o++] = hex[c >> 4];
+            out[o++] = hex[c & 15];
+        }
+    }
+    if (long_form)
+        snprintf(out + cut, NAME_MAX + 1 - cut, ".%016llx%016llx.hlock",
+                 (unsigned long long)fnv1a(name, len, 1469598103934665603ULL),
+                 (unsigned long long)fnv1a(name, len, 0x84222325cbf29ce4ULL));
+    else
+        snprintf(out + o, NAME_MAX + 1 - o, ".lock");
+}
+
+/* ---- instance ------------------------------------------------------------------ */
+
+static int default_dir(char *out, size_t len)
+{
+    const char *tmp = getenv("TMPDIR");
+    if (!tmp || tmp[0] != '/')
+        tmp = "/tmp";
+    if ((size_t)snprintf(out, len, "%s/dlock-%ld", tmp, (long)getuid()) >= len)
+        return dlock_seterr(DLOCK_ECONFIG, "local: $TMPDIR is too long for a lock directory path");
+    return DLOCK_OK;
+}
+
+/* Creates every missing component of path (like mkdir -p). */
+static int make_dirs(char *path, mode_t mode)
+{
+    for (char *p = path + 1;; p++) {
+        if (*p == '/' || *p == 0) {
+            char saved = *p;
+            *p = 0;
+            int rc = mkdir(path, mode);
+            int err = errno;
+            *p = saved;
+            if (rc != 0 && err != EEXIST)
+                return dlock_seterr(DLOCK_EUNAVAILABLE, "local: cannot create lock directory %s: %s",
+                                    path, strerror(err));
+            if (saved == 0)
+                return DLOCK_OK;
+        }
+    }
+}
+
+static int local_open(void **instance, const struct dlock_provider_env *env)
+{
+    struct local_instance *inst = calloc(1, sizeof *inst);
+    if (!inst)
+        return dlock_seterr(DLOCK_ENOMEM, "local: out of memory");
+    const char *dir = NULL;
+    bool is_default = !dlock_settings_string(env->settings, "dir", &dir);
+    int rc;
+    if (is_default) {
+        rc = default_dir(inst->dir, sizeof inst->dir);
+    } else if (dir[0] == 0 || strlen(dir) >= sizeof inst->dir - NAME_MAX - 2) {
+        rc = dlock_seterr(DLOCK_ECONFIG, "%s: local.dir must be a non-empty path shorter than %d bytes",
+                          dlock_settings_where(env->settings, "dir"), (int)(sizeof inst->dir - NAME_MAX - 2));
+    } else {
+        snprintf(inst->dir, sizeof inst->dir, "%s", dir);
+        rc = DLOCK_OK;
+    }
+    /* The default lives in a shared /tmp: private to the user, so nobody else
+     * can plant files or links in it; a configured one is the admin's choice. */
+    if (rc == DLOCK_OK)
+        rc = make_dirs(inst->dir, is_default ? 0700 : 0777);
+    if (rc == DLOCK_OK) {
+        inst->dirfd = open(inst->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (inst->dirfd < 0)
+            rc = dlock_seterr(DLOCK_EUNAVAILABLE, "local: cannot open lock directory %s: %s", inst->dir,
+                              strerror(errno));
+    }
+    if (rc == DLOCK_OK && is_default) {
+        struct stat st;
+        if (fstat(inst->dirfd, &st) != 0 || st.st_uid != getuid() || (st.st_mode & 022)) {
+            rc = dlock_seterr(DLOCK_EUNAVAILABLE,
+                              "local: %s is not a directory owned by uid %ld and closed to others; "
+                              "remove it or set local.dir", inst->dir, (long)getuid());
+            close(inst->dirfd);
+        }
+    }
+    if (rc != DLOCK_OK) {
+        free(inst);
+        return rc;
+    }
+    dlock_provider_log(env->log_handle, DLOCK_LOG_DEBUG, "local: lock directory %s", inst->dir);
+    *instance = inst;
+    return DLOCK_OK;
+}
+
+static void local_close(void *instance)
+{
+    struct local_instance *inst = instance;
+    close(inst->dirfd);
+    free(inst);
+}
+
+/* ---- the lock file ---------------------------------------------------------------- */
+
+static int open_lock_file(struct local_instance *inst, struct dlock_provider_lock *lk)
+{
+    struct local_lock *ll = lk->priv;
+    if (ll->fd_open)
+        return DLOCK_OK;
+    char file[NAME_MAX + 1];
+    file_name_for(lk->name, lk->name_len, file);
+    int fd = openat(inst->dirfd, file, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0666);
+    if (fd < 0)
+        return dlock_seterr(DLOCK_EUNAVAILABLE, "local: cannot open %s/%s: %s", inst->dir, file,
+                            strerror(errno));
+    ll->fd = fd;
+    ll->fd_open = true;
+    return DLOCK_OK;
+}
+
+static int set_lock(int fd, short type, bool *busy)
+{
+    struct flock fl = { .l_type = type, .l_whence = SEEK_SET, .l_start = 0, .l_len = 0, .l_pid = 0 };
+    for (;;) {
+        if (fcntl(fd, F_OFD_SETLK, &fl) == 0)
+            return 0;
+        if (errno == EINTR)
+            continue;
+        if (busy && (errno == EAGAIN || errno == EACCES)) {
+            *busy = true;
+            return 0;
+        }
+        return -1;
+    }
+}
+
+static int read_header(int fd, struct lock_file_header *h, const char *dir, const char *name)
+{
+    memset(h, 0, sizeof *h);
+    ssize_t n = pread(fd, h, sizeof *h, 0);
+    if (n < 0)
+        return dlock_seterr(DLOCK_EUNAVAILABLE, "local: cannot read lock file for '%s' in %s: %s", name,
+                            dir, strerror(errno));
+    if (n == 0) {
+        memset(h, 0, sizeof *h);
+        return DLOCK_OK; /* a new file: fence 0 */
+    }
+    if ((size_t)n < sizeof *h || memcmp(h->magic, HEADER_MAGIC, 8) != 0)
+        return dlock_seterr(DLOCK_EPROTOCOL,
+                            "local: the lock file for '%s' in %s is not a libdlock lock file "
+                            "(foreign or damaged); move it away", name, dir);
+    h->owner[OWNER_MAX - 1] = 0;
+    return DLOCK_OK;
+}
+
+static int write_header(int fd, const struct lock_file_header *h, const char *dir)
+{
+    ssize_t n = pwrite(fd, h, sizeof *h, 0);
+    if (n != (ssize_t)sizeof *h)
+        return dlock_seterr(DLOCK_EUNAVAILABLE, "local: cannot write lock file in %s: %s", dir,
+                            n < 0 ? strerror(errno) : "short write");
+    return DLOCK_OK;
+}
+
+static int local_acquire(void *instance, struct dlock_provider_lock *lk, struct dlock_grant *grant)
+{
+    struct local_instance *inst = instance;
+    struct local_lock *ll = lk->priv;
+    int rc = open_lock_file(inst, lk);
+    if (rc != DLOCK_OK)
+        return rc;
+    bool busy = false;
+    if (set_lock(ll->fd, F_WRLCK, &busy) != 0)
+        return dlock_seterr(DLOCK_EUNAVAILABLE, "local: cannot lock the file for '%s' in %s: %s", lk->name,
+                            inst->dir, strerror(errno));
+    if (busy) {
+        grant->retry_hint_ms = -1;
+        return DLOCK_EBUSY;
+    }
+    struct lock_file_header h;
+    rc = read_header(ll->fd, &h, inst->dir, lk->name);
+    if (rc == DLOCK_OK) {
+        memcpy(h.magic, HEADER_MAGIC, 8);
+        h.fence++;
+        h.holder_pid = getpid();
+        snprintf(h.owner, sizeof h.owner, "%s", lk->owner);
+        rc = write_header(ll->fd, &h, inst->dir);
+    }
+    if (rc != DLOCK_OK) {
+        set_lock(ll->fd, F_UNLCK, NULL);
+        return rc;
+    }
+    ll->held = true;
+    grant->fence = h.fence;
+    grant->has_fence = 1;
+    return DLOCK_OK;
+}
+
+static int local_release(void *instance, struct dlock_provider_lock *lk)
+{
+    struct local_instance *inst = instance;
+    struct local_lock *ll = lk->priv;
+    if (!ll->held)
+        return DLOCK_ENOTOWNER;
+    struct lock_file_header h;
+    /* Clearing the holder is for `dlock status` only; the unlock below is
+     * what matters, so a failure here does not keep the lock. */
+    if (read_header(ll->fd, &h, inst->dir, lk->name) == DLOCK_OK) {
+        h.holder_pid = 0;
+        memset(h.owner, 0, sizeof h.owner);
+        write_header(ll->fd, &h, inst->dir);
+    }
+    ll->held = false;
+    if (set_lock(ll->fd, F_UNLCK, NULL) != 0) {
+        /* Closing the descriptor drops the lock whatever went wrong. */
+        close(ll->fd);
+        ll->fd_open = false;
+    }
+    return DLOCK_OK;
+}
+
+static int local_renew(void *instance, struct dlock_provider_lock *lk)
+{
+    (void)instance;
+    struct local_lock *ll = lk->priv;
+    /* The kernel lock does not expire; while the descriptor is ours, so is the lock. */
+    return ll->held ? DLOCK_OK : DLOCK_ELOST;
+}
+
+static void local_lock_fini(void *instance, struct dlock_provider_lock *lk)
+{
+    (void)instance;
+    struct local_lock *ll = lk->priv;
+    if (ll->fd_open)
+        close(ll->fd);
+    ll->fd_open = ll->held = false;
+}
+
+static int local_status(struct local_instance *inst, struct dlock_ctl_status *arg)
+{
+    char file[NAME_MAX + 1];
+    char name[DLOCK_NAME_MAX + 1];
+    memcpy(name, arg->name, arg->name_len);
+    name[arg->name_len] = 0;
+    file_name_for(arg->name, arg->name_len, file);
+    dlock_status_info *out = arg->out;
+    int fd = openat(inst->dirfd, file, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0) {
+        if (errno != ENOENT)
+            return dlock_seterr(DLOCK_EUNAVAILABLE, "local: cannot open %s/%s: %s", inst->dir, file,
+                                strerror(errno));
+        out->held = 0; /* never locked */
+        return DLOCK_OK;
+    }
+    struct flock fl = { .l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 0, .l_pid = 0 };
+    int rc = DLOCK_OK;
+    if (fcntl(fd, F_OFD_GETLK, &fl) != 0) {
+        rc = dlock_seterr(DLOCK_EUNAVAILABLE, "local: cannot query the lock on %s/%s: %s", inst->dir, file,
+                          strerror(errno));
+    } else {
+        struct lock_file_header h;
+        rc = read_header(fd, &h, inst->dir, name);
+        if (rc == DLOCK_OK) {
+            out->held = fl.l_type != F_UNLCK;
+            out->fence = h.fence;
+            if (out->held && h.holder_pid > 0) {
+                out->holder_pid = h.holder_pid;
+                snprintf(out->holder, sizeof out->holder, "%s", h.owner);
+            }
+        }
+    }
+    close(fd);
+    return rc;
+}
+
+static int local_ctl(void *instance, int op, void *arg)
+{
+    if (op == DLOCK_CTL_STATUS)
+        return local_status(instance, arg);
+    return DLOCK_ENOTSUP;
+}
+
+const struct dlock_provider dlock__local_provider = {
+    .version = DLOCK_PROVIDER_VERSION_1,
+    .name = "local",
+    .capabilities = DLOCK_CAP_RENEW | DLOCK_CAP_FENCE | DLOCK_CAP_FENCE_LINEARIZABLE,
+    .lock_priv_size = sizeof(struct local_lock),
+    .settings = local_settings,
+    .open = local_open,
+    .close = local_close,
+    .acquire = local_acquire,
+    .release = local_release,
+    .renew = local_renew,
+    .lock_fini = local_lock_fini,
+    .ctl = local_ctl,
+};

@@ -1,0 +1,555 @@
+/* contrib/dlock.c - the dlock command: run a command under a lock (like
+ * flock(1), for any backend), look at a lock, check a config file. */
+#include "config.h"
+
+#include <dlock.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+extern char **environ;
+
+/* Exit statuses from sysexits.h, so shell scripts can tell outcomes apart. */
+enum {
+    EXIT_USAGE = 64,       /* EX_USAGE */
+    EXIT_UNAVAILABLE = 69, /* EX_UNAVAILABLE: backend unreachable */
+    EXIT_SOFTWARE = 70,    /* EX_SOFTWARE: lock lost while the command ran, other failures */
+    EXIT_TEMPFAIL = 75,    /* EX_TEMPFAIL: lock not had within the wait */
+    EXIT_CONFIG = 78,      /* EX_CONFIG */
+};
+
+static const char *progname = "dlock";
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "Usage: %s [-c FILE] COMMAND [ARGS]\n"
+            "\n"
+            "Commands:\n"
+            "  run [--wait T] [--lease T] [--kill-after T] NAME -- CMD [ARGS...]\n"
+            "        run CMD while holding the lock NAME, then release it. CMD gets\n"
+            "        DLOCK_NAME and DLOCK_FENCE in its environment. T is milliseconds,\n"
+            "        or a number with ms, s or m; --wait -1 (the default) waits forever,\n"
+            "        --wait 0 tries once. --lease sets a fixed lease (default: the\n"
+            "        watchdog keeps the lock while CMD runs).\n"
+            "  status NAME           show whether NAME is held, by whom, and its fence\n"
+            "  check-config FILE     report every error in a configuration file\n"
+            "  metrics [NAME]        print the client's metrics (Prometheus text); with\n"
+            "                        NAME, first take and release NAME once as a probe\n"
+            "\n"
+            "Options:\n"
+            "  -c, --config FILE     configuration (default: $DLOCK_CONFIG, else the\n"
+            "                        local backend in ${TMPDIR:-/tmp}/dlock-$UID)\n"
+            "  -h, --help            this text\n"
+            "  -V, --version         print the version\n"
+            "\n"
+            "Exit status of run: CMD's own; 75 the lock was not had within the wait;\n"
+            "69 the backend is unavailable; 78 configuration error; 70 the lock was\n"
+            "lost while CMD ran (CMD got SIGTERM, and SIGKILL after --kill-after);\n"
+            "64 usage error. See dlock(1).\n",
+            progname);
+}
+
+static int exit_code_for(int rc)
+{
+    switch (rc) {
+    case DLOCK_OK: return 0;
+    case DLOCK_EBUSY:
+    case DLOCK_ETIMEDOUT:
+    case DLOCK_ECANCELLED: return EXIT_TEMPFAIL;
+    case DLOCK_EUNAVAILABLE:
+    case DLOCK_ENOQUORUM:
+    case DLOCK_EPROTOCOL: return EXIT_UNAVAILABLE;
+    case DLOCK_ECONFIG: return EXIT_CONFIG;
+    case DLOCK_EINVAL: return EXIT_USAGE;
+    default: return EXIT_SOFTWARE;
+    }
+}
+
+static int fail(int rc, const char *what)
+{
+    fprintf(stderr, "%s: %s: %s (%s)\n", progname, what, dlock_strerror(rc), dlock_errmsg());
+    return exit_code_for(rc);
+}
+
+/* Parses "250", "250ms", "2s", "1m", "-1", "forever". */
+static bool parse_duration(const char *s, bool allow_forever, int64_t *out)
+{
+    if (allow_forever && (strcmp(s, "forever") == 0 || strcmp(s, "-1") == 0)) {
+        *out = -1;
+        return true;
+    }
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || end == s || v < 0)
+        return false;
+    long long scale = 1;
+    if (strcmp(end, "") == 0 || strcmp(end, "ms") == 0)
+        scale = 1;
+    else if (strcmp(end, "s") == 0)
+        scale = 1000;
+    else if (strcmp(end, "m") == 0)
+        scale = 60000;
+    else
+        return false;
+    if (v > INT64_MAX / scale)
+        return false;
+    *out = v * scale;
+    return true;
+}
+
+static int open_client(dlock_client **client, const char *config)
+{
+    int rc = dlock_client_open(client, config);
+    if (rc != DLOCK_OK)
+        return fail(rc, "cannot open client");
+    return 0;
+}
+
+/* ---- run ------------------------------------------------------------------------ */
+
+struct run_state {
+    dlock_lock *lock;
+    pthread_mutex_t mu;
+    pid_t child;            /* > 0 while CMD runs */
+    int interrupted;        /* signal that arrived before CMD started */
+    int lost_pipe[2];
+    volatile int lost;
+};
+
+static struct run_state run;
+
+/* Signals are blocked in every thread and taken here, so they can cancel a
+ * waiting acquire (not async-signal-safe, so not from a handler) and are
+ * passed on to CMD while it runs. */
+static void *signal_thread(void *arg)
+{
+    sigset_t *set = arg;
+    for (;;) {
+        int sig;
+        if (sigwait(set, &sig) != 0)
+            continue;
+        pthread_mutex_lock(&run.mu);
+        if (run.child > 0) {
+            kill(run.child, sig);
+        } else if (!run.interrupted) {
+            run.interrupted = sig;
+            dlock_cancel(run.lock);
+        }
+        pthread_mutex_unlock(&run.mu);
+    }
+    return NULL;
+}
+
+static void on_lost(dlock_lock *lock, void *arg)
+{
+    (void)lock;
+    (void)arg;
+    run.lost = 1;
+    char byte = 'L';
+    ssize_t ignored = write(run.lost_pipe[1], &byte, 1);
+    (void)ignored;
+}
+
+/* A copy of environ with DLOCK_NAME and DLOCK_FENCE set. */
+static char **child_environment(const char *name, const char *fence)
+{
+    size_t n = 0;
+    while (environ[n])
+        n++;
+    char **env = calloc(n + 3, sizeof *env);
+    if (!env)
+        return NULL;
+    size_t o = 0;
+    for (size_t i = 0; i < n; i++)
+        if (strncmp(environ[i], "DLOCK_NAME=", 11) != 0 && strncmp(environ[i], "DLOCK_FENCE=", 12) != 0)
+            env[o++] = environ[i];
+    if (asprintf(&env[o++], "DLOCK_NAME=%s", name) < 0)
+        env[--o] = NULL;
+    if (fence && asprintf(&env[o++], "DLOCK_FENCE=%s", fence) < 0)
+        env[--o] = NULL;
+    return env;
+}
+
+static int open_pidfd(pid_t pid)
+{
+#ifdef SYS_pidfd_open
+    return (int)syscall(SYS_pidfd_open, pid, 0);
+#else
+    (void)pid;
+    errno = ENOSYS;
+    return -1;
+#endif
+}
+
+/* Waits for CMD; on loss sends SIGTERM, then SIGKILL after kill_after_ms. */
+static int wait_child(pid_t pid, int64_t kill_after_ms)
+{
+    int pidfd = open_pidfd(pid);
+    bool termed = false;
+    int64_t waited_since_term = 0;
+    for (;;) {
+        int status;
+        pid_t r = waitpid(pid, &status, WNOHANG);
+        if (r == pid) {
+            if (pidfd >= 0)
+                close(pidfd);
+            if (WIFEXITED(status))
+                return WEXITSTATUS(status);
+            return 128 + WTERMSIG(status);
+        }
+        if (r < 0 && errno != EINTR) {
+            fprintf(stderr, "%s: waitpid: %s\n", progname, strerror(errno));
+            return EXIT_SOFTWARE;
+        }
+        if (run.lost && !termed) {
+            fprintf(stderr, "%s: lock lost while the command ran; sending it SIGTERM\n", progname);
+            kill(pid, SIGTERM);
+            termed = true;
+        }
+        struct pollfd p[2] = { { .fd = pidfd, .events = POLLIN }, { .fd = run.lost_pipe[0], .events = POLLIN } };
+        int timeout = pidfd >= 0 ? (termed ? 100 : -1) : 20;
+        if (poll(pidfd >= 0 ? p : p + 1, pidfd >= 0 ? 2 : 1, timeout) < 0 && errno != EINTR)
+            timeout = 20;
+        if (termed) {
+            waited_since_term += timeout > 0 ? timeout : 0;
+            if (waited_since_term >= kill_after_ms) {
+                fprintf(stderr, "%s: the command ignored SIGTERM for %lld ms; sending SIGKILL\n", progname,
+                        (long long)kill_after_ms);
+                kill(pid, SIGKILL);
+                kill_after_ms = INT64_MAX;
+            }
+        }
+    }
+}
+
+/* Takes "--wait T", "--wait=T" (and --lease, --kill-after) at argv[*i],
+ * for options written after NAME as in `dlock run NAME --wait 5s -- cmd`. */
+static bool run_option_after_name(int argc, char **argv, int *i, int64_t *wait_ms, int64_t *lease_ms,
+                                  int64_t *kill_after_ms)
+{
+    const char *arg = argv[*i];
+    const char *names[3] = { "--wait", "--lease", "--kill-after" };
+    int64_t *targets[3] = { wait_ms, lease_ms, kill_after_ms };
+    for (int k = 0; k < 3; k++) {
+        size_t n = strlen(names[k]);
+        const char *value = NULL;
+        if (strcmp(arg, names[k]) == 0 && *i + 1 < argc) {
+            value = argv[*i + 1];
+            *i += 2;
+        } else if (strncmp(arg, names[k], n) == 0 && arg[n] == '=') {
+            value = arg + n + 1;
+            *i += 1;
+        } else {
+            continue;
+        }
+        if (!parse_duration(value, k == 0, targets[k])) {
+            fprintf(stderr, "%s: %s takes milliseconds (or 2s, 1m%s), not '%s'\n", progname, names[k],
+                    k == 0 ? ", -1" : "", value);
+            return false;
+        }
+        return true;
+    }
+    fprintf(stderr, "%s: unexpected '%s' before -- (expected --wait, --lease or --kill-after)\n", progname, arg);
+    return false;
+}
+
+static int cmd_run(const char *config, int argc, char **argv)
+{
+    int64_t wait_ms = -1, lease_ms = 0, kill_after_ms = 5000;
+    static const struct option opts[] = {
+        { "wait", required_argument, NULL, 'w' },
+        { "lease", required_argument, NULL, 'l' },
+        { "kill-after", required_argument, NULL, 'k' },
+        { "help", no_argument, NULL, 'h' },
+        { NULL, 0, NULL, 0 },
+    };
+    optind = 1;
+    int c;
+    while ((c = getopt_long(argc, argv, "+w:l:k:h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'w':
+            if (!parse_duration(optarg, true, &wait_ms))
+                return fprintf(stderr, "%s: --wait takes milliseconds (or 2s, 1m, -1), not '%s'\n", progname, optarg), EXIT_USAGE;
+            break;
+        case 'l':
+            if (!parse_duration(optarg, false, &lease_ms))
+                return fprintf(stderr, "%s: --lease takes milliseconds (or 30s, 1m), not '%s'\n", progname, optarg), EXIT_USAGE;
+            break;
+        case 'k':
+            if (!parse_duration(optarg, false, &kill_after_ms))
+                return fprintf(stderr, "%s: --kill-after takes milliseconds, not '%s'\n", progname, optarg), EXIT_USAGE;
+            break;
+        case 'h':
+            usage(stdout);
+            return 0;
+        default:
+            return EXIT_USAGE;
+        }
+    }
+    /* NAME, then --, then CMD; options may also follow NAME. */
+    if (optind >= argc) {
+        fprintf(stderr, "%s: run needs a lock NAME and a command after --\n", progname);
+        return EXIT_USAGE;
+    }
+    const char *name = argv[optind++];
+    while (optind < argc && strcmp(argv[optind], "--") != 0) {
+        if (!run_option_after_name(argc, argv, &optind, &wait_ms, &lease_ms, &kill_after_ms))
+            return EXIT_USAGE;
+    }
+    if (optind >= argc || strcmp(argv[optind], "--") != 0 || optind + 1 >= argc) {
+        fprintf(stderr, "%s: run needs a command after --\n", progname);
+        return EXIT_USAGE;
+    }
+    char **cmd = argv + optind + 1;
+
+    sigset_t sigs, old;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    sigaddset(&sigs, SIGHUP);
+    sigaddset(&sigs, SIGQUIT);
+    pthread_sigmask(SIG_BLOCK, &sigs, &old);
+    pthread_mutex_init(&run.mu, NULL);
+    if (pipe2(run.lost_pipe, O_CLOEXEC | O_NONBLOCK) != 0) {
+        fprintf(stderr, "%s: pipe: %s\n", progname, strerror(errno));
+        return EXIT_SOFTWARE;
+    }
+
+    dlock_client *client;
+    int code = open_client(&client, config);
+    if (code != 0)
+        return code;
+    dlock_lock_options lo = DLOCK_LOCK_OPTIONS_INIT;
+    lo.lease_ms = lease_ms;
+    lo.on_lost = on_lost;
+    int rc = dlock_lock_new(client, name, strlen(name), &lo, &run.lock);
+    if (rc != DLOCK_OK) {
+        code = fail(rc, "bad lock");
+        dlock_client_close(client);
+        return code;
+    }
+    pthread_t sig_thread;
+    pthread_create(&sig_thread, NULL, signal_thread, &sigs);
+
+    rc = dlock_acquire(run.lock, wait_ms);
+    if (rc != DLOCK_OK) {
+        if (rc == DLOCK_EBUSY || rc == DLOCK_ETIMEDOUT)
+            fprintf(stderr, "%s: lock '%s' not acquired: %s\n", progname, name, dlock_strerror(rc));
+        else if (rc == DLOCK_ECANCELLED)
+            fprintf(stderr, "%s: lock '%s' not acquired: interrupted by signal %d\n", progname, name,
+                    run.interrupted);
+        else
+            fprintf(stderr, "%s: lock '%s' not acquired: %s (%s)\n", progname, name, dlock_strerror(rc),
+                    dlock_errmsg());
+        dlock_client_close(client);
+        return rc == DLOCK_ECANCELLED ? 128 + run.interrupted : exit_code_for(rc);
+    }
+
+    char fence_text[32];
+    uint64_t fence;
+    const char *fence_env = NULL;
+    if (dlock_fence(run.lock, &fence) == DLOCK_OK) {
+        snprintf(fence_text, sizeof fence_text, "%llu", (unsigned long long)fence);
+        fence_env = fence_text;
+    }
+    char **env = child_environment(name, fence_env);
+    posix_spawnattr_t attr;
+    posix_spawnattr_init(&attr);
+    posix_spawnattr_setsigmask(&attr, &old);
+    posix_spawnattr_setsigdefault(&attr, &sigs);
+    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+
+    pid_t pid;
+    pthread_mutex_lock(&run.mu);
+    int spawn_rc = run.interrupted ? EINTR : posix_spawnp(&pid, cmd[0], NULL, &attr, cmd, env ? env : environ);
+    if (spawn_rc == 0)
+        run.child = pid;
+    pthread_mutex_unlock(&run.mu);
+    posix_spawnattr_destroy(&attr);
+
+    if (spawn_rc != 0) {
+        if (spawn_rc == EINTR)
+            code = 128 + run.interrupted;
+        else {
+            fprintf(stderr, "%s: cannot run %s: %s\n", progname, cmd[0], strerror(spawn_rc));
+            code = spawn_rc == ENOENT ? 127 : 126;
+        }
+    } else {
+        code = wait_child(pid, kill_after_ms);
+        pthread_mutex_lock(&run.mu);
+        run.child = 0;
+        pthread_mutex_unlock(&run.mu);
+    }
+
+    rc = dlock_release(run.lock);
+    if (rc == DLOCK_ELOST || run.lost) {
+        fprintf(stderr, "%s: lock '%s' was lost while the command ran (%s)\n", progname, name, dlock_errmsg());
+        code = EXIT_SOFTWARE;
+    } else if (rc != DLOCK_OK) {
+        fprintf(stderr, "%s: warning: release of '%s' failed: %s (%s); its lease will free it\n", progname,
+                name, dlock_strerror(rc), dlock_errmsg());
+    }
+    if (env) {
+        for (size_t i = 0; env[i]; i++)
+            if (strncmp(env[i], "DLOCK_NAME=", 11) == 0 || strncmp(env[i], "DLOCK_FENCE=", 12) == 0)
+                free(env[i]);
+        free(env);
+    }
+    dlock_client_close(client);
+    return code;
+}
+
+/* ---- status, check-config, metrics -------------------------------------------- */
+
+static int cmd_status(const char *config, int argc, char **argv)
+{
+    if (argc != 2) {
+        fprintf(stderr, "%s: status takes one lock NAME\n", progname);
+        return EXIT_USAGE;
+    }
+    const char *name = argv[1];
+    dlock_client *client;
+    int code = open_client(&client, config);
+    if (code != 0)
+        return code;
+    dlock_status_info info;
+    int rc = dlock_status(client, name, strlen(name), &info);
+    if (rc != DLOCK_OK) {
+        code = fail(rc, "status");
+    } else if (info.held == 1) {
+        printf("%s: held", name);
+        if (info.holder_pid > 0)
+            printf(" by pid %lld", (long long)info.holder_pid);
+        if (info.holder[0])
+            printf(" (owner %s)", info.holder);
+        if (info.ttl_ms >= 0)
+            printf(", %lld ms of lease left", (long long)info.ttl_ms);
+        printf(", fence %llu, backend %s\n", (unsigned long long)info.fence, dlock_client_backend(client));
+        code = 1;
+    } else if (info.held == 0) {
+        printf("%s: free, last fence %llu, backend %s\n", name, (unsigned long long)info.fence,
+               dlock_client_backend(client));
+        code = 0;
+    } else {
+        printf("%s: unknown, backend %s\n", name, dlock_client_backend(client));
+        code = EXIT_SOFTWARE;
+    }
+    dlock_client_close(client);
+    return code;
+}
+
+static void print_finding(int is_error, const char *file, int line, const char *msg, void *arg)
+{
+    int *count = arg;
+    count[is_error ? 0 : 1]++;
+    if (line > 0)
+        fprintf(stderr, "%s:%d: %s: %s\n", file, line, is_error ? "error" : "warning", msg);
+    else
+        fprintf(stderr, "%s: %s: %s\n", file, is_error ? "error" : "warning", msg);
+}
+
+static int cmd_check_config(int argc, char **argv)
+{
+    if (argc != 2) {
+        fprintf(stderr, "%s: check-config takes one FILE\n", progname);
+        return EXIT_USAGE;
+    }
+    int counts[2] = { 0, 0 };
+    int rc = dlock_config_check(argv[1], print_finding, counts);
+    if (rc == DLOCK_OK) {
+        printf("%s: OK%s\n", argv[1], counts[1] ? " (with warnings)" : "");
+        return 0;
+    }
+    if (rc == DLOCK_ECONFIG) {
+        fprintf(stderr, "%s: %d error%s\n", argv[1], counts[0], counts[0] == 1 ? "" : "s");
+        return EXIT_CONFIG;
+    }
+    return fail(rc, "check-config");
+}
+
+static int cmd_metrics(const char *config, int argc, char **argv)
+{
+    if (argc > 2) {
+        fprintf(stderr, "%s: metrics takes at most one lock NAME\n", progname);
+        return EXIT_USAGE;
+    }
+    dlock_client *client;
+    int code = open_client(&client, config);
+    if (code != 0)
+        return code;
+    if (argc == 2) {
+        dlock_lock *lock;
+        int rc = dlock_lock_new(client, argv[1], strlen(argv[1]), NULL, &lock);
+        if (rc == DLOCK_OK) {
+            rc = dlock_acquire(lock, 0);
+            if (rc == DLOCK_OK)
+                rc = dlock_release(lock);
+            if (rc != DLOCK_OK && rc != DLOCK_EBUSY)
+                code = fail(rc, "probe");
+            dlock_lock_free(lock);
+        } else {
+            code = fail(rc, "probe");
+        }
+    }
+    char *text;
+    int rc = dlock_client_metrics(client, &text);
+    if (rc == DLOCK_OK) {
+        fputs(text, stdout);
+        free(text);
+    } else {
+        code = fail(rc, "metrics");
+    }
+    dlock_client_close(client);
+    return code;
+}
+
+int main(int argc, char **argv)
+{
+    const char *config = NULL;
+    static const struct option opts[] = {
+        { "config", required_argument, NULL, 'c' },
+        { "help", no_argument, NULL, 'h' },
+        { "version", no_argument, NULL, 'V' },
+        { NULL, 0, NULL, 0 },
+    };
+    int c;
+    while ((c = getopt_long(argc, argv, "+c:hV", opts, NULL)) != -1) {
+        switch (c) {
+        case 'c': config = optarg; break;
+        case 'h': usage(stdout); return 0;
+        case 'V': printf("dlock %s\n", dlock_version()); return 0;
+        default: usage(stderr); return EXIT_USAGE;
+        }
+    }
+    if (optind >= argc) {
+        usage(stderr);
+        return EXIT_USAGE;
+    }
+    const char *command = argv[optind];
+    int sub_argc = argc - optind;
+    char **sub_argv = argv + optind;
+    if (strcmp(command, "run") == 0)
+        return cmd_run(config, sub_argc, sub_argv);
+    if (strcmp(command, "status") == 0)
+        return cmd_status(config, sub_argc, sub_argv);
+    if (strcmp(command, "check-config") == 0)
+        return cmd_check_config(sub_argc, sub_argv);
+    if (strcmp(command, "metrics") == 0)
+        return cmd_metrics(config, sub_argc, sub_argv);
+    fprintf(stderr, "%s: unknown command '%s' (run, status, check-config, metrics)\n", progname, command);
+    return EXIT_USAGE;
+}

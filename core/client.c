@@ -1,0 +1,156 @@
+/* core/client.c - opening and closing clients, and the client-wide queries. */
+#include "config.h"
+
+#include "internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static void log_config_finding(int is_error, const char *file, int line, const char *msg, void *arg)
+{
+    struct dlock__log *log = arg;
+    if (line > 0)
+        dlock__logf(log, is_error ? DLOCK_LOG_ERROR : DLOCK_LOG_WARN, "%s:%d: %s", file, line, msg);
+    else
+        dlock__logf(log, is_error ? DLOCK_LOG_ERROR : DLOCK_LOG_WARN, "%s: %s", file, msg);
+}
+
+static bool is_known_code(int rc)
+{
+    return strcmp(dlock_errname(rc), "DLOCK_UNKNOWN") != 0;
+}
+
+static int client_open(dlock_client **out, const char *path, const char *text)
+{
+    if (!out)
+        return dlock_seterr(DLOCK_EINVAL, "dlock_client_open: out is NULL");
+    *out = NULL;
+    if (!path && !text) {
+        const char *env = getenv("DLOCK_CONFIG");
+        if (env && *env)
+            path = env;
+        else
+            text = ""; /* the built-in default: local backend, default settings */
+    }
+
+    dlock_client *c = calloc(1, sizeof *c);
+    if (!c)
+        return dlock_seterr(DLOCK_ENOMEM, "out of memory for a client");
+    c->pid = getpid();
+    dlock__log_init(&c->log);
+    struct dlock__diag diag = { .report = log_config_finding, .arg = &c->log };
+    int rc = dlock__config_load(&c->config, path, text, &diag);
+    if (rc != DLOCK_OK) {
+        dlock__log_destroy(&c->log);
+        free(c);
+        return rc;
+    }
+    c->provider = c->config.provider;
+
+    unsigned char id[16];
+    if ((rc = dlock__random_bytes(id, sizeof id)) != DLOCK_OK) {
+        dlock__config_free(&c->config);
+        dlock__log_destroy(&c->log);
+        free(c);
+        return rc;
+    }
+    for (size_t i = 0; i < sizeof id; i++)
+        snprintf(c->client_id + 2 * i, 3, "%02x", id[i]);
+
+    struct dlock_settings settings = { c->config.backend_group, c->config.source };
+    struct dlock_provider_env env = {
+        .settings = &settings,
+        .prefix = c->config.prefix,
+        .default_lease_ms = c->config.lease_ms,
+        .log_handle = &c->log,
+    };
+    dlock_seterr(DLOCK_EUNAVAILABLE, "the %s backend failed to open without saying why", c->provider->name);
+    rc = c->provider->open(&c->instance, &env);
+    if (rc != DLOCK_OK) {
+        if (!is_known_code(rc) || rc > 0)
+            rc = dlock_seterr(DLOCK_EINTERNAL, "the %s backend's open returned %d, not an error code",
+                              c->provider->name, rc);
+        dlock__config_free(&c->config);
+        dlock__log_destroy(&c->log);
+        free(c);
+        return rc;
+    }
+    pthread_mutex_init(&c->entries_mu, NULL);
+    dlock__watchdog_init(c);
+    dlock__logf(&c->log, DLOCK_LOG_INFO, "client %s opened with backend %s", c->client_id, c->provider->name);
+    *out = c;
+    return DLOCK_OK;
+}
+
+int dlock_client_open(dlock_client **out, const char *config_path)
+{
+    return client_open(out, config_path, NULL);
+}
+
+int dlock_client_open_string(dlock_client **out, const char *config_text)
+{
+    if (!config_text)
+        return dlock_seterr(DLOCK_EINVAL, "dlock_client_open_string: config_text is NULL");
+    return client_open(out, NULL, config_text);
+}
+
+void dlock_client_close(dlock_client *c)
+{
+    if (dlock__client_usable(c) != DLOCK_OK)
+        return;
+    dlock__watchdog_stop(c);
+    dlock__entries_close_all(c);
+    c->provider->close(c->instance);
+    pthread_mutex_destroy(&c->entries_mu);
+    dlock__config_free(&c->config);
+    dlock__log_destroy(&c->log);
+    free(c);
+}
+
+const char *dlock_client_backend(const dlock_client *c)
+{
+    return c ? c->provider->name : NULL;
+}
+
+unsigned dlock_client_capabilities(const dlock_client *c)
+{
+    return c ? c->provider->capabilities : 0;
+}
+
+int dlock_client_metrics(dlock_client *c, char **out)
+{
+    int rc = dlock__client_usable(c);
+    if (rc != DLOCK_OK)
+        return rc;
+    if (!out)
+        return dlock_seterr(DLOCK_EINVAL, "dlock_client_metrics: out is NULL");
+    return dlock__metrics_format(&c->metrics, c->provider->name, out);
+}
+
+int dlock_status(dlock_client *c, const char *name, size_t name_len, dlock_status_info *out)
+{
+    int rc = dlock__client_usable(c);
+    if (rc != DLOCK_OK)
+        return rc;
+    if (!name || name_len == 0 || name_len > DLOCK_NAME_MAX || memchr(name, 0, name_len) || !out)
+        return dlock_seterr(DLOCK_EINVAL, "dlock_status: need a name of 1..%d bytes without NUL and an out pointer",
+                            DLOCK_NAME_MAX);
+    memset(out, 0, sizeof *out);
+    out->held = -1;
+    out->holder_pid = -1;
+    out->ttl_ms = -1;
+    if (!c->provider->ctl)
+        return dlock_seterr(DLOCK_ENOTSUP, "the %s backend cannot report a lock's status", c->provider->name);
+    struct dlock_ctl_status arg = { name, name_len, out };
+    rc = c->provider->ctl(c->instance, DLOCK_CTL_STATUS, &arg);
+    if (rc == DLOCK_ENOTSUP)
+        dlock_seterr(rc, "the %s backend cannot report a lock's status", c->provider->name);
+    return rc;
+}
+
+const char *dlock_version(void)
+{
+    return PACKAGE_VERSION;
+}

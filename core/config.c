@@ -1,0 +1,250 @@
+/* core/config.c - the libconfig file: top-level settings, the backend choice
+ * and the backend groups. Every problem is reported with file and line, and
+ * loading goes on after an error so `dlock check-config` can list them all. */
+#include "config.h"
+
+#include "internal.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const top_level_names[] = {
+    "backend", "lease_ms", "watchdog", "retry_base_ms", "retry_cap_ms", "prefix",
+};
+
+/* Backends whose groups may appear even when their module is not installed,
+ * so one file can serve hosts with different builds. */
+static const char *const known_backends[] = {
+    "local", "redis", "redlock", "zookeeper", "postgres", "mysql",
+};
+
+#define COUNT(a) (sizeof(a) / sizeof((a)[0]))
+
+static const char *file_of(const config_setting_t *s, const char *source)
+{
+    const char *f = config_setting_source_file(s);
+    return f ? f : source;
+}
+
+static bool int_in_range(const config_setting_t *s, const char *source, const char *name,
+                         int64_t min, int64_t max, int64_t *out, struct dlock__diag *diag)
+{
+    int t = config_setting_type(s);
+    if (t != CONFIG_TYPE_INT && t != CONFIG_TYPE_INT64) {
+        dlock__diag_add(diag, 1, file_of(s, source), config_setting_source_line(s),
+                        "'%s' must be an integer (milliseconds)", name);
+        return false;
+    }
+    long long v = config_setting_get_int64(s);
+    if (v < min || v > max) {
+        dlock__diag_add(diag, 1, file_of(s, source), config_setting_source_line(s),
+                        "'%s' is %lld, outside %lld..%lld", name, v, (long long)min, (long long)max);
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+static bool valid_prefix(const char *p)
+{
+    /* The prefix is used inside keys, paths and table names of backends:
+     * printable ASCII without spaces, quotes or slashes keeps it safe in all. */
+    size_t n = strlen(p);
+    if (n > 64)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)p[i];
+        if (c <= ' ' || c >= 0x7f || c == '"' || c == '\'' || c == '/' || c == '\\' || c == '{' || c == '}')
+            return false;
+    }
+    return true;
+}
+
+static void check_top_level(struct dlock__config *cfg, struct dlock__diag *diag,
+                            const config_setting_t **backend_setting)
+{
+    const config_setting_t *root = config_root_setting(&cfg->cfg);
+    for (int i = 0; i < config_setting_length(root); i++) {
+        const config_setting_t *s = config_setting_get_elem(root, (unsigned)i);
+        const char *name = config_setting_name(s);
+        const char *file = file_of(s, cfg->source);
+        int line = config_setting_source_line(s);
+        int type = config_setting_type(s);
+
+        if (type == CONFIG_TYPE_GROUP)
+            continue; /* backend groups: checked once the backends are known */
+        if (strcmp(name, "backend") == 0) {
+            if (type != CONFIG_TYPE_STRING)
+                dlock__diag_add(diag, 1, file, line, "'backend' must be a string, e.g. \"local\"");
+            else
+                *backend_setting = s;
+        } else if (strcmp(name, "lease_ms") == 0) {
+            int_in_range(s, cfg->source, name, 100, 86400000, &cfg->lease_ms, diag);
+        } else if (strcmp(name, "retry_base_ms") == 0) {
+            int_in_range(s, cfg->source, name, 1, 60000, &cfg->retry_base_ms, diag);
+        } else if (strcmp(name, "retry_cap_ms") == 0) {
+            int_in_range(s, cfg->source, name, 1, 3600000, &cfg->retry_cap_ms, diag);
+        } else if (strcmp(name, "watchdog") == 0) {
+            if (type != CONFIG_TYPE_BOOL)
+                dlock__diag_add(diag, 1, file, line, "'watchdog' must be true or false");
+            else
+                cfg->watchdog = config_setting_get_bool(s) != 0;
+        } else if (strcmp(name, "prefix") == 0) {
+            if (type != CONFIG_TYPE_STRING || !valid_prefix(config_setting_get_string(s)))
+                dlock__diag_add(diag, 1, file, line,
+                                "'prefix' must be a string of at most 64 printable characters "
+                                "without spaces, quotes, slashes or braces");
+            else
+                snprintf(cfg->prefix, sizeof cfg->prefix, "%s", config_setting_get_string(s));
+        } else {
+            const char *hint = dlock__suggest(name, top_level_names, COUNT(top_level_names));
+            dlock__diag_add(diag, 1, file, line, "unknown setting '%s'%s%s%s", name,
+                            hint ? " (did you mean '" : "", hint ? hint : "", hint ? "'?)" : "");
+        }
+    }
+    if (cfg->retry_cap_ms < cfg->retry_base_ms)
+        dlock__diag_add(diag, 1, cfg->source, 0, "retry_cap_ms (%lld) is below retry_base_ms (%lld)",
+                        (long long)cfg->retry_cap_ms, (long long)cfg->retry_base_ms);
+}
+
+static bool is_known_backend(const char *name)
+{
+    for (size_t i = 0; i < COUNT(known_backends); i++)
+        if (strcmp(name, known_backends[i]) == 0)
+            return true;
+    return false;
+}
+
+static void check_groups(struct dlock__config *cfg, struct dlock__diag *diag)
+{
+    const config_setting_t *root = config_root_setting(&cfg->cfg);
+    for (int i = 0; i < config_setting_length(root); i++) {
+        const config_setting_t *s = config_setting_get_elem(root, (unsigned)i);
+        if (config_setting_type(s) != CONFIG_TYPE_GROUP)
+            continue;
+        const char *name = config_setting_name(s);
+        const char *file = file_of(s, cfg->source);
+        int line = config_setting_source_line(s);
+        bool chosen = cfg->provider && strcmp(name, cfg->provider->name) == 0;
+        const struct dlock_provider *p = NULL;
+        if (chosen) {
+            p = cfg->provider;
+            cfg->backend_group = s;
+        } else if (dlock__provider_find(name, &p) != DLOCK_OK) {
+            if (is_known_backend(name)) {
+                dlock__diag_add(diag, 0, file, line,
+                                "group '%s' not checked: that backend is not available here (%s)",
+                                name, dlock_errmsg());
+            } else {
+                const char *hint = dlock__suggest(name, known_backends, COUNT(known_backends));
+                dlock__diag_add(diag, 1, file, line, "unknown group '%s'%s%s%s", name,
+                                hint ? " (did you mean '" : "", hint ? hint : "", hint ? "'?)" : "");
+            }
+            continue;
+        }
+        dlock__settings_validate(s, cfg->source, p->settings, name, diag);
+    }
+}
+
+static void set_defaults(struct dlock__config *cfg)
+{
+    cfg->lease_ms = DLOCK__DEFAULT_LEASE_MS;
+    cfg->watchdog = true;
+    cfg->retry_base_ms = DLOCK__DEFAULT_RETRY_BASE_MS;
+    cfg->retry_cap_ms = DLOCK__DEFAULT_RETRY_CAP_MS;
+    snprintf(cfg->prefix, sizeof cfg->prefix, "%s", DLOCK__DEFAULT_PREFIX);
+    cfg->provider = NULL;
+    cfg->backend_group = NULL;
+}
+
+static int read_source(struct dlock__config *cfg, const char *path, const char *text,
+                       struct dlock__diag *diag)
+{
+    int ok;
+    if (path) {
+        FILE *f = fopen(path, "re");
+        if (!f) {
+            dlock__diag_add(diag, 1, path, 0, "cannot open: %s", strerror(errno));
+            return DLOCK_ECONFIG;
+        }
+        fclose(f);
+        ok = config_read_file(&cfg->cfg, path);
+    } else {
+        ok = config_read_string(&cfg->cfg, text);
+    }
+    if (ok != CONFIG_TRUE) {
+        const char *file = config_error_file(&cfg->cfg);
+        if (config_error_type(&cfg->cfg) == CONFIG_ERR_FILE_IO)
+            dlock__diag_add(diag, 1, file ? file : cfg->source, 0, "cannot read: %s",
+                            config_error_text(&cfg->cfg));
+        else
+            dlock__diag_add(diag, 1, file ? file : cfg->source, config_error_line(&cfg->cfg),
+                            "syntax error: %s", config_error_text(&cfg->cfg));
+        return DLOCK_ECONFIG;
+    }
+    return DLOCK_OK;
+}
+
+int dlock__config_load(struct dlock__config *cfg, const char *path, const char *text,
+                       struct dlock__diag *diag)
+{
+    memset(cfg, 0, sizeof *cfg);
+    set_defaults(cfg);
+    config_init(&cfg->cfg);
+    if (path) {
+        cfg->source_copy = strdup(path);
+        if (!cfg->source_copy) {
+            config_destroy(&cfg->cfg);
+            return dlock_seterr(DLOCK_ENOMEM, "config: out of memory");
+        }
+        cfg->source = cfg->source_copy;
+    } else {
+        cfg->source = "<string>";
+    }
+
+    int rc = read_source(cfg, path, text ? text : "", diag);
+    if (rc == DLOCK_OK) {
+        const config_setting_t *backend_setting = NULL;
+        check_top_level(cfg, diag, &backend_setting);
+        const char *backend = backend_setting ? config_setting_get_string(backend_setting) : "local";
+        if (dlock__provider_find(backend, &cfg->provider) != DLOCK_OK) {
+            dlock__diag_add(diag, 1, backend_setting ? file_of(backend_setting, cfg->source) : cfg->source,
+                            backend_setting ? config_setting_source_line(backend_setting) : 0,
+                            "backend '%s' is not available: %s", backend, dlock_errmsg());
+            cfg->provider = NULL;
+        }
+        check_groups(cfg, diag);
+    }
+    if (diag->errors > 0) {
+        dlock__config_free(cfg);
+        return dlock_seterr(DLOCK_ECONFIG, "%s%s", diag->first_error,
+                            diag->errors > 1 ? " (and more: run `dlock check-config` for all)" : "");
+    }
+    return DLOCK_OK;
+}
+
+void dlock__config_free(struct dlock__config *cfg)
+{
+    config_destroy(&cfg->cfg);
+    free(cfg->source_copy);
+    cfg->source_copy = NULL;
+}
+
+static void count_only(int is_error, const char *file, int line, const char *msg, void *arg)
+{
+    (void)is_error; (void)file; (void)line; (void)msg; (void)arg;
+}
+
+int dlock_config_check(const char *config_path, dlock_config_report_fn report, void *arg)
+{
+    if (!config_path)
+        return dlock_seterr(DLOCK_EINVAL, "dlock_config_check: config_path is NULL");
+    struct dlock__diag diag = { .report = report ? report : count_only, .arg = arg };
+    struct dlock__config cfg;
+    int rc = dlock__config_load(&cfg, config_path, NULL, &diag);
+    if (rc == DLOCK_OK)
+        dlock__config_free(&cfg);
+    return rc;
+}

@@ -1,0 +1,213 @@
+/*
+ * core/internal.h - declarations shared by the core's modules. Nothing here
+ * is exported from libdlock.so: only symbols matching ^dlock_[a-z] are, and
+ * every internal symbol is prefixed dlock__.
+ */
+#ifndef DLOCK_CORE_INTERNAL_H
+#define DLOCK_CORE_INTERNAL_H
+
+#include <dlock.h>
+#include <dlock/provider.h>
+#include <libconfig.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#define DLOCK__INFINITE INT64_MAX
+
+/* ---- errors.c ---------------------------------------------------------------- */
+int dlock__seterrv(int code, const char *fmt, va_list ap);
+
+/* ---- clock.c ----------------------------------------------------------------- */
+/* Milliseconds on CLOCK_MONOTONIC; never the wall clock. */
+int64_t dlock__now_ms(void);
+/* Adds without overflowing past DLOCK__INFINITE. */
+int64_t dlock__deadline_after(int64_t now_ms, int64_t wait_ms);
+/* Converts an absolute CLOCK_MONOTONIC ms time to a timespec for
+ * pthread_cond_timedwait on a condition variable using CLOCK_MONOTONIC. */
+void dlock__abstime(int64_t at_ms, struct timespec *ts);
+/* Initialises a condition variable that waits on CLOCK_MONOTONIC. */
+int dlock__cond_init_monotonic(pthread_cond_t *cv);
+
+/* ---- random.c ------------------------------------------------------------------ */
+/* Fills buf with len bytes from getrandom(). DLOCK_OK or DLOCK_EINTERNAL. */
+int dlock__random_bytes(void *buf, size_t len);
+/* A fast per-thread PRNG (xoshiro-style), seeded from getrandom(); for jitter. */
+uint64_t dlock__random_u64(void);
+
+/* ---- backoff.c ----------------------------------------------------------------- */
+/* Exponential backoff with full jitter: uniform in [0, min(cap, base * 2^attempt)],
+ * attempt counting from 0. Never negative; 0 when base or cap is <= 0. */
+int64_t dlock__backoff_ms(unsigned attempt, int64_t base_ms, int64_t cap_ms);
+int64_t dlock__backoff_ceiling_ms(unsigned attempt, int64_t base_ms, int64_t cap_ms);
+
+/* ---- timer_heap.c -------------------------------------------------------------- */
+/* A binary min-heap of (due, item) with O(log n) removal through an index
+ * the heap keeps in each item's slot. Not thread-safe: the owner locks it. */
+struct dlock__timer {
+    int64_t due_ms;
+    size_t heap_index;    /* SIZE_MAX when not in the heap */
+};
+struct dlock__timer_heap {
+    struct dlock__timer **items;
+    size_t len, cap;
+};
+void dlock__timer_heap_init(struct dlock__timer_heap *h);
+void dlock__timer_heap_free(struct dlock__timer_heap *h);
+int dlock__timer_heap_push(struct dlock__timer_heap *h, struct dlock__timer *t); /* OK/ENOMEM */
+struct dlock__timer *dlock__timer_heap_peek(const struct dlock__timer_heap *h);
+struct dlock__timer *dlock__timer_heap_pop(struct dlock__timer_heap *h);
+void dlock__timer_heap_remove(struct dlock__timer_heap *h, struct dlock__timer *t);
+bool dlock__timer_in_heap(const struct dlock__timer *t);
+
+/* ---- config.c / settings.c ----------------------------------------------------- */
+struct dlock__config {
+    config_t cfg;                   /* kept alive: settings point into it */
+    const char *source;             /* file name or "<string>" (points into cfg or static) */
+    char *source_copy;
+    const struct dlock_provider *provider;
+    const config_setting_t *backend_group;  /* may be NULL */
+    int64_t lease_ms;
+    bool watchdog;
+    int64_t retry_base_ms;
+    int64_t retry_cap_ms;
+    char prefix[65];
+};
+
+/* Receives each finding; is_error 0 = warning. */
+struct dlock__diag {
+    dlock_config_report_fn report;
+    void *arg;
+    int errors;
+    int warnings;
+    char first_error[512];          /* "file:line: message" of the first error */
+};
+
+#define DLOCK__DEFAULT_LEASE_MS 30000
+#define DLOCK__DEFAULT_RETRY_BASE_MS 10
+#define DLOCK__DEFAULT_RETRY_CAP_MS 1000
+#define DLOCK__DEFAULT_PREFIX "dlock:"
+
+/* Loads and validates a configuration from a file (path) or a string (text,
+ * when path is NULL). Every finding goes to diag. Returns DLOCK_OK, or
+ * DLOCK_ECONFIG (and diag->first_error) / DLOCK_ENOMEM. On success *cfg must
+ * be freed with dlock__config_free(); on failure it is already freed. */
+int dlock__config_load(struct dlock__config *cfg, const char *path, const char *text,
+                       struct dlock__diag *diag);
+void dlock__config_free(struct dlock__config *cfg);
+
+/* The group view handed to providers. */
+struct dlock_settings {
+    const config_setting_t *group;  /* NULL: empty group */
+    const char *source;
+};
+/* Checks group against spec: unknown names (with a suggestion), types and
+ * ranges. Reports to diag; returns the number of errors found. */
+int dlock__settings_validate(const config_setting_t *group, const char *source,
+                             const struct dlock_setting_spec *spec, const char *group_name,
+                             struct dlock__diag *diag);
+void dlock__diag_add(struct dlock__diag *diag, int is_error, const char *file, int line,
+                     const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+/* Closest of candidates to word within edit distance 2, or NULL. */
+const char *dlock__suggest(const char *word, const char *const *candidates, size_t n);
+
+/* ---- registry.c ---------------------------------------------------------------- */
+/* Finds a provider by name: registered ones, the built-in local backend,
+ * then dlock_<name>.so in $DLOCK_MODULE_PATH and the module directory.
+ * Returns DLOCK_OK, DLOCK_EUNAVAILABLE (not found or refused; detail set)
+ * or DLOCK_EINVAL (bad name). Providers are never unloaded. */
+int dlock__provider_find(const char *name, const struct dlock_provider **out);
+/* Validates a provider table; DLOCK_OK or DLOCK_EINVAL with the reason. */
+int dlock__provider_check(const struct dlock_provider *p, const char *origin);
+
+/* ---- log.c ---------------------------------------------------------------------- */
+struct dlock__log {
+    pthread_mutex_t mu;
+    dlock_log_fn fn;
+    void *arg;
+    int max_level;
+};
+void dlock__log_init(struct dlock__log *log);
+void dlock__log_destroy(struct dlock__log *log);
+void dlock__logf(struct dlock__log *log, int level, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* ---- metrics.c ------------------------------------------------------------------ */
+#define DLOCK__HIST_BUCKETS 12
+struct dlock__histogram {
+    uint64_t buckets[DLOCK__HIST_BUCKETS]; /* cumulative counts are derived when written */
+    uint64_t count;
+    uint64_t sum_ms;
+};
+struct dlock__metrics {
+    uint64_t attempts, grants, reentries, busy, timeouts, cancels, releases, release_failures;
+    uint64_t renewals, renewal_failures, losses, backend_errors;
+    struct dlock__histogram wait_ms, hold_ms;
+};
+void dlock__metric_inc(uint64_t *counter);
+void dlock__histogram_observe(struct dlock__histogram *h, int64_t ms);
+int dlock__metrics_format(const struct dlock__metrics *m, const char *backend, char **out);
+
+/* ---- lock.c / watchdog.c ----------------------------------------------------------- */
+struct dlock__entry;
+
+struct dlock__watchdog {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    struct dlock__timer_heap heap;
+    pthread_t thread;
+    bool started;
+    bool stopping;
+};
+
+struct dlock_client {
+    pid_t pid;                      /* the process that opened it (fork guard) */
+    struct dlock__config config;
+    const struct dlock_provider *provider;
+    void *instance;
+    char client_id[33];             /* 128 random bits, hex */
+    struct dlock__log log;
+    struct dlock__metrics metrics;
+    struct dlock__watchdog watchdog;
+
+    pthread_mutex_t entries_mu;     /* guards the name table and handle list */
+    struct dlock__entry **buckets;
+    size_t nbuckets, nentries;
+    struct dlock_lock *handles;     /* every live handle, to free on close */
+};
+
+struct dlock_lock {
+    struct dlock__entry *entry;
+    dlock_lock_options options;
+    struct dlock_lock *prev, *next; /* in client->handles */
+};
+
+/* Checks the fork guard and NULL; sets the detail. DLOCK_OK or DLOCK_EINVAL. */
+int dlock__client_usable(const dlock_client *client);
+
+/* Watchdog: schedules renewals (watchdog holds) and expiry (fixed leases). */
+int dlock__watchdog_schedule(dlock_client *client, struct dlock__entry *entry, int64_t due_ms);
+void dlock__watchdog_cancel(dlock_client *client, struct dlock__entry *entry);
+void dlock__watchdog_init(dlock_client *client);
+void dlock__watchdog_stop(dlock_client *client);
+/* The entry's "watchdog is working on it" flag (watchdog mutex held). */
+bool dlock__entry_watchdog_busy(const struct dlock__entry *entry);
+void dlock__entry_set_watchdog_busy(struct dlock__entry *entry, bool busy);
+/* Runs the due work for entry (called by the watchdog thread). */
+void dlock__entry_on_timer(dlock_client *client, struct dlock__entry **due, size_t n);
+/* The timer embedded in an entry, and back. */
+struct dlock__timer *dlock__entry_timer(struct dlock__entry *entry);
+struct dlock__entry *dlock__timer_entry(struct dlock__timer *timer);
+/* Releases every hold and frees every handle (client close). */
+void dlock__entries_close_all(dlock_client *client);
+
+/* ---- validity --------------------------------------------------------------------- */
+/* Allowance for clock drift between client and server (the Redlock rule). */
+static inline int64_t dlock__drift_ms(int64_t lease_ms) { return lease_ms / 100 + 2; }
+
+/* ---- local backend ------------------------------------------------------------------ */
+extern const struct dlock_provider dlock__local_provider;
+
+#endif

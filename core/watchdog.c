@@ -1,0 +1,131 @@
+/* core/watchdog.c - one thread per client that renews watchdog holds at
+ * lease/3 (Redisson's rule) and expires fixed leases, driven by a timer heap.
+ * Timers that fall due within a short window are handled together, so a
+ * provider with renew_batch can renew them in one round trip. The thread
+ * starts with the first hold, so clients that never lock cost no thread. */
+#include "config.h"
+
+#include "internal.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+
+/* Timers due this close together are renewed in one batch; renewing a
+ * little early is harmless, a round trip per lock is not. */
+#define BATCH_WINDOW_MS 20
+#define BATCH_MAX 64
+
+static void *watchdog_main(void *arg)
+{
+    dlock_client *c = arg;
+    struct dlock__watchdog *w = &c->watchdog;
+    struct dlock__entry *batch[BATCH_MAX];
+
+    pthread_mutex_lock(&w->mu);
+    while (!w->stopping) {
+        struct dlock__timer *top = dlock__timer_heap_peek(&w->heap);
+        int64_t now = dlock__now_ms();
+        if (!top) {
+            pthread_cond_wait(&w->cv, &w->mu);
+            continue;
+        }
+        if (top->due_ms > now) {
+            struct timespec ts;
+            dlock__abstime(top->due_ms, &ts);
+            pthread_cond_timedwait(&w->cv, &w->mu, &ts);
+            continue;
+        }
+        size_t n = 0;
+        while (n < BATCH_MAX && (top = dlock__timer_heap_peek(&w->heap)) &&
+               top->due_ms <= now + BATCH_WINDOW_MS) {
+            dlock__timer_heap_pop(&w->heap);
+            batch[n++] = dlock__timer_entry(top);
+        }
+        for (size_t i = 0; i < n; i++)
+            dlock__entry_set_watchdog_busy(batch[i], true);
+        pthread_mutex_unlock(&w->mu);
+
+        dlock__entry_on_timer(c, batch, n);
+
+        pthread_mutex_lock(&w->mu);
+        for (size_t i = 0; i < n; i++)
+            dlock__entry_set_watchdog_busy(batch[i], false);
+        pthread_cond_broadcast(&w->cv);
+    }
+    pthread_mutex_unlock(&w->mu);
+    return NULL;
+}
+
+static int start_locked(dlock_client *c)
+{
+    struct dlock__watchdog *w = &c->watchdog;
+    sigset_t all, old;
+    sigfillset(&all);
+    /* The thread must not take the application's signals. */
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int rc = pthread_create(&w->thread, NULL, watchdog_main, c);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc != 0)
+        return dlock_seterr(DLOCK_EINTERNAL, "cannot start the watchdog thread: %s", strerror(rc));
+    w->started = true;
+    return DLOCK_OK;
+}
+
+int dlock__watchdog_schedule(dlock_client *c, struct dlock__entry *e, int64_t due_ms)
+{
+    struct dlock__watchdog *w = &c->watchdog;
+    struct dlock__timer *t = dlock__entry_timer(e);
+    int rc = DLOCK_OK;
+    pthread_mutex_lock(&w->mu);
+    if (!w->started && !w->stopping)
+        rc = start_locked(c);
+    if (rc == DLOCK_OK) {
+        dlock__timer_heap_remove(&w->heap, t);
+        t->due_ms = due_ms;
+        rc = dlock__timer_heap_push(&w->heap, t);
+        if (rc != DLOCK_OK)
+            rc = dlock_seterr(rc, "out of memory for the watchdog's timers");
+        else if (dlock__timer_heap_peek(&w->heap) == t)
+            pthread_cond_broadcast(&w->cv);
+    }
+    pthread_mutex_unlock(&w->mu);
+    return rc;
+}
+
+void dlock__watchdog_cancel(dlock_client *c, struct dlock__entry *e)
+{
+    struct dlock__watchdog *w = &c->watchdog;
+    pthread_mutex_lock(&w->mu);
+    /* Wait until the thread is done with e, unless we are that thread (an
+     * on_lost callback that releases). */
+    bool on_watchdog = w->started && pthread_equal(pthread_self(), w->thread);
+    while (!on_watchdog && dlock__entry_watchdog_busy(e))
+        pthread_cond_wait(&w->cv, &w->mu);
+    dlock__timer_heap_remove(&w->heap, dlock__entry_timer(e));
+    pthread_mutex_unlock(&w->mu);
+}
+
+void dlock__watchdog_init(dlock_client *c)
+{
+    struct dlock__watchdog *w = &c->watchdog;
+    pthread_mutex_init(&w->mu, NULL);
+    dlock__cond_init_monotonic(&w->cv);
+    dlock__timer_heap_init(&w->heap);
+    w->started = w->stopping = false;
+}
+
+void dlock__watchdog_stop(dlock_client *c)
+{
+    struct dlock__watchdog *w = &c->watchdog;
+    pthread_mutex_lock(&w->mu);
+    w->stopping = true;
+    bool started = w->started;
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+    if (started)
+        pthread_join(w->thread, NULL);
+    dlock__timer_heap_free(&w->heap);
+    pthread_cond_destroy(&w->cv);
+    pthread_mutex_destroy(&w->mu);
+}

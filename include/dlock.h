@@ -1,0 +1,309 @@
+/*
+ * dlock.h - libdlock application API: named distributed locks over pluggable
+ * backends (local, redis, redlock, zookeeper, postgres, mysql).
+ *
+ * Two handles:
+ *   dlock_client  one configured backend instance: its connections, its
+ *                 watchdog thread, its metrics. Safe to share between threads.
+ *   dlock_lock    a named lock of one client. Safe to share between threads;
+ *                 holds belong to (client, thread), as in Redisson: the thread
+ *                 that acquired must release, and may acquire again (reentry).
+ *
+ * Errors are negative int codes (DLOCK_E*), with dlock_strerror() for the
+ * generic text and dlock_errmsg() for a per-thread detail message that says
+ * what went wrong and what to do about it.
+ *
+ * Every call that takes a dlock_client or a dlock_lock must be made in the
+ * process that opened the client: after fork() the child gets DLOCK_EINVAL and
+ * must open its own client (the parent's connections and holds are not its own).
+ */
+#ifndef DLOCK_H
+#define DLOCK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define DLOCK_VERSION_MAJOR 0
+#define DLOCK_VERSION_MINOR 1
+#define DLOCK_VERSION_PATCH 0
+
+/* Longest lock name in bytes (names are byte strings without NUL). */
+#define DLOCK_NAME_MAX 512
+
+/*
+ * The error codes, generated from one list so the enum, dlock_strerror() and
+ * dlock_errname() cannot drift apart. X(NAME, value, text).
+ */
+#define DLOCK_ERROR_LIST(X)                                                            \
+    X(OK,             0, "success")                                                    \
+    X(EBUSY,         -1, "the lock is held by another owner")                          \
+    X(ETIMEDOUT,     -2, "the wait budget ran out before the lock was granted")        \
+    X(ELOST,         -3, "the hold was lost (expired, taken over or its session ended)") \
+    X(ENOTOWNER,     -4, "the calling thread does not hold this lock")                 \
+    X(EUNAVAILABLE,  -5, "the backend could not be reached or failed")                 \
+    X(ENOQUORUM,     -6, "too few servers answered to reach a quorum")                 \
+    X(ECONFIG,       -7, "the configuration is invalid")                               \
+    X(EINVAL,        -8, "invalid argument")                                           \
+    X(ENOTSUP,       -9, "the backend does not support this operation")                \
+    X(ECANCELLED,   -10, "the wait was cancelled")                                     \
+    X(ENOMEM,       -11, "out of memory")                                              \
+    X(EPROTOCOL,    -12, "the backend answered something unexpected")                  \
+    X(EINTERNAL,    -13, "internal error in libdlock (please report it)")
+
+typedef enum dlock_error {
+#define DLOCK__ERROR_ENUM(name, value, text) DLOCK_##name = value,
+    DLOCK_ERROR_LIST(DLOCK__ERROR_ENUM)
+#undef DLOCK__ERROR_ENUM
+} dlock_error;
+
+/* Capability bits, reported by dlock_client_capabilities(). */
+#define DLOCK_CAP_RENEW              (1u << 0) /* holds can be extended (dlock_renew, watchdog) */
+#define DLOCK_CAP_FENCE              (1u << 1) /* grants carry a fencing token */
+#define DLOCK_CAP_FENCE_LINEARIZABLE (1u << 2) /* tokens never go back, even across failover */
+#define DLOCK_CAP_NATIVE_WAIT        (1u << 3) /* waiters are woken by a release notification */
+#define DLOCK_CAP_FAIR               (1u << 4) /* first come, first served */
+#define DLOCK_CAP_SERVER_EXPIRY      (1u << 5) /* the server frees a hold whose lease ran out */
+#define DLOCK_CAP_MULTI_HOST         (1u << 6) /* processes on different hosts exclude each other */
+
+typedef struct dlock_client dlock_client;
+typedef struct dlock_lock dlock_lock;
+
+/* ---- errors -------------------------------------------------------------- */
+
+/* Generic text for an error code ("unknown error" for codes not in the list).
+ * Returns a static string; thread-safe. */
+const char *dlock_strerror(int code);
+
+/* Symbolic name of an error code, e.g. "DLOCK_EBUSY"; static; thread-safe. */
+const char *dlock_errname(int code);
+
+/*
+ * Detail message of the last error returned to the calling thread, e.g.
+ * "local: cannot create lock directory /x: Permission denied". Like errno it
+ * is only meaningful right after a call returned an error; successful calls do
+ * not clear it. The string belongs to the thread and stays valid until its
+ * next libdlock call. Never NULL.
+ */
+const char *dlock_errmsg(void);
+
+/* ---- client -------------------------------------------------------------- */
+
+/*
+ * Opens a client from the libconfig file at config_path (see dlock.conf(5)).
+ * config_path NULL means: the file named by $DLOCK_CONFIG if that is set and
+ * non-empty, otherwise the built-in default, the `local` backend with its
+ * default lock directory.
+ *
+ * On success *out owns a new client; close it with dlock_client_close().
+ * Errors: DLOCK_EINVAL (out NULL), DLOCK_ECONFIG (unreadable or invalid file;
+ * dlock_errmsg() gives file:line), DLOCK_EUNAVAILABLE (backend module missing
+ * or its server unreachable), DLOCK_ENOMEM. On error *out is set to NULL.
+ * Thread-safe (clients are independent).
+ */
+int dlock_client_open(dlock_client **out, const char *config_path);
+
+/* Like dlock_client_open() but reads the configuration from a string; errors
+ * name the file as "<string>". The string is not retained. */
+int dlock_client_open_string(dlock_client **out, const char *config_text);
+
+/*
+ * Closes a client: stops its watchdog, releases every hold it still has on the
+ * backend (a service that forgets a release does not block others until the
+ * lease runs out) and frees everything, including lock handles not yet freed.
+ * NULL is ignored. No other thread may use the client or its locks during or
+ * after the call.
+ */
+void dlock_client_close(dlock_client *client);
+
+/* Name of the client's backend, e.g. "local"; owned by the client. */
+const char *dlock_client_backend(const dlock_client *client);
+
+/* DLOCK_CAP_* bits of the client's backend (0 for NULL). */
+unsigned dlock_client_capabilities(const dlock_client *client);
+
+/* Log levels for dlock_client_set_log(). */
+enum dlock_log_level {
+    DLOCK_LOG_ERROR = 0,
+    DLOCK_LOG_WARN = 1,
+    DLOCK_LOG_INFO = 2,
+    DLOCK_LOG_DEBUG = 3
+};
+
+/* A log sink. Called from any thread of the client (including the watchdog);
+ * msg is valid only during the call. Must not call back into the client. */
+typedef void (*dlock_log_fn)(int level, const char *msg, void *arg);
+
+/*
+ * Sends the client's log messages at max_level or more severe to fn (NULL
+ * turns logging off). The default sink writes to stderr when $DLOCK_LOG is
+ * set to error, warn, info or debug, and is silent otherwise. Thread-safe,
+ * but messages already being formatted may still reach the old sink.
+ */
+void dlock_client_set_log(dlock_client *client, dlock_log_fn fn, void *arg, int max_level);
+
+/*
+ * Writes the client's metrics in the Prometheus text exposition format into a
+ * new NUL-terminated string: attempts, grants, busy answers, timeouts,
+ * cancellations, releases, renewals, renewal failures, losses, and histograms
+ * of wait time and hold time. *out is malloc()ed and owned by the caller
+ * (free() it). Thread-safe. Errors: DLOCK_EINVAL, DLOCK_ENOMEM.
+ */
+int dlock_client_metrics(dlock_client *client, char **out);
+
+/* ---- locks --------------------------------------------------------------- */
+
+/* Called once when a hold is lost: renewal found it gone or taken, an explicit
+ * lease ran out, or the backend session ended. Runs on the client's watchdog
+ * thread (or the thread that found the loss), with no libdlock lock held; it
+ * may call any libdlock function except dlock_client_close() and
+ * dlock_lock_free() on this lock, and should return quickly. */
+typedef void (*dlock_lost_fn)(dlock_lock *lock, void *arg);
+
+#define DLOCK_LOCK_OPTIONS_VERSION 1
+
+/* Per-lock options. Initialise with DLOCK_LOCK_OPTIONS_INIT so that fields
+ * added in later versions get their defaults. */
+typedef struct dlock_lock_options {
+    unsigned version;      /* DLOCK_LOCK_OPTIONS_VERSION */
+    /* 0: the watchdog keeps the configured default lease (lease_ms, 30 s)
+     * alive, renewing at lease/3, until release. >0: a fixed lease in ms,
+     * never renewed by the watchdog; the hold expires after it (DLOCK_ELOST). */
+    int64_t lease_ms;
+    dlock_lost_fn on_lost; /* optional */
+    void *on_lost_arg;
+} dlock_lock_options;
+
+#define DLOCK_LOCK_OPTIONS_INIT { DLOCK_LOCK_OPTIONS_VERSION, 0, NULL, NULL }
+
+/*
+ * Creates a handle for the lock NAME of client. name is name_len bytes (no
+ * NUL, 1..DLOCK_NAME_MAX); the bytes are copied. Handles of the same name in
+ * one client share one hold, so reentry works across them. options may be
+ * NULL (defaults); it is copied.
+ *
+ * *out owns the handle; free it with dlock_lock_free(). Errors: DLOCK_EINVAL
+ * (bad name, options or version), DLOCK_ENOMEM. Thread-safe.
+ */
+int dlock_lock_new(dlock_client *client, const char *name, size_t name_len,
+                   const dlock_lock_options *options, dlock_lock **out);
+
+/*
+ * Frees a handle. If the calling thread still holds the lock through it and
+ * no other handle of that name is left, the hold is released first. NULL is
+ * ignored. The handle must not be in use by another thread.
+ */
+void dlock_lock_free(dlock_lock *lock);
+
+/* The lock's name (not NUL-terminated: see *len); owned by the handle. */
+const char *dlock_lock_name(const dlock_lock *lock, size_t *len);
+
+/*
+ * Acquires the lock for the calling thread. If the thread already holds it,
+ * the hold count goes up and the call returns at once (reentry).
+ *
+ * wait_ms: 0 = one attempt; > 0 = retry for up to wait_ms milliseconds
+ * (measured on CLOCK_MONOTONIC); < 0 = wait until granted or cancelled.
+ * While busy the client waits for the backend's release notification when it
+ * has one, and otherwise backs off exponentially with full jitter between
+ * retry_base_ms and retry_cap_ms; other threads of the same client queue
+ * locally and do not add load on the backend.
+ *
+ * Returns DLOCK_OK; DLOCK_EBUSY (wait_ms == 0 and held elsewhere);
+ * DLOCK_ETIMEDOUT; DLOCK_ECANCELLED (dlock_cancel()); DLOCK_ELOST (the
+ * thread's current hold is lost: release it first); DLOCK_EUNAVAILABLE,
+ * DLOCK_ENOQUORUM, DLOCK_EPROTOCOL (backend failures are returned at once);
+ * DLOCK_EINVAL. Thread-safe.
+ */
+int dlock_acquire(dlock_lock *lock, int64_t wait_ms);
+
+/*
+ * Undoes one acquire of the calling thread. When the count reaches 0 the hold
+ * is released on the backend, which deletes it only if the owner still
+ * matches. Returns DLOCK_OK; DLOCK_ENOTOWNER (the thread does not hold it);
+ * DLOCK_ELOST (the hold had been lost: nothing was deleted, and the local
+ * hold is now cleared); DLOCK_EUNAVAILABLE (the backend could not be told:
+ * the local hold is cleared and the lease will free it). Thread-safe.
+ */
+int dlock_release(dlock_lock *lock);
+
+/*
+ * Extends the calling thread's hold by its lease now, from the time of the
+ * request. Watchdog holds are renewed automatically; this is for explicit
+ * leases. Returns DLOCK_OK; DLOCK_ENOTOWNER; DLOCK_ELOST (the backend no
+ * longer has the hold; on_lost fires); DLOCK_ENOTSUP (the backend cannot
+ * renew); backend errors. Thread-safe.
+ */
+int dlock_renew(dlock_lock *lock);
+
+/*
+ * Stores the fencing token of the calling thread's current hold in *out:
+ * strictly greater than every token granted before for this name (see
+ * DLOCK_CAP_FENCE_LINEARIZABLE for how strong that promise is). Pass it to
+ * the resource you protect so it can reject writes from a stale holder.
+ * Returns DLOCK_OK, DLOCK_ENOTOWNER, DLOCK_ELOST, DLOCK_ENOTSUP, DLOCK_EINVAL.
+ */
+int dlock_fence(dlock_lock *lock, uint64_t *out);
+
+/*
+ * Milliseconds for which the calling thread's hold is still known to be valid
+ * (grant or last renewal time + lease - clock drift allowance, on
+ * CLOCK_MONOTONIC), 0 if it just ran out. Negative: DLOCK_ENOTOWNER,
+ * DLOCK_ELOST, DLOCK_EINVAL.
+ */
+int64_t dlock_validity_ms(dlock_lock *lock);
+
+/* How many times the calling thread holds the lock (0: not at all); negative:
+ * DLOCK_ELOST (held but lost) or DLOCK_EINVAL. */
+int dlock_hold_count(dlock_lock *lock);
+
+/*
+ * Makes every dlock_acquire() that is waiting on this lock's name in this
+ * client, in any thread, return DLOCK_ECANCELLED promptly. Acquires that
+ * start after the call are not affected. Returns DLOCK_OK or DLOCK_EINVAL.
+ * Async-signal-unsafe; thread-safe.
+ */
+int dlock_cancel(dlock_lock *lock);
+
+/* ---- inspection and configuration checks ---------------------------------- */
+
+/* What dlock_status() reports about a name. */
+typedef struct dlock_status_info {
+    int held;               /* 1 held by someone, 0 free, -1 unknown */
+    uint64_t fence;         /* last fencing token granted, 0 if unknown */
+    int64_t holder_pid;     /* holder process id where the backend knows it, else -1 */
+    int64_t ttl_ms;         /* remaining lease on the backend, -1 if unknown or none */
+    char holder[96];        /* holder description (owner id), "" if unknown */
+} dlock_status_info;
+
+/*
+ * Looks at the lock NAME on the backend without taking it. Returns DLOCK_OK,
+ * DLOCK_ENOTSUP (the backend cannot tell), backend errors, DLOCK_EINVAL.
+ */
+int dlock_status(dlock_client *client, const char *name, size_t name_len,
+                 dlock_status_info *out);
+
+/* One finding of dlock_config_check(). file and msg are valid during the call. */
+typedef void (*dlock_config_report_fn)(int is_error, const char *file, int line,
+                                       const char *msg, void *arg);
+
+/*
+ * Checks a configuration file without connecting to anything: syntax, unknown
+ * settings, wrong types and ranges, the backend name, and each backend group
+ * whose module can be loaded. Every finding is passed to report (which may be
+ * NULL). Returns DLOCK_OK when there are no errors (warnings allowed),
+ * DLOCK_ECONFIG otherwise, DLOCK_EINVAL for a NULL path. Thread-safe.
+ */
+int dlock_config_check(const char *config_path, dlock_config_report_fn report, void *arg);
+
+/* The library version as "MAJOR.MINOR.PATCH"; static. */
+const char *dlock_version(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* DLOCK_H */

@@ -1,0 +1,212 @@
+/*
+ * dlock/provider.h - libdlock backend-author API.
+ *
+ * A backend is a `struct dlock_provider`: a versioned table of operations in
+ * the manner of sqlite3_vfs. The core owns everything that is not protocol:
+ * the acquire loop and its deadlines, backoff, waiting and cancellation,
+ * reentrancy, the watchdog, validity and the lost path, metrics. A provider
+ * only performs single operations against its coordination system.
+ *
+ * A backend is shipped as a module, dlock_<name>.so, in libdlock's module
+ * directory (or a directory listed in $DLOCK_MODULE_PATH). It exports one
+ * function, DLOCK_MODULE_ENTRY, which returns its provider. A provider can
+ * also be registered in-process with dlock_provider_register().
+ *
+ * Versioning: members are only ever appended. A provider states the version
+ * it was written against in `version`; the core reads no member past what
+ * that version defines and refuses versions it does not know.
+ */
+#ifndef DLOCK_PROVIDER_H
+#define DLOCK_PROVIDER_H
+
+#include <dlock.h>
+#include <stdarg.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define DLOCK_PROVIDER_VERSION_1 1
+#define DLOCK_PROVIDER_VERSION DLOCK_PROVIDER_VERSION_1
+
+/* Name of the function a module exports; see dlock_module_entry_fn. */
+#define DLOCK_MODULE_ENTRY "dlock_module_provider"
+
+struct dlock_provider;
+
+/* The module entry point. core_version is the highest DLOCK_PROVIDER_VERSION
+ * the loading core understands; return NULL to refuse. */
+typedef const struct dlock_provider *(*dlock_module_entry_fn)(unsigned core_version);
+
+/* ---- settings: a backend's configuration group ----------------------------- */
+
+enum dlock_setting_type {
+    DLOCK_SETTING_STRING = 1,
+    DLOCK_SETTING_INT = 2,         /* 64-bit integer */
+    DLOCK_SETTING_BOOL = 3,
+    DLOCK_SETTING_STRING_LIST = 4  /* ( "a", "b" ) or [ "a", "b" ] */
+};
+
+/* One setting a provider accepts in its group. The core rejects unknown
+ * settings and wrong types (with file and line) before open() is called. */
+struct dlock_setting_spec {
+    const char *name;
+    enum dlock_setting_type type;
+    int64_t min, max;   /* inclusive range for DLOCK_SETTING_INT; both 0 = any */
+};
+
+/* A read-only view of one backend group, valid during open() only. */
+typedef struct dlock_settings dlock_settings;
+
+/* Each getter returns 1 and stores the value when the setting is present, 0
+ * when absent (the out value is left untouched, so preset the default).
+ * Types were checked against the provider's spec before open(). Strings are
+ * valid during open() only: copy what you keep. */
+int dlock_settings_string(const dlock_settings *s, const char *name, const char **out);
+int dlock_settings_int(const dlock_settings *s, const char *name, int64_t *out);
+int dlock_settings_bool(const dlock_settings *s, const char *name, int *out);
+/* Number of elements of a string list (0 if absent); element i, NULL past the end. */
+size_t dlock_settings_list_count(const dlock_settings *s, const char *name);
+const char *dlock_settings_list_item(const dlock_settings *s, const char *name, size_t i);
+/* "file:line" of a setting (or of the group when name is NULL), for error
+ * messages about values; static per thread, valid until the next call. */
+const char *dlock_settings_where(const dlock_settings *s, const char *name);
+
+/* What open() receives besides its group. */
+struct dlock_provider_env {
+    const dlock_settings *settings; /* the backend's group; empty if absent */
+    const char *prefix;             /* top-level `prefix`, e.g. "dlock:" */
+    int64_t default_lease_ms;       /* top-level `lease_ms` */
+    void *log_handle;               /* pass to dlock_provider_log() */
+};
+
+/* ---- per-lock state --------------------------------------------------------- */
+
+/*
+ * One lock name as the core presents it to the provider. The core allocates
+ * it, zero-fills priv (lock_priv_size bytes) before the first call, and
+ * guarantees that at most one operation on a given dlock_provider_lock runs
+ * at a time (a holder's release and the watchdog's renewal never overlap).
+ * Different locks may be operated on concurrently from different threads.
+ */
+struct dlock_provider_lock {
+    const char *name;     /* name bytes, NUL-terminated for convenience */
+    size_t name_len;      /* the name may contain any byte but NUL */
+    const char *owner;    /* printable id of the owning (client, thread):
+                           * "<32 hex digits of 128 random bits>:<thread no>";
+                           * set before acquire, constant during a hold */
+    int64_t lease_ms;     /* lease to grant or renew, > 0 */
+    void *priv;           /* lock_priv_size bytes of provider state */
+};
+
+/* What a successful or busy acquire reports. */
+struct dlock_grant {
+    uint64_t fence;         /* on grant: the fencing token, if has_fence */
+    int has_fence;
+    int64_t retry_hint_ms;  /* on busy: holder's remaining lease if known, else -1 */
+};
+
+/* Arguments of DLOCK_CTL_STATUS. */
+struct dlock_ctl_status {
+    const char *name;
+    size_t name_len;
+    dlock_status_info *out;
+};
+
+enum dlock_ctl_op {
+    DLOCK_CTL_STATUS = 1  /* arg: struct dlock_ctl_status * */
+};
+
+/* ---- the provider table ---------------------------------------------------- */
+
+struct dlock_provider {
+    /* --- version 1 --- */
+    unsigned version;          /* DLOCK_PROVIDER_VERSION the provider was written for */
+    const char *name;          /* backend name, [a-z0-9_]+, as used in `backend = "..."` */
+    unsigned capabilities;     /* DLOCK_CAP_* */
+    size_t lock_priv_size;     /* bytes of per-lock state (priv), may be 0 */
+    const struct dlock_setting_spec *settings; /* accepted settings, {NULL} terminated */
+
+    /* Required. Creates an instance from the configuration. *instance is
+     * passed to every other call. May connect now or lazily. Errors:
+     * DLOCK_ECONFIG (a value is wrong: say which, with dlock_settings_where),
+     * DLOCK_EUNAVAILABLE, DLOCK_ENOMEM; set the detail with dlock_seterr(). */
+    int (*open)(void **instance, const struct dlock_provider_env *env);
+
+    /* Required. Frees the instance; every lock has been through lock_fini. */
+    void (*close)(void *instance);
+
+    /* Required. ONE attempt to grant lk to lk->owner for lk->lease_ms.
+     * DLOCK_OK: granted (fill grant->fence where the backend has fences).
+     * DLOCK_EBUSY: held by another owner (fill grant->retry_hint_ms if known).
+     * Anything else: a failure the core returns to the caller.
+     * The core never calls acquire for a name this owner already holds. */
+    int (*acquire)(void *instance, struct dlock_provider_lock *lk, struct dlock_grant *grant);
+
+    /* Required. Releases lk's hold if lk->owner still owns it; never deletes
+     * another owner's hold. DLOCK_OK, DLOCK_ENOTOWNER (gone or taken). */
+    int (*release)(void *instance, struct dlock_provider_lock *lk);
+
+    /* Required with DLOCK_CAP_RENEW. Extends lk's hold to lk->lease_ms from
+     * now if lk->owner still owns it. DLOCK_OK, DLOCK_ELOST, other failures. */
+    int (*renew)(void *instance, struct dlock_provider_lock *lk);
+
+    /* Optional. Reads the fencing token of lk's current hold from the backend
+     * (the core normally keeps the one acquire returned). */
+    int (*fence)(void *instance, struct dlock_provider_lock *lk, uint64_t *out);
+
+    /* Optional. Renews n holds in as few round trips as possible; results[i]
+     * gets what renew would have returned for locks[i]. Returns DLOCK_OK when
+     * results were filled, otherwise a failure that applies to all. */
+    int (*renew_batch)(void *instance, struct dlock_provider_lock *const *locks, size_t n,
+                       int *results);
+
+    /* Optional (native waiting). Blocks until a release of lk is signalled,
+     * timeout_ms passes, or wake_fd becomes readable (the core's cancel
+     * signal: poll it, never read it). Returns DLOCK_OK (woken or notified:
+     * the core retries), DLOCK_ETIMEDOUT, or a failure. Called only after an
+     * acquire of lk returned DLOCK_EBUSY; arrange in acquire that a release
+     * between that answer and this call is not missed. */
+    int (*wait)(void *instance, struct dlock_provider_lock *lk, int64_t timeout_ms, int wake_fd);
+
+    /* Optional. Frees whatever lk->priv refers to (connections, fds). Called
+     * once per lock, after its last operation. */
+    void (*lock_fini)(void *instance, struct dlock_provider_lock *lk);
+
+    /* Optional escape hatch: DLOCK_CTL_* operations. Return DLOCK_ENOTSUP for
+     * operations you do not implement. */
+    int (*ctl)(void *instance, int op, void *arg);
+};
+
+/*
+ * Registers a provider in this process, under p->name, after the same checks
+ * the module loader applies. p must stay valid for the life of the process.
+ * Returns DLOCK_OK, DLOCK_EINVAL (bad table: see dlock_errmsg()), or
+ * DLOCK_EINVAL when a different provider of that name is already registered.
+ * Thread-safe.
+ */
+int dlock_provider_register(const struct dlock_provider *p);
+
+/*
+ * Sets the calling thread's detail message (see dlock_errmsg()) and returns
+ * code, so a provider can write `return dlock_seterr(DLOCK_EUNAVAILABLE,
+ * "redis %s:%d: %s", ...)`. Thread-safe.
+ */
+int dlock_seterr(int code, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
+/* Logs through the client's sink (see dlock_client_set_log()). */
+void dlock_provider_log(void *log_handle, int level, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* DLOCK_PROVIDER_H */
