@@ -1,0 +1,33 @@
+# tests/cli/lib.sh - shared by the dlock program tests: a private temp dir
+# (also $TMPDIR, so the default local lock directory is private to the test),
+# check helpers and the closing "N passed, N failed" line.
+set -u
+DLOCK=${DLOCK_BIN:?DLOCK_BIN must point at the dlock program}
+T=$(mktemp -d /tmp/dlock-cli-test-XXXXXX)
+export TMPDIR=$T
+unset DLOCK_CONFIG
+PASSED=0
+FAILED=0
+cleanup() { rm -rf "$T"; }
+trap cleanup EXIT
+
+ok() { PASSED=$((PASSED + 1)); echo "ok - $1"; }
+not_ok() { FAILED=$((FAILED + 1)); echo "not ok - $1"; }
+# expect_status WANT GOT WHAT
+expect_status() {
+    if [ "$2" = "$1" ]; then ok "$3 (exit $2)"; else not_ok "$3: exit $2, wanted $1"; fi
+}
+now_ms() { local t=${EPOCHREALTIME/./}; echo $((t / 1000)); }
+# wait_until_held NAME: polls `dlock status` (exit 1 = held) for up to 5 s
+wait_until_held() {
+    for _ in $(seq 1 100); do
+        "$DLOCK" status "$1" >/dev/null 2>&1
+        [ $? = 1 ] && return 0
+        sleep 0.05
+    done
+    return 1
+}
+finish() {
+    echo "$PASSED passed, $FAILED failed"
+    [ "$FAILED" = 0 ]
+}

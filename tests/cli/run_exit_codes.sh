@@ -1,0 +1,65 @@
+# dlock run: exit statuses a shell script can rely on, the environment it
+# gives the command, and the lost path.
+. "${DLOCK_TEST_SRCDIR:-$(dirname "$0")/..}/cli/lib.sh"
+
+"$DLOCK" run held -- sleep 3 &
+holder=$!
+wait_until_held held || not_ok "holder never got the lock"
+
+"$DLOCK" run --wait 0 held -- true 2>/dev/null
+expect_status 75 $? "--wait 0 on a held lock"
+t0=$(now_ms)
+"$DLOCK" run --wait 300 held -- true 2>/dev/null
+st=$?
+took=$(( $(now_ms) - t0 ))
+expect_status 75 $st "--wait 300 on a held lock"
+[ $took -ge 300 ] && [ $took -lt 1500 ] && ok "waited about 300 ms ($took)" || not_ok "waited $took ms"
+"$DLOCK" run held --wait 0 -- true 2>/dev/null
+expect_status 75 $? "options after NAME"
+
+# A signal while waiting ends the wait promptly with 128+signal.
+"$DLOCK" run held -- true 2>/dev/null &
+waiter=$!
+sleep 0.2
+kill -TERM $waiter
+wait $waiter
+expect_status 143 $? "SIGTERM while waiting"
+kill $holder 2>/dev/null; wait $holder 2>/dev/null
+
+"$DLOCK" run x -- sh -c 'exit 7'
+expect_status 7 $? "the command's own exit status"
+"$DLOCK" run x -- sh -c 'kill -KILL $$'
+expect_status 137 $? "a command killed by a signal"
+"$DLOCK" run x -- /nonexistent/program 2>/dev/null
+expect_status 127 $? "a command that does not exist"
+
+"$DLOCK" run envtest -- sh -c 'echo "$DLOCK_NAME $DLOCK_FENCE"' > "$T/env1"
+"$DLOCK" run envtest -- sh -c 'echo "$DLOCK_NAME $DLOCK_FENCE"' > "$T/env2"
+[ "$(cat "$T/env1")" = "envtest 1" ] && [ "$(cat "$T/env2")" = "envtest 2" ] \
+    && ok "DLOCK_NAME and DLOCK_FENCE (increasing)" || not_ok "env: $(cat "$T/env1") / $(cat "$T/env2")"
+
+# A fixed lease shorter than the command: lost, the command gets SIGTERM, 70.
+t0=$(now_ms)
+"$DLOCK" run --lease 300 short -- sleep 10 2>"$T/lost.err"
+st=$?
+took=$(( $(now_ms) - t0 ))
+expect_status 70 $st "lock lost while the command ran"
+[ $took -lt 3000 ] && ok "the command was stopped ($took ms)" || not_ok "the command ran $took ms"
+grep -q "lost" "$T/lost.err" && ok "the loss is reported" || not_ok "stderr: $(cat "$T/lost.err")"
+# ... and a command that ignores SIGTERM gets SIGKILL after --kill-after.
+"$DLOCK" run --lease 200 --kill-after 300 stubborn -- sh -c 'trap "" TERM; sleep 10' 2>/dev/null
+expect_status 70 $? "SIGKILL after --kill-after"
+
+printf 'backend = "local";\nlease_ms = "soon";\n' > "$T/bad.conf"
+"$DLOCK" -c "$T/bad.conf" run x -- true 2>/dev/null
+expect_status 78 $? "configuration error"
+printf 'local = { dir = "/proc/no/such/dir"; };\n' > "$T/unavail.conf"
+"$DLOCK" -c "$T/unavail.conf" run x -- true 2>/dev/null
+expect_status 69 $? "backend unavailable"
+"$DLOCK" run x 2>/dev/null
+expect_status 64 $? "usage error"
+"$DLOCK" run --wait soon x -- true 2>/dev/null
+expect_status 64 $? "bad duration"
+"$DLOCK" --help > /dev/null
+expect_status 0 $? "--help"
+finish

@@ -1,1 +1,368 @@
-int main(void){return 0;}
+/* tests/local/test_local.c - the local backend with real processes: two
+ * processes contend; a holder killed with SIGKILL frees the lock at once;
+ * two clients of one process exclude each other; fences increase across
+ * holders; names cannot escape the lock directory or collide; status; a fixed
+ * lease expires and frees the kernel lock; 10,000 cycles leak no fds. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <dlock.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static char dir[256];
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int make_dir(void **state)
+{
+    (void)state;
+    snprintf(dir, sizeof dir, "/tmp/dlock-test-local-XXXXXX");
+    assert_non_null(mkdtemp(dir));
+    return 0;
+}
+
+static int remove_dir(void **state)
+{
+    (void)state;
+    DIR *d = opendir(dir);
+    struct dirent *ent;
+    char path[1024];
+    while (d && (ent = readdir(d))) {
+        if (ent->d_name[0] == '.' && (ent->d_name[1] == 0 || (ent->d_name[1] == '.' && ent->d_name[2] == 0)))
+            continue;
+        snprintf(path, sizeof path, "%s/%s", dir, ent->d_name);
+        unlink(path);
+    }
+    if (d)
+        closedir(d);
+    rmdir(dir);
+    return 0;
+}
+
+static dlock_client *open_local(void)
+{
+    char text[512];
+    snprintf(text, sizeof text, "backend = \"local\";\nlocal = { dir = \"%s\"; };\n", dir);
+    dlock_client *c;
+    int rc = dlock_client_open_string(&c, text);
+    if (rc != DLOCK_OK)
+        fail_msg("open: %s", dlock_errmsg());
+    return c;
+}
+
+static dlock_lock *lock_of(dlock_client *c, const char *name, int64_t lease_ms)
+{
+    dlock_lock_options o = DLOCK_LOCK_OPTIONS_INIT;
+    o.lease_ms = lease_ms;
+    dlock_lock *l;
+    assert_int_equal(dlock_lock_new(c, name, strlen(name), &o, &l), DLOCK_OK);
+    return l;
+}
+
+/* Forks a child that opens its own client, takes NAME, writes 'H' to the
+ * pipe, then sleeps until killed or hold_ms passes and releases. */
+static pid_t child_holding(const char *name, int64_t hold_ms, int *ready_fd)
+{
+    int p[2];
+    assert_int_equal(pipe(p), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        close(p[0]);
+        dlock_client *c = open_local();
+        dlock_lock *l = lock_of(c, name, 0);
+        if (dlock_acquire(l, 5000) != DLOCK_OK)
+            _exit(3);
+        if (write(p[1], "H", 1) != 1)
+            _exit(4);
+        struct timespec ts = { hold_ms / 1000, (hold_ms % 1000) * 1000000L };
+        nanosleep(&ts, NULL);
+        int rc = dlock_release(l);
+        dlock_lock_free(l);
+        dlock_client_close(c);
+        _exit(rc == DLOCK_OK ? 0 : 5);
+    }
+    close(p[1]);
+    char b;
+    assert_int_equal(read(p[0], &b, 1), 1);
+    *ready_fd = p[0];
+    return pid;
+}
+
+static void two_processes_contend(void **state)
+{
+    (void)state;
+    int fd;
+    pid_t pid = child_holding("shared", 300, &fd);
+    dlock_client *c = open_local();
+    dlock_lock *l = lock_of(c, "shared", 0);
+    assert_int_equal(dlock_acquire(l, 0), DLOCK_EBUSY);
+    int64_t t0 = now_ms();
+    assert_int_equal(dlock_acquire(l, 5000), DLOCK_OK); /* after the child releases */
+    assert_true(now_ms() - t0 >= 150);
+    int status;
+    waitpid(pid, &status, 0);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    assert_int_equal(dlock_release(l), DLOCK_OK);
+    close(fd);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+}
+
+static void killed_holder_frees_the_lock_at_once(void **state)
+{
+    (void)state;
+    int fd;
+    pid_t pid = child_holding("victim", 60000, &fd);
+    dlock_client *c = open_local();
+    dlock_lock *l = lock_of(c, "victim", 0);
+    assert_int_equal(dlock_acquire(l, 100), DLOCK_ETIMEDOUT);
+    dlock_status_info info;
+    assert_int_equal(dlock_status(c, "victim", 6, &info), DLOCK_OK);
+    assert_int_equal(info.held, 1);
+    assert_int_equal(info.holder_pid, pid);
+    kill(pid, SIGKILL);
+    int64_t t0 = now_ms();
+    assert_int_equal(dlock_acquire(l, 5000), DLOCK_OK);
+    /* The kernel frees it when the process dies: no lease to wait out. */
+    assert_true(now_ms() - t0 < 1000);
+    int status;
+    waitpid(pid, &status, 0);
+    assert_true(WIFSIGNALED(status));
+    assert_int_equal(dlock_release(l), DLOCK_OK);
+    assert_int_equal(dlock_status(c, "victim", 6, &info), DLOCK_OK);
+    assert_int_equal(info.held, 0);
+    close(fd);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+}
+
+static void two_clients_of_one_process_exclude_each_other(void **state)
+{
+    (void)state;
+    dlock_client *a = open_local(), *b = open_local();
+    dlock_lock *la = lock_of(a, "x", 0), *lb = lock_of(b, "x", 0);
+    assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
+    assert_int_equal(dlock_acquire(lb, 0), DLOCK_EBUSY);
+    assert_int_equal(dlock_release(la), DLOCK_OK);
+    assert_int_equal(dlock_acquire(lb, 0), DLOCK_OK);
+    assert_int_equal(dlock_acquire(la, 0), DLOCK_EBUSY);
+    assert_int_equal(dlock_release(lb), DLOCK_OK);
+    dlock_lock_free(la);
+    dlock_lock_free(lb);
+    dlock_client_close(a);
+    dlock_client_close(b);
+}
+
+static void fences_increase_across_holders(void **state)
+{
+    (void)state;
+    dlock_client *a = open_local(), *b = open_local();
+    dlock_lock *la = lock_of(a, "fenced", 0), *lb = lock_of(b, "fenced", 0);
+    uint64_t last = 0, f;
+    for (int i = 0; i < 20; i++) {
+        dlock_lock *l = i % 2 ? la : lb;
+        assert_int_equal(dlock_acquire(l, 0), DLOCK_OK);
+        assert_int_equal(dlock_acquire(l, 0), DLOCK_OK); /* reentry keeps the fence */
+        assert_int_equal(dlock_fence(l, &f), DLOCK_OK);
+        assert_true(f > last);
+        last = f;
+        dlock_release(l);
+        assert_int_equal(dlock_fence(l, &f), DLOCK_OK);
+        assert_int_equal(f, last);
+        assert_int_equal(dlock_release(l), DLOCK_OK);
+    }
+    /* In another process too. */
+    int fd;
+    pid_t pid = child_holding("fenced", 0, &fd);
+    int status;
+    waitpid(pid, &status, 0);
+    close(fd);
+    assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
+    assert_int_equal(dlock_fence(la, &f), DLOCK_OK);
+    assert_int_equal(f, last + 2);
+    dlock_release(la);
+    dlock_lock_free(la);
+    dlock_lock_free(lb);
+    dlock_client_close(a);
+    dlock_client_close(b);
+}
+
+static int count_entries(const char *path, int *subdirs)
+{
+    DIR *d = opendir(path);
+    int n = 0;
+    *subdirs = 0;
+    struct dirent *ent;
+    while ((ent = readdir(d))) {
+        if (strcmp(ent->d_name, ".") == 0 || strcmp(ent->d_name, "..") == 0)
+            continue;
+        n++;
+        if (ent->d_type == DT_DIR)
+            (*subdirs)++;
+    }
+    closedir(d);
+    return n;
+}
+
+static void names_stay_inside_the_directory_and_apart(void **state)
+{
+    (void)state;
+    char longest[DLOCK_NAME_MAX + 1], longest2[DLOCK_NAME_MAX + 1];
+    memset(longest, '/', DLOCK_NAME_MAX);
+    longest[DLOCK_NAME_MAX] = 0;
+    memcpy(longest2, longest, sizeof longest);
+    longest2[DLOCK_NAME_MAX - 1] = '.'; /* differs only at the end */
+    const char *names[] = { "a/b", "../escape", ".", "..", ".hidden", "x.lock", "x%2Flock", "with space",
+                            "ключ", "semi;colon'quote\"", "a%2Fb", longest, longest2 };
+    size_t n = sizeof names / sizeof names[0];
+    dlock_client *c = open_local(), *other = open_local();
+    dlock_lock *held[16];
+    for (size_t i = 0; i < n; i++) {
+        held[i] = lock_of(c, names[i], 0);
+        assert_int_equal(dlock_acquire(held[i], 0), DLOCK_OK);
+    }
+    int subdirs;
+    assert_int_equal(count_entries(dir, &subdirs), (int)n); /* one file each, no collisions */
+    assert_int_equal(subdirs, 0);
+    struct stat st;
+    assert_int_not_equal(stat("/tmp/escape.lock", &st), 0);
+    for (size_t i = 0; i < n; i++) {
+        dlock_lock *o = lock_of(other, names[i], 0);
+        assert_int_equal(dlock_acquire(o, 0), DLOCK_EBUSY);
+        dlock_lock_free(o);
+        assert_int_equal(dlock_release(held[i]), DLOCK_OK);
+        dlock_lock_free(held[i]);
+    }
+    dlock_client_close(c);
+    dlock_client_close(other);
+}
+
+static void fixed_lease_expiry_frees_the_kernel_lock(void **state)
+{
+    (void)state;
+    dlock_client *a = open_local(), *b = open_local();
+    dlock_lock *la = lock_of(a, "leased", 100), *lb = lock_of(b, "leased", 0);
+    assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
+    assert_int_equal(dlock_acquire(lb, 0), DLOCK_EBUSY);
+    int64_t t0 = now_ms();
+    assert_int_equal(dlock_acquire(lb, 2000), DLOCK_OK);
+    int64_t took = now_ms() - t0;
+    assert_true(took >= 80 && took < 400);
+    assert_int_equal(dlock_release(la), DLOCK_ELOST);
+    assert_int_equal(dlock_release(lb), DLOCK_OK);
+    dlock_lock_free(la);
+    dlock_lock_free(lb);
+    dlock_client_close(a);
+    dlock_client_close(b);
+}
+
+static int open_fds(void)
+{
+    int subdirs;
+    return count_entries("/proc/self/fd", &subdirs);
+}
+
+static void many_cycles_leak_no_descriptors(void **state)
+{
+    (void)state;
+    dlock_client *c = open_local();
+    char name[32];
+    for (int i = 0; i < 100; i++) { /* warm up: thread, eventfd */
+        dlock_lock *l = lock_of(c, "cycle", 0);
+        dlock_acquire(l, 0);
+        dlock_release(l);
+        dlock_lock_free(l);
+    }
+    int fds = open_fds();
+    for (int i = 0; i < 10000; i++) {
+        snprintf(name, sizeof name, "cycle-%d", i % 50);
+        dlock_lock *l = lock_of(c, name, 0);
+        assert_int_equal(dlock_acquire(l, 0), DLOCK_OK);
+        assert_int_equal(dlock_release(l), DLOCK_OK);
+        dlock_lock_free(l);
+    }
+    assert_int_equal(open_fds(), fds);
+    dlock_client_close(c);
+}
+
+static void unusable_directories_are_clear_errors(void **state)
+{
+    (void)state;
+    dlock_client *c;
+    assert_int_equal(dlock_client_open_string(&c, "local = { dir = \"/proc/no/such\"; };"), DLOCK_EUNAVAILABLE);
+    assert_non_null(strstr(dlock_errmsg(), "cannot create lock directory /proc/no"));
+    /* The default directory must be private: a world-writable one is refused. */
+    char tmp[300], def[400];
+    snprintf(tmp, sizeof tmp, "%s/tmpdir", dir);
+    mkdir(tmp, 0700);
+    snprintf(def, sizeof def, "%s/dlock-%ld", tmp, (long)getuid());
+    mkdir(def, 0777);
+    chmod(def, 0777);
+    char *saved = getenv("TMPDIR") ? strdup(getenv("TMPDIR")) : NULL;
+    setenv("TMPDIR", tmp, 1);
+    assert_int_equal(dlock_client_open(&c, NULL), DLOCK_EUNAVAILABLE);
+    assert_non_null(strstr(dlock_errmsg(), "closed to others"));
+    chmod(def, 0700);
+    assert_int_equal(dlock_client_open(&c, NULL), DLOCK_OK);
+    dlock_client_close(c);
+    if (saved) {
+        setenv("TMPDIR", saved, 1);
+        free(saved);
+    } else {
+        unsetenv("TMPDIR");
+    }
+    rmdir(def);
+    rmdir(tmp);
+}
+
+static void foreign_file_is_not_trampled(void **state)
+{
+    (void)state;
+    char path[400];
+    snprintf(path, sizeof path, "%s/foreign.lock", dir);
+    FILE *f = fopen(path, "w");
+    fputs("this is somebody else's file, keep it\n", f);
+    fclose(f);
+    dlock_client *c = open_local();
+    dlock_lock *l = lock_of(c, "foreign", 0);
+    assert_int_equal(dlock_acquire(l, 0), DLOCK_EPROTOCOL);
+    assert_non_null(strstr(dlock_errmsg(), "not a libdlock lock file"));
+    assert_int_equal(dlock_hold_count(l), 0);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(two_processes_contend, make_dir, remove_dir),
+        cmocka_unit_test_setup_teardown(killed_holder_frees_the_lock_at_once, make_dir, remove_dir),
+        cmocka_unit_test_setup_teardown(two_clients_of_one_process_exclude_each_other, make_dir, remove_dir),
+        cmocka_unit_test_setup_teardown(fences_increase_across_holders, make_dir, remove_dir),
+        cmocka_unit_test_setup_teardown(names_stay_inside_the_directory_and_apart, make_dir, remove_dir),
+        cmocka_unit_test_setup_teardown(fixed_lease_expiry_frees_the_kernel_lock, make_dir, remove_dir),
+        cmocka_unit_test_setup_teardown(many_cycles_leak_no_descriptors, make_dir, remove_dir),
+        cmocka_unit_test_setup_teardown(unusable_directories_are_clear_errors, make_dir, remove_dir),
+        cmocka_unit_test_setup_teardown(foreign_file_is_not_trampled, make_dir, remove_dir),
+    };
+    return cmocka_run_group_tests_name("local", tests, NULL, NULL);
+}

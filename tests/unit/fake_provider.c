@@ -1,0 +1,235 @@
+/* tests/unit/fake_provider.c - see fake_provider.h */
+#include "fake_provider.h"
+
+#include <poll.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+struct fake_server fake = { .mu = PTHREAD_MUTEX_INITIALIZER };
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+void fake_reset(void)
+{
+    pthread_mutex_lock(&fake.mu);
+    pthread_mutex_t mu = fake.mu;
+    memset(&fake, 0, sizeof fake);
+    fake.mu = mu;
+    fake.busy_hint_ms = -1;
+    pthread_mutex_unlock(&fake.mu);
+}
+
+int fake_get(int *counter)
+{
+    pthread_mutex_lock(&fake.mu);
+    int v = *counter;
+    pthread_mutex_unlock(&fake.mu);
+    return v;
+}
+
+static struct fake_slot *slot(const char *name, bool create)
+{
+    struct fake_slot *free_slot = NULL;
+    for (int i = 0; i < FAKE_SLOTS; i++) {
+        if (strcmp(fake.slots[i].name, name) == 0)
+            return &fake.slots[i];
+        if (!free_slot && fake.slots[i].name[0] == 0)
+            free_slot = &fake.slots[i];
+    }
+    if (create && free_slot)
+        snprintf(free_slot->name, sizeof free_slot->name, "%s", name);
+    return create ? free_slot : NULL;
+}
+
+void fake_hold_externally(const char *name, bool held)
+{
+    pthread_mutex_lock(&fake.mu);
+    struct fake_slot *s = slot(name, true);
+    snprintf(s->holder, sizeof s->holder, "%s", held ? "someone-else:1" : "");
+    if (!held)
+        fake.release_seq++;
+    pthread_mutex_unlock(&fake.mu);
+}
+
+void fake_expire(const char *name)
+{
+    pthread_mutex_lock(&fake.mu);
+    struct fake_slot *s = slot(name, false);
+    if (s)
+        s->holder[0] = 0;
+    fake.release_seq++;
+    pthread_mutex_unlock(&fake.mu);
+}
+
+static const struct dlock_setting_spec fake_settings[] = {
+    { "label", DLOCK_SETTING_STRING, 0, 0 },
+    { "delay_ms", DLOCK_SETTING_INT, 0, 1000 },
+    { "flag", DLOCK_SETTING_BOOL, 0, 0 },
+    { "servers", DLOCK_SETTING_STRING_LIST, 0, 0 },
+    { NULL, 0, 0, 0 },
+};
+
+static int fake_open(void **instance, const struct dlock_provider_env *env)
+{
+    int64_t delay = 0;
+    dlock_settings_int(env->settings, "delay_ms", &delay);
+    const char *label = "";
+    dlock_settings_string(env->settings, "label", &label);
+    if (strcmp(label, "refuse") == 0)
+        return dlock_seterr(DLOCK_EUNAVAILABLE, "fake: refusing to open as asked by %s",
+                            dlock_settings_where(env->settings, "label"));
+    pthread_mutex_lock(&fake.mu);
+    fake.opens++;
+    pthread_mutex_unlock(&fake.mu);
+    *instance = &fake;
+    return DLOCK_OK;
+}
+
+static void fake_close(void *instance)
+{
+    (void)instance;
+    pthread_mutex_lock(&fake.mu);
+    fake.closes++;
+    pthread_mutex_unlock(&fake.mu);
+}
+
+static int fake_acquire(void *instance, struct dlock_provider_lock *lk, struct dlock_grant *g)
+{
+    (void)instance;
+    pthread_mutex_lock(&fake.mu);
+    fake.acquires++;
+    int rc = fake.acquire_rc;
+    if (rc) {
+        pthread_mutex_unlock(&fake.mu);
+        return dlock_seterr(rc, "fake: acquire failing as configured");
+    }
+    struct fake_slot *s = slot(lk->name, true);
+    if (s->holder[0] && strcmp(s->holder, lk->owner) != 0) {
+        g->retry_hint_ms = fake.busy_hint_ms;
+        pthread_mutex_unlock(&fake.mu);
+        return DLOCK_EBUSY;
+    }
+    snprintf(s->holder, sizeof s->holder, "%s", lk->owner);
+    g->fence = ++fake.fence;
+    g->has_fence = 1;
+    pthread_mutex_unlock(&fake.mu);
+    return DLOCK_OK;
+}
+
+static int fake_release(void *instance, struct dlock_provider_lock *lk)
+{
+    (void)instance;
+    pthread_mutex_lock(&fake.mu);
+    fake.releases++;
+    struct fake_slot *s = slot(lk->name, false);
+    int rc = DLOCK_ENOTOWNER;
+    if (s && strcmp(s->holder, lk->owner) == 0) {
+        s->holder[0] = 0;
+        fake.release_seq++;
+        rc = DLOCK_OK;
+    }
+    pthread_mutex_unlock(&fake.mu);
+    return rc;
+}
+
+/* fake.mu held */
+static int renew_locked(struct dlock_provider_lock *lk)
+{
+    fake.renews++;
+    if (fake.nrenew_at < FAKE_TIMES)
+        fake.renew_at[fake.nrenew_at++] = now_ms();
+    if (fake.renew_rc)
+        return dlock_seterr(fake.renew_rc, "fake: renew failing as configured");
+    struct fake_slot *s = slot(lk->name, false);
+    return s && strcmp(s->holder, lk->owner) == 0 ? DLOCK_OK : DLOCK_ELOST;
+}
+
+static int fake_renew(void *instance, struct dlock_provider_lock *lk)
+{
+    (void)instance;
+    pthread_mutex_lock(&fake.mu);
+    int rc = renew_locked(lk);
+    pthread_mutex_unlock(&fake.mu);
+    return rc;
+}
+
+static int fake_renew_batch(void *instance, struct dlock_provider_lock *const *locks, size_t n, int *results)
+{
+    (void)instance;
+    pthread_mutex_lock(&fake.mu);
+    fake.batches++;
+    fake.batch_items += (int)n;
+    fake.last_batch_n = (int64_t)n;
+    for (size_t i = 0; i < n; i++)
+        results[i] = renew_locked(locks[i]);
+    pthread_mutex_unlock(&fake.mu);
+    return DLOCK_OK;
+}
+
+static int fake_wait(void *instance, struct dlock_provider_lock *lk, int64_t timeout_ms, int wake_fd)
+{
+    (void)instance;
+    (void)lk;
+    pthread_mutex_lock(&fake.mu);
+    fake.waits++;
+    uint64_t seq = fake.release_seq;
+    pthread_mutex_unlock(&fake.mu);
+    int64_t end = now_ms() + timeout_ms;
+    for (;;) {
+        struct pollfd p = { .fd = wake_fd, .events = POLLIN };
+        int64_t left = end - now_ms();
+        if (left <= 0)
+            return DLOCK_ETIMEDOUT;
+        if (poll(&p, 1, left < 2 ? (int)left : 2) > 0)
+            return DLOCK_OK;
+        pthread_mutex_lock(&fake.mu);
+        bool released = fake.release_seq != seq;
+        pthread_mutex_unlock(&fake.mu);
+        if (released)
+            return DLOCK_OK;
+    }
+}
+
+static void fake_lock_fini(void *instance, struct dlock_provider_lock *lk)
+{
+    (void)instance;
+    (void)lk;
+    pthread_mutex_lock(&fake.mu);
+    fake.finis++;
+    pthread_mutex_unlock(&fake.mu);
+}
+
+const struct dlock_provider fake_provider = {
+    .version = DLOCK_PROVIDER_VERSION,
+    .name = "fake",
+    .capabilities = DLOCK_CAP_RENEW | DLOCK_CAP_FENCE,
+    .lock_priv_size = 24,
+    .settings = fake_settings,
+    .open = fake_open,
+    .close = fake_close,
+    .acquire = fake_acquire,
+    .release = fake_release,
+    .renew = fake_renew,
+    .renew_batch = fake_renew_batch,
+    .lock_fini = fake_lock_fini,
+};
+
+const struct dlock_provider fake_wait_provider = {
+    .version = DLOCK_PROVIDER_VERSION,
+    .name = "fakewait",
+    .capabilities = DLOCK_CAP_RENEW | DLOCK_CAP_FENCE | DLOCK_CAP_NATIVE_WAIT,
+    .settings = fake_settings,
+    .open = fake_open,
+    .close = fake_close,
+    .acquire = fake_acquire,
+    .release = fake_release,
+    .renew = fake_renew,
+    .wait = fake_wait,
+    .lock_fini = fake_lock_fini,
+};

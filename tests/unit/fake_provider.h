@@ -1,0 +1,45 @@
+/* tests/unit/fake_provider.h - an in-process provider that keeps its "server"
+ * state in memory and counts every call, so the core's loop, watchdog and
+ * lost path can be checked exactly. Registered as "fake" (backoff waiting)
+ * and "fakewait" (native wait). */
+#ifndef FAKE_PROVIDER_H
+#define FAKE_PROVIDER_H
+
+#include <dlock/provider.h>
+#include <pthread.h>
+#include <stdbool.h>
+
+#define FAKE_SLOTS 32
+#define FAKE_TIMES 512
+
+struct fake_slot {
+    char name[64];
+    char holder[64];          /* owner id, "" when free */
+};
+
+struct fake_server {
+    pthread_mutex_t mu;
+    struct fake_slot slots[FAKE_SLOTS];
+    uint64_t fence;
+    uint64_t release_seq;     /* bumped on every release, for wait */
+    int opens, closes, acquires, releases, renews, batches, batch_items, waits, finis;
+    int acquire_rc;           /* if non-zero, acquire returns it */
+    int renew_rc;             /* if non-zero, renew returns it */
+    int64_t busy_hint_ms;     /* hint on busy (-1 none) */
+    int64_t renew_at[FAKE_TIMES];
+    int nrenew_at;
+    int64_t last_batch_n;
+};
+
+extern struct fake_server fake;
+extern const struct dlock_provider fake_provider;
+extern const struct dlock_provider fake_wait_provider;
+
+void fake_reset(void);
+/* Makes NAME held by an owner that is not any client, or frees it. */
+void fake_hold_externally(const char *name, bool held);
+/* Drops NAME's hold as if it expired on the server. */
+void fake_expire(const char *name);
+int fake_get(int *counter);
+
+#endif

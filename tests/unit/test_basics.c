@@ -1,1 +1,134 @@
-int main(void){return 0;}
+/* tests/unit/test_basics.c - error list, backoff bounds, deadlines, the
+ * timer heap, "did you mean" suggestions. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "../../core/internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static void every_error_has_a_name_and_text(void **state)
+{
+    (void)state;
+    int codes[] = {
+#define CODE(name, value, text) value,
+        DLOCK_ERROR_LIST(CODE)
+#undef CODE
+    };
+    for (size_t i = 0; i < sizeof codes / sizeof codes[0]; i++) {
+        assert_string_not_equal(dlock_strerror(codes[i]), "unknown error");
+        assert_string_not_equal(dlock_errname(codes[i]), "DLOCK_UNKNOWN");
+        for (size_t j = 0; j < i; j++)
+            assert_int_not_equal(codes[i], codes[j]);
+        assert_true(codes[i] <= 0);
+    }
+    assert_string_equal(dlock_errname(DLOCK_EBUSY), "DLOCK_EBUSY");
+    assert_string_equal(dlock_strerror(12345), "unknown error");
+    assert_int_equal(dlock_seterr(DLOCK_EBUSY, "detail %d", 7), DLOCK_EBUSY);
+    assert_string_equal(dlock_errmsg(), "detail 7");
+}
+
+static void backoff_stays_within_full_jitter_bounds(void **state)
+{
+    (void)state;
+    for (unsigned attempt = 0; attempt < 40; attempt++) {
+        int64_t ceiling = dlock__backoff_ceiling_ms(attempt, 10, 1000);
+        int64_t expect = 10;
+        for (unsigned i = 0; i < attempt && expect < 1000; i++)
+            expect *= 2;
+        if (expect > 1000)
+            expect = 1000;
+        assert_int_equal(ceiling, expect);
+        int64_t max_seen = 0, sum = 0;
+        for (int i = 0; i < 2000; i++) {
+            int64_t d = dlock__backoff_ms(attempt, 10, 1000);
+            assert_true(d >= 0 && d <= ceiling);
+            if (d > max_seen)
+                max_seen = d;
+            sum += d;
+        }
+        /* Uniform: the mean is near half the ceiling, the top is reached. */
+        double mean = (double)sum / 2000.0;
+        assert_true(mean > ceiling * 0.4 && mean < ceiling * 0.6);
+        assert_true(max_seen >= ceiling * 0.9);
+    }
+    assert_int_equal(dlock__backoff_ms(3, 0, 100), 0);
+    assert_int_equal(dlock__backoff_ceiling_ms(100, 5, 20), 20);
+}
+
+static void deadlines_saturate(void **state)
+{
+    (void)state;
+    assert_int_equal(dlock__deadline_after(100, -1), DLOCK__INFINITE);
+    assert_int_equal(dlock__deadline_after(100, INT64_MAX - 10), DLOCK__INFINITE);
+    assert_int_equal(dlock__deadline_after(100, 50), 150);
+    int64_t a = dlock__now_ms(), b = dlock__now_ms();
+    assert_true(b >= a);
+    assert_int_equal(dlock__drift_ms(30000), 302);
+}
+
+static void timer_heap_orders_and_removes(void **state)
+{
+    (void)state;
+    enum { N = 500 };
+    struct dlock__timer t[N];
+    struct dlock__timer_heap h;
+    dlock__timer_heap_init(&h);
+    srand(7);
+    for (int i = 0; i < N; i++) {
+        t[i].due_ms = rand() % 1000;
+        t[i].heap_index = SIZE_MAX;
+        assert_int_equal(dlock__timer_heap_push(&h, &t[i]), DLOCK_OK);
+    }
+    for (int i = 0; i < N; i += 3) {
+        dlock__timer_heap_remove(&h, &t[i]);
+        assert_false(dlock__timer_in_heap(&t[i]));
+        dlock__timer_heap_remove(&h, &t[i]); /* twice is harmless */
+    }
+    int64_t last = -1;
+    size_t popped = 0;
+    struct dlock__timer *x;
+    while ((x = dlock__timer_heap_pop(&h))) {
+        assert_true(x->due_ms >= last);
+        last = x->due_ms;
+        popped++;
+    }
+    assert_int_equal(popped, N - (N + 2) / 3);
+    dlock__timer_heap_free(&h);
+}
+
+static void suggestions_find_near_names(void **state)
+{
+    (void)state;
+    const char *names[] = { "lease_ms", "watchdog", "retry_base_ms", "dir" };
+    assert_string_equal(dlock__suggest("lease", names, 4), "lease_ms");
+    assert_string_equal(dlock__suggest("watchdgo", names, 4), "watchdog");
+    assert_string_equal(dlock__suggest("dri", names, 4), "dir");
+    assert_null(dlock__suggest("completely_else", names, 4));
+}
+
+static void random_bytes_are_not_constant(void **state)
+{
+    (void)state;
+    unsigned char a[16], b[16];
+    assert_int_equal(dlock__random_bytes(a, sizeof a), DLOCK_OK);
+    assert_int_equal(dlock__random_bytes(b, sizeof b), DLOCK_OK);
+    assert_memory_not_equal(a, b, sizeof a);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(every_error_has_a_name_and_text),
+        cmocka_unit_test(backoff_stays_within_full_jitter_bounds),
+        cmocka_unit_test(deadlines_saturate),
+        cmocka_unit_test(timer_heap_orders_and_removes),
+        cmocka_unit_test(suggestions_find_near_names),
+        cmocka_unit_test(random_bytes_are_not_constant),
+    };
+    return cmocka_run_group_tests_name("basics", tests, NULL, NULL);
+}

@@ -1,1 +1,719 @@
-int main(void){return 0;}
+/* tests/unit/test_core.c - the core (acquire loop, backoff, deadlines,
+ * cancellation, reentrancy, watchdog cadence and batching, the lost path,
+ * error codes) against the counting fake provider. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "fake_provider.h"
+
+#include <dlock.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void sleep_ms(int64_t ms)
+{
+    struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
+    while (nanosleep(&ts, &ts) != 0)
+        ;
+}
+
+static dlock_client *open_fake(const char *backend, int lease_ms)
+{
+    char text[256];
+    snprintf(text, sizeof text,
+             "backend = \"%s\"; lease_ms = %d; retry_base_ms = 5; retry_cap_ms = 20;", backend, lease_ms);
+    dlock_client *c = NULL;
+    int rc = dlock_client_open_string(&c, text);
+    if (rc != DLOCK_OK)
+        fail_msg("open: %s (%s)", dlock_strerror(rc), dlock_errmsg());
+    return c;
+}
+
+static dlock_lock *new_lock(dlock_client *c, const char *name, int64_t lease_ms)
+{
+    dlock_lock_options o = DLOCK_LOCK_OPTIONS_INIT;
+    o.lease_ms = lease_ms;
+    dlock_lock *l = NULL;
+    assert_int_equal(dlock_lock_new(c, name, strlen(name), &o, &l), DLOCK_OK);
+    return l;
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    fake_reset();
+    return 0;
+}
+
+/* ---- the loop ------------------------------------------------------------------- */
+
+static void try_once_busy_makes_one_attempt(void **state)
+{
+    (void)state;
+    dlock_client *c = open_fake("fake", 3000);
+    dlock_lock *l = new_lock(c, "a", 0);
+    fake_hold_externally("a", true);
+    assert_int_equal(dlock_acquire(l, 0), DLOCK_EBUSY);
+    assert_int_equal(fake_get(&fake.acquires), 1);
+    assert_non_null(strstr(dlock_errmsg(), "held by another owner"));
+    assert_int_equal(dlock_hold_count(l), 0);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+}
+
+static void wait_budget_is_honoured_with_backoff(void **state)
+{
+    (void)state;
+    dlock_client *c = open_fake("fake", 3000);
+    dlock_lock *l = new_lock(c, "a", 0);
+    fake_hold_externally("a", true);
+    int64_t t0 = now_ms();
+    assert_int_equal(dlock_acquire(l, 300), DLOCK_ETIMEDOUT);
+    int64_t took = now_ms() - t0;
+    assert_true(took >= 300);
+    assert_true(took < 350);
+    /* Backoff between 5 and 20 ms with full jitter: mean pause <= 10 ms once
+     * capped, so at least a few retries, and never a busy loop. */
+    int attempts = fake_get(&fake.acquires);
+    assert_true(attempts >= 10);
+    assert_true(attempts <= 300);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+}
+
+static void retry_hint_shortens_the_pause(void **state)
+{
+    (void)state;
+    dlock_client *c = open_fake("fake", 3000);
+    dlock_lock *l = new_lock(c, "a", 0);
+    fake_hold_externally("a", true);
+    fake.busy_hint_ms = 0; /* "the holder's lease ends now": retry at once (+1 ms) */
+    assert_int_equal(dlock_acquire(l, 100), DLOCK_ETIMEDOUT);
+    assert_true(fake_get(&fake.acquires) >= 30);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+}
+
+struct releaser {
+    const char *name;
+    int64_t after_ms;
+};
+
+static void *release_later(void *arg)
+{
+    struct releaser *r = arg;
+    sleep_ms(r->after_ms);
+    fake_hold_externally(r->name, false);
+    return NULL;
+}
+
+static void granted_when_released_during_wait(void **state)
+{
+    (void)state;
+    dlock_client *c = open_fake("fake", 3000);
+    dlock_lock *l = new_lock(c, "a", 0);
+    fake_hold_externally("a", true);
+    pthread_t t;
+    struct releaser r = { "a", 100 };
+    pthread_create(&t, NULL, release_later, &r);
+    int64_t t0 = now_ms();
+    assert_int_equal(dlock_acquire(l, -1), DLOCK_OK);
+    int64_t took = now_ms() - t0;
+    pthread_join(t, NULL);
+    /* Granted within one capped backoff pause (20 ms) of the release. */
+    assert_true(took >= 100 && took < 100 + 20 + 30);
+    uint64_t fence;
+    assert_int_equal(dlock_fence(l, &fence), DLOCK_OK);
+    assert_true(fence >= 1);
+    assert_int_equal(dlock_release(l), DLOCK_OK);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+}
+
+static void native_wait_is_used_and_woken(void **state)
+{
+    (void)state;
+    dlock_client *c = open_fake("fakewait", 3000);
+    dlock_lock *l = new_lock(c, "w", 0);
+    fake_hold_externally("w", true);
+    pthread_t t;
+    struct releaser r = { "w", 150 };
+    pthread_create(&t, NULL, release_later, &r);
+    int64_t t0 = now_ms();
+    assert_int_equal(dlock_acquire(l, 5000), DLOCK_OK);
+    int64_t took = now_ms() - t0;
+    pthread_join(t, NULL);
+    assert_true(took >= 150 && took < 250);
+    /* Woken by the release, not by polling: a handful of attempts only. */
+    assert_true(fake_get(&fake.waits) >= 1);
+    assert_true(fake_get(&fake.acquires) <= 10);
+    assert_int_equal(dlock_release(l), DLOCK_OK);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+}
+
+static void backend_error_is_returned_at_once(void **state)
+{
+    (void)state;
+    dlock_client *c = open_fake("fake", 3000);
+    dlock_lock *l = new_lock(c, "a", 0);
+    fake.acquire_rc = DLOCK_EUNAVAILABLE;
+    int64_t t0 = now_ms();
+    assert_int_equal(dlock_acquire(l, 1000), DLOCK_EUNAVAILABLE);
+    assert_true(now_ms() - t0 < 50);
+    assert_int_equal(fake_get(&fake.acquires), 1);
+    assert_non_null(strstr(dlock_errmsg(), "fake: acquire failing"));
+    fake.acquire_rc = 0;
+    dlock_lock_free(l);
+    dlock_client_close(c);
+}
+
+/* ---- cancellation ------------------------------------------------------------------ */
+
+struct acquirer {
+    dlock_lock *lock;
+    int64_t wait_ms;
+    int rc;
+    int64_t finished_at;
+};
+
+static void *acquire_thread(void *arg)
+{
+    struct acquirer *a = arg;
+    a->rc = dlock_acquire(a->lock, a->wait_ms);
+    a->finished_at = now_ms();
+    if (a->rc == DLOCK_OK)
+        dlock_release(a->lock);
+    return NULL;
+}
+
+static void cancel_interrupts_backend_wait(void **state)
+{
+    (void)state;
+    const char *backends[] = { "fake", "fakewait" };
+    for (int i = 0; i < 2; i++) {
+        fake_reset();
+        dlock_client *c = open_fake(backends[i], 3000);
+        dlock_lock *l = new_lock(c, "a", 0);
+        fake_hold_externally("a", true);
+        struct acquirer a = { l, -1, 99, 0 };
+        pthread_t t;
+        pthread_create(&t, NULL, acquire_thread, &a);
+        sleep_ms(100);
+        int64_t cancelled_at = now_ms();
+        assert_int_equal(dlock_cancel(l), DLOCK_OK);
+        pthread_join(t, NULL);
+        assert_int_equal(a.rc, DLOCK_ECANCELLED);
+        assert_true(a.finished_at - cancelled_at < 50);
+        /* Not sticky: the next acquire is unaffected. */
+        fake_hold_externally("a", false);
+        assert_int_equal(dlock_acquire(l, 0), DLOCK_OK);
+        assert_int_equal(dlock_release(l), DLOCK_OK);
+        dlock_lock_free(l);
+        dlock_client_close(c);
+    }
+}
+
+static void cancel_interrupts_local_queue(void **state)
+{
+    (void)state;
+    dlock_client *c = open_fake("fake", 3000);
+    dlock_lock *l = new_lock(c, "q", 0);
+    assert_int_equal(dlock_acquire(l, 0), DLOCK_OK); /* this thread holds it */
+    struct acquirer a = { l, -1, 99, 0 };
+    pthread_t t;
+    pthread_create(&t, NULL, acquire_thread, &a);
+    sleep_ms(50);
+    int64_t cancelled_at = now_ms();
+    dlock_cancel(l);
+    pthread_join(t, NULL);
+    assert_int_equal(a.rc, DLOCK_ECANCELLED);
+    assert_true(a.finished_at - cancelled_at < 50);
+    assert_int_equal(fake_get(&fake.acquires), 1); /* the queued thread never asked the backend */
+    assert_int_equal(dlock_release(l), DLOCK_OK);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+}
+
+/* ---- reentrancy and threads ----------------------------------------------------------- */
+
+static void reentry_counts_without_backend_calls(void **state)
+{
+    (void)state;
+    dlock_client *c = open_fake("fake", 3000);
+    dlock_lock *l = new_lock(c, "r", 0);
+    dlock_lock *same = new_lock(c, "r", 0); /* another handle, same name: same hold */
+    assert_int_equal(dlock_acquire(l, 0), DLOCK_OK);
+    assert_int_equal(dlock_acquire(l, 0), DLOCK_OK);
+    assert_int_equal(dlock_acquire(same, 0), DLOCK_OK);
+    assert_int_equal(dlock_hold_count(l), 3);
+    assert_int_equal(dlock_hold_count(same), 3);
+    assert_int_equal(fake_get(&fake.acquires), 1);
+    assert_int_equal(dlock_release(same), DLOCK_OK);
+    assert_int_equal(dlock_release(l), DLOCK_OK);
+    assert_int_equal(fake_get(&fake.releases), 0);
+    assert_int_equal(dlock_release(l), DLOCK_OK);
+    assert_int_equal(fake_get(&fake.releases), 1);
+    assert_int_equal(dlock_release(l), DLOCK_ENOTOWNER);
+    assert_int_equal(dlock_hold_count(l), 0);
+    dlock_lock_free(same);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+}
+
+static void *other_thread_tries(void *arg)
+{
+    struct acquirer *a = arg;
+    a->rc = dlock_acquire(a->lock, a->wait_ms);
+    int count = dlock_hold_count(a->lock);
+    if (a->rc == DLOCK_OK)
+        dlock_release(a->lock);
+    else if (count != 0)
+        a->rc = -100; /* another thread's hold must not count as ours */
+    int rel = dlock_release(a->lock);
+    if (a->rc != DLOCK_OK && rel != DLOCK_ENOTOWNER)
+        a->rc = -101;
+    return NULL;
+}
+
+static void other_thread_of_client_is_excluded(void **state)
+{
+    (void)state;
+    dlock_client *c = open_fake("fake", 3000);
+    dlock_lock *l = new_lock(c, "t", 0);
+    assert_int_equal(dlock_acquire(l, 0), DLOCK_OK);
+    struct acquirer a = { l, 0, 99, 0 };
+    pthread_t t;
+    pthread_create(&t, NULL, other_thread_tries, &a);
+    pthread_join(t, NULL);
+    assert_int_equal(a.rc, DLOCK_EBUSY);
+    a.wait_ms = 100;
+    pthread_create(&t, NULL, other_thread_tries, &a);
+    pthread_join(t, NULL);
+    assert_int_equal(a.rc, DLOCK_ETIMEDOUT);
+    assert_int_equal(fake_get(&fake.acquires), 1);
+    /* Released here: the other thread gets it. */
+    a.wait_ms = 2000;
+    pthread_create(&t, NULL, acquire_thread, &a);
+    sleep_ms(50);
+    assert_int_equal(dlock_release(l), DLOCK_OK);
+    pthread_join(t, NULL);
+    assert_int_equal(a.rc, DLOCK_OK);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+}
+
+struct counter_worker {
+    dlock_lock *lock;
+    long *counter;
+    int rounds;
+    int failures;
+};
+
+static void *count_under_lock(void *arg)
+{
+    struct counter_worker *w = arg;
+    for (int i = 0; i < w->rounds; i++) {
+        if (dlock_acquire(w->lock, -1) != DLOCK_OK) {
+            w->failures++;
+            continue;
+        }
+        long v = *w->counter;
+        sched_yield();
+        *w->counter = v + 1;
+        if (dlock_release(w->lock) != DLOCK_OK)
+            w->failures++;
+    }
+    return NULL;
+}
+
+static void threads_of_one_client_serialise(void **state)
+{
+    (void)state;
+    dlock_client *c = open_fake("fake", 3000);
+    dlock_lock *l = new_lock(c, "counter", 0);
+    long counter = 0;
+    pthread_t t[4];
+    struct counter_worker w[4];
+    for (int i = 0; i < 4; i++) {
+        w[i] = (struct counter_worker){ l, &counter, 500, 0 };
+        pthread_create(&t[i], NULL, count_under_lock, &w[i]);
+    }
+    for (int i = 0; i < 4; i++) {
+        pthread_join(t[i], NULL);
+        assert_int_equal(w[i].failures, 0);
+    }
+    assert_int_equal(counter, 2000);
+    assert_int_equal(fake_get(&fake.acquires), 2000);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+}
+
+/* ---- watchdog, validity, lost path ------------------------------------------------------ */
+
+static void watchdog_renews_at_a_third_of_the_lease(void **state)
+{
+    (void)state;
+    dlock_client *c = open_fake("fake", 300);
+    dlock_lock *l = new_lock(c, "wd", 0);
+    int64_t t0 = now_ms();
+    assert_int_equal(dlock_acquire(l, 0), DLOCK_OK);
+    int64_t v = dlock_validity_ms(l);
+    assert_true(v > 280 && v <= 300 - 3 - 2 + 1); /* lease - (lease/100 + 2) */
+    sleep_ms(1000);
+    int renews = fake_get(&fake.renews);
+    /* One every 100 ms: about 10 in a second. */
+    assert_true(renews >= 8 && renews <= 11);
+    pthread_mutex_lock(&fake.mu);
+    int64_t first = fake.renew_at[0] - t0;
+    int64_t gap = fake.renew_at[1] - fake.renew_at[0];
+    pthread_mutex_unlock(&fake.mu);
+    assert_true(first >= 100 - 20 && first <= 100 + 20);
+    assert_true(gap >= 100 - 20 && gap <= 100 + 20);
+    /* Kept valid past 3 leases. */
+    assert_true(dlock_validity_ms(l) > 150);
+    assert_int_equal(dlock_release(l), DLOCK_OK);
+    int after = fake_get(&fake.renews);
+    sleep_ms(250);
+    assert_int_equal(fake_get(&fake.renews), after); /* no renewals after release */
+    dlock_lock_free(l);
+    dlock_client_close(c);
+}
+
+static void watchdog_batches_due_renewals(void **state)
+{
+    (void)state;
+    dlock_client *c = open_fake("fake", 600);
+    dlock_lock *l[5];
+    char name[8];
+    for (int i = 0; i < 5; i++) {
+        snprintf(name, sizeof name, "b%d", i);
+        l[i] = new_lock(c, name, 0);
+        assert_int_equal(dlock_acquire(l[i], 0), DLOCK_OK);
+    }
+    sleep_ms(450); /* two rounds at 200 ms */
+    int batches = fake_get(&fake.batches);
+    int items = fake_get(&fake.batch_items);
+    assert_true(batches >= 2 && batches <= 4);
+    assert_true(items >= 2 * 5 - 1);
+    assert_int_equal(fake_get(&fake.renews), items); /* every renewal went in a batch */
+    for (int i = 0; i < 5; i++) {
+        assert_int_equal(dlock_release(l[i]), DLOCK_OK);
+        dlock_lock_free(l[i]);
+    }
+    dlock_client_close(c);
+}
+
+static int lost_calls;
+static dlock_lock *lost_lock_seen;
+
+static void count_lost(dlock_lock *lock, void *arg)
+{
+    (void)arg;
+    __atomic_add_fetch(&lost_calls, 1, __ATOMIC_SEQ_CST);
+    lost_lock_seen = lock;
+}
+
+static void renewal_that_finds_the_hold_gone_marks_it_lost(void **state)
+{
+    (void)state;
+    lost_calls = 0;
+    dlock_client *c = open_fake("fake", 300);
+    dlock_lock_options o = DLOCK_LOCK_OPTIONS_INIT;
+    o.on_lost = count_lost;
+    dlock_lock *l;
+    assert_int_equal(dlock_lock_new(c, "lost", 4, &o, &l), DLOCK_OK);
+    assert_int_equal(dlock_acquire(l, 0), DLOCK_OK);
+    fake_expire("lost");         /* the server forgets it */
+    fake_hold_externally("lost", true); /* and someone else takes it */
+    sleep_ms(350);
+    assert_int_equal(__atomic_load_n(&lost_calls, __ATOMIC_SEQ_CST), 1);
+    assert_ptr_equal(lost_lock_seen, l);
+    sleep_ms(200);
+    assert_int_equal(__atomic_load_n(&lost_calls, __ATOMIC_SEQ_CST), 1); /* once */
+    uint64_t fence;
+    assert_int_equal(dlock_acquire(l, 0), DLOCK_ELOST);
+    assert_int_equal(dlock_fence(l, &fence), DLOCK_ELOST);
+    assert_int_equal(dlock_validity_ms(l), DLOCK_ELOST);
+    assert_int_equal(dlock_hold_count(l), DLOCK_ELOST);
+    assert_int_equal(dlock_renew(l), DLOCK_ELOST);
+    int releases = fake_get(&fake.releases);
+    assert_int_equal(dlock_release(l), DLOCK_ELOST);
+    assert_int_equal(fake_get(&fake.releases), releases); /* nothing deleted */
+    assert_int_equal(dlock_hold_count(l), 0);
+    /* Cleared: once the other owner lets go, it can be had again. */
+    fake_hold_externally("lost", false);
+    assert_int_equal(dlock_acquire(l, 0), DLOCK_OK);
+    assert_int_equal(dlock_release(l), DLOCK_OK);
+    char *metrics;
+    assert_int_equal(dlock_client_metrics(c, &metrics), DLOCK_OK);
+    assert_non_null(strstr(metrics, "dlock_losses_total{backend=\"fake\"} 1\n"));
+    free(metrics);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+}
+
+static void explicit_lease_expires_and_is_given_back(void **state)
+{
+    (void)state;
+    lost_calls = 0;
+    dlock_client *c = open_fake("fake", 3000);
+    dlock_lock_options o = DLOCK_LOCK_OPTIONS_INIT;
+    o.lease_ms = 100;
+    o.on_lost = count_lost;
+    dlock_lock *l;
+    assert_int_equal(dlock_lock_new(c, "lease", 5, &o, &l), DLOCK_OK);
+    assert_int_equal(dlock_acquire(l, 0), DLOCK_OK);
+    int64_t v = dlock_validity_ms(l);
+    assert_true(v > 90 && v <= 97);
+    sleep_ms(60);
+    assert_int_equal(fake_get(&fake.renews), 0); /* a fixed lease is not renewed */
+    assert_int_equal(dlock_renew(l), DLOCK_OK);   /* but can be, explicitly */
+    assert_true(dlock_validity_ms(l) > 90);
+    sleep_ms(160);
+    assert_int_equal(__atomic_load_n(&lost_calls, __ATOMIC_SEQ_CST), 1);
+    assert_int_equal(fake_get(&fake.releases), 1); /* the expiry gave it back */
+    assert_int_equal(dlock_release(l), DLOCK_ELOST);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+}
+
+static void transient_renewal_failure_is_not_a_loss(void **state)
+{
+    (void)state;
+    lost_calls = 0;
+    dlock_client *c = open_fake("fake", 600);
+    dlock_lock_options o = DLOCK_LOCK_OPTIONS_INIT;
+    o.on_lost = count_lost;
+    dlock_lock *l;
+    assert_int_equal(dlock_lock_new(c, "flaky", 5, &o, &l), DLOCK_OK);
+    assert_int_equal(dlock_acquire(l, 0), DLOCK_OK);
+    fake.renew_rc = DLOCK_EUNAVAILABLE;
+    sleep_ms(300); /* a failed renewal at 200, retried sooner */
+    fake.renew_rc = 0;
+    sleep_ms(300);
+    assert_int_equal(__atomic_load_n(&lost_calls, __ATOMIC_SEQ_CST), 0);
+    assert_true(fake_get(&fake.renews) >= 3);
+    assert_true(dlock_validity_ms(l) > 300);
+    /* Unreachable until validity runs out: lost. */
+    fake.renew_rc = DLOCK_EUNAVAILABLE;
+    sleep_ms(800);
+    assert_int_equal(__atomic_load_n(&lost_calls, __ATOMIC_SEQ_CST), 1);
+    assert_int_equal(dlock_validity_ms(l), DLOCK_ELOST);
+    fake.renew_rc = 0;
+    assert_int_equal(dlock_release(l), DLOCK_ELOST);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+}
+
+static void release_finding_hold_gone_reports_lost(void **state)
+{
+    (void)state;
+    dlock_client *c = open_fake("fake", 3000);
+    dlock_lock *l = new_lock(c, "gone", 0);
+    assert_int_equal(dlock_acquire(l, 0), DLOCK_OK);
+    fake_expire("gone");
+    assert_int_equal(dlock_release(l), DLOCK_ELOST);
+    assert_non_null(strstr(dlock_errmsg(), "no longer had this hold"));
+    dlock_lock_free(l);
+    dlock_client_close(c);
+}
+
+/* ---- misuse, errors, lifecycle ----------------------------------------------------------- */
+
+static void bad_arguments_are_errors_not_crashes(void **state)
+{
+    (void)state;
+    dlock_client *c = open_fake("fake", 3000);
+    dlock_lock *l = NULL;
+    char big[DLOCK_NAME_MAX + 2];
+    memset(big, 'x', sizeof big);
+    assert_int_equal(dlock_lock_new(c, big, DLOCK_NAME_MAX + 1, NULL, &l), DLOCK_EINVAL);
+    assert_null(l);
+    assert_int_equal(dlock_lock_new(c, big, DLOCK_NAME_MAX, NULL, &l), DLOCK_OK);
+    dlock_lock_free(l);
+    assert_int_equal(dlock_lock_new(c, "a\0b", 3, NULL, &l), DLOCK_EINVAL);
+    assert_non_null(strstr(dlock_errmsg(), "NUL"));
+    assert_int_equal(dlock_lock_new(c, "", 0, NULL, &l), DLOCK_EINVAL);
+    assert_int_equal(dlock_lock_new(c, NULL, 3, NULL, &l), DLOCK_EINVAL);
+    assert_int_equal(dlock_lock_new(NULL, "a", 1, NULL, &l), DLOCK_EINVAL);
+    dlock_lock_options o = { 0 };
+    assert_int_equal(dlock_lock_new(c, "a", 1, &o, &l), DLOCK_EINVAL); /* not initialised */
+    o = (dlock_lock_options)DLOCK_LOCK_OPTIONS_INIT;
+    o.lease_ms = -5;
+    assert_int_equal(dlock_lock_new(c, "a", 1, &o, &l), DLOCK_EINVAL);
+    assert_int_equal(dlock_acquire(NULL, 0), DLOCK_EINVAL);
+    assert_int_equal(dlock_release(NULL), DLOCK_EINVAL);
+    assert_int_equal(dlock_renew(NULL), DLOCK_EINVAL);
+    assert_int_equal(dlock_cancel(NULL), DLOCK_EINVAL);
+    assert_int_equal(dlock_fence(NULL, NULL), DLOCK_EINVAL);
+    assert_int_equal(dlock_validity_ms(NULL), DLOCK_EINVAL);
+    assert_int_equal(dlock_hold_count(NULL), DLOCK_EINVAL);
+    assert_int_equal(dlock_client_metrics(NULL, NULL), DLOCK_EINVAL);
+    dlock_lock_free(NULL);
+    dlock_client_close(NULL);
+    l = new_lock(c, "n", 0);
+    assert_int_equal(dlock_release(l), DLOCK_ENOTOWNER);
+    assert_int_equal(dlock_renew(l), DLOCK_ENOTOWNER);
+    uint64_t fence;
+    assert_int_equal(dlock_fence(l, &fence), DLOCK_ENOTOWNER);
+    assert_int_equal(dlock_validity_ms(l), DLOCK_ENOTOWNER);
+    assert_int_equal(dlock_fence(l, NULL), DLOCK_EINVAL);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+}
+
+static void client_close_releases_forgotten_holds(void **state)
+{
+    (void)state;
+    dlock_client *c = open_fake("fake", 3000);
+    dlock_lock *a = new_lock(c, "x", 0);
+    dlock_lock *b = new_lock(c, "y", 0);
+    (void)b;
+    assert_int_equal(dlock_acquire(a, 0), DLOCK_OK);
+    dlock_client_close(c); /* handles not freed, hold not released */
+    assert_int_equal(fake_get(&fake.releases), 1);
+    assert_int_equal(fake_get(&fake.closes), 1);
+    assert_int_equal(fake_get(&fake.finis), 1); /* only "x" talked to the backend */
+}
+
+static void freeing_the_last_handle_releases(void **state)
+{
+    (void)state;
+    dlock_client *c = open_fake("fake", 3000);
+    dlock_lock *a = new_lock(c, "x", 0);
+    assert_int_equal(dlock_acquire(a, 0), DLOCK_OK);
+    dlock_lock_free(a);
+    assert_int_equal(fake_get(&fake.releases), 1);
+    assert_int_equal(fake_get(&fake.finis), 1);
+    dlock_client_close(c);
+}
+
+static void fork_child_gets_einval(void **state)
+{
+    (void)state;
+    dlock_client *c = open_fake("fake", 3000);
+    dlock_lock *l = new_lock(c, "f", 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int rc = dlock_acquire(l, 0);
+        _exit(rc == DLOCK_EINVAL && strstr(dlock_errmsg(), "fork") ? 0 : 1);
+    }
+    int status;
+    waitpid(pid, &status, 0);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+}
+
+static void provider_open_failure_is_reported(void **state)
+{
+    (void)state;
+    dlock_client *c = (dlock_client *)1;
+    int rc = dlock_client_open_string(&c, "backend = \"fake\";\nfake = { label = \"refuse\"; };\n");
+    assert_int_equal(rc, DLOCK_EUNAVAILABLE);
+    assert_null(c);
+    assert_non_null(strstr(dlock_errmsg(), "<string>:2"));
+}
+
+static void metrics_count_what_happened(void **state)
+{
+    (void)state;
+    dlock_client *c = open_fake("fake", 3000);
+    dlock_lock *l = new_lock(c, "m", 0);
+    assert_int_equal(dlock_acquire(l, 0), DLOCK_OK);
+    assert_int_equal(dlock_acquire(l, 0), DLOCK_OK);
+    dlock_release(l);
+    dlock_release(l);
+    fake_hold_externally("m", true);
+    assert_int_equal(dlock_acquire(l, 0), DLOCK_EBUSY);
+    assert_int_equal(dlock_acquire(l, 30), DLOCK_ETIMEDOUT);
+    char *text;
+    assert_int_equal(dlock_client_metrics(c, &text), DLOCK_OK);
+    assert_non_null(strstr(text, "dlock_grants_total{backend=\"fake\"} 1\n"));
+    assert_non_null(strstr(text, "dlock_reentries_total{backend=\"fake\"} 1\n"));
+    assert_non_null(strstr(text, "dlock_releases_total{backend=\"fake\"} 1\n"));
+    assert_non_null(strstr(text, "dlock_timeouts_total{backend=\"fake\"} 1\n"));
+    assert_non_null(strstr(text, "dlock_wait_seconds_count{backend=\"fake\"} 1\n"));
+    assert_non_null(strstr(text, "dlock_hold_seconds_bucket{backend=\"fake\",le=\"+Inf\"} 1\n"));
+    free(text);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+}
+
+static int log_lines;
+static void count_log(int level, const char *msg, void *arg)
+{
+    (void)level;
+    (void)msg;
+    (void)arg;
+    __atomic_add_fetch(&log_lines, 1, __ATOMIC_SEQ_CST);
+}
+
+static void log_sink_receives_warnings(void **state)
+{
+    (void)state;
+    log_lines = 0;
+    dlock_client *c = open_fake("fake", 3000);
+    dlock_client_set_log(c, count_log, NULL, DLOCK_LOG_WARN);
+    dlock_lock *l = new_lock(c, "g", 0);
+    assert_int_equal(dlock_acquire(l, 0), DLOCK_OK);
+    fake_expire("g");
+    assert_int_equal(dlock_renew(l), DLOCK_ELOST); /* logs "lost" at warn */
+    assert_true(__atomic_load_n(&log_lines, __ATOMIC_SEQ_CST) >= 1);
+    dlock_release(l);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+}
+
+int main(void)
+{
+    if (dlock_provider_register(&fake_provider) != DLOCK_OK ||
+        dlock_provider_register(&fake_wait_provider) != DLOCK_OK) {
+        fprintf(stderr, "cannot register the fake providers: %s\n", dlock_errmsg());
+        return 1;
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup(try_once_busy_makes_one_attempt, setup),
+        cmocka_unit_test_setup(wait_budget_is_honoured_with_backoff, setup),
+        cmocka_unit_test_setup(retry_hint_shortens_the_pause, setup),
+        cmocka_unit_test_setup(granted_when_released_during_wait, setup),
+        cmocka_unit_test_setup(native_wait_is_used_and_woken, setup),
+        cmocka_unit_test_setup(backend_error_is_returned_at_once, setup),
+        cmocka_unit_test_setup(cancel_interrupts_backend_wait, setup),
+        cmocka_unit_test_setup(cancel_interrupts_local_queue, setup),
+        cmocka_unit_test_setup(reentry_counts_without_backend_calls, setup),
+        cmocka_unit_test_setup(other_thread_of_client_is_excluded, setup),
+        cmocka_unit_test_setup(threads_of_one_client_serialise, setup),
+        cmocka_unit_test_setup(watchdog_renews_at_a_third_of_the_lease, setup),
+        cmocka_unit_test_setup(watchdog_batches_due_renewals, setup),
+        cmocka_unit_test_setup(renewal_that_finds_the_hold_gone_marks_it_lost, setup),
+        cmocka_unit_test_setup(explicit_lease_expires_and_is_given_back, setup),
+        cmocka_unit_test_setup(transient_renewal_failure_is_not_a_loss, setup),
+        cmocka_unit_test_setup(release_finding_hold_gone_reports_lost, setup),
+        cmocka_unit_test_setup(bad_arguments_are_errors_not_crashes, setup),
+        cmocka_unit_test_setup(client_close_releases_forgotten_holds, setup),
+        cmocka_unit_test_setup(freeing_the_last_handle_releases, setup),
+        cmocka_unit_test_setup(fork_child_gets_einval, setup),
+        cmocka_unit_test_setup(provider_open_failure_is_reported, setup),
+        cmocka_unit_test_setup(metrics_count_what_happened, setup),
+        cmocka_unit_test_setup(log_sink_receives_warnings, setup),
+    };
+    return cmocka_run_group_tests_name("core", tests, NULL, NULL);
+}
