@@ -17,6 +17,7 @@
 #include <string.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 extern char **environ;
@@ -127,7 +128,7 @@ struct run_state {
     pid_t child;            /* > 0 while CMD runs */
     int interrupted;        /* signal that arrived before CMD started */
     int lost_pipe[2];
-    volatile int lost;
+    int lost;               /* set by on_lost on the watchdog thread (atomic) */
 };
 
 static struct run_state run;
@@ -158,7 +159,7 @@ static void on_lost(dlock_lock *lock, void *arg)
 {
     (void)lock;
     (void)arg;
-    run.lost = 1;
+    __atomic_store_n(&run.lost, 1, __ATOMIC_SEQ_CST);
     char byte = 'L';
     ssize_t ignored = write(run.lost_pipe[1], &byte, 1);
     (void)ignored;
@@ -195,12 +196,19 @@ static int open_pidfd(pid_t pid)
 #endif
 }
 
+static int64_t monotonic_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
 /* Waits for CMD; on loss sends SIGTERM, then SIGKILL after kill_after_ms. */
 static int wait_child(pid_t pid, int64_t kill_after_ms)
 {
-    int pidfd = open_pidfd(pid);
-    bool termed = false;
-    int64_t waited_since_term = 0;
+    int pidfd = open_pidfd(pid); /* readable when CMD exits; else poll every 20 ms */
+    int64_t termed_at = -1;
+    bool killed = false;
     for (;;) {
         int status;
         pid_t r = waitpid(pid, &status, WNOHANG);
@@ -215,23 +223,23 @@ static int wait_child(pid_t pid, int64_t kill_after_ms)
             fprintf(stderr, "%s: waitpid: %s\n", progname, strerror(errno));
             return EXIT_SOFTWARE;
         }
-        if (run.lost && !termed) {
+        if (__atomic_load_n(&run.lost, __ATOMIC_SEQ_CST) && termed_at < 0) {
             fprintf(stderr, "%s: lock lost while the command ran; sending it SIGTERM\n", progname);
             kill(pid, SIGTERM);
-            termed = true;
+            termed_at = monotonic_ms();
         }
-        struct pollfd p[2] = { { .fd = pidfd, .events = POLLIN }, { .fd = run.lost_pipe[0], .events = POLLIN } };
-        int timeout = pidfd >= 0 ? (termed ? 100 : -1) : 20;
-        if (poll(pidfd >= 0 ? p : p + 1, pidfd >= 0 ? 2 : 1, timeout) < 0 && errno != EINTR)
-            timeout = 20;
-        if (termed) {
-            waited_since_term += timeout > 0 ? timeout : 0;
-            if (waited_since_term >= kill_after_ms) {
-                fprintf(stderr, "%s: the command ignored SIGTERM for %lld ms; sending SIGKILL\n", progname,
-                        (long long)kill_after_ms);
-                kill(pid, SIGKILL);
-                kill_after_ms = INT64_MAX;
-            }
+        if (termed_at >= 0 && !killed && monotonic_ms() - termed_at >= kill_after_ms) {
+            fprintf(stderr, "%s: the command ignored SIGTERM for %lld ms; sending SIGKILL\n", progname,
+                    (long long)kill_after_ms);
+            kill(pid, SIGKILL);
+            killed = true;
+        }
+        struct pollfd p[2] = { { .fd = run.lost_pipe[0], .events = POLLIN }, { .fd = pidfd, .events = POLLIN } };
+        int timeout = pidfd < 0 ? 20 : termed_at >= 0 && !killed ? 50 : -1;
+        if (poll(p, pidfd >= 0 ? 2 : 1, timeout) > 0 && (p[0].revents & POLLIN)) {
+            char buf[16];
+            while (read(run.lost_pipe[0], buf, sizeof buf) > 0)
+                ;
         }
     }
 }
@@ -396,7 +404,7 @@ static int cmd_run(const char *config, int argc, char **argv)
     }
 
     rc = dlock_release(run.lock);
-    if (rc == DLOCK_ELOST || run.lost) {
+    if (rc == DLOCK_ELOST || __atomic_load_n(&run.lost, __ATOMIC_SEQ_CST)) {
         fprintf(stderr, "%s: lock '%s' was lost while the command ran (%s)\n", progname, name, dlock_errmsg());
         code = EXIT_SOFTWARE;
     } else if (rc != DLOCK_OK) {

@@ -788,6 +788,12 @@ int dlock_renew(dlock_lock *h)
 
 /* ---- the watchdog's work ----------------------------------------------------------- */
 
+static int by_address(const void *a, const void *b)
+{
+    uintptr_t x = (uintptr_t)*(struct dlock__entry *const *)a, y = (uintptr_t)*(struct dlock__entry *const *)b;
+    return x < y ? -1 : x > y;
+}
+
 void dlock__entry_on_timer(dlock_client *c, struct dlock__entry **due, size_t n)
 {
     struct dlock__entry *renew[64];
@@ -834,6 +840,11 @@ void dlock__entry_on_timer(dlock_client *c, struct dlock__entry **due, size_t n)
     int64_t t_send = dlock__now_ms();
     int batch_rc = DLOCK_ENOTSUP;
     if (nrenew > 1 && c->provider->renew_batch) {
+        /* Several op_mu at once: always in address order, so no two batches
+         * can ever wait on each other. */
+        qsort(renew, nrenew, sizeof renew[0], by_address);
+        for (size_t i = 0; i < nrenew; i++)
+            plocks[i] = &renew[i]->plock;
         for (size_t i = 0; i < nrenew; i++)
             pthread_mutex_lock(&renew[i]->op_mu);
         batch_rc = c->provider->renew_batch(c->instance, plocks, nrenew, results);

@@ -1,0 +1,34 @@
+#!/bin/sh
+# tests/summary.sh BUILDDIR... - reads the test logs of each build and prints
+# what passed and failed, then one closing "N passed, N failed" line. A test
+# program that crashed before printing its summary counts as one failure.
+total_pass=0
+total_fail=0
+for dir in "$@"; do
+    pass=0
+    fail=0
+    for trs in $(find "$dir/tests" -name '*.trs' 2>/dev/null | sort); do
+        log=${trs%.trs}.log
+        result=$(sed -n 's/^:test-result: //p' "$trs" | head -1)
+        p=$(sed -n 's/^\[  PASSED  \] \([0-9]*\) test(s)\./\1/p' "$log" | tail -1)
+        f=$(sed -n 's/^\[  FAILED  \] \([0-9]*\) test(s), listed below:/\1/p' "$log" | tail -1)
+        if [ -z "$p$f" ]; then
+            line=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$log" | tail -1)
+            p=${line%% passed*}
+            f=$(echo "$line" | sed -n 's/.* \([0-9]*\) failed$/\1/p')
+        fi
+        p=${p:-0}
+        f=${f:-0}
+        if [ "$result" != PASS ] && [ "$f" = 0 ]; then
+            f=1 # crashed, hung or leaked without a failing case of its own
+        fi
+        [ "$result" != PASS ] && echo "$dir: FAIL ${log#$dir/}" && sed -n '1,200p' "$log" | grep -E 'FAILED|not ok|ERROR|error|Sanitizer|==[0-9]+==' | head -20
+        pass=$((pass + p))
+        fail=$((fail + f))
+    done
+    echo "$dir: $pass passed, $fail failed"
+    total_pass=$((total_pass + pass))
+    total_fail=$((total_fail + fail))
+done
+echo "$total_pass passed, $total_fail failed"
+[ "$total_fail" = 0 ] && [ "$total_pass" -gt 0 ]

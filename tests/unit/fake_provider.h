@@ -41,5 +41,12 @@ void fake_hold_externally(const char *name, bool held);
 /* Drops NAME's hold as if it expired on the server. */
 void fake_expire(const char *name);
 int fake_get(int *counter);
+/* Sets a field of the fake server under its mutex (the core's threads read them). */
+#define FAKE_SET(field, value)              \
+    do {                                    \
+        pthread_mutex_lock(&fake.mu);       \
+        fake.field = (value);               \
+        pthread_mutex_unlock(&fake.mu);     \
+    } while (0)
 
 #endif

@@ -102,7 +102,7 @@ static void retry_hint_shortens_the_pause(void **state)
     dlock_client *c = open_fake("fake", 3000);
     dlock_lock *l = new_lock(c, "a", 0);
     fake_hold_externally("a", true);
-    fake.busy_hint_ms = 0; /* "the holder's lease ends now": retry at once (+1 ms) */
+    FAKE_SET(busy_hint_ms, 0); /* "the holder's lease ends now": retry at once (+1 ms) */
     assert_int_equal(dlock_acquire(l, 100), DLOCK_ETIMEDOUT);
     assert_true(fake_get(&fake.acquires) >= 30);
     dlock_lock_free(l);
@@ -172,13 +172,13 @@ static void backend_error_is_returned_at_once(void **state)
     (void)state;
     dlock_client *c = open_fake("fake", 3000);
     dlock_lock *l = new_lock(c, "a", 0);
-    fake.acquire_rc = DLOCK_EUNAVAILABLE;
+    FAKE_SET(acquire_rc, DLOCK_EUNAVAILABLE);
     int64_t t0 = now_ms();
     assert_int_equal(dlock_acquire(l, 1000), DLOCK_EUNAVAILABLE);
     assert_true(now_ms() - t0 < 50);
     assert_int_equal(fake_get(&fake.acquires), 1);
     assert_non_null(strstr(dlock_errmsg(), "fake: acquire failing"));
-    fake.acquire_rc = 0;
+    FAKE_SET(acquire_rc, 0);
     dlock_lock_free(l);
     dlock_client_close(c);
 }
@@ -426,7 +426,7 @@ static void count_lost(dlock_lock *lock, void *arg)
 {
     (void)arg;
     __atomic_add_fetch(&lost_calls, 1, __ATOMIC_SEQ_CST);
-    lost_lock_seen = lock;
+    __atomic_store_n(&lost_lock_seen, lock, __ATOMIC_SEQ_CST);
 }
 
 static void renewal_that_finds_the_hold_gone_marks_it_lost(void **state)
@@ -443,7 +443,7 @@ static void renewal_that_finds_the_hold_gone_marks_it_lost(void **state)
     fake_hold_externally("lost", true); /* and someone else takes it */
     sleep_ms(350);
     assert_int_equal(__atomic_load_n(&lost_calls, __ATOMIC_SEQ_CST), 1);
-    assert_ptr_equal(lost_lock_seen, l);
+    assert_ptr_equal(__atomic_load_n(&lost_lock_seen, __ATOMIC_SEQ_CST), l);
     sleep_ms(200);
     assert_int_equal(__atomic_load_n(&lost_calls, __ATOMIC_SEQ_CST), 1); /* once */
     uint64_t fence;
@@ -503,19 +503,19 @@ static void transient_renewal_failure_is_not_a_loss(void **state)
     dlock_lock *l;
     assert_int_equal(dlock_lock_new(c, "flaky", 5, &o, &l), DLOCK_OK);
     assert_int_equal(dlock_acquire(l, 0), DLOCK_OK);
-    fake.renew_rc = DLOCK_EUNAVAILABLE;
+    FAKE_SET(renew_rc, DLOCK_EUNAVAILABLE);
     sleep_ms(300); /* a failed renewal at 200, retried sooner */
-    fake.renew_rc = 0;
+    FAKE_SET(renew_rc, 0);
     sleep_ms(300);
     assert_int_equal(__atomic_load_n(&lost_calls, __ATOMIC_SEQ_CST), 0);
     assert_true(fake_get(&fake.renews) >= 3);
     assert_true(dlock_validity_ms(l) > 300);
     /* Unreachable until validity runs out: lost. */
-    fake.renew_rc = DLOCK_EUNAVAILABLE;
+    FAKE_SET(renew_rc, DLOCK_EUNAVAILABLE);
     sleep_ms(800);
     assert_int_equal(__atomic_load_n(&lost_calls, __ATOMIC_SEQ_CST), 1);
     assert_int_equal(dlock_validity_ms(l), DLOCK_ELOST);
-    fake.renew_rc = 0;
+    FAKE_SET(renew_rc, 0);
     assert_int_equal(dlock_release(l), DLOCK_ELOST);
     dlock_lock_free(l);
     dlock_client_close(c);

@@ -1,0 +1,26 @@
+#!/bin/sh
+# scripts/test.sh - the README's test command: installs, builds and runs the
+# whole test suite three times: a plain build, ASan+UBSan, and TSan; then the
+# cmocka programs once more under valgrind. Ends with "N passed, N failed".
+set -u
+cd "$(dirname "$0")/.."
+status=0
+run_suite() { # builddir configure-options...
+    dir=$1
+    shift
+    scripts/setup.sh "$dir" "$@" || { echo "$dir: build failed"; status=1; return; }
+    echo "== $dir: make check"
+    (cd "$dir" && make -j2 check > check.log 2>&1) || status=1
+}
+run_suite build
+run_suite build-asan --enable-sanitizers=address,undefined
+# Tests fork children that open their own clients while the parent has
+# threads: fine for us, but TSan refuses it unless told.
+export TSAN_OPTIONS="die_after_fork=0 ${TSAN_OPTIONS:-}"
+run_suite build-tsan --enable-sanitizers=thread
+scripts/setup.sh build-valgrind || status=1
+echo "== build-valgrind: cmocka programs under valgrind"
+(cd build-valgrind && make -j2 check TESTS="tests/unit/test_basics tests/unit/test_config tests/unit/test_core tests/unit/test_modules tests/local/test_local" \
+    LOG_COMPILER="$(pwd)/../tests/valgrind.sh" > check.log 2>&1) || status=1
+tests/summary.sh build build-asan build-tsan build-valgrind || status=1
+exit $status
