@@ -14,6 +14,13 @@
  * long as the file exists; lock files are never deleted for that reason), and
  * the current holder's pid and owner id for `dlock status`.
  *
+ * Waiting is native: a waiter watches the file with inotify. A release
+ * touches the file's times after unlocking (IN_ATTRIB), and a holder that dies
+ * has its descriptor closed by the kernel (IN_CLOSE_WRITE), so both wake the
+ * waiters at once; the watch exists only while a lock is contended, since
+ * inotify instances are a scarce per-user resource (128 by default). Without
+ * one, waiting falls back to short polls.
+ *
  * It protects processes of one host only. A lease is kept by the client
  * itself (the core expires a fixed lease and drops the kernel lock), since no
  * server exists to expire it: a holder that is stopped (SIGSTOP) keeps its
@@ -28,6 +35,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
+#include <sys/inotify.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -52,6 +61,7 @@ struct local_lock {
     int fd;                   /* valid when fd_open */
     bool fd_open;
     bool held;
+    int watch_fd;             /* inotify fd + 1 while contending, 0 if none */
 };
 
 static const struct dlock_setting_spec local_settings[] = {
@@ -260,6 +270,33 @@ static int write_header(int fd, const struct lock_file_header *h, const char *di
     return DLOCK_OK;
 }
 
+/* Starts watching the lock file for the events that mean "it may be free
+ * now". Failure is not an error: waiting then polls. */
+static void start_watch(struct local_instance *inst, struct dlock_provider_lock *lk)
+{
+    struct local_lock *ll = lk->priv;
+    if (ll->watch_fd)
+        return;
+    int fd = inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
+    if (fd < 0)
+        return;
+    char file[NAME_MAX + 1], path[PATH_MAX + NAME_MAX + 2];
+    file_name_for(lk->name, lk->name_len, file);
+    snprintf(path, sizeof path, "%s/%s", inst->dir, file);
+    if (inotify_add_watch(fd, path, IN_ATTRIB | IN_CLOSE_WRITE) < 0) {
+        close(fd);
+        return;
+    }
+    ll->watch_fd = fd + 1;
+}
+
+static void stop_watch(struct local_lock *ll)
+{
+    if (ll->watch_fd)
+        close(ll->watch_fd - 1);
+    ll->watch_fd = 0;
+}
+
 static int local_acquire(void *instance, struct dlock_provider_lock *lk, struct dlock_grant *grant)
 {
     struct local_instance *inst = instance;
@@ -271,10 +308,19 @@ static int local_acquire(void *instance, struct dlock_provider_lock *lk, struct 
     if (set_lock(ll->fd, F_WRLCK, &busy) != 0)
         return dlock_seterr(DLOCK_EUNAVAILABLE, "local: cannot lock the file for '%s' in %s: %s", lk->name,
                             inst->dir, strerror(errno));
+    if (busy && !ll->watch_fd) {
+        /* Watch first, then look again: a release between the two is then
+         * seen by the watch, so wait() cannot miss it. */
+        start_watch(inst, lk);
+        if (set_lock(ll->fd, F_WRLCK, &busy) != 0)
+            return dlock_seterr(DLOCK_EUNAVAILABLE, "local: cannot lock the file for '%s' in %s: %s",
+                                lk->name, inst->dir, strerror(errno));
+    }
     if (busy) {
         grant->retry_hint_ms = -1;
         return DLOCK_EBUSY;
     }
+    stop_watch(ll);
     struct lock_file_header h;
     rc = read_header(ll->fd, &h, inst->dir, lk->name);
     if (rc == DLOCK_OK) {
@@ -294,6 +340,25 @@ static int local_acquire(void *instance, struct dlock_provider_lock *lk, struct 
     return DLOCK_OK;
 }
 
+static int local_wait(void *instance, struct dlock_provider_lock *lk, int64_t timeout_ms, int wake_fd)
+{
+    (void)instance;
+    struct local_lock *ll = lk->priv;
+    /* Without a watch (no inotify instance to be had), poll in short steps. */
+    if (!ll->watch_fd && timeout_ms > 25)
+        timeout_ms = 25;
+    struct pollfd p[2] = { { .fd = wake_fd, .events = POLLIN }, { .fd = ll->watch_fd - 1, .events = POLLIN } };
+    int n = poll(p, ll->watch_fd ? 2 : 1, timeout_ms > INT_MAX ? INT_MAX : (int)timeout_ms);
+    if (n < 0 && errno != EINTR)
+        return dlock_seterr(DLOCK_EUNAVAILABLE, "local: poll failed: %s", strerror(errno));
+    if (n > 0 && ll->watch_fd && (p[1].revents & POLLIN)) {
+        char events[4096];
+        while (read(ll->watch_fd - 1, events, sizeof events) > 0)
+            ;
+    }
+    return n == 0 ? DLOCK_ETIMEDOUT : DLOCK_OK;
+}
+
 static int local_release(void *instance, struct dlock_provider_lock *lk)
 {
     struct local_instance *inst = instance;
@@ -310,10 +375,15 @@ static int local_release(void *instance, struct dlock_provider_lock *lk)
     }
     ll->held = false;
     if (set_lock(ll->fd, F_UNLCK, NULL) != 0) {
-        /* Closing the descriptor drops the lock whatever went wrong. */
+        /* Closing the descriptor drops the lock whatever went wrong (and
+         * tells the watchers with IN_CLOSE_WRITE). */
         close(ll->fd);
         ll->fd_open = false;
+        return DLOCK_OK;
     }
+    /* Wakes the waiters' inotify watches. After the unlock, and touching
+     * only the times, so it cannot clobber the next holder's header. */
+    futimens(ll->fd, NULL);
     return DLOCK_OK;
 }
 
@@ -331,6 +401,7 @@ static void local_lock_fini(void *instance, struct dlock_provider_lock *lk)
     struct local_lock *ll = lk->priv;
     if (ll->fd_open)
         close(ll->fd);
+    stop_watch(ll);
     ll->fd_open = ll->held = false;
 }
 
@@ -381,7 +452,7 @@ static int local_ctl(void *instance, int op, void *arg)
 const struct dlock_provider dlock__local_provider = {
     .version = DLOCK_PROVIDER_VERSION_1,
     .name = "local",
-    .capabilities = DLOCK_CAP_RENEW | DLOCK_CAP_FENCE | DLOCK_CAP_FENCE_LINEARIZABLE,
+    .capabilities = DLOCK_CAP_RENEW | DLOCK_CAP_FENCE | DLOCK_CAP_FENCE_LINEARIZABLE | DLOCK_CAP_NATIVE_WAIT,
     .lock_priv_size = sizeof(struct local_lock),
     .settings = local_settings,
     .open = local_open,
@@ -389,6 +460,7 @@ const struct dlock_provider dlock__local_provider = {
     .acquire = local_acquire,
     .release = local_release,
     .renew = local_renew,
+    .wait = local_wait,
     .lock_fini = local_lock_fini,
     .ctl = local_ctl,
 };
