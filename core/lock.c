@@ -295,7 +295,7 @@ static int check_name(const char *name, size_t len)
     return DLOCK_OK;
 }
 
-static int check_options(const dlock_lock_options *o)
+static int check_options(const dlock_client *c, const dlock_lock_options *o)
 {
     if (!o)
         return DLOCK_OK;
@@ -307,6 +307,10 @@ static int check_options(const dlock_lock_options *o)
         return dlock_seterr(DLOCK_EINVAL,
                             "lease_ms must be 0 (watchdog) or 10..86400000 ms, not %lld",
                             (long long)o->lease_ms);
+    if (o->flags & ~DLOCK_LOCK_FAIR)
+        return dlock_seterr(DLOCK_EINVAL, "unknown lock flags 0x%x", o->flags & ~DLOCK_LOCK_FAIR);
+    if ((o->flags & DLOCK_LOCK_FAIR) && !(c->provider->capabilities & DLOCK_CAP_FAIR))
+        return dlock_seterr(DLOCK_ENOTSUP, "the %s backend has no fair mode", c->provider->name);
     return DLOCK_OK;
 }
 
@@ -317,7 +321,7 @@ int dlock_lock_new(dlock_client *client, const char *name, size_t name_len,
     if (out)
         *out = NULL;
     if ((rc = dlock__client_usable(client)) != DLOCK_OK || (rc = check_name(name, name_len)) != DLOCK_OK ||
-        (rc = check_options(options)) != DLOCK_OK)
+        (rc = check_options(client, options)) != DLOCK_OK)
         return rc;
     if (!out)
         return dlock_seterr(DLOCK_EINVAL, "dlock_lock_new: out is NULL");
@@ -577,6 +581,7 @@ int dlock_acquire(dlock_lock *h, int64_t wait_ms)
         e->contender_wake_fd = wake_fd;
         snprintf(e->owner, sizeof e->owner, "%s:%llu", c->client_id, (unsigned long long)self);
         e->plock.lease_ms = effective_lease(c, h);
+        e->plock.flags = h->options.flags;
         pthread_mutex_unlock(&e->mu);
         if (wake_fd < 0)
             rc = dlock_seterr(DLOCK_EINTERNAL, "cannot create an eventfd for waiting: %s", strerror(errno));

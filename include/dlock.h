@@ -175,9 +175,14 @@ typedef struct dlock_lock_options {
     int64_t lease_ms;
     dlock_lost_fn on_lost; /* optional */
     void *on_lost_arg;
+    unsigned flags;        /* DLOCK_LOCK_* */
 } dlock_lock_options;
 
-#define DLOCK_LOCK_OPTIONS_INIT { DLOCK_LOCK_OPTIONS_VERSION, 0, NULL, NULL }
+/* Fair mode: first come, first served across all clients, and a release
+ * wakes only the next waiter. Needs DLOCK_CAP_FAIR (else DLOCK_ENOTSUP). */
+#define DLOCK_LOCK_FAIR (1u << 0)
+
+#define DLOCK_LOCK_OPTIONS_INIT { DLOCK_LOCK_OPTIONS_VERSION, 0, NULL, NULL, 0 }
 
 /*
  * Creates a handle for the lock NAME of client. name is name_len bytes (no
@@ -186,7 +191,8 @@ typedef struct dlock_lock_options {
  * NULL (defaults); it is copied.
  *
  * *out owns the handle; free it with dlock_lock_free(). Errors: DLOCK_EINVAL
- * (bad name, options or version), DLOCK_ENOMEM. Thread-safe.
+ * (bad name, options or version, unknown flags), DLOCK_ENOTSUP (a flag the
+ * backend cannot honour, e.g. DLOCK_LOCK_FAIR), DLOCK_ENOMEM. Thread-safe.
  */
 int dlock_lock_new(dlock_client *client, const char *name, size_t name_len,
                    const dlock_lock_options *options, dlock_lock **out);

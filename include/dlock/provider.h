@@ -97,6 +97,7 @@ struct dlock_provider_lock {
                            * set before acquire, constant during a hold */
     int64_t lease_ms;     /* lease to grant or renew, > 0 */
     void *priv;           /* lock_priv_size bytes of provider state */
+    unsigned flags;       /* DLOCK_LOCK_* of the acquiring handle (set before acquire) */
 };
 
 /* What a successful or busy acquire reports. */

@@ -557,6 +557,12 @@ static void bad_arguments_are_errors_not_crashes(void **state)
     o = (dlock_lock_options)DLOCK_LOCK_OPTIONS_INIT;
     o.lease_ms = -5;
     assert_int_equal(dlock_lock_new(c, "a", 1, &o, &l), DLOCK_EINVAL);
+    o.lease_ms = 0;
+    o.flags = 0x80;
+    assert_int_equal(dlock_lock_new(c, "a", 1, &o, &l), DLOCK_EINVAL);
+    o.flags = DLOCK_LOCK_FAIR; /* the fake provider has no fair mode */
+    assert_int_equal(dlock_lock_new(c, "a", 1, &o, &l), DLOCK_ENOTSUP);
+    assert_non_null(strstr(dlock_errmsg(), "no fair mode"));
     assert_int_equal(dlock_acquire(NULL, 0), DLOCK_EINVAL);
     assert_int_equal(dlock_release(NULL), DLOCK_EINVAL);
     assert_int_equal(dlock_renew(NULL), DLOCK_EINVAL);
