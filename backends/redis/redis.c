@@ -1,0 +1,427 @@
+/* backends/redis/redis.c - the redis backend module (dlock_redis.so).
+ *
+ * A lock NAME is the hash <prefix>{NAME} (Redisson's layout: the field
+ * "<client id>:<thread>" holds the reentry count, the hash carries the
+ * lease as its TTL), with the fence counter <prefix>{NAME}:fence and the
+ * release channel <prefix>{NAME}:ch. Braces and '%' in NAME are written as
+ * %7B, %7D, %25, so the hash tag is always exactly the name: the three keys
+ * share one Cluster slot, and no name can pin or split a slot.
+ *
+ * One attempt is one EVALSHA. Waiting uses the client's one subscriber
+ * connection: after a busy answer the lock subscribes to its channel, and
+ * only once the server has confirmed does it try again, so a release between
+ * the two is never missed. A waiter also retries after the holder's PTTL, so
+ * a lost message (subscriber reconnecting) only delays it. */
+#include "config.h"
+
+#include "redis_conn.h"
+#include "redis_scripts.h"
+#include "redis_subscriber.h"
+
+#include <dlock/provider.h>
+#include <errno.h>
+#include <limits.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+struct redis_instance {
+    struct redis_pool pool;
+    struct redis_scripts scripts;
+    struct redis_subscriber *subscriber;
+    char prefix[65];
+    void *log_handle;
+};
+
+struct redis_lock {
+    char *key;                  /* <prefix>{name}; NULL until first use */
+    size_t key_len;
+    char *fence_key;
+    size_t fence_key_len;
+    char *channel;
+    size_t channel_len;
+    int notify_fd;              /* eventfd + 1 while subscribed, else 0 */
+};
+
+static const struct dlock_setting_spec redis_settings[] = {
+    { "host", DLOCK_SETTING_STRING, 0, 0 },
+    { "port", DLOCK_SETTING_INT, 1, 65535 },
+    { "socket", DLOCK_SETTING_STRING, 0, 0 },
+    { "user", DLOCK_SETTING_STRING, 0, 0 },
+    { "password", DLOCK_SETTING_STRING, 0, 0 },
+    { "db", DLOCK_SETTING_INT, 0, 100000 },
+    { "prefix", DLOCK_SETTING_STRING, 0, 0 },
+    { "connect_timeout_ms", DLOCK_SETTING_INT, 1, 600000 },
+    { "command_timeout_ms", DLOCK_SETTING_INT, 1, 600000 },
+    { "pool_size", DLOCK_SETTING_INT, 1, REDIS_POOL_MAX },
+    { NULL, 0, 0, 0 },
+};
+
+/* ---- keys ------------------------------------------------------------------- */
+
+static char *key_for(const char *prefix, const char *name, size_t len, const char *suffix, size_t *out_len)
+{
+    size_t plen = strlen(prefix), slen = strlen(suffix);
+    char *k = malloc(plen + 2 + 3 * len + slen + 1);
+    if (!k)
+        return NULL;
+    size_t o = 0;
+    memcpy(k, prefix, plen);
+    o += plen;
+    k[o++] = '{';
+    for (size_t i = 0; i < len; i++) {
+        char c = name[i];
+        if (c == '{' || c == '}' || c == '%') {
+            o += (size_t)sprintf(k + o, "%%%02X", (unsigned char)c);
+        } else {
+            k[o++] = c;
+        }
+    }
+    k[o++] = '}';
+    memcpy(k + o, suffix, slen);
+    o += slen;
+    k[o] = 0;
+    *out_len = o;
+    return k;
+}
+
+static int ensure_keys(struct redis_instance *inst, struct dlock_provider_lock *lk)
+{
+    struct redis_lock *rl = lk->priv;
+    if (rl->key)
+        return DLOCK_OK;
+    rl->key = key_for(inst->prefix, lk->name, lk->name_len, "", &rl->key_len);
+    rl->fence_key = key_for(inst->prefix, lk->name, lk->name_len, ":fence", &rl->fence_key_len);
+    rl->channel = key_for(inst->prefix, lk->name, lk->name_len, ":ch", &rl->channel_len);
+    if (!rl->key || !rl->fence_key || !rl->channel) {
+        free(rl->key);
+        free(rl->fence_key);
+        free(rl->channel);
+        rl->key = rl->fence_key = rl->channel = NULL;
+        return dlock_seterr(DLOCK_ENOMEM, "redis: out of memory for key names");
+    }
+    return DLOCK_OK;
+}
+
+/* ---- subscription ---------------------------------------------------------------- */
+
+static int subscribe(struct redis_instance *inst, struct redis_lock *rl)
+{
+    int fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (fd < 0)
+        return dlock_seterr(DLOCK_EUNAVAILABLE, "redis: cannot create an eventfd: %s", strerror(errno));
+    int rc = redis_subscriber_add(inst->subscriber, rl->channel, rl->channel_len, fd,
+                                  inst->pool.server.command_timeout_ms);
+    if (rc != DLOCK_OK) {
+        close(fd);
+        return rc;
+    }
+    rl->notify_fd = fd + 1;
+    return DLOCK_OK;
+}
+
+static void unsubscribe(struct redis_instance *inst, struct redis_lock *rl)
+{
+    if (!rl->notify_fd)
+        return;
+    redis_subscriber_remove(inst->subscriber, rl->channel, rl->channel_len);
+    close(rl->notify_fd - 1);
+    rl->notify_fd = 0;
+}
+
+/* ---- instance --------------------------------------------------------------------- */
+
+static bool valid_prefix(const char *p)
+{
+    for (; *p; p++)
+        if (*p == '{' || *p == '}' || (unsigned char)*p <= ' ')
+            return false;
+    return true;
+}
+
+static int redis_open(void **instance, const struct dlock_provider_env *env)
+{
+    struct redis_instance *inst = calloc(1, sizeof *inst);
+    if (!inst)
+        return dlock_seterr(DLOCK_ENOMEM, "redis: out of memory");
+    struct redis_server srv;
+    int rc = redis_server_from_settings(&srv, env->settings);
+    const char *prefix = env->prefix;
+    dlock_settings_string(env->settings, "prefix", &prefix);
+    if (rc == DLOCK_OK && (strlen(prefix) >= sizeof inst->prefix || !valid_prefix(prefix)))
+        rc = dlock_seterr(DLOCK_ECONFIG, "%s: redis.prefix must be at most 64 bytes without spaces or braces",
+                          dlock_settings_where(env->settings, "prefix"));
+    int64_t pool_size = 8;
+    dlock_settings_int(env->settings, "pool_size", &pool_size);
+    if (rc != DLOCK_OK) {
+        free(inst);
+        return rc;
+    }
+    snprintf(inst->prefix, sizeof inst->prefix, "%s", prefix);
+    inst->log_handle = env->log_handle;
+    redis_pool_init(&inst->pool, &srv, (int)pool_size);
+    redis_scripts_init(&inst->scripts);
+
+    /* Connect now so a wrong address or password is reported at open, with
+     * the server's own words, not at the first lock. */
+    redisContext *ctx;
+    rc = redis_pool_get(&inst->pool, &ctx);
+    if (rc == DLOCK_OK) {
+        redis_pool_put(&inst->pool, ctx);
+        rc = redis_subscriber_start(&inst->subscriber, &srv, env->log_handle);
+    }
+    if (rc != DLOCK_OK) {
+        redis_scripts_destroy(&inst->scripts);
+        redis_pool_destroy(&inst->pool);
+        free(inst);
+        return rc;
+    }
+    dlock_provider_log(env->log_handle, DLOCK_LOG_DEBUG, "%s: connected, key prefix '%s'", srv.label, inst->prefix);
+    *instance = inst;
+    return DLOCK_OK;
+}
+
+static void redis_close(void *instance)
+{
+    struct redis_instance *inst = instance;
+    redis_subscriber_stop(inst->subscriber);
+    redis_scripts_destroy(&inst->scripts);
+    redis_pool_destroy(&inst->pool);
+    free(inst);
+}
+
+/* ---- operations --------------------------------------------------------------------- */
+
+static bool is_int_array(const redisReply *r, size_t n)
+{
+    if (!r || r->type != REDIS_REPLY_ARRAY || r->elements < n)
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (r->element[i]->type != REDIS_REPLY_INTEGER)
+            return false;
+    return true;
+}
+
+static int unexpected(struct redis_instance *inst, const char *what)
+{
+    return dlock_seterr(DLOCK_EPROTOCOL, "%s: the %s script answered something unexpected", inst->pool.server.label,
+                        what);
+}
+
+/* One run of the acquire script: DLOCK_OK (granted), DLOCK_EBUSY, or a failure. */
+static int try_acquire(struct redis_instance *inst, struct dlock_provider_lock *lk, struct dlock_grant *g)
+{
+    struct redis_lock *rl = lk->priv;
+    char lease[24];
+    int lease_len = snprintf(lease, sizeof lease, "%lld", (long long)lk->lease_ms);
+    const char *args[4] = { rl->key, rl->fence_key, lk->owner, lease };
+    size_t lens[4] = { rl->key_len, rl->fence_key_len, strlen(lk->owner), (size_t)lease_len };
+    int rc;
+    redisReply *r = redis_script_run(&inst->pool, &inst->scripts, SCRIPT_ACQUIRE, 2, 4, args, lens, &rc);
+    if (!r)
+        return rc;
+    if (!is_int_array(r, 2)) {
+        freeReplyObject(r);
+        return unexpected(inst, "acquire");
+    }
+    long long granted = r->element[0]->integer, value = r->element[1]->integer;
+    freeReplyObject(r);
+    if (granted) {
+        g->fence = (uint64_t)value;
+        g->has_fence = 1;
+        return DLOCK_OK;
+    }
+    /* PTTL: -1 no expiry (a foreign lock without lease), -2 gone meanwhile. */
+    g->retry_hint_ms = value == -2 ? 0 : value;
+    return DLOCK_EBUSY;
+}
+
+static int redis_acquire(void *instance, struct dlock_provider_lock *lk, struct dlock_grant *g)
+{
+    struct redis_instance *inst = instance;
+    struct redis_lock *rl = lk->priv;
+    int rc = ensure_keys(inst, lk);
+    if (rc != DLOCK_OK)
+        return rc;
+    rc = try_acquire(inst, lk, g);
+    if (rc == DLOCK_EBUSY && !rl->notify_fd) {
+        /* Subscribe, then look again: a release between the busy answer and
+         * the subscription would otherwise go unheard until the TTL. */
+        if (subscribe(inst, rl) == DLOCK_OK)
+            rc = try_acquire(inst, lk, g);
+        else
+            dlock_provider_log(inst->log_handle, DLOCK_LOG_WARN,
+                               "%s: cannot subscribe (%s); waiting on the holder's TTL instead",
+                               inst->pool.server.label, dlock_errmsg());
+    }
+    if (rc == DLOCK_OK)
+        unsubscribe(inst, rl);
+    return rc;
+}
+
+static int redis_release(void *instance, struct dlock_provider_lock *lk)
+{
+    struct redis_instance *inst = instance;
+    struct redis_lock *rl = lk->priv;
+    int rc = ensure_keys(inst, lk);
+    if (rc != DLOCK_OK)
+        return rc;
+    char lease[24];
+    int lease_len = snprintf(lease, sizeof lease, "%lld", (long long)lk->lease_ms);
+    const char *args[4] = { rl->key, lk->owner, rl->channel, lease };
+    size_t lens[4] = { rl->key_len, strlen(lk->owner), rl->channel_len, (size_t)lease_len };
+    redisReply *r = redis_script_run(&inst->pool, &inst->scripts, SCRIPT_RELEASE, 1, 4, args, lens, &rc);
+    if (!r)
+        return rc;
+    if (r->type != REDIS_REPLY_INTEGER) {
+        freeReplyObject(r);
+        return unexpected(inst, "release");
+    }
+    long long left = r->integer;
+    freeReplyObject(r);
+    return left < 0 ? DLOCK_ENOTOWNER : DLOCK_OK;
+}
+
+static int redis_renew_batch(void *instance, struct dlock_provider_lock *const *locks, size_t n, int *results)
+{
+    struct redis_instance *inst = instance;
+    const char **args = malloc(3 * n * sizeof *args);
+    size_t *lens = malloc(3 * n * sizeof *lens);
+    char (*leases)[24] = malloc(n * sizeof *leases);
+    int rc = DLOCK_OK;
+    if (!args || !lens || !leases)
+        rc = dlock_seterr(DLOCK_ENOMEM, "redis: out of memory for a renewal batch");
+    for (size_t i = 0; rc == DLOCK_OK && i < n; i++) {
+        rc = ensure_keys(inst, locks[i]);
+        if (rc != DLOCK_OK)
+            break;
+        struct redis_lock *rl = locks[i]->priv;
+        args[i] = rl->key;
+        lens[i] = rl->key_len;
+        args[n + 2 * i] = locks[i]->owner;
+        lens[n + 2 * i] = strlen(locks[i]->owner);
+        lens[n + 2 * i + 1] = (size_t)snprintf(leases[i], sizeof leases[i], "%lld", (long long)locks[i]->lease_ms);
+        args[n + 2 * i + 1] = leases[i];
+    }
+    redisReply *r = NULL;
+    if (rc == DLOCK_OK)
+        r = redis_script_run(&inst->pool, &inst->scripts, SCRIPT_RENEW, (int)n, (int)(3 * n), args, lens, &rc);
+    if (r) {
+        if (is_int_array(r, n)) {
+            for (size_t i = 0; i < n; i++)
+                results[i] = r->element[i]->integer == 1 ? DLOCK_OK : DLOCK_ELOST;
+        } else {
+            rc = unexpected(inst, "renew");
+        }
+        freeReplyObject(r);
+    }
+    free(args);
+    free(lens);
+    free(leases);
+    return rc;
+}
+
+static int redis_renew(void *instance, struct dlock_provider_lock *lk)
+{
+    struct dlock_provider_lock *one[1] = { lk };
+    int result;
+    int rc = redis_renew_batch(instance, one, 1, &result);
+    return rc == DLOCK_OK ? result : rc;
+}
+
+static int redis_wait(void *instance, struct dlock_provider_lock *lk, int64_t timeout_ms, int wake_fd)
+{
+    (void)instance;
+    struct redis_lock *rl = lk->priv;
+    /* Not subscribed (the subscriber is down): the timeout is the holder's
+     * TTL, or retry_cap_ms, and the core retries after it. */
+    struct pollfd p[2] = { { .fd = wake_fd, .events = POLLIN }, { .fd = rl->notify_fd - 1, .events = POLLIN } };
+    int n = poll(p, rl->notify_fd ? 2 : 1, timeout_ms > INT_MAX ? INT_MAX : (int)timeout_ms);
+    if (n < 0 && errno != EINTR)
+        return dlock_seterr(DLOCK_EUNAVAILABLE, "redis: poll failed: %s", strerror(errno));
+    if (n > 0 && rl->notify_fd && (p[1].revents & POLLIN)) {
+        uint64_t v;
+        ssize_t ignored = read(rl->notify_fd - 1, &v, sizeof v);
+        (void)ignored;
+    }
+    return n == 0 ? DLOCK_ETIMEDOUT : DLOCK_OK;
+}
+
+static void redis_lock_fini(void *instance, struct dlock_provider_lock *lk)
+{
+    struct redis_instance *inst = instance;
+    struct redis_lock *rl = lk->priv;
+    unsubscribe(inst, rl);
+    free(rl->key);
+    free(rl->fence_key);
+    free(rl->channel);
+    memset(rl, 0, sizeof *rl);
+}
+
+static int redis_status(struct redis_instance *inst, struct dlock_ctl_status *arg)
+{
+    size_t key_len, fence_len;
+    char *key = key_for(inst->prefix, arg->name, arg->name_len, "", &key_len);
+    char *fence = key_for(inst->prefix, arg->name, arg->name_len, ":fence", &fence_len);
+    int rc = DLOCK_OK;
+    if (!key || !fence)
+        rc = dlock_seterr(DLOCK_ENOMEM, "redis: out of memory");
+    const char *hgetall[2] = { "HGETALL", key }, *pttl[2] = { "PTTL", key }, *get[2] = { "GET", fence };
+    size_t l1[2] = { 7, key_len }, l2[2] = { 4, key_len }, l3[2] = { 3, fence_len };
+    int argcs[3] = { 2, 2, 2 };
+    const char **argvs[3] = { hgetall, pttl, get };
+    const size_t *lenses[3] = { l1, l2, l3 };
+    redisReply *r[3];
+    if (rc == DLOCK_OK)
+        rc = redis_pool_pipeline(&inst->pool, 3, argcs, argvs, lenses, r);
+    if (rc == DLOCK_OK) {
+        dlock_status_info *out = arg->out;
+        out->held = r[0]->type == REDIS_REPLY_ARRAY && r[0]->elements >= 2;
+        if (out->held && r[0]->element[0]->type == REDIS_REPLY_STRING)
+            snprintf(out->holder, sizeof out->holder, "%s", r[0]->element[0]->str);
+        if (out->held && r[1]->type == REDIS_REPLY_INTEGER)
+            out->ttl_ms = r[1]->integer;
+        if (r[2]->type == REDIS_REPLY_STRING)
+            out->fence = strtoull(r[2]->str, NULL, 10);
+        for (int i = 0; i < 3; i++)
+            freeReplyObject(r[i]);
+    }
+    free(key);
+    free(fence);
+    return rc;
+}
+
+static int redis_ctl(void *instance, int op, void *arg)
+{
+    if (op == DLOCK_CTL_STATUS)
+        return redis_status(instance, arg);
+    return DLOCK_ENOTSUP;
+}
+
+static const struct dlock_provider redis_provider = {
+    .version = DLOCK_PROVIDER_VERSION_1,
+    .name = "redis",
+    .capabilities = DLOCK_CAP_RENEW | DLOCK_CAP_FENCE | DLOCK_CAP_NATIVE_WAIT | DLOCK_CAP_SERVER_EXPIRY |
+                    DLOCK_CAP_MULTI_HOST,
+    .lock_priv_size = sizeof(struct redis_lock),
+    .settings = redis_settings,
+    .open = redis_open,
+    .close = redis_close,
+    .acquire = redis_acquire,
+    .release = redis_release,
+    .renew = redis_renew,
+    .renew_batch = redis_renew_batch,
+    .wait = redis_wait,
+    .lock_fini = redis_lock_fini,
+    .ctl = redis_ctl,
+};
+
+const struct dlock_provider *dlock_module_provider(unsigned core_version);
+
+const struct dlock_provider *dlock_module_provider(unsigned core_version)
+{
+    return core_version >= DLOCK_PROVIDER_VERSION_1 ? &redis_provider : NULL;
+}

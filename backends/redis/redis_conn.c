@@ -1,0 +1,271 @@
+/* backends/redis/redis_conn.c - see redis_conn.h */
+#include "config.h"
+
+#include "redis_conn.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define BACKOFF_FIRST_MS 50
+#define BACKOFF_MAX_MS 2000
+
+int64_t redis_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static struct timeval to_timeval(int64_t ms)
+{
+    struct timeval tv = { (time_t)(ms / 1000), (suseconds_t)((ms % 1000) * 1000) };
+    return tv;
+}
+
+static int copy_setting(const dlock_settings *s, const char *name, char *out, size_t len)
+{
+    const char *v;
+    if (!dlock_settings_string(s, name, &v))
+        return DLOCK_OK;
+    if (strlen(v) >= len)
+        return dlock_seterr(DLOCK_ECONFIG, "%s: redis.%s is longer than %zu bytes",
+                            dlock_settings_where(s, name), name, len - 1);
+    snprintf(out, len, "%s", v);
+    return DLOCK_OK;
+}
+
+int redis_server_from_settings(struct redis_server *srv, const dlock_settings *s)
+{
+    memset(srv, 0, sizeof *srv);
+    snprintf(srv->host, sizeof srv->host, "127.0.0.1");
+    srv->port = 6379;
+    srv->connect_timeout_ms = 2000;
+    srv->command_timeout_ms = 2000;
+    int64_t v;
+    int rc;
+    if ((rc = copy_setting(s, "host", srv->host, sizeof srv->host)) != DLOCK_OK ||
+        (rc = copy_setting(s, "socket", srv->socket, sizeof srv->socket)) != DLOCK_OK ||
+        (rc = copy_setting(s, "user", srv->user, sizeof srv->user)) != DLOCK_OK ||
+        (rc = copy_setting(s, "password", srv->password, sizeof srv->password)) != DLOCK_OK)
+        return rc;
+    if (dlock_settings_int(s, "port", &v))
+        srv->port = (int)v;
+    if (dlock_settings_int(s, "db", &v))
+        srv->db = (int)v;
+    dlock_settings_int(s, "connect_timeout_ms", &srv->connect_timeout_ms);
+    dlock_settings_int(s, "command_timeout_ms", &srv->command_timeout_ms);
+    if (srv->user[0] && !srv->password[0])
+        return dlock_seterr(DLOCK_ECONFIG, "%s: redis.user needs redis.password",
+                            dlock_settings_where(s, "user"));
+    if (srv->socket[0])
+        snprintf(srv->label, sizeof srv->label, "redis unix:%s", srv->socket);
+    else
+        snprintf(srv->label, sizeof srv->label, "redis %s:%d", srv->host, srv->port);
+    return DLOCK_OK;
+}
+
+/* Runs a command during connection set-up; DLOCK_OK or an error with text. */
+static int setup_command(redisContext *ctx, const struct redis_server *srv, const char *what, int argc,
+                         const char **argv)
+{
+    redisReply *r = redisCommandArgv(ctx, argc, argv, NULL);
+    if (!r)
+        return dlock_seterr(DLOCK_EUNAVAILABLE, "%s: %s failed: %s", srv->label, what, ctx->errstr);
+    int rc = DLOCK_OK;
+    if (r->type == REDIS_REPLY_ERROR) {
+        bool auth = strcmp(what, "AUTH") == 0;
+        rc = dlock_seterr(auth ? DLOCK_ECONFIG : DLOCK_EUNAVAILABLE, "%s: %s refused: %s%s", srv->label, what,
+                          r->str, auth ? " (check redis.user and redis.password)" : "");
+    }
+    freeReplyObject(r);
+    return rc;
+}
+
+redisContext *redis_connect(const struct redis_server *srv, int *rc)
+{
+    struct timeval ct = to_timeval(srv->connect_timeout_ms);
+    redisContext *ctx = srv->socket[0] ? redisConnectUnixWithTimeout(srv->socket, ct)
+                                       : redisConnectWithTimeout(srv->host, srv->port, ct);
+    if (!ctx) {
+        *rc = dlock_seterr(DLOCK_ENOMEM, "%s: out of memory for a connection", srv->label);
+        return NULL;
+    }
+    if (ctx->err) {
+        *rc = dlock_seterr(DLOCK_EUNAVAILABLE, "%s: cannot connect: %s", srv->label, ctx->errstr);
+        redisFree(ctx);
+        return NULL;
+    }
+    /* hiredis does not set close-on-exec: a `dlock run` child must not
+     * inherit the connection. */
+    fcntl(ctx->fd, F_SETFD, fcntl(ctx->fd, F_GETFD) | FD_CLOEXEC);
+    redisSetTimeout(ctx, to_timeval(srv->command_timeout_ms));
+    redisEnableKeepAlive(ctx);
+    *rc = DLOCK_OK;
+    if (srv->password[0]) {
+        const char *auth_user[] = { "AUTH", srv->user, srv->password };
+        const char *auth_pass[] = { "AUTH", srv->password };
+        *rc = srv->user[0] ? setup_command(ctx, srv, "AUTH", 3, auth_user)
+                           : setup_command(ctx, srv, "AUTH", 2, auth_pass);
+    }
+    if (*rc == DLOCK_OK && srv->db != 0) {
+        char db[16];
+        snprintf(db, sizeof db, "%d", srv->db);
+        const char *select[] = { "SELECT", db };
+        *rc = setup_command(ctx, srv, "SELECT", 2, select);
+    }
+    if (*rc != DLOCK_OK) {
+        redisFree(ctx);
+        return NULL;
+    }
+    return ctx;
+}
+
+int redis_pool_init(struct redis_pool *pool, const struct redis_server *srv, int max)
+{
+    memset(pool, 0, sizeof *pool);
+    pool->server = *srv;
+    pool->max = max < 1 ? 1 : max > REDIS_POOL_MAX ? REDIS_POOL_MAX : max;
+    pthread_mutex_init(&pool->mu, NULL);
+    pthread_cond_init(&pool->cv, NULL);
+    return DLOCK_OK;
+}
+
+void redis_pool_destroy(struct redis_pool *pool)
+{
+    for (int i = 0; i < pool->nidle; i++)
+        redisFree(pool->idle[i]);
+    pool->nidle = pool->total = 0;
+    pthread_cond_destroy(&pool->cv);
+    pthread_mutex_destroy(&pool->mu);
+}
+
+int redis_pool_get(struct redis_pool *pool, redisContext **out)
+{
+    pthread_mutex_lock(&pool->mu);
+    for (;;) {
+        if (pool->nidle > 0) {
+            *out = pool->idle[--pool->nidle];
+            pthread_mutex_unlock(&pool->mu);
+            return DLOCK_OK;
+        }
+        if (pool->total < pool->max)
+            break;
+        pthread_cond_wait(&pool->cv, &pool->mu);
+    }
+    int64_t now = redis_now_ms();
+    if (now < pool->retry_at_ms) {
+        /* Backing off after failed connects: fail fast with the last reason. */
+        int64_t left = pool->retry_at_ms - now;
+        int rc = dlock_seterr(DLOCK_EUNAVAILABLE, "%s (reconnecting; next attempt in %lld ms)", pool->last_error,
+                              (long long)left);
+        pthread_mutex_unlock(&pool->mu);
+        return rc;
+    }
+    pool->total++;
+    pthread_mutex_unlock(&pool->mu);
+
+    int rc;
+    redisContext *ctx = redis_connect(&pool->server, &rc);
+    pthread_mutex_lock(&pool->mu);
+    if (!ctx) {
+        pool->total--;
+        pool->backoff_ms = pool->backoff_ms ? pool->backoff_ms * 2 : BACKOFF_FIRST_MS;
+        if (pool->backoff_ms > BACKOFF_MAX_MS)
+            pool->backoff_ms = BACKOFF_MAX_MS;
+        pool->retry_at_ms = redis_now_ms() + pool->backoff_ms;
+        snprintf(pool->last_error, sizeof pool->last_error, "%s", dlock_errmsg());
+        pthread_cond_signal(&pool->cv);
+    } else {
+        pool->backoff_ms = 0;
+        pool->retry_at_ms = 0;
+    }
+    pthread_mutex_unlock(&pool->mu);
+    *out = ctx;
+    return ctx ? DLOCK_OK : rc;
+}
+
+void redis_pool_put(struct redis_pool *pool, redisContext *ctx)
+{
+    pthread_mutex_lock(&pool->mu);
+    if (ctx->err || pool->nidle == REDIS_POOL_MAX) {
+        redisFree(ctx);
+        pool->total--;
+    } else {
+        pool->idle[pool->nidle++] = ctx;
+    }
+    pthread_cond_signal(&pool->cv);
+    pthread_mutex_unlock(&pool->mu);
+}
+
+/* Closes every idle connection: after one failed, the others (same server,
+ * same moment) are most likely dead too. */
+static void drop_idle(struct redis_pool *pool)
+{
+    pthread_mutex_lock(&pool->mu);
+    for (int i = 0; i < pool->nidle; i++) {
+        redisFree(pool->idle[i]);
+        pool->total--;
+    }
+    pool->nidle = 0;
+    pthread_cond_broadcast(&pool->cv);
+    pthread_mutex_unlock(&pool->mu);
+}
+
+redisReply *redis_pool_command(struct redis_pool *pool, int argc, const char **argv, const size_t *lens,
+                               int *rc)
+{
+    for (int attempt = 0; attempt < 2; attempt++) {
+        redisContext *ctx;
+        *rc = redis_pool_get(pool, &ctx);
+        if (*rc != DLOCK_OK)
+            return NULL;
+        redisReply *r = redisCommandArgv(ctx, argc, argv, lens);
+        int saved_errno = errno;
+        if (r) {
+            redis_pool_put(pool, ctx);
+            *rc = DLOCK_OK;
+            return r;
+        }
+        *rc = dlock_seterr(DLOCK_EUNAVAILABLE, "%s: %s failed: %s", pool->server.label, argv[0], ctx->errstr);
+        bool timed_out = ctx->err == REDIS_ERR_IO && (saved_errno == EAGAIN || saved_errno == EWOULDBLOCK);
+        redis_pool_put(pool, ctx);
+        drop_idle(pool);
+        /* A timeout may mean the command ran: do not send it twice. */
+        if (timed_out)
+            return NULL;
+    }
+    return NULL;
+}
+
+int redis_pool_pipeline(struct redis_pool *pool, size_t n, int *argcs, const char ***argvs,
+                        const size_t **lenses, redisReply **replies)
+{
+    redisContext *ctx;
+    int rc = redis_pool_get(pool, &ctx);
+    if (rc != DLOCK_OK)
+        return rc;
+    for (size_t i = 0; i < n; i++)
+        redisAppendCommandArgv(ctx, argcs[i], argvs[i], lenses[i]);
+    size_t got = 0;
+    for (; got < n; got++) {
+        void *r;
+        if (redisGetReply(ctx, &r) != REDIS_OK)
+            break;
+        replies[got] = r;
+    }
+    if (got < n) {
+        rc = dlock_seterr(DLOCK_EUNAVAILABLE, "%s: pipeline of %zu commands failed after %zu replies: %s",
+                          pool->server.label, n, got, ctx->errstr);
+        for (size_t i = 0; i < got; i++)
+            freeReplyObject(replies[i]);
+    }
+    redis_pool_put(pool, ctx);
+    if (rc != DLOCK_OK)
+        drop_idle(pool);
+    return rc;
+}

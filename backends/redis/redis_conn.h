@@ -1,0 +1,75 @@
+/* backends/redis/redis_conn.h - connections to one Redis server: settings,
+ * connect (TCP or unix socket, timeouts, AUTH, SELECT), a small thread-safe
+ * pool with reconnection backoff, and commands with error text that names
+ * the server. Shared by the redis backend and (later) redlock. */
+#ifndef DLOCK_REDIS_CONN_H
+#define DLOCK_REDIS_CONN_H
+
+#include <dlock/provider.h>
+#include <hiredis/hiredis.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdbool.h>
+
+#define REDIS_POOL_MAX 64
+
+struct redis_server {
+    char host[256];
+    int port;
+    char socket[PATH_MAX];      /* used instead of host:port when set */
+    char user[128];             /* ACL user (Redis 6+), "" for none */
+    char password[256];         /* "" for no AUTH */
+    int db;
+    int64_t connect_timeout_ms;
+    int64_t command_timeout_ms;
+    char label[300];            /* "redis 127.0.0.1:6379" or "redis unix:/path", for messages */
+};
+
+/* Reads host, port, socket, user, password, db, connect_timeout_ms and
+ * command_timeout_ms from a group (defaults: 127.0.0.1:6379, db 0, 2000 ms). */
+int redis_server_from_settings(struct redis_server *srv, const dlock_settings *s);
+
+/* Opens one connection: connect, timeouts, AUTH, SELECT. NULL on failure
+ * with the detail set (dlock_seterr) and *rc the code. */
+redisContext *redis_connect(const struct redis_server *srv, int *rc);
+
+struct redis_pool {
+    struct redis_server server;
+    int max;                    /* connections at most */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    redisContext *idle[REDIS_POOL_MAX];
+    int nidle;
+    int total;                  /* idle + in use */
+    int64_t retry_at_ms;        /* no new connection before this (backoff) */
+    int64_t backoff_ms;
+    char last_error[512];
+};
+
+int redis_pool_init(struct redis_pool *pool, const struct redis_server *srv, int max);
+void redis_pool_destroy(struct redis_pool *pool);
+
+/* Takes a connection (idle, new, or waits for one). DLOCK_OK or an error
+ * (DLOCK_EUNAVAILABLE while the server cannot be reached; the detail says
+ * which server, why, and when the next attempt is due). */
+int redis_pool_get(struct redis_pool *pool, redisContext **out);
+/* Gives a connection back; broken ones (ctx->err set) are closed. */
+void redis_pool_put(struct redis_pool *pool, redisContext *ctx);
+
+/* Sends one command (argv, lengths) and returns its reply, owned by the
+ * caller (freeReplyObject). On an I/O error it retries once on a fresh
+ * connection, so an idle connection that died (server restart) is not an
+ * error. An error reply is returned as a reply, not as a failure. NULL with
+ * *rc set when no reply could be had. */
+redisReply *redis_pool_command(struct redis_pool *pool, int argc, const char **argv, const size_t *lens,
+                               int *rc);
+
+/* Sends n commands in one pipeline on one connection and reads n replies
+ * into replies[] (caller frees each). DLOCK_OK or a failure (replies freed). */
+int redis_pool_pipeline(struct redis_pool *pool, size_t n, int *argcs, const char ***argvs,
+                        const size_t **lenses, redisReply **replies);
+
+/* Milliseconds on CLOCK_MONOTONIC (the module cannot see the core's helper). */
+int64_t redis_now_ms(void);
+
+#endif

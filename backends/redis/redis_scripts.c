@@ -1,0 +1,158 @@
+/* backends/redis/redis_scripts.c - see redis_scripts.h
+ *
+ * The layout is Redisson's: the lock is a hash whose field "<client
+ * id>:<thread>" holds the reentry count, with a TTL; the fence is a plain
+ * counter that never expires; releases are published on a channel. */
+#include "config.h"
+
+#include "redis_scripts.h"
+
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const script_text[SCRIPT_COUNT] = {
+    /* acquire: free -> take it and raise the fence; ours -> count up (another
+     * Redisson-style client of the same owner); else -> the holder's TTL. */
+    "if redis.call('exists', KEYS[1]) == 0 then\n"
+    "  redis.call('hset', KEYS[1], ARGV[1], 1)\n"
+    "  redis.call('pexpire', KEYS[1], ARGV[2])\n"
+    "  return {1, redis.call('incr', KEYS[2])}\n"
+    "end\n"
+    "if redis.call('hexists', KEYS[1], ARGV[1]) == 1 then\n"
+    "  redis.call('hincrby', KEYS[1], ARGV[1], 1)\n"
+    "  redis.call('pexpire', KEYS[1], ARGV[2])\n"
+    "  return {1, tonumber(redis.call('get', KEYS[2]) or '0')}\n"
+    "end\n"
+    "return {0, redis.call('pttl', KEYS[1])}\n",
+
+    /* release: only the owner's field; delete at zero, then tell waiters. */
+    "if redis.call('hexists', KEYS[1], ARGV[1]) == 0 then\n"
+    "  return -1\n"
+    "end\n"
+    "local left = redis.call('hincrby', KEYS[1], ARGV[1], -1)\n"
+    "if left > 0 then\n"
+    "  redis.call('pexpire', KEYS[1], ARGV[3])\n"
+    "  return left\n"
+    "end\n"
+    "redis.call('del', KEYS[1])\n"
+    "redis.call('publish', ARGV[2], 'released')\n"
+    "return 0\n",
+
+    /* renew, for one lock or a batch: extend only holds whose field is ours. */
+    "local out = {}\n"
+    "for i = 1, #KEYS do\n"
+    "  if redis.call('hexists', KEYS[i], ARGV[2 * i - 1]) == 1 then\n"
+    "    redis.call('pexpire', KEYS[i], ARGV[2 * i])\n"
+    "    out[i] = 1\n"
+    "  else\n"
+    "    out[i] = 0\n"
+    "  end\n"
+    "end\n"
+    "return out\n",
+};
+
+void redis_scripts_init(struct redis_scripts *s)
+{
+    memset(s, 0, sizeof *s);
+    pthread_mutex_init(&s->mu, NULL);
+}
+
+void redis_scripts_destroy(struct redis_scripts *s)
+{
+    pthread_mutex_destroy(&s->mu);
+}
+
+static int load(struct redis_pool *pool, struct redis_scripts *s, enum redis_script which, char sha[41])
+{
+    const char *argv[3] = { "SCRIPT", "LOAD", script_text[which] };
+    int rc;
+    redisReply *r = redis_pool_command(pool, 3, argv, NULL, &rc);
+    if (!r)
+        return rc;
+    if (r->type != REDIS_REPLY_STRING || r->len != 40) {
+        rc = dlock_seterr(DLOCK_EPROTOCOL, "%s: SCRIPT LOAD answered %s", pool->server.label,
+                          r->type == REDIS_REPLY_ERROR ? r->str : "something other than a SHA1");
+        freeReplyObject(r);
+        return rc;
+    }
+    pthread_mutex_lock(&s->mu);
+    memcpy(s->sha[which], r->str, 40);
+    s->sha[which][40] = 0;
+    memcpy(sha, s->sha[which], 41);
+    pthread_mutex_unlock(&s->mu);
+    freeReplyObject(r);
+    return DLOCK_OK;
+}
+
+redisReply *redis_script_run(struct redis_pool *pool, struct redis_scripts *s, enum redis_script which,
+                             int nkeys, int nargs, const char **args, const size_t *lens, int *rc)
+{
+    char sha[41];
+    pthread_mutex_lock(&s->mu);
+    memcpy(sha, s->sha[which], sizeof sha);
+    pthread_mutex_unlock(&s->mu);
+    if (!sha[0] && (*rc = load(pool, s, which, sha)) != DLOCK_OK)
+        return NULL;
+
+    /* EVALSHA sha numkeys args...: build argv on the stack for small calls. */
+    const char *small_argv[16];
+    size_t small_lens[16];
+    const char **argv = small_argv;
+    size_t *alens = small_lens;
+    if (nargs + 3 > 16) {
+        argv = malloc((size_t)(nargs + 3) * sizeof *argv);
+        alens = malloc((size_t)(nargs + 3) * sizeof *alens);
+        if (!argv || !alens) {
+            free(argv);
+            free(alens);
+            *rc = dlock_seterr(DLOCK_ENOMEM, "redis: out of memory for a script call");
+            return NULL;
+        }
+    }
+    char numkeys[16];
+    snprintf(numkeys, sizeof numkeys, "%d", nkeys);
+    argv[0] = "EVALSHA";
+    alens[0] = 7;
+    argv[1] = sha;
+    alens[1] = 40;
+    argv[2] = numkeys;
+    alens[2] = strlen(numkeys);
+    for (int i = 0; i < nargs; i++) {
+        argv[3 + i] = args[i];
+        alens[3 + i] = lens[i];
+    }
+    redisReply *r = NULL;
+    for (int attempt = 0; attempt < 2; attempt++) {
+        r = redis_pool_command(pool, nargs + 3, argv, alens, rc);
+        if (!r)
+            break;
+        if (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOSCRIPT", 8) == 0 && attempt == 0) {
+            /* The server lost its script cache: load again and retry once. */
+            freeReplyObject(r);
+            r = NULL;
+            if ((*rc = load(pool, s, which, sha)) != DLOCK_OK)
+                break;
+            continue;
+        }
+        if (r->type == REDIS_REPLY_ERROR) {
+            /* A server that is loading, a replica after a failover, one
+             * stuck in a script, or one that lost our AUTH: all "try again
+             * later", not a protocol problem of ours. */
+            bool transient = strncmp(r->str, "LOADING", 7) == 0 || strncmp(r->str, "READONLY", 8) == 0 ||
+                             strncmp(r->str, "MASTERDOWN", 10) == 0 || strncmp(r->str, "BUSY", 4) == 0 ||
+                             strncmp(r->str, "NOAUTH", 6) == 0 || strncmp(r->str, "TRYAGAIN", 8) == 0;
+            *rc = dlock_seterr(transient ? DLOCK_EUNAVAILABLE : DLOCK_EPROTOCOL, "%s: lock script failed: %s",
+                               pool->server.label, r->str);
+            freeReplyObject(r);
+            r = NULL;
+        }
+        break;
+    }
+    if (argv != small_argv) {
+        free(argv);
+        free(alens);
+    }
+    return r;
+}

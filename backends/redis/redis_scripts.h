@@ -1,0 +1,32 @@
+/* backends/redis/redis_scripts.h - the lock's Lua scripts and running them
+ * with EVALSHA. Scripts are loaded once per server (SCRIPT LOAD) and loaded
+ * again when the server answers NOSCRIPT (after SCRIPT FLUSH or a restart).
+ * Names, owners and numbers travel only in KEYS and ARGV, never in the
+ * script text. */
+#ifndef DLOCK_REDIS_SCRIPTS_H
+#define DLOCK_REDIS_SCRIPTS_H
+
+#include "redis_conn.h"
+
+enum redis_script {
+    SCRIPT_ACQUIRE,     /* KEYS: lock, fence; ARGV: owner, lease -> {1, fence} | {0, pttl} */
+    SCRIPT_RELEASE,     /* KEYS: lock; ARGV: owner, channel, lease -> count left, -1 not owner */
+    SCRIPT_RENEW,       /* KEYS: lock...; ARGV: (owner, lease)... -> {1|0, ...} */
+    SCRIPT_COUNT
+};
+
+struct redis_scripts {
+    pthread_mutex_t mu;
+    char sha[SCRIPT_COUNT][41];     /* "" until loaded */
+};
+
+void redis_scripts_init(struct redis_scripts *s);
+void redis_scripts_destroy(struct redis_scripts *s);
+
+/* EVALSHA script with nkeys keys then the remaining args. Returns the reply
+ * (caller frees) or NULL with *rc; an error reply other than NOSCRIPT is
+ * turned into DLOCK_EPROTOCOL with the server's text. */
+redisReply *redis_script_run(struct redis_pool *pool, struct redis_scripts *s, enum redis_script which,
+                             int nkeys, int nargs, const char **args, const size_t *lens, int *rc);
+
+#endif

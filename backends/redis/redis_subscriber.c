@@ -1,0 +1,351 @@
+/* backends/redis/redis_subscriber.c - see redis_subscriber.h
+ *
+ * The thread owns the connection: hiredis contexts are not thread-safe, so
+ * other threads only edit the subscription table and poke the thread through
+ * an eventfd; it writes SUBSCRIBE/UNSUBSCRIBE and reads every reply. */
+#include "config.h"
+
+#include "redis_subscriber.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
+
+enum sub_state {
+    SUB_WANTED,      /* to be sent */
+    SUB_SENT,        /* SUBSCRIBE written, confirmation pending */
+    SUB_ACTIVE,      /* confirmed: messages are delivered */
+    SUB_DROPPED      /* removed by its lock; UNSUBSCRIBE to be sent */
+};
+
+struct subscription {
+    struct subscription *next;
+    char *channel;
+    size_t len;
+    int notify_fd;   /* -1 once dropped */
+    enum sub_state state;
+    enum sub_state before_drop;  /* where the server stood when it was dropped */
+    uint64_t conn_gen;   /* connection it was confirmed on */
+};
+
+struct redis_subscriber {
+    struct redis_server server;
+    void *log_handle;
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;          /* a confirmation arrived, or the connection changed */
+    int poke_fd;                /* eventfd: the table changed, or stop */
+    bool stopping;
+    struct subscription *subs;
+    uint64_t conn_gen;          /* bumped on every (re)connection */
+    bool connected;
+    uint64_t connect_failures;  /* bumped on every failed connect */
+    char last_error[512];
+};
+
+static void poke(struct redis_subscriber *sub);
+
+static struct subscription *find_in(struct redis_subscriber *sub, const char *channel, size_t len, bool dropped)
+{
+    for (struct subscription *s = sub->subs; s; s = s->next)
+        if (s->len == len && memcmp(s->channel, channel, len) == 0 && (s->state == SUB_DROPPED) == dropped)
+            return s;
+    return NULL;
+}
+
+static struct subscription *find(struct redis_subscriber *sub, const char *channel, size_t len)
+{
+    return find_in(sub, channel, len, false);
+}
+
+static void drop(struct redis_subscriber *sub, struct subscription *s)
+{
+    s->before_drop = s->state;
+    s->state = SUB_DROPPED;
+    s->notify_fd = -1;
+    poke(sub);
+}
+
+static void poke(struct redis_subscriber *sub)
+{
+    uint64_t one = 1;
+    ssize_t ignored = write(sub->poke_fd, &one, sizeof one);
+    (void)ignored;
+}
+
+static void unlink_sub(struct redis_subscriber *sub, struct subscription *s)
+{
+    struct subscription **p = &sub->subs;
+    while (*p && *p != s)
+        p = &(*p)->next;
+    if (*p)
+        *p = s->next;
+    free(s->channel);
+    free(s);
+}
+
+/* ---- the thread ---------------------------------------------------------- */
+
+/* Queues the commands the table asks for (mu held). */
+static void append_changes(struct redis_subscriber *sub, redisContext *ctx)
+{
+    struct subscription *s = sub->subs, *next;
+    for (; s; s = next) {
+        next = s->next;
+        const char *argv[2] = { NULL, s->channel };
+        size_t lens[2] = { 0, s->len };
+        if (s->state == SUB_WANTED) {
+            argv[0] = "SUBSCRIBE";
+            lens[0] = 9;
+            redisAppendCommandArgv(ctx, 2, argv, lens);
+            s->state = SUB_SENT;
+        } else if (s->state == SUB_DROPPED) {
+            argv[0] = "UNSUBSCRIBE";
+            lens[0] = 11;
+            redisAppendCommandArgv(ctx, 2, argv, lens);
+            unlink_sub(sub, s);
+        }
+    }
+}
+
+/* Handles one push from the server (mu held). */
+static void handle_reply(struct redis_subscriber *sub, redisReply *r)
+{
+    if (r->type != REDIS_REPLY_ARRAY || r->elements < 3 || r->element[0]->type != REDIS_REPLY_STRING ||
+        r->element[1]->type != REDIS_REPLY_STRING)
+        return;
+    const char *kind = r->element[0]->str;
+    struct subscription *s = find(sub, r->element[1]->str, r->element[1]->len);
+    if (!s)
+        return;
+    if (strcmp(kind, "message") == 0) {
+        uint64_t one = 1;
+        ssize_t ignored = write(s->notify_fd, &one, sizeof one);
+        (void)ignored;
+    } else if (strcmp(kind, "subscribe") == 0 && s->state == SUB_SENT) {
+        s->state = SUB_ACTIVE;
+        s->conn_gen = sub->conn_gen;
+        pthread_cond_broadcast(&sub->cv);
+    }
+}
+
+/* Connection lost (mu held): every live subscription must be sent again. */
+static void mark_disconnected(struct redis_subscriber *sub)
+{
+    sub->connected = false;
+    struct subscription *s = sub->subs, *next;
+    for (; s; s = next) {
+        next = s->next;
+        if (s->state == SUB_DROPPED)
+            unlink_sub(sub, s);
+        else
+            s->state = SUB_WANTED;
+    }
+    pthread_cond_broadcast(&sub->cv);
+}
+
+static void *subscriber_main(void *arg)
+{
+    struct redis_subscriber *sub = arg;
+    redisContext *ctx = NULL;
+    int64_t backoff_ms = 0, retry_at = 0;
+
+    pthread_mutex_lock(&sub->mu);
+    while (!sub->stopping) {
+        if (!ctx) {
+            /* Without a connection, dropped subscriptions need no UNSUBSCRIBE. */
+            struct subscription *s = sub->subs, *next;
+            for (; s; s = next) {
+                next = s->next;
+                if (s->state == SUB_DROPPED)
+                    unlink_sub(sub, s);
+            }
+        }
+        if (!ctx && sub->subs && redis_now_ms() >= retry_at) {
+            pthread_mutex_unlock(&sub->mu);
+            int rc;
+            ctx = redis_connect(&sub->server, &rc);
+            pthread_mutex_lock(&sub->mu);
+            if (ctx) {
+                backoff_ms = 0;
+                sub->conn_gen++;
+                sub->connected = true;
+            } else {
+                backoff_ms = backoff_ms ? (backoff_ms * 2 > 2000 ? 2000 : backoff_ms * 2) : 50;
+                retry_at = redis_now_ms() + backoff_ms;
+                snprintf(sub->last_error, sizeof sub->last_error, "%s", dlock_errmsg());
+                sub->connect_failures++;
+                pthread_cond_broadcast(&sub->cv);
+                dlock_provider_log(sub->log_handle, DLOCK_LOG_WARN, "redis subscriber: %s; retrying in %lld ms",
+                                   sub->last_error, (long long)backoff_ms);
+            }
+        }
+        if (ctx) {
+            append_changes(sub, ctx);
+            int done = 0;
+            while (!done && !ctx->err)
+                if (redisBufferWrite(ctx, &done) != REDIS_OK)
+                    break;
+        }
+        int fd = ctx && !ctx->err ? ctx->fd : -1;
+        pthread_mutex_unlock(&sub->mu);
+
+        struct pollfd p[2] = { { .fd = sub->poke_fd, .events = POLLIN }, { .fd = fd, .events = POLLIN } };
+        int timeout = ctx ? 1000 : (int)(retry_at > redis_now_ms() ? retry_at - redis_now_ms() : 1000);
+        poll(p, fd >= 0 ? 2 : 1, timeout);
+        if (p[0].revents & POLLIN) {
+            uint64_t v;
+            ssize_t ignored = read(sub->poke_fd, &v, sizeof v);
+            (void)ignored;
+        }
+
+        pthread_mutex_lock(&sub->mu);
+        if (ctx && fd >= 0 && (p[1].revents & (POLLIN | POLLHUP | POLLERR))) {
+            if (redisBufferRead(ctx) == REDIS_OK) {
+                void *reply;
+                while (redisGetReplyFromReader(ctx, &reply) == REDIS_OK && reply) {
+                    handle_reply(sub, reply);
+                    freeReplyObject(reply);
+                }
+            }
+        }
+        if (ctx && ctx->err) {
+            snprintf(sub->last_error, sizeof sub->last_error, "%s: subscriber connection lost: %s",
+                     sub->server.label, ctx->errstr);
+            dlock_provider_log(sub->log_handle, DLOCK_LOG_WARN, "%s", sub->last_error);
+            redisFree(ctx);
+            ctx = NULL;
+            mark_disconnected(sub);
+            retry_at = redis_now_ms() + (backoff_ms = 50);
+        }
+        if (ctx && !sub->subs) {
+            /* Nobody waits: no need to keep a connection open. */
+            redisFree(ctx);
+            ctx = NULL;
+            sub->connected = false;
+        }
+    }
+    pthread_mutex_unlock(&sub->mu);
+    if (ctx)
+        redisFree(ctx);
+    return NULL;
+}
+
+/* ---- the API --------------------------------------------------------------- */
+
+int redis_subscriber_start(struct redis_subscriber **out, const struct redis_server *srv, void *log_handle)
+{
+    struct redis_subscriber *sub = calloc(1, sizeof *sub);
+    if (!sub)
+        return dlock_seterr(DLOCK_ENOMEM, "redis: out of memory for the subscriber");
+    sub->server = *srv;
+    sub->log_handle = log_handle;
+    pthread_mutex_init(&sub->mu, NULL);
+    pthread_cond_init(&sub->cv, NULL);
+    sub->poke_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (sub->poke_fd < 0) {
+        free(sub);
+        return dlock_seterr(DLOCK_EUNAVAILABLE, "redis: cannot create an eventfd: %s", strerror(errno));
+    }
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int rc = pthread_create(&sub->thread, NULL, subscriber_main, sub);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc != 0) {
+        close(sub->poke_fd);
+        free(sub);
+        return dlock_seterr(DLOCK_EUNAVAILABLE, "redis: cannot start the subscriber thread: %s", strerror(rc));
+    }
+    *out = sub;
+    return DLOCK_OK;
+}
+
+void redis_subscriber_stop(struct redis_subscriber *sub)
+{
+    if (!sub)
+        return;
+    pthread_mutex_lock(&sub->mu);
+    sub->stopping = true;
+    pthread_mutex_unlock(&sub->mu);
+    poke(sub);
+    pthread_join(sub->thread, NULL);
+    while (sub->subs)
+        unlink_sub(sub, sub->subs);
+    close(sub->poke_fd);
+    pthread_cond_destroy(&sub->cv);
+    pthread_mutex_destroy(&sub->mu);
+    free(sub);
+}
+
+int redis_subscriber_add(struct redis_subscriber *sub, const char *channel, size_t len, int notify_fd,
+                         int64_t timeout_ms)
+{
+    pthread_mutex_lock(&sub->mu);
+    /* A subscription of this channel dropped but not yet unsubscribed is
+     * taken back as it stood on the server: a new entry would have its
+     * SUBSCRIBE undone by the old one's UNSUBSCRIBE. */
+    struct subscription *s = find_in(sub, channel, len, true);
+    if (s) {
+        s->state = s->before_drop == SUB_ACTIVE && s->conn_gen == sub->conn_gen && sub->connected ? SUB_ACTIVE
+                 : s->before_drop == SUB_SENT ? SUB_SENT : SUB_WANTED;
+    } else {
+        s = calloc(1, sizeof *s);
+        char *copy = malloc(len + 1);
+        if (!s || !copy) {
+            pthread_mutex_unlock(&sub->mu);
+            free(s);
+            free(copy);
+            return dlock_seterr(DLOCK_ENOMEM, "redis: out of memory for a subscription");
+        }
+        memcpy(copy, channel, len);
+        copy[len] = 0;
+        s->channel = copy;
+        s->len = len;
+        s->state = SUB_WANTED;
+        s->next = sub->subs;
+        sub->subs = s;
+    }
+    s->notify_fd = notify_fd;
+    poke(sub);
+    int64_t deadline = redis_now_ms() + timeout_ms;
+    uint64_t failures_before = sub->connect_failures;
+    /* Until confirmed, or the thread failed to connect, or out of time. */
+    while (s->state != SUB_ACTIVE && sub->connect_failures == failures_before) {
+        int64_t now = redis_now_ms();
+        if (now >= deadline)
+            break;
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        int64_t step = deadline - now < 20 ? deadline - now : 20;
+        ts.tv_nsec += (long)step * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&sub->cv, &sub->mu, &ts);
+    }
+    int rc = DLOCK_OK;
+    if (s->state != SUB_ACTIVE) {
+        rc = dlock_seterr(DLOCK_EUNAVAILABLE, "%s", sub->last_error[0] ? sub->last_error
+                                                                        : "redis: subscription not confirmed in time");
+        drop(sub, s);
+    }
+    pthread_mutex_unlock(&sub->mu);
+    return rc;
+}
+
+void redis_subscriber_remove(struct redis_subscriber *sub, const char *channel, size_t len)
+{
+    pthread_mutex_lock(&sub->mu);
+    struct subscription *s = find(sub, channel, len);
+    if (s)
+        drop(sub, s);
+    pthread_mutex_unlock(&sub->mu);
+}

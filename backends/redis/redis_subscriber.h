@@ -1,0 +1,28 @@
+/* backends/redis/redis_subscriber.h - one Pub/Sub connection per client,
+ * served by one thread, shared by every waiting lock. A lock subscribes to
+ * its release channel on demand (the call returns once the server has
+ * confirmed, so a release published after that is delivered), and a message
+ * on a channel signals that lock's eventfd: one waiter, not all. When the
+ * connection breaks, the thread reconnects with backoff and subscribes again;
+ * waiters meanwhile fall back on the holder's remaining lease. */
+#ifndef DLOCK_REDIS_SUBSCRIBER_H
+#define DLOCK_REDIS_SUBSCRIBER_H
+
+#include "redis_conn.h"
+
+struct redis_subscriber;
+
+/* Starts the thread (it connects lazily, on the first subscription). */
+int redis_subscriber_start(struct redis_subscriber **out, const struct redis_server *srv, void *log_handle);
+void redis_subscriber_stop(struct redis_subscriber *sub);
+
+/* Subscribes channel (len bytes) and arranges for notify_fd (an eventfd) to
+ * be written on each message. Blocks until confirmed or timeout_ms passes.
+ * DLOCK_OK or DLOCK_EUNAVAILABLE (then nothing is registered). */
+int redis_subscriber_add(struct redis_subscriber *sub, const char *channel, size_t len, int notify_fd,
+                         int64_t timeout_ms);
+/* Stops notifying notify_fd for channel; after it returns the fd is no
+ * longer written to and may be closed. */
+void redis_subscriber_remove(struct redis_subscriber *sub, const char *channel, size_t len);
+
+#endif
