@@ -7,9 +7,10 @@ set -eu
 cd "$(dirname "$0")/.."
 top=$(pwd)
 
-# Build tools, libraries, the test framework and checkers.
+# Build tools, libraries, the test framework and checkers, and the servers
+# the backend tests start (each on a private port, stopped by PID).
 PACKAGES="build-essential pkg-config autoconf automake libtool libconfig-dev libcmocka-dev
-libhiredis-dev valgrind"
+libhiredis-dev valgrind redis-server redis-tools"
 
 missing=""
 for p in $PACKAGES; do

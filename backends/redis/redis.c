@@ -165,14 +165,19 @@ static int redis_open(void **instance, const struct dlock_provider_env *env)
     redis_pool_init(&inst->pool, &srv, (int)pool_size);
     redis_scripts_init(&inst->scripts);
 
-    /* Connect now so a wrong address or password is reported at open, with
-     * the server's own words, not at the first lock. */
-    redisContext *ctx;
-    rc = redis_pool_get(&inst->pool, &ctx);
-    if (rc == DLOCK_OK) {
-        redis_pool_put(&inst->pool, ctx);
-        rc = redis_subscriber_start(&inst->subscriber, &srv, env->log_handle);
+    /* Connect and PING now, so a wrong address or a missing password is
+     * reported at open, in the server's own words, not at the first lock. */
+    const char *ping[1] = { "PING" };
+    redisReply *r = redis_pool_command(&inst->pool, 1, ping, NULL, &rc);
+    if (r) {
+        if (r->type == REDIS_REPLY_ERROR)
+            rc = dlock_seterr(strncmp(r->str, "NOAUTH", 6) == 0 ? DLOCK_ECONFIG : DLOCK_EUNAVAILABLE,
+                              "%s: PING refused: %s%s", srv.label, r->str,
+                              strncmp(r->str, "NOAUTH", 6) == 0 ? " (set redis.password)" : "");
+        freeReplyObject(r);
     }
+    if (rc == DLOCK_OK)
+        rc = redis_subscriber_start(&inst->subscriber, &srv, env->log_handle);
     if (rc != DLOCK_OK) {
         redis_scripts_destroy(&inst->scripts);
         redis_pool_destroy(&inst->pool);

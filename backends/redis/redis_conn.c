@@ -104,7 +104,8 @@ redisContext *redis_connect(const struct redis_server *srv, int *rc)
      * inherit the connection. */
     fcntl(ctx->fd, F_SETFD, fcntl(ctx->fd, F_GETFD) | FD_CLOEXEC);
     redisSetTimeout(ctx, to_timeval(srv->command_timeout_ms));
-    redisEnableKeepAlive(ctx);
+    if (!srv->socket[0])
+        redisEnableKeepAlive(ctx); /* TCP only: it fails, and poisons the context, on a unix socket */
     *rc = DLOCK_OK;
     if (srv->password[0]) {
         const char *auth_user[] = { "AUTH", srv->user, srv->password };

@@ -1,0 +1,572 @@
+/* tests/redis/test_redis.c - the redis backend against a real redis-server
+ * that this program starts on a private port (and stops by PID). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "../support/redis_server.h"
+
+#include <dlock.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static struct test_redis server;
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void sleep_ms(int64_t ms)
+{
+    struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
+    while (nanosleep(&ts, &ts) != 0)
+        ;
+}
+
+/* A client of the test server; extra is appended inside the redis group. */
+static dlock_client *open_redis(int lease_ms, int retry_cap_ms, const char *extra)
+{
+    char text[1024];
+    snprintf(text, sizeof text,
+             "backend = \"redis\";\nlease_ms = %d;\nretry_base_ms = 5;\nretry_cap_ms = %d;\n"
+             "redis = { port = %d; command_timeout_ms = 1000; connect_timeout_ms = 1000; %s };\n",
+             lease_ms, retry_cap_ms, server.port, extra ? extra : "");
+    dlock_client *c = NULL;
+    int rc = dlock_client_open_string(&c, text);
+    if (rc != DLOCK_OK)
+        fail_msg("open: %s: %s", dlock_strerror(rc), dlock_errmsg());
+    return c;
+}
+
+static dlock_lock *lock_of(dlock_client *c, const char *name, int64_t lease_ms)
+{
+    dlock_lock_options o = DLOCK_LOCK_OPTIONS_INIT;
+    o.lease_ms = lease_ms;
+    dlock_lock *l;
+    assert_int_equal(dlock_lock_new(c, name, strlen(name), &o, &l), DLOCK_OK);
+    return l;
+}
+
+static long long redis_int(const char *fmt, const char *arg)
+{
+    redisReply *r = test_redis_cmd(&server, fmt, arg);
+    assert_non_null(r);
+    long long v = r->type == REDIS_REPLY_INTEGER ? r->integer : r->type == REDIS_REPLY_STRING ? atoll(r->str) : -999;
+    freeReplyObject(r);
+    return v;
+}
+
+static void flush_all(void)
+{
+    redisReply *r = test_redis_cmd(&server, "FLUSHALL");
+    if (r)
+        freeReplyObject(r);
+}
+
+static int start_server(void **state)
+{
+    (void)state;
+    return test_redis_start(&server);
+}
+
+static int stop_server(void **state)
+{
+    (void)state;
+    test_redis_stop(&server);
+    return 0;
+}
+
+static int before_each(void **state)
+{
+    (void)state;
+    if (!server.pid && test_redis_start(&server) != 0)
+        return -1;
+    flush_all();
+    return 0;
+}
+
+/* ---- the shared semantics ---------------------------------------------------- */
+
+static void one_try_busy_and_wait_timeout(void **state)
+{
+    (void)state;
+    dlock_client *a = open_redis(30000, 1000, NULL), *b = open_redis(30000, 1000, NULL);
+    dlock_lock *la = lock_of(a, "job", 0), *lb = lock_of(b, "job", 0);
+    assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
+    assert_int_equal(dlock_acquire(lb, 0), DLOCK_EBUSY);
+    int64_t t0 = now_ms();
+    assert_int_equal(dlock_acquire(lb, 200), DLOCK_ETIMEDOUT);
+    int64_t took = now_ms() - t0;
+    assert_true(took >= 200 && took < 250);
+    assert_int_equal(dlock_release(la), DLOCK_OK);
+    assert_int_equal(dlock_acquire(lb, 0), DLOCK_OK);
+    assert_int_equal(dlock_release(lb), DLOCK_OK);
+    dlock_lock_free(la);
+    dlock_lock_free(lb);
+    dlock_client_close(a);
+    dlock_client_close(b);
+}
+
+static void reentry_counts_and_server_layout(void **state)
+{
+    (void)state;
+    dlock_client *a = open_redis(30000, 1000, NULL);
+    dlock_lock *l = lock_of(a, "re", 0);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(dlock_acquire(l, 0), DLOCK_OK);
+    assert_int_equal(dlock_hold_count(l), 3);
+    /* Redisson's layout: one field, the owner, in the hash <prefix>{name}. */
+    assert_int_equal(redis_int("HLEN %s", "dlock:{re}"), 1);
+    long long ttl = redis_int("PTTL %s", "dlock:{re}");
+    assert_true(ttl > 29000 && ttl <= 30000);
+    assert_int_equal(redis_int("GET %s", "dlock:{re}:fence"), 1);
+    assert_int_equal(dlock_release(l), DLOCK_OK);
+    assert_int_equal(dlock_release(l), DLOCK_OK);
+    assert_int_equal(redis_int("EXISTS %s", "dlock:{re}"), 1);
+    assert_int_equal(dlock_release(l), DLOCK_OK);
+    assert_int_equal(redis_int("EXISTS %s", "dlock:{re}"), 0);
+    assert_int_equal(redis_int("EXISTS %s", "dlock:{re}:fence"), 1); /* the fence never expires */
+    assert_int_equal(dlock_release(l), DLOCK_ENOTOWNER);
+    dlock_lock_free(l);
+    dlock_client_close(a);
+}
+
+static void release_by_a_non_owner_changes_nothing(void **state)
+{
+    (void)state;
+    dlock_client *a = open_redis(30000, 1000, NULL), *b = open_redis(30000, 1000, NULL);
+    dlock_lock *la = lock_of(a, "mine", 0), *lb = lock_of(b, "mine", 0);
+    assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
+    assert_int_equal(dlock_release(lb), DLOCK_ENOTOWNER);
+    assert_int_equal(redis_int("EXISTS %s", "dlock:{mine}"), 1);
+    /* Someone else took over on the server: A's release must not delete it. */
+    redisReply *r = test_redis_cmd(&server, "DEL %s", "dlock:{mine}");
+    freeReplyObject(r);
+    r = test_redis_cmd(&server, "HSET %s %s 1", "dlock:{mine}", "someone-else:1");
+    freeReplyObject(r);
+    assert_int_equal(dlock_release(la), DLOCK_ELOST);
+    r = test_redis_cmd(&server, "HGET %s %s", "dlock:{mine}", "someone-else:1");
+    assert_int_equal(r->type, REDIS_REPLY_STRING);
+    freeReplyObject(r);
+    dlock_lock_free(la);
+    dlock_lock_free(lb);
+    dlock_client_close(a);
+    dlock_client_close(b);
+}
+
+static void explicit_lease_expires(void **state)
+{
+    (void)state;
+    dlock_client *a = open_redis(30000, 1000, NULL), *b = open_redis(30000, 1000, NULL);
+    dlock_lock *la = lock_of(a, "short", 200), *lb = lock_of(b, "short", 0);
+    assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
+    long long ttl = redis_int("PTTL %s", "dlock:{short}");
+    assert_true(ttl > 100 && ttl <= 200);
+    int64_t t0 = now_ms();
+    assert_int_equal(dlock_acquire(lb, 2000), DLOCK_OK);
+    int64_t took = now_ms() - t0;
+    assert_true(took >= 100 && took < 400); /* after the PTTL hint, not a backoff */
+    assert_int_equal(dlock_release(la), DLOCK_ELOST);
+    assert_int_equal(dlock_release(lb), DLOCK_OK);
+    dlock_lock_free(la);
+    dlock_lock_free(lb);
+    dlock_client_close(a);
+    dlock_client_close(b);
+}
+
+static void watchdog_keeps_a_hold_past_three_leases(void **state)
+{
+    (void)state;
+    dlock_client *a = open_redis(300, 1000, NULL), *b = open_redis(300, 1000, NULL);
+    dlock_lock *la = lock_of(a, "kept", 0), *lb = lock_of(b, "kept", 0);
+    assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
+    sleep_ms(1000);
+    assert_int_equal(dlock_acquire(lb, 0), DLOCK_EBUSY);
+    assert_true(redis_int("PTTL %s", "dlock:{kept}") > 100);
+    assert_true(dlock_validity_ms(la) > 100);
+    assert_int_equal(dlock_release(la), DLOCK_OK);
+    dlock_lock_free(la);
+    dlock_lock_free(lb);
+    dlock_client_close(a);
+    dlock_client_close(b);
+}
+
+static int lost_calls;
+static void count_lost(dlock_lock *lock, void *arg)
+{
+    (void)lock;
+    (void)arg;
+    __atomic_add_fetch(&lost_calls, 1, __ATOMIC_SEQ_CST);
+}
+
+static void deleting_the_hash_fires_on_lost_within_a_renewal(void **state)
+{
+    (void)state;
+    lost_calls = 0;
+    dlock_client *a = open_redis(600, 1000, NULL);
+    dlock_lock_options o = DLOCK_LOCK_OPTIONS_INIT;
+    o.on_lost = count_lost;
+    dlock_lock *l;
+    assert_int_equal(dlock_lock_new(a, "gone", 4, &o, &l), DLOCK_OK);
+    assert_int_equal(dlock_acquire(l, 0), DLOCK_OK);
+    redisReply *r = test_redis_cmd(&server, "DEL %s", "dlock:{gone}");
+    freeReplyObject(r);
+    int64_t t0 = now_ms();
+    while (__atomic_load_n(&lost_calls, __ATOMIC_SEQ_CST) == 0 && now_ms() - t0 < 1000)
+        sleep_ms(5);
+    /* One renewal interval is lease/3 = 200 ms. */
+    assert_int_equal(__atomic_load_n(&lost_calls, __ATOMIC_SEQ_CST), 1);
+    assert_true(now_ms() - t0 <= 200 + 50);
+    assert_int_equal(dlock_acquire(l, 0), DLOCK_ELOST);
+    assert_int_equal(dlock_release(l), DLOCK_ELOST);
+    dlock_lock_free(l);
+    dlock_client_close(a);
+}
+
+static void fences_increase_across_holders(void **state)
+{
+    (void)state;
+    dlock_client *a = open_redis(30000, 1000, NULL), *b = open_redis(30000, 1000, NULL);
+    dlock_lock *la = lock_of(a, "f", 0), *lb = lock_of(b, "f", 0);
+    uint64_t last = 0, f;
+    for (int i = 0; i < 20; i++) {
+        dlock_lock *l = i % 3 ? la : lb;
+        assert_int_equal(dlock_acquire(l, 0), DLOCK_OK);
+        assert_int_equal(dlock_fence(l, &f), DLOCK_OK);
+        assert_true(f > last);
+        last = f;
+        assert_int_equal(dlock_release(l), DLOCK_OK);
+    }
+    assert_int_equal(last, 20);
+    dlock_lock_free(la);
+    dlock_lock_free(lb);
+    dlock_client_close(a);
+    dlock_client_close(b);
+}
+
+static void killed_holder_is_replaced_within_its_lease(void **state)
+{
+    (void)state;
+    int p[2];
+    assert_int_equal(pipe(p), 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(p[0]);
+        dlock_client *c = open_redis(1000, 1000, NULL);
+        dlock_lock *l = lock_of(c, "victim", 0);
+        if (dlock_acquire(l, 2000) != DLOCK_OK)
+            _exit(3);
+        if (write(p[1], "H", 1) != 1)
+            _exit(4);
+        pause();
+        _exit(0);
+    }
+    close(p[1]);
+    char ch;
+    assert_int_equal(read(p[0], &ch, 1), 1);
+    close(p[0]);
+    dlock_client *b = open_redis(1000, 1000, NULL);
+    dlock_lock *l = lock_of(b, "victim", 0);
+    assert_int_equal(dlock_acquire(l, 0), DLOCK_EBUSY);
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    int64_t t0 = now_ms();
+    assert_int_equal(dlock_acquire(l, 3000), DLOCK_OK);
+    int64_t took = now_ms() - t0;
+    assert_true(took <= 1000 + 100); /* its last renewal gave it at most one lease */
+    assert_int_equal(dlock_release(l), DLOCK_OK);
+    dlock_lock_free(l);
+    dlock_client_close(b);
+}
+
+/* ---- waiting ---------------------------------------------------------------------- */
+
+struct waiter {
+    dlock_lock *lock;
+    int rc;
+    int64_t granted_at;
+};
+
+static void *wait_forever(void *arg)
+{
+    struct waiter *w = arg;
+    w->rc = dlock_acquire(w->lock, -1);
+    w->granted_at = now_ms();
+    if (w->rc == DLOCK_OK)
+        dlock_release(w->lock);
+    return NULL;
+}
+
+static long long metric(dlock_client *c, const char *name)
+{
+    char *text;
+    assert_int_equal(dlock_client_metrics(c, &text), DLOCK_OK);
+    char needle[128];
+    snprintf(needle, sizeof needle, "%s{backend=\"redis\"} ", name);
+    const char *at = strstr(text, needle);
+    long long v = at ? atoll(at + strlen(needle)) : -1;
+    free(text);
+    return v;
+}
+
+static void release_wakes_the_waiter_at_once(void **state)
+{
+    (void)state;
+    /* A 10 s retry cap and a 30 s TTL: only the Pub/Sub message can explain
+     * a quick hand-off. */
+    dlock_client *a = open_redis(30000, 10000, NULL), *b = open_redis(30000, 10000, NULL);
+    dlock_lock *la = lock_of(a, "pubsub", 0), *lb = lock_of(b, "pubsub", 0);
+    assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
+    struct waiter w = { lb, 99, 0 };
+    pthread_t t;
+    pthread_create(&t, NULL, wait_forever, &w);
+    sleep_ms(150);
+    int64_t released_at = now_ms();
+    assert_int_equal(dlock_release(la), DLOCK_OK);
+    pthread_join(t, NULL);
+    assert_int_equal(w.rc, DLOCK_OK);
+    assert_true(w.granted_at - released_at < 50);
+    /* busy, busy again after subscribing, granted after the message */
+    assert_true(metric(b, "dlock_acquire_attempts_total") <= 3);
+    dlock_lock_free(la);
+    dlock_lock_free(lb);
+    dlock_client_close(a);
+    dlock_client_close(b);
+}
+
+static void waiter_survives_losing_its_subscriber_connection(void **state)
+{
+    (void)state;
+    dlock_client *a = open_redis(1000, 10000, NULL), *b = open_redis(1000, 10000, NULL);
+    dlock_lock *la = lock_of(a, "sub", 800), *lb = lock_of(b, "sub", 0);
+    assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
+    struct waiter w = { lb, 99, 0 };
+    pthread_t t;
+    int64_t t0 = now_ms();
+    pthread_create(&t, NULL, wait_forever, &w);
+    sleep_ms(100);
+    redisReply *r = test_redis_cmd(&server, "CLIENT KILL TYPE pubsub");
+    freeReplyObject(r);
+    /* A never releases: its 800 ms lease runs out on the server, and B,
+     * whatever happened to its subscription, retries after the holder's TTL. */
+    pthread_join(t, NULL);
+    assert_int_equal(w.rc, DLOCK_OK);
+    assert_true(w.granted_at - t0 < 800 + 300);
+    dlock_release(la);
+    dlock_lock_free(la);
+    dlock_lock_free(lb);
+    dlock_client_close(a);
+    dlock_client_close(b);
+}
+
+/* ---- names, status, configuration ---------------------------------------------------- */
+
+static void names_keep_one_hash_tag(void **state)
+{
+    (void)state;
+    dlock_client *a = open_redis(30000, 1000, NULL);
+    const char *name = "a{b}c%d";
+    dlock_lock *l = lock_of(a, name, 0);
+    assert_int_equal(dlock_acquire(l, 0), DLOCK_OK);
+    assert_int_equal(redis_int("EXISTS %s", "dlock:{a%7Bb%7Dc%25d}"), 1);
+    assert_int_equal(redis_int("EXISTS %s", "dlock:{a%7Bb%7Dc%25d}:fence"), 1);
+    dlock_status_info info;
+    assert_int_equal(dlock_status(a, name, strlen(name), &info), DLOCK_OK);
+    assert_int_equal(info.held, 1);
+    assert_int_equal(info.fence, 1);
+    assert_true(info.ttl_ms > 0);
+    assert_non_null(strchr(info.holder, ':'));
+    assert_int_equal(dlock_release(l), DLOCK_OK);
+    assert_int_equal(dlock_status(a, name, strlen(name), &info), DLOCK_OK);
+    assert_int_equal(info.held, 0);
+    dlock_lock_free(l);
+    dlock_client_close(a);
+}
+
+static void prefix_and_db_and_unix_socket(void **state)
+{
+    (void)state;
+    char extra[400];
+    snprintf(extra, sizeof extra, "socket = \"%s\"; db = 3; prefix = \"app:\";", server.socket);
+    dlock_client *a = open_redis(30000, 1000, extra);
+    dlock_lock *l = lock_of(a, "x", 0);
+    assert_int_equal(dlock_acquire(l, 0), DLOCK_OK);
+    redisReply *r = test_redis_cmd(&server, "SELECT 3");
+    freeReplyObject(r);
+    struct timeval tv = { 1, 0 };
+    redisContext *c = redisConnectWithTimeout("127.0.0.1", server.port, tv);
+    r = redisCommand(c, "SELECT 3");
+    freeReplyObject(r);
+    r = redisCommand(c, "EXISTS app:{x}");
+    assert_int_equal(r->integer, 1);
+    freeReplyObject(r);
+    redisFree(c);
+    assert_int_equal(redis_int("EXISTS %s", "app:{x}"), 0); /* not in db 0 */
+    assert_int_equal(dlock_release(l), DLOCK_OK);
+    dlock_lock_free(l);
+    dlock_client_close(a);
+}
+
+static void authentication(void **state)
+{
+    (void)state;
+    redisReply *r = test_redis_cmd(&server, "ACL SETUSER locker on >s3cret ~* &* +@all");
+    freeReplyObject(r);
+    r = test_redis_cmd(&server, "CONFIG SET requirepass topsecret");
+    freeReplyObject(r);
+    dlock_client *c;
+    char text[512];
+    snprintf(text, sizeof text, "backend = \"redis\"; redis = { port = %d; password = \"wrong\"; };", server.port);
+    assert_int_equal(dlock_client_open_string(&c, text), DLOCK_ECONFIG);
+    assert_non_null(strstr(dlock_errmsg(), "AUTH refused"));
+    snprintf(text, sizeof text, "backend = \"redis\"; redis = { port = %d; };", server.port);
+    assert_int_not_equal(dlock_client_open_string(&c, text), DLOCK_OK); /* NOAUTH at the first command */
+    snprintf(text, sizeof text, "backend = \"redis\"; redis = { port = %d; password = \"topsecret\"; };", server.port);
+    assert_int_equal(dlock_client_open_string(&c, text), DLOCK_OK);
+    dlock_lock *l = lock_of(c, "auth", 0);
+    assert_int_equal(dlock_acquire(l, 0), DLOCK_OK);
+    assert_int_equal(dlock_release(l), DLOCK_OK);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    snprintf(text, sizeof text,
+             "backend = \"redis\"; redis = { port = %d; user = \"locker\"; password = \"s3cret\"; };", server.port);
+    assert_int_equal(dlock_client_open_string(&c, text), DLOCK_OK);
+    l = lock_of(c, "acl", 0);
+    assert_int_equal(dlock_acquire(l, 0), DLOCK_OK);
+    assert_int_equal(dlock_release(l), DLOCK_OK);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    /* Restore: no password for the other tests. */
+    test_redis_kill(&server, 1);
+}
+
+static void unreachable_server_is_a_clear_error(void **state)
+{
+    (void)state;
+    dlock_client *c;
+    char text[256];
+    snprintf(text, sizeof text, "backend = \"redis\"; redis = { port = 1; connect_timeout_ms = 500; };");
+    assert_int_equal(dlock_client_open_string(&c, text), DLOCK_EUNAVAILABLE);
+    assert_non_null(strstr(dlock_errmsg(), "redis 127.0.0.1:1: cannot connect"));
+    assert_int_equal(dlock_client_open_string(&c, "backend = \"redis\"; redis = { port = 99999; };"), DLOCK_ECONFIG);
+    assert_int_equal(dlock_client_open_string(&c, "backend = \"redis\"; redis = { user = \"u\"; };"), DLOCK_ECONFIG);
+    assert_non_null(strstr(dlock_errmsg(), "redis.user needs redis.password"));
+    assert_int_equal(dlock_client_open_string(&c, "backend = \"redis\"; redis = { prefix = \"a{b\"; };"),
+                     DLOCK_ECONFIG);
+}
+
+/* ---- faults --------------------------------------------------------------------------- */
+
+static void script_flush_mid_run(void **state)
+{
+    (void)state;
+    dlock_client *a = open_redis(300, 1000, NULL), *b = open_redis(30000, 1000, NULL);
+    dlock_lock *la = lock_of(a, "flush", 0), *lb = lock_of(b, "flush", 0);
+    assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
+    redisReply *r = test_redis_cmd(&server, "SCRIPT FLUSH");
+    freeReplyObject(r);
+    sleep_ms(250); /* a renewal runs with the cache empty */
+    assert_int_equal(dlock_validity_ms(la) > 0, 1);
+    r = test_redis_cmd(&server, "SCRIPT FLUSH");
+    freeReplyObject(r);
+    assert_int_equal(dlock_acquire(lb, 0), DLOCK_EBUSY);
+    r = test_redis_cmd(&server, "SCRIPT FLUSH");
+    freeReplyObject(r);
+    assert_int_equal(dlock_release(la), DLOCK_OK);
+    assert_int_equal(dlock_acquire(lb, 0), DLOCK_OK);
+    assert_int_equal(dlock_release(lb), DLOCK_OK);
+    dlock_lock_free(la);
+    dlock_lock_free(lb);
+    dlock_client_close(a);
+    dlock_client_close(b);
+}
+
+static void server_restart_mid_run(void **state)
+{
+    (void)state;
+    dlock_client *a = open_redis(30000, 1000, NULL);
+    dlock_lock *l = lock_of(a, "restart", 0);
+    assert_int_equal(dlock_acquire(l, 0), DLOCK_OK);
+    test_redis_kill(&server, 1);
+    char where[64];
+    snprintf(where, sizeof where, "redis 127.0.0.1:%d", server.port);
+    assert_int_equal(dlock_release(l), DLOCK_EUNAVAILABLE);
+    assert_non_null(strstr(dlock_errmsg(), where));
+    assert_int_equal(dlock_acquire(l, 0), DLOCK_EUNAVAILABLE);
+    assert_non_null(strstr(dlock_errmsg(), where));
+    assert_int_equal(test_redis_start(&server), 0); /* same port, no data */
+    int64_t t0 = now_ms();
+    int rc;
+    while ((rc = dlock_acquire(l, 0)) != DLOCK_OK && now_ms() - t0 < 5000)
+        sleep_ms(50);
+    if (rc != DLOCK_OK)
+        fail_msg("after restart: %s: %s", dlock_strerror(rc), dlock_errmsg());
+    assert_true(now_ms() - t0 < 2500); /* reconnect backoff is capped at 2 s */
+    assert_int_equal(dlock_release(l), DLOCK_OK);
+    dlock_lock_free(l);
+    dlock_client_close(a);
+}
+
+static void many_locks_are_renewed_in_batches(void **state)
+{
+    (void)state;
+    dlock_client *a = open_redis(600, 1000, NULL);
+    enum { N = 200 };
+    dlock_lock *l[N];
+    char name[16];
+    for (int i = 0; i < N; i++) {
+        snprintf(name, sizeof name, "many-%d", i);
+        l[i] = lock_of(a, name, 0);
+        assert_int_equal(dlock_acquire(l[i], 0), DLOCK_OK);
+    }
+    redisReply *r = test_redis_cmd(&server, "CONFIG RESETSTAT");
+    freeReplyObject(r);
+    sleep_ms(500); /* two renewal rounds at 200 ms */
+    r = test_redis_cmd(&server, "INFO commandstats");
+    const char *at = strstr(r->str, "cmdstat_evalsha:calls=");
+    long long calls = at ? atoll(at + strlen("cmdstat_evalsha:calls=")) : -1;
+    freeReplyObject(r);
+    /* 400 renewals; in batches of up to 64 that is a handful of calls. */
+    assert_true(calls > 0 && calls <= 20);
+    for (int i = 0; i < N; i++) {
+        assert_true(dlock_validity_ms(l[i]) > 0);
+        assert_int_equal(dlock_release(l[i]), DLOCK_OK);
+        dlock_lock_free(l[i]);
+    }
+    dlock_client_close(a);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup(one_try_busy_and_wait_timeout, before_each),
+        cmocka_unit_test_setup(reentry_counts_and_server_layout, before_each),
+        cmocka_unit_test_setup(release_by_a_non_owner_changes_nothing, before_each),
+        cmocka_unit_test_setup(explicit_lease_expires, before_each),
+        cmocka_unit_test_setup(watchdog_keeps_a_hold_past_three_leases, before_each),
+        cmocka_unit_test_setup(deleting_the_hash_fires_on_lost_within_a_renewal, before_each),
+        cmocka_unit_test_setup(fences_increase_across_holders, before_each),
+        cmocka_unit_test_setup(killed_holder_is_replaced_within_its_lease, before_each),
+        cmocka_unit_test_setup(release_wakes_the_waiter_at_once, before_each),
+        cmocka_unit_test_setup(waiter_survives_losing_its_subscriber_connection, before_each),
+        cmocka_unit_test_setup(names_keep_one_hash_tag, before_each),
+        cmocka_unit_test_setup(prefix_and_db_and_unix_socket, before_each),
+        cmocka_unit_test_setup(unreachable_server_is_a_clear_error, before_each),
+        cmocka_unit_test_setup(script_flush_mid_run, before_each),
+        cmocka_unit_test_setup(many_locks_are_renewed_in_batches, before_each),
+        cmocka_unit_test_setup(authentication, before_each),
+        cmocka_unit_test_setup(server_restart_mid_run, before_each),
+    };
+    return cmocka_run_group_tests_name("redis", tests, start_server, stop_server);
+}

@@ -1,0 +1,27 @@
+/* tests/support/redis_server.h - a real redis-server owned by a test: started
+ * on a free private port in a temp dir, stopped by its PID. A missing binary
+ * or a server that does not come up is a test failure, never a skip. */
+#ifndef TEST_REDIS_SERVER_H
+#define TEST_REDIS_SERVER_H
+
+#include <hiredis/hiredis.h>
+#include <sys/types.h>
+
+struct test_redis {
+    pid_t pid;
+    int port;
+    char dir[128];
+    char socket[200];
+    const char *extra[8];   /* extra redis-server arguments, NULL-terminated */
+};
+
+/* Starts it (port 0: pick one). Returns 0, or -1 with a message on stderr. */
+int test_redis_start(struct test_redis *r);
+/* SIGKILL (hard) or SIGTERM, then waitpid. Keeps the dir for a restart. */
+void test_redis_kill(struct test_redis *r, int hard);
+/* Stops it and removes its directory. */
+void test_redis_stop(struct test_redis *r);
+/* Runs a command on a fresh connection; the caller frees the reply. */
+redisReply *test_redis_cmd(const struct test_redis *r, const char *fmt, ...);
+
+#endif
