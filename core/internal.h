@@ -189,13 +189,18 @@ int dlock__client_usable(const dlock_client *client);
 
 /* Watchdog: schedules renewals (watchdog holds) and expiry (fixed leases). */
 int dlock__watchdog_schedule(dlock_client *client, struct dlock__entry *entry, int64_t due_ms);
-void dlock__watchdog_cancel(dlock_client *client, struct dlock__entry *entry);
+/* Takes entry's timer out, after waiting until the watchdog is not working on
+ * it (unless called from the watchdog thread). Returns the due time it had,
+ * or -1. After it returns the watchdog does not touch entry. */
+int64_t dlock__watchdog_cancel(dlock_client *client, struct dlock__entry *entry);
 void dlock__watchdog_init(dlock_client *client);
 void dlock__watchdog_stop(dlock_client *client);
 /* The entry's "watchdog is working on it" flag (watchdog mutex held). */
 bool dlock__entry_watchdog_busy(const struct dlock__entry *entry);
 void dlock__entry_set_watchdog_busy(struct dlock__entry *entry, bool busy);
-/* Runs the due work for entry (called by the watchdog thread). */
+/* Most timers handled (and renewals sent) in one go. */
+#define DLOCK__WATCHDOG_BATCH_MAX 512
+/* Runs the due work for entries (called by the watchdog thread, n <= BATCH_MAX). */
 void dlock__entry_on_timer(dlock_client *client, struct dlock__entry **due, size_t n);
 /* The timer embedded in an entry, and back. */
 struct dlock__timer *dlock__entry_timer(struct dlock__entry *entry);

@@ -778,12 +778,16 @@ int dlock_renew(dlock_lock *h)
         return rc;
     pthread_mutex_unlock(&e->mu);
 
+    /* Out of the watchdog's hands while we renew; apply_renewal schedules
+     * it again (or it was lost). */
+    int64_t due = dlock__watchdog_cancel(c, e);
     int64_t t_send = dlock__now_ms();
     pthread_mutex_lock(&e->op_mu);
     rc = c->provider->renew(c->instance, &e->plock);
     pthread_mutex_unlock(&e->op_mu);
     struct lost_call call;
     apply_renewal(c, e, rc, t_send, &call);
+    (void)due; /* apply_renewal scheduled the next renewal, retry or expiry */
     if (call.fn)
         call.fn(call.handle, call.arg);
     if (rc == DLOCK_ENOTOWNER || rc == DLOCK_ELOST)
@@ -793,17 +797,11 @@ int dlock_renew(dlock_lock *h)
 
 /* ---- the watchdog's work ----------------------------------------------------------- */
 
-static int by_address(const void *a, const void *b)
-{
-    uintptr_t x = (uintptr_t)*(struct dlock__entry *const *)a, y = (uintptr_t)*(struct dlock__entry *const *)b;
-    return x < y ? -1 : x > y;
-}
-
 void dlock__entry_on_timer(dlock_client *c, struct dlock__entry **due, size_t n)
 {
-    struct dlock__entry *renew[64];
-    struct dlock_provider_lock *plocks[64];
-    int results[64];
+    struct dlock__entry *renew[DLOCK__WATCHDOG_BATCH_MAX];
+    struct dlock_provider_lock *plocks[DLOCK__WATCHDOG_BATCH_MAX];
+    int results[DLOCK__WATCHDOG_BATCH_MAX];
     size_t nrenew = 0;
     int64_t now = dlock__now_ms();
 
@@ -842,28 +840,19 @@ void dlock__entry_on_timer(dlock_client *c, struct dlock__entry **due, size_t n)
 
     if (nrenew == 0)
         return;
+    /* No op_mu here: these entries are marked busy for the watchdog, and
+     * release, dlock_renew and dlock_fence wait for that flag to clear before
+     * they touch the provider, so no other operation on them can overlap. */
     int64_t t_send = dlock__now_ms();
     int batch_rc = DLOCK_ENOTSUP;
     if (nrenew > 1 && c->provider->renew_batch) {
-        /* Several op_mu at once: always in address order, so no two batches
-         * can ever wait on each other. */
-        qsort(renew, nrenew, sizeof renew[0], by_address);
-        for (size_t i = 0; i < nrenew; i++)
-            plocks[i] = &renew[i]->plock;
-        for (size_t i = 0; i < nrenew; i++)
-            pthread_mutex_lock(&renew[i]->op_mu);
         batch_rc = c->provider->renew_batch(c->instance, plocks, nrenew, results);
-        for (size_t i = 0; i < nrenew; i++)
-            pthread_mutex_unlock(&renew[i]->op_mu);
         if (batch_rc != DLOCK_OK)
             for (size_t i = 0; i < nrenew; i++)
                 results[i] = batch_rc;
     } else {
-        for (size_t i = 0; i < nrenew; i++) {
-            pthread_mutex_lock(&renew[i]->op_mu);
+        for (size_t i = 0; i < nrenew; i++)
             results[i] = c->provider->renew(c->instance, &renew[i]->plock);
-            pthread_mutex_unlock(&renew[i]->op_mu);
-        }
     }
     for (size_t i = 0; i < nrenew; i++) {
         struct lost_call call;
@@ -895,9 +884,12 @@ int dlock_fence(dlock_lock *h, uint64_t *out)
     }
     if (!c->provider->fence)
         return dlock_seterr(DLOCK_ENOTSUP, "the %s backend does not issue fencing tokens", c->provider->name);
+    int64_t due = dlock__watchdog_cancel(c, e); /* no overlap with a renewal */
     pthread_mutex_lock(&e->op_mu);
     rc = c->provider->fence(c->instance, &e->plock, &fence);
     pthread_mutex_unlock(&e->op_mu);
+    if (due >= 0)
+        dlock__watchdog_schedule(c, e, due);
     if (rc == DLOCK_OK) {
         pthread_mutex_lock(&e->mu);
         e->fence = fence;

@@ -14,13 +14,12 @@
 /* Timers due this close together are renewed in one batch; renewing a
  * little early is harmless, a round trip per lock is not. */
 #define BATCH_WINDOW_MS 20
-#define BATCH_MAX 64
 
 static void *watchdog_main(void *arg)
 {
     dlock_client *c = arg;
     struct dlock__watchdog *w = &c->watchdog;
-    struct dlock__entry *batch[BATCH_MAX];
+    struct dlock__entry *batch[DLOCK__WATCHDOG_BATCH_MAX];
 
     pthread_mutex_lock(&w->mu);
     while (!w->stopping) {
@@ -37,7 +36,7 @@ static void *watchdog_main(void *arg)
             continue;
         }
         size_t n = 0;
-        while (n < BATCH_MAX && (top = dlock__timer_heap_peek(&w->heap)) &&
+        while (n < DLOCK__WATCHDOG_BATCH_MAX && (top = dlock__timer_heap_peek(&w->heap)) &&
                top->due_ms <= now + BATCH_WINDOW_MS) {
             dlock__timer_heap_pop(&w->heap);
             batch[n++] = dlock__timer_entry(top);
@@ -93,17 +92,23 @@ int dlock__watchdog_schedule(dlock_client *c, struct dlock__entry *e, int64_t du
     return rc;
 }
 
-void dlock__watchdog_cancel(dlock_client *c, struct dlock__entry *e)
+int64_t dlock__watchdog_cancel(dlock_client *c, struct dlock__entry *e)
 {
     struct dlock__watchdog *w = &c->watchdog;
+    int64_t due = -1;
     pthread_mutex_lock(&w->mu);
     /* Wait until the thread is done with e, unless we are that thread (an
      * on_lost callback that releases). */
     bool on_watchdog = w->started && pthread_equal(pthread_self(), w->thread);
     while (!on_watchdog && dlock__entry_watchdog_busy(e))
         pthread_cond_wait(&w->cv, &w->mu);
-    dlock__timer_heap_remove(&w->heap, dlock__entry_timer(e));
+    struct dlock__timer *t = dlock__entry_timer(e);
+    if (dlock__timer_in_heap(t)) {
+        due = t->due_ms;
+        dlock__timer_heap_remove(&w->heap, t);
+    }
     pthread_mutex_unlock(&w->mu);
+    return due;
 }
 
 void dlock__watchdog_init(dlock_client *c)
