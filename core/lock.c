@@ -501,9 +501,29 @@ static int queue_locally(struct dlock__entry *e, int64_t wait_ms, int64_t deadli
     return DLOCK_OK;
 }
 
-/* Talks to the backend until granted, out of time, cancelled or failed. */
+static int contend_loop(dlock_client *c, struct dlock__entry *e, dlock_lock *h, uint64_t self,
+                        int64_t wait_ms, int64_t deadline, uint64_t gen, int wake_fd, bool *was_busy);
+
+/* Talks to the backend until granted, out of time, cancelled or failed; a
+ * provider that queued us is told when we give up. */
 static int contend(dlock_client *c, struct dlock__entry *e, dlock_lock *h, uint64_t self,
                    int64_t wait_ms, int64_t deadline, uint64_t gen, int wake_fd)
+{
+    bool was_busy = false;
+    int rc = contend_loop(c, e, h, self, wait_ms, deadline, gen, wake_fd, &was_busy);
+    if (rc != DLOCK_OK && was_busy && c->provider->abandon) {
+        char detail[1024];
+        snprintf(detail, sizeof detail, "%s", dlock_errmsg());
+        pthread_mutex_lock(&e->op_mu);
+        c->provider->abandon(c->instance, &e->plock);
+        pthread_mutex_unlock(&e->op_mu);
+        dlock_seterr(rc, "%s", detail);
+    }
+    return rc;
+}
+
+static int contend_loop(dlock_client *c, struct dlock__entry *e, dlock_lock *h, uint64_t self,
+                        int64_t wait_ms, int64_t deadline, uint64_t gen, int wake_fd, bool *was_busy)
 {
     for (unsigned attempt = 0;; attempt++) {
         struct dlock_grant g = { .fence = 0, .has_fence = 0, .retry_hint_ms = -1 };
@@ -520,6 +540,7 @@ static int contend(dlock_client *c, struct dlock__entry *e, dlock_lock *h, uint6
             dlock__metric_inc(&c->metrics.backend_errors);
             return rc; /* the provider set the detail */
         }
+        *was_busy = true;
         dlock__metric_inc(&c->metrics.busy);
         if (wait_ms == 0)
             return dlock_seterr(DLOCK_EBUSY, "lock '%s' is held by another owner", show(e));

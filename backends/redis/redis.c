@@ -33,6 +33,7 @@ struct redis_instance {
     struct redis_scripts scripts;
     struct redis_subscriber *subscriber;
     char prefix[65];
+    int64_t fair_wait_timeout_ms;   /* a fair waiter that stops retrying leaves the queue after this */
     void *log_handle;
 };
 
@@ -43,6 +44,14 @@ struct redis_lock {
     size_t fence_key_len;
     char *channel;
     size_t channel_len;
+    char *queue_key;            /* fair mode: waiters in arrival order */
+    size_t queue_key_len;
+    char *timeouts_key;         /* fair mode: each waiter's deadline (server ms) */
+    size_t timeouts_key_len;
+    char *channel_prefix;       /* fair mode: <prefix>{name}:ch: + owner */
+    size_t channel_prefix_len;
+    char *sub_channel;          /* the channel subscribed, while notify_fd */
+    size_t sub_channel_len;
     int notify_fd;              /* eventfd + 1 while subscribed, else 0 */
 };
 
@@ -57,6 +66,7 @@ static const struct dlock_setting_spec redis_settings[] = {
     { "connect_timeout_ms", DLOCK_SETTING_INT, 1, 600000 },
     { "command_timeout_ms", DLOCK_SETTING_INT, 1, 600000 },
     { "pool_size", DLOCK_SETTING_INT, 1, REDIS_POOL_MAX },
+    { "fair_wait_timeout_ms", DLOCK_SETTING_INT, 100, 600000 },
     { NULL, 0, 0, 0 },
 };
 
@@ -88,6 +98,22 @@ static char *key_for(const char *prefix, const char *name, size_t len, const cha
     return k;
 }
 
+static void free_keys(struct redis_lock *rl)
+{
+    free(rl->key);
+    free(rl->fence_key);
+    free(rl->channel);
+    free(rl->queue_key);
+    free(rl->timeouts_key);
+    free(rl->channel_prefix);
+    rl->key = rl->fence_key = rl->channel = rl->queue_key = rl->timeouts_key = rl->channel_prefix = NULL;
+}
+
+static bool is_fair(const struct dlock_provider_lock *lk)
+{
+    return (lk->flags & DLOCK_LOCK_FAIR) != 0;
+}
+
 static int ensure_keys(struct redis_instance *inst, struct dlock_provider_lock *lk)
 {
     struct redis_lock *rl = lk->priv;
@@ -96,11 +122,11 @@ static int ensure_keys(struct redis_instance *inst, struct dlock_provider_lock *
     rl->key = key_for(inst->prefix, lk->name, lk->name_len, "", &rl->key_len);
     rl->fence_key = key_for(inst->prefix, lk->name, lk->name_len, ":fence", &rl->fence_key_len);
     rl->channel = key_for(inst->prefix, lk->name, lk->name_len, ":ch", &rl->channel_len);
-    if (!rl->key || !rl->fence_key || !rl->channel) {
-        free(rl->key);
-        free(rl->fence_key);
-        free(rl->channel);
-        rl->key = rl->fence_key = rl->channel = NULL;
+    rl->queue_key = key_for(inst->prefix, lk->name, lk->name_len, ":queue", &rl->queue_key_len);
+    rl->timeouts_key = key_for(inst->prefix, lk->name, lk->name_len, ":timeouts", &rl->timeouts_key_len);
+    rl->channel_prefix = key_for(inst->prefix, lk->name, lk->name_len, ":ch:", &rl->channel_prefix_len);
+    if (!rl->key || !rl->fence_key || !rl->channel || !rl->queue_key || !rl->timeouts_key || !rl->channel_prefix) {
+        free_keys(rl);
         return dlock_seterr(DLOCK_ENOMEM, "redis: out of memory for key names");
     }
     return DLOCK_OK;
@@ -108,18 +134,36 @@ static int ensure_keys(struct redis_instance *inst, struct dlock_provider_lock *
 
 /* ---- subscription ---------------------------------------------------------------- */
 
-static int subscribe(struct redis_instance *inst, struct redis_lock *rl)
+/* Subscribes to the lock's release channel: the shared one, or in fair mode
+ * the owner's own, on which only its turn is announced. */
+static int subscribe(struct redis_instance *inst, struct dlock_provider_lock *lk)
 {
+    struct redis_lock *rl = lk->priv;
+    size_t owner_len = strlen(lk->owner);
+    size_t len = is_fair(lk) ? rl->channel_prefix_len + owner_len : rl->channel_len;
+    char *channel = malloc(len + 1);
+    if (!channel)
+        return dlock_seterr(DLOCK_ENOMEM, "redis: out of memory");
+    if (is_fair(lk)) {
+        memcpy(channel, rl->channel_prefix, rl->channel_prefix_len);
+        memcpy(channel + rl->channel_prefix_len, lk->owner, owner_len + 1);
+    } else {
+        memcpy(channel, rl->channel, len + 1);
+    }
     int fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    if (fd < 0)
+    if (fd < 0) {
+        free(channel);
         return dlock_seterr(DLOCK_EUNAVAILABLE, "redis: cannot create an eventfd: %s", strerror(errno));
-    int rc = redis_subscriber_add(inst->subscriber, rl->channel, rl->channel_len, fd,
-                                  inst->pool.server.command_timeout_ms);
+    }
+    int rc = redis_subscriber_add(inst->subscriber, channel, len, fd, inst->pool.server.command_timeout_ms);
     if (rc != DLOCK_OK) {
         close(fd);
+        free(channel);
         return rc;
     }
     rl->notify_fd = fd + 1;
+    rl->sub_channel = channel;
+    rl->sub_channel_len = len;
     return DLOCK_OK;
 }
 
@@ -127,9 +171,11 @@ static void unsubscribe(struct redis_instance *inst, struct redis_lock *rl)
 {
     if (!rl->notify_fd)
         return;
-    redis_subscriber_remove(inst->subscriber, rl->channel, rl->channel_len);
+    redis_subscriber_remove(inst->subscriber, rl->sub_channel, rl->sub_channel_len);
     close(rl->notify_fd - 1);
     rl->notify_fd = 0;
+    free(rl->sub_channel);
+    rl->sub_channel = NULL;
 }
 
 /* ---- instance --------------------------------------------------------------------- */
@@ -156,6 +202,8 @@ static int redis_open(void **instance, const struct dlock_provider_env *env)
                           dlock_settings_where(env->settings, "prefix"));
     int64_t pool_size = 8;
     dlock_settings_int(env->settings, "pool_size", &pool_size);
+    inst->fair_wait_timeout_ms = 5000;
+    dlock_settings_int(env->settings, "fair_wait_timeout_ms", &inst->fair_wait_timeout_ms);
     if (rc != DLOCK_OK) {
         free(inst);
         return rc;
@@ -220,12 +268,22 @@ static int unexpected(struct redis_instance *inst, const char *what)
 static int try_acquire(struct redis_instance *inst, struct dlock_provider_lock *lk, struct dlock_grant *g)
 {
     struct redis_lock *rl = lk->priv;
-    char lease[24];
+    char lease[24], queue_timeout[24];
     int lease_len = snprintf(lease, sizeof lease, "%lld", (long long)lk->lease_ms);
-    const char *args[4] = { rl->key, rl->fence_key, lk->owner, lease };
-    size_t lens[4] = { rl->key_len, rl->fence_key_len, strlen(lk->owner), (size_t)lease_len };
+    int qt_len = snprintf(queue_timeout, sizeof queue_timeout, "%lld", (long long)inst->fair_wait_timeout_ms);
     int rc;
-    redisReply *r = redis_script_run(&inst->pool, &inst->scripts, SCRIPT_ACQUIRE, 2, 4, args, lens, &rc);
+    redisReply *r;
+    if (is_fair(lk)) {
+        const char *args[7] = { rl->key, rl->fence_key, rl->queue_key, rl->timeouts_key, lk->owner, lease,
+                                queue_timeout };
+        size_t lens[7] = { rl->key_len, rl->fence_key_len, rl->queue_key_len, rl->timeouts_key_len,
+                           strlen(lk->owner), (size_t)lease_len, (size_t)qt_len };
+        r = redis_script_run(&inst->pool, &inst->scripts, SCRIPT_ACQUIRE_FAIR, 4, 7, args, lens, &rc);
+    } else {
+        const char *args[4] = { rl->key, rl->fence_key, lk->owner, lease };
+        size_t lens[4] = { rl->key_len, rl->fence_key_len, strlen(lk->owner), (size_t)lease_len };
+        r = redis_script_run(&inst->pool, &inst->scripts, SCRIPT_ACQUIRE, 2, 4, args, lens, &rc);
+    }
     if (!r)
         return rc;
     if (!is_int_array(r, 2)) {
@@ -255,7 +313,7 @@ static int redis_acquire(void *instance, struct dlock_provider_lock *lk, struct 
     if (rc == DLOCK_EBUSY && !rl->notify_fd) {
         /* Subscribe, then look again: a release between the busy answer and
          * the subscription would otherwise go unheard until the TTL. */
-        if (subscribe(inst, rl) == DLOCK_OK)
+        if (subscribe(inst, lk) == DLOCK_OK)
             rc = try_acquire(inst, lk, g);
         else
             dlock_provider_log(inst->log_handle, DLOCK_LOG_WARN,
@@ -276,9 +334,17 @@ static int redis_release(void *instance, struct dlock_provider_lock *lk)
         return rc;
     char lease[24];
     int lease_len = snprintf(lease, sizeof lease, "%lld", (long long)lk->lease_ms);
-    const char *args[4] = { rl->key, lk->owner, rl->channel, lease };
-    size_t lens[4] = { rl->key_len, strlen(lk->owner), rl->channel_len, (size_t)lease_len };
-    redisReply *r = redis_script_run(&inst->pool, &inst->scripts, SCRIPT_RELEASE, 1, 4, args, lens, &rc);
+    redisReply *r;
+    if (is_fair(lk)) {
+        const char *args[6] = { rl->key, rl->queue_key, rl->timeouts_key, lk->owner, rl->channel_prefix, lease };
+        size_t lens[6] = { rl->key_len, rl->queue_key_len, rl->timeouts_key_len, strlen(lk->owner),
+                           rl->channel_prefix_len, (size_t)lease_len };
+        r = redis_script_run(&inst->pool, &inst->scripts, SCRIPT_RELEASE_FAIR, 3, 6, args, lens, &rc);
+    } else {
+        const char *args[4] = { rl->key, lk->owner, rl->channel, lease };
+        size_t lens[4] = { rl->key_len, strlen(lk->owner), rl->channel_len, (size_t)lease_len };
+        r = redis_script_run(&inst->pool, &inst->scripts, SCRIPT_RELEASE, 1, 4, args, lens, &rc);
+    }
     if (!r)
         return rc;
     if (r->type != REDIS_REPLY_INTEGER) {
@@ -355,14 +421,30 @@ static int redis_wait(void *instance, struct dlock_provider_lock *lk, int64_t ti
     return n == 0 ? DLOCK_ETIMEDOUT : DLOCK_OK;
 }
 
+static void redis_abandon(void *instance, struct dlock_provider_lock *lk)
+{
+    struct redis_instance *inst = instance;
+    struct redis_lock *rl = lk->priv;
+    if (is_fair(lk) && rl->key) {
+        /* Out of the queue now, so the waiters behind do not wait for our
+         * deadline to pass. */
+        const char *args[5] = { rl->key, rl->queue_key, rl->timeouts_key, lk->owner, rl->channel_prefix };
+        size_t lens[5] = { rl->key_len, rl->queue_key_len, rl->timeouts_key_len, strlen(lk->owner),
+                           rl->channel_prefix_len };
+        int rc;
+        redisReply *r = redis_script_run(&inst->pool, &inst->scripts, SCRIPT_LEAVE_FAIR, 3, 5, args, lens, &rc);
+        if (r)
+            freeReplyObject(r);
+    }
+    unsubscribe(inst, rl);
+}
+
 static void redis_lock_fini(void *instance, struct dlock_provider_lock *lk)
 {
     struct redis_instance *inst = instance;
     struct redis_lock *rl = lk->priv;
     unsubscribe(inst, rl);
-    free(rl->key);
-    free(rl->fence_key);
-    free(rl->channel);
+    free_keys(rl);
     memset(rl, 0, sizeof *rl);
 }
 
@@ -410,7 +492,7 @@ static const struct dlock_provider redis_provider = {
     .version = DLOCK_PROVIDER_VERSION_1,
     .name = "redis",
     .capabilities = DLOCK_CAP_RENEW | DLOCK_CAP_FENCE | DLOCK_CAP_NATIVE_WAIT | DLOCK_CAP_SERVER_EXPIRY |
-                    DLOCK_CAP_MULTI_HOST,
+                    DLOCK_CAP_MULTI_HOST | DLOCK_CAP_FAIR,
     .lock_priv_size = sizeof(struct redis_lock),
     .settings = redis_settings,
     .open = redis_open,
@@ -422,6 +504,7 @@ static const struct dlock_provider redis_provider = {
     .wait = redis_wait,
     .lock_fini = redis_lock_fini,
     .ctl = redis_ctl,
+    .abandon = redis_abandon,
 };
 
 const struct dlock_provider *dlock_module_provider(unsigned core_version);

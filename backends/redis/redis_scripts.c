@@ -51,6 +51,85 @@ static const char *const script_text[SCRIPT_COUNT] = {
     "  end\n"
     "end\n"
     "return out\n",
+
+    /* fair acquire (Redisson's fair lock, with the server's clock): waiters
+     * queue in a list, each with a deadline in a zset that it refreshes on
+     * every try; waiters that stopped trying are dropped from the head. Only
+     * the head of the queue may take a free lock. */
+    "local t = redis.call('time')\n"
+    "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
+    "while true do\n"
+    "  local head = redis.call('lindex', KEYS[3], 0)\n"
+    "  if not head then break end\n"
+    "  local dl = redis.call('zscore', KEYS[4], head)\n"
+    "  if dl and tonumber(dl) > now then break end\n"
+    "  redis.call('lpop', KEYS[3])\n"
+    "  redis.call('zrem', KEYS[4], head)\n"
+    "end\n"
+    "if redis.call('hexists', KEYS[1], ARGV[1]) == 1 then\n"
+    "  redis.call('hincrby', KEYS[1], ARGV[1], 1)\n"
+    "  redis.call('pexpire', KEYS[1], ARGV[2])\n"
+    "  return {1, tonumber(redis.call('get', KEYS[2]) or '0')}\n"
+    "end\n"
+    "if redis.call('exists', KEYS[1]) == 0 then\n"
+    "  local head = redis.call('lindex', KEYS[3], 0)\n"
+    "  if (not head) or head == ARGV[1] then\n"
+    "    if head then\n"
+    "      redis.call('lpop', KEYS[3])\n"
+    "      redis.call('zrem', KEYS[4], ARGV[1])\n"
+    "    end\n"
+    "    redis.call('hset', KEYS[1], ARGV[1], 1)\n"
+    "    redis.call('pexpire', KEYS[1], ARGV[2])\n"
+    "    return {1, redis.call('incr', KEYS[2])}\n"
+    "  end\n"
+    "end\n"
+    "if not redis.call('zscore', KEYS[4], ARGV[1]) then\n"
+    "  redis.call('rpush', KEYS[3], ARGV[1])\n"
+    "end\n"
+    "redis.call('zadd', KEYS[4], now + tonumber(ARGV[3]), ARGV[1])\n"
+    "redis.call('pexpire', KEYS[3], 2 * tonumber(ARGV[3]))\n"
+    "redis.call('pexpire', KEYS[4], 2 * tonumber(ARGV[3]))\n"
+    "local ttl = redis.call('pttl', KEYS[1])\n"
+    "local most = math.floor(tonumber(ARGV[3]) / 2)\n"
+    "if ttl < 0 or ttl > most then ttl = most end\n"
+    "return {0, ttl}\n",
+
+    /* fair release: only the owner's field; at zero, wake the first live
+     * waiter on its own channel, and nobody else. */
+    "if redis.call('hexists', KEYS[1], ARGV[1]) == 0 then\n"
+    "  return -1\n"
+    "end\n"
+    "local left = redis.call('hincrby', KEYS[1], ARGV[1], -1)\n"
+    "if left > 0 then\n"
+    "  redis.call('pexpire', KEYS[1], ARGV[3])\n"
+    "  return left\n"
+    "end\n"
+    "redis.call('del', KEYS[1])\n"
+    "local t = redis.call('time')\n"
+    "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
+    "while true do\n"
+    "  local head = redis.call('lindex', KEYS[2], 0)\n"
+    "  if not head then break end\n"
+    "  local dl = redis.call('zscore', KEYS[3], head)\n"
+    "  if dl and tonumber(dl) > now then\n"
+    "    redis.call('publish', ARGV[2] .. head, 'released')\n"
+    "    break\n"
+    "  end\n"
+    "  redis.call('lpop', KEYS[2])\n"
+    "  redis.call('zrem', KEYS[3], head)\n"
+    "end\n"
+    "return 0\n",
+
+    /* leave the fair queue (gave up); if that frees the head of a free lock,
+     * wake the new head. */
+    "local was_head = redis.call('lindex', KEYS[2], 0) == ARGV[1]\n"
+    "redis.call('lrem', KEYS[2], 0, ARGV[1])\n"
+    "redis.call('zrem', KEYS[3], ARGV[1])\n"
+    "if was_head and redis.call('exists', KEYS[1]) == 0 then\n"
+    "  local head = redis.call('lindex', KEYS[2], 0)\n"
+    "  if head then redis.call('publish', ARGV[2] .. head, 'released') end\n"
+    "end\n"
+    "return 0\n",
 };
 
 void redis_scripts_init(struct redis_scripts *s)

@@ -12,6 +12,9 @@ enum redis_script {
     SCRIPT_ACQUIRE,     /* KEYS: lock, fence; ARGV: owner, lease -> {1, fence} | {0, pttl} */
     SCRIPT_RELEASE,     /* KEYS: lock; ARGV: owner, channel, lease -> count left, -1 not owner */
     SCRIPT_RENEW,       /* KEYS: lock...; ARGV: (owner, lease)... -> {1|0, ...} */
+    SCRIPT_ACQUIRE_FAIR,/* KEYS: lock, fence, queue, timeouts; ARGV: owner, lease, queue timeout */
+    SCRIPT_RELEASE_FAIR,/* KEYS: lock, queue, timeouts; ARGV: owner, channel prefix, lease */
+    SCRIPT_LEAVE_FAIR,  /* KEYS: lock, queue, timeouts; ARGV: owner, channel prefix */
     SCRIPT_COUNT
 };
 

@@ -177,6 +177,11 @@ struct dlock_provider {
     /* Optional escape hatch: DLOCK_CTL_* operations. Return DLOCK_ENOTSUP for
      * operations you do not implement. */
     int (*ctl)(void *instance, int op, void *arg);
+
+    /* Optional. The core stopped trying to acquire lk without a grant
+     * (timeout, cancel, failure) after acquire had answered busy: leave a
+     * wait queue, drop a subscription. Errors are ignored. */
+    void (*abandon)(void *instance, struct dlock_provider_lock *lk);
 };
 
 /*

@@ -547,6 +547,137 @@ static void many_locks_are_renewed_in_batches(void **state)
     dlock_client_close(a);
 }
 
+/* ---- fair mode ------------------------------------------------------------------------ */
+
+static dlock_lock *fair_lock(dlock_client *c, const char *name)
+{
+    dlock_lock_options o = DLOCK_LOCK_OPTIONS_INIT;
+    o.flags = DLOCK_LOCK_FAIR;
+    dlock_lock *l;
+    assert_int_equal(dlock_lock_new(c, name, strlen(name), &o, &l), DLOCK_OK);
+    return l;
+}
+
+static int grant_counter;
+
+struct fair_waiter {
+    dlock_lock *lock;
+    int64_t wait_ms;
+    int rc;
+    int order;
+    int64_t granted_at;
+};
+
+static void *fair_wait(void *arg)
+{
+    struct fair_waiter *w = arg;
+    w->rc = dlock_acquire(w->lock, w->wait_ms);
+    if (w->rc == DLOCK_OK) {
+        w->granted_at = now_ms();
+        w->order = __atomic_fetch_add(&grant_counter, 1, __ATOMIC_SEQ_CST);
+        sleep_ms(20);
+        dlock_release(w->lock);
+    }
+    return NULL;
+}
+
+static void fair_mode_grants_in_arrival_order(void **state)
+{
+    (void)state;
+    enum { N = 6 };
+    grant_counter = 0;
+    dlock_client *holder = open_redis(30000, 10000, NULL);
+    dlock_lock *hl = fair_lock(holder, "queue");
+    assert_int_equal(dlock_acquire(hl, 0), DLOCK_OK);
+    dlock_client *c[N];
+    struct fair_waiter w[N];
+    pthread_t t[N];
+    for (int i = 0; i < N; i++) {
+        c[i] = open_redis(30000, 10000, NULL);
+        w[i] = (struct fair_waiter){ fair_lock(c[i], "queue"), -1, 99, -1, 0 };
+        pthread_create(&t[i], NULL, fair_wait, &w[i]);
+        sleep_ms(60); /* arrive one after the other */
+    }
+    assert_int_equal(redis_int("LLEN %s", "dlock:{queue}:queue"), N);
+    assert_int_equal(dlock_release(hl), DLOCK_OK);
+    for (int i = 0; i < N; i++) {
+        pthread_join(t[i], NULL);
+        assert_int_equal(w[i].rc, DLOCK_OK);
+        assert_int_equal(w[i].order, i); /* first come, first served */
+        if (i > 0) /* each release woke the next at once (20 ms hold) */
+            assert_true(w[i].granted_at - w[i - 1].granted_at < 20 + 40);
+        dlock_lock_free(w[i].lock);
+        dlock_client_close(c[i]);
+    }
+    assert_int_equal(redis_int("EXISTS %s", "dlock:{queue}:queue"), 0);
+    dlock_lock_free(hl);
+    dlock_client_close(holder);
+}
+
+static void fair_waiter_that_gives_up_leaves_the_queue(void **state)
+{
+    (void)state;
+    grant_counter = 0;
+    dlock_client *a = open_redis(30000, 10000, NULL), *b = open_redis(30000, 10000, NULL),
+                 *c = open_redis(30000, 10000, NULL);
+    dlock_lock *la = fair_lock(a, "give-up"), *lb = fair_lock(b, "give-up"), *lc = fair_lock(c, "give-up");
+    assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
+    assert_int_equal(dlock_acquire(lb, 100), DLOCK_ETIMEDOUT); /* B queued, then gave up */
+    assert_int_equal(redis_int("LLEN %s", "dlock:{give-up}:queue"), 0);
+    struct fair_waiter w = { lc, -1, 99, -1, 0 };
+    pthread_t t;
+    pthread_create(&t, NULL, fair_wait, &w);
+    sleep_ms(50);
+    int64_t released_at = now_ms();
+    assert_int_equal(dlock_release(la), DLOCK_OK);
+    pthread_join(t, NULL);
+    assert_int_equal(w.rc, DLOCK_OK);
+    assert_true(w.granted_at - released_at < 50); /* not held up by B's deadline */
+    dlock_lock_free(la);
+    dlock_lock_free(lb);
+    dlock_lock_free(lc);
+    dlock_client_close(a);
+    dlock_client_close(b);
+    dlock_client_close(c);
+}
+
+static void killed_fair_waiter_drops_out(void **state)
+{
+    (void)state;
+    grant_counter = 0;
+    const char *extra = "fair_wait_timeout_ms = 500;";
+    dlock_client *a = open_redis(30000, 10000, extra);
+    dlock_lock *la = fair_lock(a, "dead");
+    assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
+    pid_t pid = fork();
+    if (pid == 0) {
+        dlock_client *c = open_redis(30000, 10000, extra);
+        dlock_lock *l = fair_lock(c, "dead");
+        dlock_acquire(l, -1);
+        _exit(0);
+    }
+    sleep_ms(150); /* the child is first in the queue */
+    assert_int_equal(redis_int("LLEN %s", "dlock:{dead}:queue"), 1);
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    dlock_client *b = open_redis(30000, 10000, extra);
+    struct fair_waiter w = { fair_lock(b, "dead"), -1, 99, -1, 0 };
+    pthread_t t;
+    pthread_create(&t, NULL, fair_wait, &w);
+    sleep_ms(50);
+    int64_t released_at = now_ms();
+    assert_int_equal(dlock_release(la), DLOCK_OK);
+    pthread_join(t, NULL);
+    assert_int_equal(w.rc, DLOCK_OK);
+    /* The dead waiter's deadline (500 ms after its last try) passes, and B
+     * tries at least every 250 ms. */
+    assert_true(w.granted_at - released_at < 500 + 250 + 100);
+    dlock_lock_free(w.lock);
+    dlock_lock_free(la);
+    dlock_client_close(a);
+    dlock_client_close(b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -565,6 +696,9 @@ int main(void)
         cmocka_unit_test_setup(unreachable_server_is_a_clear_error, before_each),
         cmocka_unit_test_setup(script_flush_mid_run, before_each),
         cmocka_unit_test_setup(many_locks_are_renewed_in_batches, before_each),
+        cmocka_unit_test_setup(fair_mode_grants_in_arrival_order, before_each),
+        cmocka_unit_test_setup(fair_waiter_that_gives_up_leaves_the_queue, before_each),
+        cmocka_unit_test_setup(killed_fair_waiter_drops_out, before_each),
         cmocka_unit_test_setup(authentication, before_each),
         cmocka_unit_test_setup(server_restart_mid_run, before_each),
     };
