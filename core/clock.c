@@ -14,6 +14,13 @@ int64_t dlock__now_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+int64_t dlock__now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
 int64_t dlock__deadline_after(int64_t now_ms, int64_t wait_ms)
 {
     if (wait_ms < 0 || wait_ms >= DLOCK__INFINITE - now_ms)

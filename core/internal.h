@@ -23,6 +23,7 @@ int dlock__seterrv(int code, const char *fmt, va_list ap);
 /* ---- clock.c ----------------------------------------------------------------- */
 /* Milliseconds on CLOCK_MONOTONIC; never the wall clock. */
 int64_t dlock__now_ms(void);
+int64_t dlock__now_us(void);
 /* Adds without overflowing past DLOCK__INFINITE. */
 int64_t dlock__deadline_after(int64_t now_ms, int64_t wait_ms);
 /* Converts an absolute CLOCK_MONOTONIC ms time to a timespec for
@@ -144,6 +145,7 @@ struct dlock__histogram {
 struct dlock__metrics {
     uint64_t attempts, grants, reentries, busy, timeouts, cancels, releases, release_failures;
     uint64_t renewals, renewal_failures, losses, backend_errors;
+    uint64_t renewal_rounds, renewal_round_us;  /* watchdog rounds that renewed, and their time */
     struct dlock__histogram wait_ms, hold_ms;
 };
 void dlock__metric_inc(uint64_t *counter);
@@ -160,6 +162,8 @@ struct dlock__watchdog {
     pthread_t thread;
     bool started;
     bool stopping;
+    int64_t sleeping_until;         /* when the thread will look again (INFINITE: no timer) */
+    uint64_t rounds;                /* renewal/expiry rounds run */
 };
 
 struct dlock_client {

@@ -865,6 +865,7 @@ void dlock__entry_on_timer(dlock_client *c, struct dlock__entry **due, size_t n)
      * release, dlock_renew and dlock_fence wait for that flag to clear before
      * they touch the provider, so no other operation on them can overlap. */
     int64_t t_send = dlock__now_ms();
+    int64_t t_send_us = dlock__now_us();
     int batch_rc = DLOCK_ENOTSUP;
     if (nrenew > 1 && c->provider->renew_batch) {
         batch_rc = c->provider->renew_batch(c->instance, plocks, nrenew, results);
@@ -875,6 +876,8 @@ void dlock__entry_on_timer(dlock_client *c, struct dlock__entry **due, size_t n)
         for (size_t i = 0; i < nrenew; i++)
             results[i] = c->provider->renew(c->instance, &renew[i]->plock);
     }
+    __atomic_add_fetch(&c->metrics.renewal_round_us, (uint64_t)(dlock__now_us() - t_send_us), __ATOMIC_RELAXED);
+    dlock__metric_inc(&c->metrics.renewal_rounds);
     for (size_t i = 0; i < nrenew; i++) {
         struct lost_call call;
         apply_renewal(c, renew[i], results[i], t_send, &call);

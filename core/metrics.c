@@ -82,6 +82,12 @@ int dlock__metrics_format(const struct dlock__metrics *m, const char *backend, c
     write_counter(f, backend, "renewal_failures", "Renewals that failed (transient or lost).", &m->renewal_failures);
     write_counter(f, backend, "losses", "Holds lost (expired, taken over, session ended).", &m->losses);
     write_counter(f, backend, "backend_errors", "Operations that failed with a backend error.", &m->backend_errors);
+    fprintf(f, "# HELP dlock_renewal_round_seconds Time the watchdog spent renewing, per round.\n"
+               "# TYPE dlock_renewal_round_seconds summary\n"
+               "dlock_renewal_round_seconds_sum{backend=\"%s\"} %.6f\n"
+               "dlock_renewal_round_seconds_count{backend=\"%s\"} %llu\n",
+            backend, (double)load(&m->renewal_round_us) / 1e6, backend,
+            (unsigned long long)load(&m->renewal_rounds));
     write_histogram(f, backend, "wait", "Time from acquire call to grant.", &m->wait_ms);
     write_histogram(f, backend, "hold", "Time from grant to release.", &m->hold_ms);
     if (fclose(f) != 0 || !buf) {

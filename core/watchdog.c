@@ -26,15 +26,18 @@ static void *watchdog_main(void *arg)
         struct dlock__timer *top = dlock__timer_heap_peek(&w->heap);
         int64_t now = dlock__now_ms();
         if (!top) {
+            w->sleeping_until = DLOCK__INFINITE;
             pthread_cond_wait(&w->cv, &w->mu);
             continue;
         }
         if (top->due_ms > now) {
             struct timespec ts;
+            w->sleeping_until = top->due_ms;
             dlock__abstime(top->due_ms, &ts);
             pthread_cond_timedwait(&w->cv, &w->mu, &ts);
             continue;
         }
+        w->sleeping_until = 0; /* awake and working */
         size_t n = 0;
         while (n < DLOCK__WATCHDOG_BATCH_MAX && (top = dlock__timer_heap_peek(&w->heap)) &&
                top->due_ms <= now + BATCH_WINDOW_MS) {
@@ -85,7 +88,9 @@ int dlock__watchdog_schedule(dlock_client *c, struct dlock__entry *e, int64_t du
         rc = dlock__timer_heap_push(&w->heap, t);
         if (rc != DLOCK_OK)
             rc = dlock_seterr(rc, "out of memory for the watchdog's timers");
-        else if (dlock__timer_heap_peek(&w->heap) == t)
+        else if (due_ms < w->sleeping_until)
+            /* Only when it would otherwise look too late: waking it on every
+             * grant costs a context switch per acquire. */
             pthread_cond_broadcast(&w->cv);
     }
     pthread_mutex_unlock(&w->mu);
@@ -118,6 +123,7 @@ void dlock__watchdog_init(dlock_client *c)
     dlock__cond_init_monotonic(&w->cv);
     dlock__timer_heap_init(&w->heap);
     w->started = w->stopping = false;
+    w->sleeping_until = 0; /* not started: the first schedule starts it anyway */
 }
 
 void dlock__watchdog_stop(dlock_client *c)

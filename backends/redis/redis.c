@@ -302,6 +302,28 @@ static int try_acquire(struct redis_instance *inst, struct dlock_provider_lock *
     return DLOCK_EBUSY;
 }
 
+/* True when rl is subscribed to the channel lk's waiting needs now (in fair
+ * mode it depends on the owner, which changes with the contending thread). */
+static bool subscribed_for(const struct redis_lock *rl, const struct dlock_provider_lock *lk)
+{
+    if (!rl->notify_fd)
+        return false;
+    if (!is_fair(lk))
+        return rl->sub_channel_len == rl->channel_len && memcmp(rl->sub_channel, rl->channel, rl->channel_len) == 0;
+    size_t owner_len = strlen(lk->owner);
+    return rl->sub_channel_len == rl->channel_prefix_len + owner_len &&
+           memcmp(rl->sub_channel, rl->channel_prefix, rl->channel_prefix_len) == 0 &&
+           memcmp(rl->sub_channel + rl->channel_prefix_len, lk->owner, owner_len) == 0;
+}
+
+static void drain_notifications(struct redis_lock *rl)
+{
+    uint64_t v;
+    if (rl->notify_fd)
+        while (read(rl->notify_fd - 1, &v, sizeof v) > 0)
+            ;
+}
+
 static int redis_acquire(void *instance, struct dlock_provider_lock *lk, struct dlock_grant *g)
 {
     struct redis_instance *inst = instance;
@@ -309,6 +331,11 @@ static int redis_acquire(void *instance, struct dlock_provider_lock *lk, struct 
     int rc = ensure_keys(inst, lk);
     if (rc != DLOCK_OK)
         return rc;
+    if (rl->notify_fd && !subscribed_for(rl, lk))
+        unsubscribe(inst, rl);
+    /* A message from before this attempt says nothing about after it; one
+     * that arrives from now on will wake the wait. */
+    drain_notifications(rl);
     rc = try_acquire(inst, lk, g);
     if (rc == DLOCK_EBUSY && !rl->notify_fd) {
         /* Subscribe, then look again: a release between the busy answer and
@@ -320,8 +347,10 @@ static int redis_acquire(void *instance, struct dlock_provider_lock *lk, struct 
                                "%s: cannot subscribe (%s); waiting on the holder's TTL instead",
                                inst->pool.server.label, dlock_errmsg());
     }
-    if (rc == DLOCK_OK)
-        unsubscribe(inst, rl);
+    /* A subscription is kept after a grant: a lock that was contended will
+     * most likely be again, and re-subscribing costs two round trips each
+     * time. It goes when the waiter gives up (abandon) or the lock handle
+     * is freed (lock_fini). */
     return rc;
 }
 

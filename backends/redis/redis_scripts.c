@@ -27,14 +27,16 @@ static const char *const script_text[SCRIPT_COUNT] = {
     "end\n"
     "return {0, redis.call('pttl', KEYS[1])}\n",
 
-    /* release: only the owner's field; delete at zero, then tell waiters. */
-    "if redis.call('hexists', KEYS[1], ARGV[1]) == 0 then\n"
+    /* release: only the owner's field; delete at zero, then tell waiters.
+     * The last release (the common case) costs HGET, DEL, PUBLISH. */
+    "local count = tonumber(redis.call('hget', KEYS[1], ARGV[1]))\n"
+    "if not count then\n"
     "  return -1\n"
     "end\n"
-    "local left = redis.call('hincrby', KEYS[1], ARGV[1], -1)\n"
-    "if left > 0 then\n"
+    "if count > 1 then\n"
+    "  redis.call('hincrby', KEYS[1], ARGV[1], -1)\n"
     "  redis.call('pexpire', KEYS[1], ARGV[3])\n"
-    "  return left\n"
+    "  return count - 1\n"
     "end\n"
     "redis.call('del', KEYS[1])\n"
     "redis.call('publish', ARGV[2], 'released')\n"
