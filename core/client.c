@@ -39,6 +39,7 @@ static int client_open(dlock_client **out, const char *path, const char *text)
     if (!c)
         return dlock_seterr(DLOCK_ENOMEM, "out of memory for a client");
     c->pid = getpid();
+    c->fork_generation = dlock__fork_generation();
     dlock__log_init(&c->log);
     struct dlock__diag diag = { .report = log_config_finding, .arg = &c->log };
     int rc = dlock__config_load(&c->config, path, text, &diag);

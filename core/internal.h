@@ -167,7 +167,8 @@ struct dlock__watchdog {
 };
 
 struct dlock_client {
-    pid_t pid;                      /* the process that opened it (fork guard) */
+    pid_t pid;                      /* the process that opened it (for messages) */
+    uint64_t fork_generation;       /* dlock__fork_generation() at open (fork guard) */
     struct dlock__config config;
     const struct dlock_provider *provider;
     void *instance;
@@ -188,6 +189,10 @@ struct dlock_lock {
     struct dlock_lock *prev, *next; /* in client->handles */
 };
 
+/* How many fork()s this process is removed from the one that loaded the
+ * library: a pthread_atfork child handler counts them, so the fork guard
+ * costs no getpid() system call per operation. */
+uint64_t dlock__fork_generation(void);
 /* Checks the fork guard and NULL; sets the detail. DLOCK_OK or DLOCK_EINVAL. */
 int dlock__client_usable(const dlock_client *client);
 

@@ -110,14 +110,34 @@ static void drain(int fd)
 
 /* ---- helpers ---------------------------------------------------------------- */
 
+static uint64_t fork_generation;
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+
+static void count_fork(void)
+{
+    fork_generation++; /* in the child, which has one thread */
+}
+
+static void install_atfork(void)
+{
+    pthread_atfork(NULL, NULL, count_fork);
+}
+
+uint64_t dlock__fork_generation(void)
+{
+    pthread_once(&atfork_once, install_atfork);
+    return __atomic_load_n(&fork_generation, __ATOMIC_RELAXED);
+}
+
 int dlock__client_usable(const dlock_client *client)
 {
     if (!client)
         return dlock_seterr(DLOCK_EINVAL, "client is NULL");
-    if (client->pid != getpid())
+    if (client->fork_generation != __atomic_load_n(&fork_generation, __ATOMIC_RELAXED))
         return dlock_seterr(DLOCK_EINVAL,
                             "this client was opened in process %ld and cannot be used after fork(); "
-                            "open a new client in the child", (long)client->pid);
+                            "open a new client in the child (this is process %ld)", (long)client->pid,
+                            (long)getpid());
     return DLOCK_OK;
 }
 

@@ -2,16 +2,22 @@
  *
  * A lock NAME is the hash <prefix>{NAME} (Redisson's layout: the field
  * "<client id>:<thread>" holds the reentry count, the hash carries the
- * lease as its TTL), with the fence counter <prefix>{NAME}:fence and the
- * release channel <prefix>{NAME}:ch. Braces and '%' in NAME are written as
- * %7B, %7D, %25, so the hash tag is always exactly the name: the three keys
- * share one Cluster slot, and no name can pin or split a slot.
+ * lease as its TTL), with the fence counter <prefix>{NAME}:fence. Waiters
+ * are listed in <prefix>{NAME}:queue with deadlines in :timeouts, and each
+ * listens on its own channel <prefix>{NAME}:ch:<owner>. Braces and '%' in
+ * NAME are written as %7B, %7D, %25, so the hash tag is always exactly the
+ * name: every key of a lock is in one Cluster slot, and no name can pin or
+ * split a slot.
  *
- * One attempt is one EVALSHA. Waiting uses the client's one subscriber
- * connection: after a busy answer the lock subscribes to its channel, and
- * only once the server has confirmed does it try again, so a release between
- * the two is never missed. A waiter also retries after the holder's PTTL, so
- * a lost message (subscriber reconnecting) only delays it. */
+ * One attempt is one EVALSHA. A busy answer registers the owner as a waiter;
+ * a release wakes only the first live waiter (no herd: with N processes
+ * waiting, one retries, not N). In fair mode only that waiter may take the
+ * lock; otherwise anyone may (barging), and the woken waiter stays first.
+ * Waiting uses the client's one subscriber connection: after the first busy
+ * answer the lock subscribes to its channel, and only once the server has
+ * confirmed does it try again, so a release between the two is never missed.
+ * A waiter retries at the latest after the holder's TTL or half the waiter
+ * timeout, which keeps its place and covers a lost message. */
 #include "config.h"
 
 #include "redis_conn.h"
@@ -33,7 +39,7 @@ struct redis_instance {
     struct redis_scripts scripts;
     struct redis_subscriber *subscriber;
     char prefix[65];
-    int64_t fair_wait_timeout_ms;   /* a fair waiter that stops retrying leaves the queue after this */
+    int64_t waiter_timeout_ms;  /* a waiter that stops retrying leaves the queue after this */
     void *log_handle;
 };
 
@@ -42,17 +48,16 @@ struct redis_lock {
     size_t key_len;
     char *fence_key;
     size_t fence_key_len;
-    char *channel;
-    size_t channel_len;
-    char *queue_key;            /* fair mode: waiters in arrival order */
+    char *queue_key;            /* waiters in arrival order */
     size_t queue_key_len;
-    char *timeouts_key;         /* fair mode: each waiter's deadline (server ms) */
+    char *timeouts_key;         /* each waiter's deadline (server ms) */
     size_t timeouts_key_len;
-    char *channel_prefix;       /* fair mode: <prefix>{name}:ch: + owner */
+    char *channel_prefix;       /* <prefix>{name}:ch: + owner: a waiter's own channel */
     size_t channel_prefix_len;
     char *sub_channel;          /* the channel subscribed, while notify_fd */
     size_t sub_channel_len;
     int notify_fd;              /* eventfd + 1 while subscribed, else 0 */
+    bool registered;            /* the owner is in the waiter queue */
 };
 
 static const struct dlock_setting_spec redis_settings[] = {
@@ -66,7 +71,7 @@ static const struct dlock_setting_spec redis_settings[] = {
     { "connect_timeout_ms", DLOCK_SETTING_INT, 1, 600000 },
     { "command_timeout_ms", DLOCK_SETTING_INT, 1, 600000 },
     { "pool_size", DLOCK_SETTING_INT, 1, REDIS_POOL_MAX },
-    { "fair_wait_timeout_ms", DLOCK_SETTING_INT, 100, 600000 },
+    { "waiter_timeout_ms", DLOCK_SETTING_INT, 100, 600000 },
     { NULL, 0, 0, 0 },
 };
 
@@ -102,11 +107,10 @@ static void free_keys(struct redis_lock *rl)
 {
     free(rl->key);
     free(rl->fence_key);
-    free(rl->channel);
     free(rl->queue_key);
     free(rl->timeouts_key);
     free(rl->channel_prefix);
-    rl->key = rl->fence_key = rl->channel = rl->queue_key = rl->timeouts_key = rl->channel_prefix = NULL;
+    rl->key = rl->fence_key = rl->queue_key = rl->timeouts_key = rl->channel_prefix = NULL;
 }
 
 static bool is_fair(const struct dlock_provider_lock *lk)
@@ -121,11 +125,10 @@ static int ensure_keys(struct redis_instance *inst, struct dlock_provider_lock *
         return DLOCK_OK;
     rl->key = key_for(inst->prefix, lk->name, lk->name_len, "", &rl->key_len);
     rl->fence_key = key_for(inst->prefix, lk->name, lk->name_len, ":fence", &rl->fence_key_len);
-    rl->channel = key_for(inst->prefix, lk->name, lk->name_len, ":ch", &rl->channel_len);
     rl->queue_key = key_for(inst->prefix, lk->name, lk->name_len, ":queue", &rl->queue_key_len);
     rl->timeouts_key = key_for(inst->prefix, lk->name, lk->name_len, ":timeouts", &rl->timeouts_key_len);
     rl->channel_prefix = key_for(inst->prefix, lk->name, lk->name_len, ":ch:", &rl->channel_prefix_len);
-    if (!rl->key || !rl->fence_key || !rl->channel || !rl->queue_key || !rl->timeouts_key || !rl->channel_prefix) {
+    if (!rl->key || !rl->fence_key || !rl->queue_key || !rl->timeouts_key || !rl->channel_prefix) {
         free_keys(rl);
         return dlock_seterr(DLOCK_ENOMEM, "redis: out of memory for key names");
     }
@@ -134,22 +137,18 @@ static int ensure_keys(struct redis_instance *inst, struct dlock_provider_lock *
 
 /* ---- subscription ---------------------------------------------------------------- */
 
-/* Subscribes to the lock's release channel: the shared one, or in fair mode
- * the owner's own, on which only its turn is announced. */
+/* Subscribes to the owner's own channel of the lock, on which a release
+ * announces that it is this waiter's turn to try. */
 static int subscribe(struct redis_instance *inst, struct dlock_provider_lock *lk)
 {
     struct redis_lock *rl = lk->priv;
     size_t owner_len = strlen(lk->owner);
-    size_t len = is_fair(lk) ? rl->channel_prefix_len + owner_len : rl->channel_len;
+    size_t len = rl->channel_prefix_len + owner_len;
     char *channel = malloc(len + 1);
     if (!channel)
         return dlock_seterr(DLOCK_ENOMEM, "redis: out of memory");
-    if (is_fair(lk)) {
-        memcpy(channel, rl->channel_prefix, rl->channel_prefix_len);
-        memcpy(channel + rl->channel_prefix_len, lk->owner, owner_len + 1);
-    } else {
-        memcpy(channel, rl->channel, len + 1);
-    }
+    memcpy(channel, rl->channel_prefix, rl->channel_prefix_len);
+    memcpy(channel + rl->channel_prefix_len, lk->owner, owner_len + 1);
     int fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (fd < 0) {
         free(channel);
@@ -202,8 +201,8 @@ static int redis_open(void **instance, const struct dlock_provider_env *env)
                           dlock_settings_where(env->settings, "prefix"));
     int64_t pool_size = 8;
     dlock_settings_int(env->settings, "pool_size", &pool_size);
-    inst->fair_wait_timeout_ms = 5000;
-    dlock_settings_int(env->settings, "fair_wait_timeout_ms", &inst->fair_wait_timeout_ms);
+    inst->waiter_timeout_ms = 5000;
+    dlock_settings_int(env->settings, "waiter_timeout_ms", &inst->waiter_timeout_ms);
     if (rc != DLOCK_OK) {
         free(inst);
         return rc;
@@ -270,20 +269,15 @@ static int try_acquire(struct redis_instance *inst, struct dlock_provider_lock *
     struct redis_lock *rl = lk->priv;
     char lease[24], queue_timeout[24];
     int lease_len = snprintf(lease, sizeof lease, "%lld", (long long)lk->lease_ms);
-    int qt_len = snprintf(queue_timeout, sizeof queue_timeout, "%lld", (long long)inst->fair_wait_timeout_ms);
+    int qt_len = snprintf(queue_timeout, sizeof queue_timeout, "%lld", (long long)inst->waiter_timeout_ms);
+    const char *registered = rl->registered ? "1" : "0";
+    const char *args[8] = { rl->key, rl->fence_key, rl->queue_key, rl->timeouts_key, lk->owner, lease,
+                            queue_timeout, registered };
+    size_t lens[8] = { rl->key_len, rl->fence_key_len, rl->queue_key_len, rl->timeouts_key_len,
+                       strlen(lk->owner), (size_t)lease_len, (size_t)qt_len, 1 };
     int rc;
-    redisReply *r;
-    if (is_fair(lk)) {
-        const char *args[7] = { rl->key, rl->fence_key, rl->queue_key, rl->timeouts_key, lk->owner, lease,
-                                queue_timeout };
-        size_t lens[7] = { rl->key_len, rl->fence_key_len, rl->queue_key_len, rl->timeouts_key_len,
-                           strlen(lk->owner), (size_t)lease_len, (size_t)qt_len };
-        r = redis_script_run(&inst->pool, &inst->scripts, SCRIPT_ACQUIRE_FAIR, 4, 7, args, lens, &rc);
-    } else {
-        const char *args[4] = { rl->key, rl->fence_key, lk->owner, lease };
-        size_t lens[4] = { rl->key_len, rl->fence_key_len, strlen(lk->owner), (size_t)lease_len };
-        r = redis_script_run(&inst->pool, &inst->scripts, SCRIPT_ACQUIRE, 2, 4, args, lens, &rc);
-    }
+    redisReply *r = redis_script_run(&inst->pool, &inst->scripts, is_fair(lk) ? SCRIPT_ACQUIRE_FAIR : SCRIPT_ACQUIRE,
+                                     4, is_fair(lk) ? 7 : 8, args, lens, &rc);
     if (!r)
         return rc;
     if (!is_int_array(r, 2)) {
@@ -292,24 +286,23 @@ static int try_acquire(struct redis_instance *inst, struct dlock_provider_lock *
     }
     long long granted = r->element[0]->integer, value = r->element[1]->integer;
     freeReplyObject(r);
+    rl->registered = !granted; /* a busy answer put us in the queue; a grant took us out */
     if (granted) {
         g->fence = (uint64_t)value;
         g->has_fence = 1;
         return DLOCK_OK;
     }
-    /* PTTL: -1 no expiry (a foreign lock without lease), -2 gone meanwhile. */
-    g->retry_hint_ms = value == -2 ? 0 : value;
+    /* The holder's TTL, capped so that the waiter keeps its place. */
+    g->retry_hint_ms = value;
     return DLOCK_EBUSY;
 }
 
-/* True when rl is subscribed to the channel lk's waiting needs now (in fair
- * mode it depends on the owner, which changes with the contending thread). */
+/* True when rl is subscribed to the channel of lk's current owner (which
+ * changes with the contending thread). */
 static bool subscribed_for(const struct redis_lock *rl, const struct dlock_provider_lock *lk)
 {
     if (!rl->notify_fd)
         return false;
-    if (!is_fair(lk))
-        return rl->sub_channel_len == rl->channel_len && memcmp(rl->sub_channel, rl->channel, rl->channel_len) == 0;
     size_t owner_len = strlen(lk->owner);
     return rl->sub_channel_len == rl->channel_prefix_len + owner_len &&
            memcmp(rl->sub_channel, rl->channel_prefix, rl->channel_prefix_len) == 0 &&
@@ -363,17 +356,10 @@ static int redis_release(void *instance, struct dlock_provider_lock *lk)
         return rc;
     char lease[24];
     int lease_len = snprintf(lease, sizeof lease, "%lld", (long long)lk->lease_ms);
-    redisReply *r;
-    if (is_fair(lk)) {
-        const char *args[6] = { rl->key, rl->queue_key, rl->timeouts_key, lk->owner, rl->channel_prefix, lease };
-        size_t lens[6] = { rl->key_len, rl->queue_key_len, rl->timeouts_key_len, strlen(lk->owner),
-                           rl->channel_prefix_len, (size_t)lease_len };
-        r = redis_script_run(&inst->pool, &inst->scripts, SCRIPT_RELEASE_FAIR, 3, 6, args, lens, &rc);
-    } else {
-        const char *args[4] = { rl->key, lk->owner, rl->channel, lease };
-        size_t lens[4] = { rl->key_len, strlen(lk->owner), rl->channel_len, (size_t)lease_len };
-        r = redis_script_run(&inst->pool, &inst->scripts, SCRIPT_RELEASE, 1, 4, args, lens, &rc);
-    }
+    const char *args[6] = { rl->key, rl->queue_key, rl->timeouts_key, lk->owner, rl->channel_prefix, lease };
+    size_t lens[6] = { rl->key_len, rl->queue_key_len, rl->timeouts_key_len, strlen(lk->owner),
+                       rl->channel_prefix_len, (size_t)lease_len };
+    redisReply *r = redis_script_run(&inst->pool, &inst->scripts, SCRIPT_RELEASE, 3, 6, args, lens, &rc);
     if (!r)
         return rc;
     if (r->type != REDIS_REPLY_INTEGER) {
@@ -454,16 +440,17 @@ static void redis_abandon(void *instance, struct dlock_provider_lock *lk)
 {
     struct redis_instance *inst = instance;
     struct redis_lock *rl = lk->priv;
-    if (is_fair(lk) && rl->key) {
+    if (rl->registered && rl->key) {
         /* Out of the queue now, so the waiters behind do not wait for our
          * deadline to pass. */
         const char *args[5] = { rl->key, rl->queue_key, rl->timeouts_key, lk->owner, rl->channel_prefix };
         size_t lens[5] = { rl->key_len, rl->queue_key_len, rl->timeouts_key_len, strlen(lk->owner),
                            rl->channel_prefix_len };
         int rc;
-        redisReply *r = redis_script_run(&inst->pool, &inst->scripts, SCRIPT_LEAVE_FAIR, 3, 5, args, lens, &rc);
+        redisReply *r = redis_script_run(&inst->pool, &inst->scripts, SCRIPT_LEAVE, 3, 5, args, lens, &rc);
         if (r)
             freeReplyObject(r);
+        rl->registered = false;
     }
     unsubscribe(inst, rl);
 }

@@ -12,23 +12,80 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Server time in ms, for the waiters' deadlines (never the client's clock). */
+#define LUA_NOW                                                               \
+    "local t = redis.call('time')\n"                                          \
+    "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
+
+/* A busy answer registers the owner as a waiter: at the tail of the queue if
+ * new, with its deadline pushed out; the retry hint is the holder's TTL but
+ * at most half the queue timeout, so a live waiter always renews its place. */
+#define LUA_REGISTER_WAITER                                                   \
+    LUA_NOW                                                                   \
+    "if not redis.call('zscore', KEYS[4], ARGV[1]) then\n"                    \
+    "  redis.call('rpush', KEYS[3], ARGV[1])\n"                               \
+    "end\n"                                                                   \
+    "redis.call('zadd', KEYS[4], now + tonumber(ARGV[3]), ARGV[1])\n"         \
+    "redis.call('pexpire', KEYS[3], 2 * tonumber(ARGV[3]))\n"                 \
+    "redis.call('pexpire', KEYS[4], 2 * tonumber(ARGV[3]))\n"                 \
+    "local ttl = redis.call('pttl', KEYS[1])\n"                               \
+    "local most = math.floor(tonumber(ARGV[3]) / 2)\n"                        \
+    "if ttl < 0 or ttl > most then ttl = most end\n"                          \
+    "return {0, ttl}\n"
+
+#define LUA_REENTRY                                                           \
+    "if redis.call('hexists', KEYS[1], ARGV[1]) == 1 then\n"                  \
+    "  redis.call('hincrby', KEYS[1], ARGV[1], 1)\n"                          \
+    "  redis.call('pexpire', KEYS[1], ARGV[2])\n"                             \
+    "  return {1, tonumber(redis.call('get', KEYS[2]) or '0')}\n"             \
+    "end\n"
+
 static const char *const script_text[SCRIPT_COUNT] = {
-    /* acquire: free -> take it and raise the fence; ours -> count up (another
-     * Redisson-style client of the same owner); else -> the holder's TTL. */
+    /* acquire: a free lock goes to whoever asks (barging allowed); a waiter
+     * that gets it leaves the queue. */
     "if redis.call('exists', KEYS[1]) == 0 then\n"
     "  redis.call('hset', KEYS[1], ARGV[1], 1)\n"
     "  redis.call('pexpire', KEYS[1], ARGV[2])\n"
+    "  if ARGV[4] == '1' then\n"
+    "    redis.call('lrem', KEYS[3], 0, ARGV[1])\n"
+    "    redis.call('zrem', KEYS[4], ARGV[1])\n"
+    "  end\n"
     "  return {1, redis.call('incr', KEYS[2])}\n"
     "end\n"
-    "if redis.call('hexists', KEYS[1], ARGV[1]) == 1 then\n"
-    "  redis.call('hincrby', KEYS[1], ARGV[1], 1)\n"
-    "  redis.call('pexpire', KEYS[1], ARGV[2])\n"
-    "  return {1, tonumber(redis.call('get', KEYS[2]) or '0')}\n"
-    "end\n"
-    "return {0, redis.call('pttl', KEYS[1])}\n",
+    LUA_REENTRY
+    LUA_REGISTER_WAITER,
 
-    /* release: only the owner's field; delete at zero, then tell waiters.
-     * The last release (the common case) costs HGET, DEL, PUBLISH. */
+    /* fair acquire (Redisson's fair lock, with the server's clock): waiters
+     * whose deadline passed are dropped from the head; only the head (or
+     * anyone, if nobody waits) may take a free lock. */
+    LUA_NOW
+    "while true do\n"
+    "  local head = redis.call('lindex', KEYS[3], 0)\n"
+    "  if not head then break end\n"
+    "  local dl = redis.call('zscore', KEYS[4], head)\n"
+    "  if dl and tonumber(dl) > now then break end\n"
+    "  redis.call('lpop', KEYS[3])\n"
+    "  redis.call('zrem', KEYS[4], head)\n"
+    "end\n"
+    LUA_REENTRY
+    "if redis.call('exists', KEYS[1]) == 0 then\n"
+    "  local head = redis.call('lindex', KEYS[3], 0)\n"
+    "  if (not head) or head == ARGV[1] then\n"
+    "    if head then\n"
+    "      redis.call('lpop', KEYS[3])\n"
+    "      redis.call('zrem', KEYS[4], ARGV[1])\n"
+    "    end\n"
+    "    redis.call('hset', KEYS[1], ARGV[1], 1)\n"
+    "    redis.call('pexpire', KEYS[1], ARGV[2])\n"
+    "    return {1, redis.call('incr', KEYS[2])}\n"
+    "  end\n"
+    "end\n"
+    LUA_REGISTER_WAITER,
+
+    /* release: only the owner's field; at zero, delete and wake the first
+     * live waiter on its own channel, nobody else (no herd). Waiters whose
+     * deadline passed (dead, or gone) are dropped on the way. The last
+     * release with nobody waiting costs HGET, DEL, LINDEX. */
     "local count = tonumber(redis.call('hget', KEYS[1], ARGV[1]))\n"
     "if not count then\n"
     "  return -1\n"
@@ -39,7 +96,21 @@ static const char *const script_text[SCRIPT_COUNT] = {
     "  return count - 1\n"
     "end\n"
     "redis.call('del', KEYS[1])\n"
-    "redis.call('publish', ARGV[2], 'released')\n"
+    "local head = redis.call('lindex', KEYS[2], 0)\n"
+    "if not head then\n"
+    "  return 0\n"
+    "end\n"
+    LUA_NOW
+    "while head do\n"
+    "  local dl = redis.call('zscore', KEYS[3], head)\n"
+    "  if dl and tonumber(dl) > now then\n"
+    "    redis.call('publish', ARGV[2] .. head, 'released')\n"
+    "    return 0\n"
+    "  end\n"
+    "  redis.call('lpop', KEYS[2])\n"
+    "  redis.call('zrem', KEYS[3], head)\n"
+    "  head = redis.call('lindex', KEYS[2], 0)\n"
+    "end\n"
     "return 0\n",
 
     /* renew, for one lock or a batch: extend only holds whose field is ours. */
@@ -54,76 +125,8 @@ static const char *const script_text[SCRIPT_COUNT] = {
     "end\n"
     "return out\n",
 
-    /* fair acquire (Redisson's fair lock, with the server's clock): waiters
-     * queue in a list, each with a deadline in a zset that it refreshes on
-     * every try; waiters that stopped trying are dropped from the head. Only
-     * the head of the queue may take a free lock. */
-    "local t = redis.call('time')\n"
-    "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
-    "while true do\n"
-    "  local head = redis.call('lindex', KEYS[3], 0)\n"
-    "  if not head then break end\n"
-    "  local dl = redis.call('zscore', KEYS[4], head)\n"
-    "  if dl and tonumber(dl) > now then break end\n"
-    "  redis.call('lpop', KEYS[3])\n"
-    "  redis.call('zrem', KEYS[4], head)\n"
-    "end\n"
-    "if redis.call('hexists', KEYS[1], ARGV[1]) == 1 then\n"
-    "  redis.call('hincrby', KEYS[1], ARGV[1], 1)\n"
-    "  redis.call('pexpire', KEYS[1], ARGV[2])\n"
-    "  return {1, tonumber(redis.call('get', KEYS[2]) or '0')}\n"
-    "end\n"
-    "if redis.call('exists', KEYS[1]) == 0 then\n"
-    "  local head = redis.call('lindex', KEYS[3], 0)\n"
-    "  if (not head) or head == ARGV[1] then\n"
-    "    if head then\n"
-    "      redis.call('lpop', KEYS[3])\n"
-    "      redis.call('zrem', KEYS[4], ARGV[1])\n"
-    "    end\n"
-    "    redis.call('hset', KEYS[1], ARGV[1], 1)\n"
-    "    redis.call('pexpire', KEYS[1], ARGV[2])\n"
-    "    return {1, redis.call('incr', KEYS[2])}\n"
-    "  end\n"
-    "end\n"
-    "if not redis.call('zscore', KEYS[4], ARGV[1]) then\n"
-    "  redis.call('rpush', KEYS[3], ARGV[1])\n"
-    "end\n"
-    "redis.call('zadd', KEYS[4], now + tonumber(ARGV[3]), ARGV[1])\n"
-    "redis.call('pexpire', KEYS[3], 2 * tonumber(ARGV[3]))\n"
-    "redis.call('pexpire', KEYS[4], 2 * tonumber(ARGV[3]))\n"
-    "local ttl = redis.call('pttl', KEYS[1])\n"
-    "local most = math.floor(tonumber(ARGV[3]) / 2)\n"
-    "if ttl < 0 or ttl > most then ttl = most end\n"
-    "return {0, ttl}\n",
-
-    /* fair release: only the owner's field; at zero, wake the first live
-     * waiter on its own channel, and nobody else. */
-    "if redis.call('hexists', KEYS[1], ARGV[1]) == 0 then\n"
-    "  return -1\n"
-    "end\n"
-    "local left = redis.call('hincrby', KEYS[1], ARGV[1], -1)\n"
-    "if left > 0 then\n"
-    "  redis.call('pexpire', KEYS[1], ARGV[3])\n"
-    "  return left\n"
-    "end\n"
-    "redis.call('del', KEYS[1])\n"
-    "local t = redis.call('time')\n"
-    "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
-    "while true do\n"
-    "  local head = redis.call('lindex', KEYS[2], 0)\n"
-    "  if not head then break end\n"
-    "  local dl = redis.call('zscore', KEYS[3], head)\n"
-    "  if dl and tonumber(dl) > now then\n"
-    "    redis.call('publish', ARGV[2] .. head, 'released')\n"
-    "    break\n"
-    "  end\n"
-    "  redis.call('lpop', KEYS[2])\n"
-    "  redis.call('zrem', KEYS[3], head)\n"
-    "end\n"
-    "return 0\n",
-
-    /* leave the fair queue (gave up); if that frees the head of a free lock,
-     * wake the new head. */
+    /* leave the queue (gave up); if that frees the head of a free lock, wake
+     * the new head. */
     "local was_head = redis.call('lindex', KEYS[2], 0) == ARGV[1]\n"
     "redis.call('lrem', KEYS[2], 0, ARGV[1])\n"
     "redis.call('zrem', KEYS[3], ARGV[1])\n"

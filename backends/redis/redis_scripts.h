@@ -9,12 +9,18 @@
 #include "redis_conn.h"
 
 enum redis_script {
-    SCRIPT_ACQUIRE,     /* KEYS: lock, fence; ARGV: owner, lease -> {1, fence} | {0, pttl} */
-    SCRIPT_RELEASE,     /* KEYS: lock; ARGV: owner, channel, lease -> count left, -1 not owner */
-    SCRIPT_RENEW,       /* KEYS: lock...; ARGV: (owner, lease)... -> {1|0, ...} */
-    SCRIPT_ACQUIRE_FAIR,/* KEYS: lock, fence, queue, timeouts; ARGV: owner, lease, queue timeout */
-    SCRIPT_RELEASE_FAIR,/* KEYS: lock, queue, timeouts; ARGV: owner, channel prefix, lease */
-    SCRIPT_LEAVE_FAIR,  /* KEYS: lock, queue, timeouts; ARGV: owner, channel prefix */
+    /* KEYS: lock, fence, queue, timeouts; ARGV: owner, lease, queue timeout,
+     * "1" if this owner registered as a waiter -> {1, fence} | {0, retry in ms} */
+    SCRIPT_ACQUIRE,
+    /* same, first come first served */
+    SCRIPT_ACQUIRE_FAIR,
+    /* KEYS: lock, queue, timeouts; ARGV: owner, channel prefix, lease -> count
+     * left, -1 not owner; at zero, wakes the first live waiter only */
+    SCRIPT_RELEASE,
+    /* KEYS: lock...; ARGV: (owner, lease)... -> {1|0, ...} */
+    SCRIPT_RENEW,
+    /* KEYS: lock, queue, timeouts; ARGV: owner, channel prefix: stop waiting */
+    SCRIPT_LEAVE,
     SCRIPT_COUNT
 };
 

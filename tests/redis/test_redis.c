@@ -645,7 +645,7 @@ static void killed_fair_waiter_drops_out(void **state)
 {
     (void)state;
     grant_counter = 0;
-    const char *extra = "fair_wait_timeout_ms = 500;";
+    const char *extra = "waiter_timeout_ms = 500;";
     dlock_client *a = open_redis(30000, 10000, extra);
     dlock_lock *la = fair_lock(a, "dead");
     assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
