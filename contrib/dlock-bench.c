@@ -545,8 +545,13 @@ static const struct {
 static void print_ratio(const char *what, const char *s1, const char *m1, const char *s2, const char *m2)
 {
     struct figure *a = find_figure(s1, m1), *b = find_figure(s2, m2);
-    if (a && b && median_of(b) != 0)
-        printf("  %-58s %.2f\n", what, median_of(a) / median_of(b));
+    static bool heading;
+    if (!a || !b || median_of(b) == 0)
+        return;
+    if (!heading)
+        printf("\nratios (medians):\n");
+    heading = true;
+    printf("  %-58s %.2f\n", what, median_of(a) / median_of(b));
 }
 
 int main(int argc, char **argv)
@@ -591,12 +596,14 @@ int main(int argc, char **argv)
     }
     samples = malloc(MAX_SAMPLES * sizeof *samples);
     signal(SIGPIPE, SIG_IGN);
+    bool progress = isatty(STDERR_FILENO);
     for (int r = 0; r < opt.repeat; r++) {
         for (int s = 0; s < opt.nscenarios; s++) {
             bool found = false;
             for (size_t k = 0; k < sizeof scenarios / sizeof scenarios[0]; k++)
                 if (strcmp(scenarios[k].name, opt.scenarios[s]) == 0) {
-                    fprintf(stderr, "\r[%d/%d] %-24s", r + 1, opt.repeat, opt.scenarios[s]);
+                    if (progress)
+                        fprintf(stderr, "\r[%d/%d] %-24s", r + 1, opt.repeat, opt.scenarios[s]);
                     scenarios[k].run();
                     found = true;
                 }
@@ -606,7 +613,8 @@ int main(int argc, char **argv)
             }
         }
     }
-    fprintf(stderr, "\r%40s\r", "");
+    if (progress)
+        fprintf(stderr, "\r%40s\r", "");
     printf("%-24s %-28s %14s  %-26s %s\n", "scenario", "metric", "median", "[min - max]", "unit");
     FILE *csv = opt.csv ? fopen(opt.csv, "w") : NULL;
     if (csv)
@@ -627,7 +635,6 @@ int main(int argc, char **argv)
     }
     if (csv)
         fclose(csv);
-    printf("\nratios (medians):\n");
     print_ratio("uncontended throughput / plain SET NX PX + EVALSHA", "uncontended", "acquire+release/s",
                 "redis-set-nx", "acquire+release/s");
     print_ratio("renewing all locks / one pipeline of single-lock EVALSHA", "many-locks", "renewal of all locks",

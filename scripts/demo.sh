@@ -1,9 +1,10 @@
 #!/bin/sh
 # scripts/demo.sh - the README's first command: installs what is needed,
-# builds, and shows libdlock at work on the embedded local backend, in a
-# throwaway lock directory: four processes race on a counter file without a
-# lock and then under one, `dlock run` serialises shell commands, and the
-# exit codes, status and metrics a script can use.
+# builds, and shows libdlock at work: on the embedded local backend, in a
+# throwaway lock directory, four processes race on a counter file without a
+# lock and then under one, with the exit codes, status and metrics a script
+# can use; then a throwaway redis-server and a short dlock-bench run against
+# it, every figure beside its baseline from the same run.
 set -eu
 cd "$(dirname "$0")/.."
 scripts/setup.sh build
@@ -73,3 +74,10 @@ set -e
 
 say "metrics of one probe acquire/release (Prometheus text, first lines)"
 "$DLOCK" metrics probe | grep -v '^#' | head -6
+
+say "Redis: a throwaway redis-server and a short dlock-bench, each figure beside the plain hiredis loop"
+if [ -x "$B/.libs/dlock-bench" ]; then
+    scripts/bench-redis.sh build --quick
+else
+    echo "(skipped: the redis backend was not built; install libhiredis-dev and redis-server)"
+fi
