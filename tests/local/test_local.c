@@ -10,6 +10,7 @@
 #include <cmocka.h>
 
 #include <dlock.h>
+#include "../support/test_time.h"
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -23,13 +24,6 @@
 #include <unistd.h>
 
 static char dir[256];
-
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static int make_dir(void **state)
 {

@@ -7,6 +7,7 @@
 #include <cmocka.h>
 
 #include "../support/redis_server.h"
+#include "../support/test_time.h"
 
 #include <dlock.h>
 #include <pthread.h>
@@ -19,20 +20,6 @@
 #include <unistd.h>
 
 static struct test_redis server;
-
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static void sleep_ms(int64_t ms)
-{
-    struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
-    while (nanosleep(&ts, &ts) != 0)
-        ;
-}
 
 /* A client of the test server; extra is appended inside the redis group. */
 static dlock_client *open_redis(int lease_ms, int retry_cap_ms, const char *extra)

@@ -1,5 +1,6 @@
 /* tests/unit/fake_provider.c - see fake_provider.h */
 #include "fake_provider.h"
+#include "../support/test_time.h"
 
 #include <poll.h>
 #include <stdio.h>
@@ -7,13 +8,6 @@
 #include <time.h>
 
 struct fake_server fake = { .mu = PTHREAD_MUTEX_INITIALIZER };
-
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 void fake_reset(void)
 {

@@ -8,6 +8,7 @@
 #include <cmocka.h>
 
 #include "fake_provider.h"
+#include "../support/test_time.h"
 
 #include <dlock.h>
 #include <pthread.h>
@@ -17,20 +18,6 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
-
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static void sleep_ms(int64_t ms)
-{
-    struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
-    while (nanosleep(&ts, &ts) != 0)
-        ;
-}
 
 static dlock_client *open_fake(const char *backend, int lease_ms)
 {
