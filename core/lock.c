@@ -821,14 +821,13 @@ int dlock_renew(dlock_lock *h)
 
     /* Out of the watchdog's hands while we renew; apply_renewal schedules
      * it again (or it was lost). */
-    int64_t due = dlock__watchdog_cancel(c, e);
+    dlock__watchdog_cancel(c, e);
     int64_t t_send = dlock__now_ms();
     pthread_mutex_lock(&e->op_mu);
     rc = c->provider->renew(c->instance, &e->plock);
     pthread_mutex_unlock(&e->op_mu);
     struct lost_call call;
-    apply_renewal(c, e, rc, t_send, &call);
-    (void)due; /* apply_renewal scheduled the next renewal, retry or expiry */
+    apply_renewal(c, e, rc, t_send, &call); /* schedules the next renewal, retry or expiry */
     if (call.fn)
         call.fn(call.handle, call.arg);
     if (rc == DLOCK_ENOTOWNER || rc == DLOCK_ELOST)
