@@ -226,9 +226,13 @@ static int open_lock_file(struct local_instance *inst, struct dlock_provider_loc
     return DLOCK_OK;
 }
 
+/* One non-blocking lock or unlock. Returns 0 and sets *busy (when given) to
+ * whether another open file description holds the lock, or -1 on error. */
 static int set_lock(int fd, short type, bool *busy)
 {
     struct flock fl = { .l_type = type, .l_whence = SEEK_SET, .l_start = 0, .l_len = 0, .l_pid = 0 };
+    if (busy)
+        *busy = false;
     for (;;) {
         if (fcntl(fd, F_OFD_SETLK, &fl) == 0)
             return 0;

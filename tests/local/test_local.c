@@ -276,6 +276,68 @@ static void fixed_lease_expiry_frees_the_kernel_lock(void **state)
     dlock_client_close(b);
 }
 
+/* Two processes taking turns on one lock many times: every hand-off must
+ * come from the release notification. The retry cap is 10 s, so one missed
+ * wake-up (or a second look that took the lock and still answered busy, as
+ * a bug once did) shows as a wait of seconds. The random pause before each
+ * acquire makes first looks land anywhere in the other's hold, including the
+ * moment just before its release. */
+static void random_pause(unsigned *seed)
+{
+    struct timespec ts = { 0, (long)(rand_r(seed) % 1500) * 1000L };
+    nanosleep(&ts, NULL);
+}
+
+static void hand_offs_between_processes_are_never_missed(void **state)
+{
+    (void)state;
+    int p[2];
+    assert_int_equal(pipe(p), 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(p[0]);
+        dlock_client *c = open_local();
+        dlock_lock *l = lock_of(c, "turns", 0);
+        int64_t worst = 0;
+        unsigned seed = 7;
+        for (int i = 0; i < 300; i++) {
+            random_pause(&seed);
+            int64_t t0 = now_ms();
+            if (dlock_acquire(l, 20000) != DLOCK_OK)
+                _exit(2);
+            worst = now_ms() - t0 > worst ? now_ms() - t0 : worst;
+            sleep_ms(1);
+            dlock_release(l);
+        }
+        ssize_t ignored = write(p[1], &worst, sizeof worst);
+        (void)ignored;
+        _exit(0);
+    }
+    close(p[1]);
+    dlock_client *c = open_local();
+    dlock_lock *l = lock_of(c, "turns", 0);
+    int64_t worst = 0;
+    unsigned seed = 11;
+    for (int i = 0; i < 300; i++) {
+        random_pause(&seed);
+        int64_t t0 = now_ms();
+        assert_int_equal(dlock_acquire(l, 20000), DLOCK_OK);
+        worst = now_ms() - t0 > worst ? now_ms() - t0 : worst;
+        sleep_ms(1);
+        assert_int_equal(dlock_release(l), DLOCK_OK);
+    }
+    int64_t child_worst = -1;
+    assert_int_equal(read(p[0], &child_worst, sizeof child_worst), (ssize_t)sizeof child_worst);
+    int status;
+    waitpid(pid, &status, 0);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    assert_true(worst < 500);
+    assert_true(child_worst >= 0 && child_worst < 500);
+    close(p[0]);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+}
+
 static int open_fds(void)
 {
     int subdirs;
@@ -362,6 +424,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(names_stay_inside_the_directory_and_apart, make_dir, remove_dir),
         cmocka_unit_test_setup_teardown(fixed_lease_expiry_frees_the_kernel_lock, make_dir, remove_dir),
         cmocka_unit_test_setup_teardown(many_cycles_leak_no_descriptors, make_dir, remove_dir),
+        cmocka_unit_test_setup_teardown(hand_offs_between_processes_are_never_missed, make_dir, remove_dir),
         cmocka_unit_test_setup_teardown(unusable_directories_are_clear_errors, make_dir, remove_dir),
         cmocka_unit_test_setup_teardown(foreign_file_is_not_trampled, make_dir, remove_dir),
     };

@@ -1,0 +1,67 @@
+/* contrib/bench/bench.h - dlock-bench's shared pieces: options, the backend
+ * setups under test, figures, timing. */
+#ifndef DLOCK_BENCH_H
+#define DLOCK_BENCH_H
+
+#include <dlock.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define MAX_CONFIGS 8
+#define MAX_REPEAT 15
+#define MAX_WORKER_COUNTS 8
+#define MAX_SAMPLES 2000000
+
+struct bench_options {
+    double duration_s;
+    int repeat;
+    int worker_counts[MAX_WORKER_COUNTS];   /* --workers 2,4,8 */
+    int nworker_counts;
+    bool threads;
+    int hold_ms, pause_ms;
+    int locks;
+    bool fair;
+    const char *csv;
+    const char *plot_dir;
+};
+extern struct bench_options opt;
+
+/* One backend setup: a config file. */
+struct bench_config {
+    const char *path;
+    char label[64];       /* the file's base name without .conf */
+    char backend[32];     /* from the client */
+};
+
+/* Figures: one per (config, scenario, metric), with a value per repeat. */
+void figure_add(const char *label, const char *scenario, const char *metric, const char *unit, double value);
+/* Median of a figure, NAN if absent. */
+double figure_median(const char *label, const char *scenario, const char *metric);
+
+/* Scenarios over libdlock (bench_scenarios.c). Each adds figures. */
+void run_uncontended(const struct bench_config *cfg, int64_t *samples);
+void run_contended(const struct bench_config *cfg, int workers, int64_t *samples);
+void run_many_locks(const struct bench_config *cfg);
+
+/* The plain client loop of each backend (bench_baselines.c): the limit the
+ * library is compared with. They return false when the backend has none. */
+bool run_baseline_uncontended(const struct bench_config *cfg, int64_t *samples);
+bool run_baseline_many_locks(const struct bench_config *cfg);
+/* Commands the Redis server of cfg has been sent so far, -1 if not Redis. */
+long long redis_commands_sent(const struct bench_config *cfg);
+
+/* Output (bench_report.c). */
+void report_table(const struct bench_config *configs, int nconfigs);
+int report_csv(const char *path);
+int report_plots(const char *dir, const struct bench_config *configs, int nconfigs);
+/* Latency samples of the last uncontended run of a config, for the plots. */
+void report_keep_latencies(const char *label, const int64_t *samples, size_t n);
+
+/* Helpers. */
+int64_t bench_now_us(void);
+void bench_sleep_us(int64_t us);
+int64_t bench_percentile(int64_t *v, size_t n, double p);
+void bench_die(const char *what, int rc);
+
+#endif

@@ -1,0 +1,221 @@
+/* contrib/bench/bench_baselines.c - the plain client loop of each backend,
+ * written the way a careful user of its client library would, measured in
+ * the same run as libdlock: the limit the library is compared with.
+ *
+ *   redis  SET k token NX PX 30000 + EVALSHA compare-and-delete, one
+ *          connection; K single-lock EVALSHA renewals in one pipeline
+ *   local  fcntl(F_OFD_SETLK) write lock + unlock on one file */
+#include "config.h"
+
+#include "bench.h"
+
+#include <fcntl.h>
+#include <hiredis/hiredis.h>
+#include <libconfig.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* Looks up a string in cfg's file; def when absent. */
+static const char *config_string(config_t *c, const char *path, const char *def)
+{
+    const char *v;
+    return config_lookup_string(c, path, &v) ? v : def;
+}
+
+static redisContext *redis_connect_for(const struct bench_config *cfg)
+{
+    if (strcmp(cfg->backend, "redis") != 0)
+        return NULL;
+    config_t c;
+    config_init(&c);
+    if (config_read_file(&c, cfg->path) != CONFIG_TRUE) {
+        config_destroy(&c);
+        return NULL;
+    }
+    int port = 6379, db = 0;
+    config_lookup_int(&c, "redis.port", &port);
+    config_lookup_int(&c, "redis.db", &db);
+    const char *socket = config_string(&c, "redis.socket", NULL), *password = config_string(&c, "redis.password", NULL);
+    const char *user = config_string(&c, "redis.user", NULL);
+    struct timeval tv = { 2, 0 };
+    redisContext *r = socket ? redisConnectUnixWithTimeout(socket, tv)
+                             : redisConnectWithTimeout(config_string(&c, "redis.host", "127.0.0.1"), port, tv);
+    if (r && !r->err && password) {
+        redisReply *rep = user ? redisCommand(r, "AUTH %s %s", user, password) : redisCommand(r, "AUTH %s", password);
+        if (rep)
+            freeReplyObject(rep);
+    }
+    if (r && !r->err && db) {
+        redisReply *rep = redisCommand(r, "SELECT %d", db);
+        if (rep)
+            freeReplyObject(rep);
+    }
+    config_destroy(&c);
+    if (r && r->err) {
+        redisFree(r);
+        r = NULL;
+    }
+    return r;
+}
+
+long long redis_commands_sent(const struct bench_config *cfg)
+{
+    redisContext *c = redis_connect_for(cfg);
+    if (!c)
+        return -1;
+    /* What clients sent, not the redis.call()s inside scripts (INFO counts
+     * both): the commands our scripts never call. */
+    static const char *const sent[] = { "evalsha", "eval", "subscribe", "unsubscribe", "ping", "script|load" };
+    redisReply *r = redisCommand(c, "INFO commandstats");
+    long long n = -1;
+    if (r && r->type == REDIS_REPLY_STRING) {
+        n = 0;
+        for (size_t i = 0; i < sizeof sent / sizeof sent[0]; i++) {
+            char needle[64];
+            snprintf(needle, sizeof needle, "cmdstat_%s:calls=", sent[i]);
+            const char *at = strstr(r->str, needle);
+            if (at)
+                n += atoll(at + strlen(needle));
+        }
+    }
+    if (r)
+        freeReplyObject(r);
+    redisFree(c);
+    return n; /* INFO itself is not in the list */
+}
+
+static char *redis_load(redisContext *c, const char *script)
+{
+    redisReply *r = redisCommand(c, "SCRIPT LOAD %s", script);
+    char *sha = r && r->type == REDIS_REPLY_STRING ? strdup(r->str) : NULL;
+    if (r)
+        freeReplyObject(r);
+    return sha;
+}
+
+static void record_loop(const struct bench_config *cfg, size_t n, int64_t t0, int64_t *samples)
+{
+    double secs = (double)(bench_now_us() - t0) / 1e6;
+    figure_add(cfg->label, "baseline-uncontended", "acquire+release/s", "ops/s", (double)n / secs);
+    figure_add(cfg->label, "baseline-uncontended", "latency p50", "us", (double)bench_percentile(samples, n, 0.50));
+    figure_add(cfg->label, "baseline-uncontended", "latency p99", "us", (double)bench_percentile(samples, n, 0.99));
+}
+
+static bool redis_set_nx_loop(const struct bench_config *cfg, int64_t *samples)
+{
+    redisContext *c = redis_connect_for(cfg);
+    if (!c)
+        return false;
+    char *cad = redis_load(c, "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) "
+                              "else return 0 end");
+    const char *token = "0123456789abcdef0123456789abcdef:1";
+    size_t n = 0;
+    int64_t t0 = bench_now_us(), end = t0 + (int64_t)(opt.duration_s * 1e6);
+    while (n < MAX_SAMPLES && cad) {
+        int64_t a = bench_now_us();
+        if (a >= end)
+            break;
+        redisReply *r = redisCommand(c, "SET bench-baseline %s NX PX 30000", token);
+        bool ok = r && r->type == REDIS_REPLY_STATUS;
+        if (r)
+            freeReplyObject(r);
+        r = ok ? redisCommand(c, "EVALSHA %s 1 bench-baseline %s", cad, token) : NULL;
+        ok = r && r->type == REDIS_REPLY_INTEGER && r->integer == 1;
+        if (r)
+            freeReplyObject(r);
+        if (!ok) {
+            fprintf(stderr, "dlock-bench: the redis baseline loop failed\n");
+            exit(1);
+        }
+        samples[n++] = bench_now_us() - a;
+    }
+    record_loop(cfg, n, t0, samples);
+    free(cad);
+    redisFree(c);
+    return true;
+}
+
+static bool local_fcntl_loop(const struct bench_config *cfg, int64_t *samples)
+{
+    config_t c;
+    config_init(&c);
+    char dir[1024];
+    const char *tmp = getenv("TMPDIR");
+    snprintf(dir, sizeof dir, "%s/dlock-%ld", tmp && tmp[0] == '/' ? tmp : "/tmp", (long)getuid());
+    if (cfg->path && config_read_file(&c, cfg->path) == CONFIG_TRUE)
+        snprintf(dir, sizeof dir, "%s", config_string(&c, "local.dir", dir));
+    config_destroy(&c);
+    char path[1100];
+    snprintf(path, sizeof path, "%s/bench-baseline.plain", dir);
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        perror(path);
+        return false;
+    }
+    struct flock lock = { .l_type = F_WRLCK, .l_whence = SEEK_SET }, unlock = { .l_type = F_UNLCK, .l_whence = SEEK_SET };
+    size_t n = 0;
+    int64_t t0 = bench_now_us(), end = t0 + (int64_t)(opt.duration_s * 1e6);
+    while (n < MAX_SAMPLES) {
+        int64_t a = bench_now_us();
+        if (a >= end)
+            break;
+        if (fcntl(fd, F_OFD_SETLK, &lock) != 0 || fcntl(fd, F_OFD_SETLK, &unlock) != 0) {
+            perror("fcntl");
+            exit(1);
+        }
+        samples[n++] = bench_now_us() - a;
+    }
+    record_loop(cfg, n, t0, samples);
+    close(fd);
+    unlink(path);
+    return true;
+}
+
+bool run_baseline_uncontended(const struct bench_config *cfg, int64_t *samples)
+{
+    if (!strcmp(cfg->backend, "redis"))
+        return redis_set_nx_loop(cfg, samples);
+    if (!strcmp(cfg->backend, "local"))
+        return local_fcntl_loop(cfg, samples);
+    return false;
+}
+
+bool run_baseline_many_locks(const struct bench_config *cfg)
+{
+    redisContext *c = redis_connect_for(cfg);
+    if (!c)
+        return false;
+    char *renew = redis_load(c, "if redis.call('hexists', KEYS[1], ARGV[1]) == 1 then "
+                                "return redis.call('pexpire', KEYS[1], ARGV[2]) else return 0 end");
+    char key[48];
+    for (int pass = 0; pass < 3; pass++) { /* create, renew (timed), delete */
+        int64_t t0 = bench_now_us();
+        for (int i = 0; i < opt.locks; i++) {
+            snprintf(key, sizeof key, "bench-pipe-%d", i);
+            if (pass == 0)
+                redisAppendCommand(c, "HSET %s owner:1 1", key);
+            else if (pass == 1)
+                redisAppendCommand(c, "EVALSHA %s 1 %s owner:1 30000", renew, key);
+            else
+                redisAppendCommand(c, "DEL %s", key);
+        }
+        for (int i = 0; i < opt.locks; i++) {
+            void *r;
+            if (redisGetReply(c, &r) != REDIS_OK) {
+                fprintf(stderr, "dlock-bench: the redis pipeline failed\n");
+                exit(1);
+            }
+            freeReplyObject(r);
+        }
+        if (pass == 1) {
+            double ms = (double)(bench_now_us() - t0) / 1e3;
+            figure_add(cfg->label, "baseline-many-locks", "renewal of all locks", "ms", ms);
+            figure_add(cfg->label, "baseline-many-locks", "renewal per lock-tick", "us", ms * 1e3 / opt.locks);
+        }
+    }
+    free(renew);
+    redisFree(c);
+    return true;
+}
