@@ -3,8 +3,9 @@
 # builds, and shows libdlock at work: on the embedded local backend, in a
 # throwaway lock directory, four processes race on a counter file without a
 # lock and then under one, with the exit codes, status and metrics a script
-# can use; then a throwaway redis-server and a short dlock-bench run against
-# it, every figure beside its baseline from the same run.
+# can use; then a short comparative dlock-bench over every backend (local,
+# and redis on a throwaway server), each figure beside its own plain client
+# loop from the same run, with CSV and plots in bench-results/.
 set -eu
 cd "$(dirname "$0")/.."
 scripts/setup.sh build
@@ -75,9 +76,5 @@ set -e
 say "metrics of one probe acquire/release (Prometheus text, first lines)"
 "$DLOCK" metrics probe | grep -v '^#' | head -6
 
-say "Redis: a throwaway redis-server and a short dlock-bench, each figure beside the plain hiredis loop"
-if [ -x "$B/.libs/dlock-bench" ]; then
-    scripts/bench-redis.sh build --quick
-else
-    echo "(skipped: the redis backend was not built; install libhiredis-dev and redis-server)"
-fi
+say "dlock-bench: every backend in one run (throwaway redis-server), each beside its plain client loop"
+scripts/bench.sh --quick build

@@ -12,7 +12,8 @@
  * Each file starts with a small header: magic, the fence counter (raised on
  * every grant while the lock is held, so it is strictly increasing for as
  * long as the file exists; lock files are never deleted for that reason), and
- * the current holder's pid and owner id for `dlock status`.
+ * the pid and owner id of the latest holder for `dlock status` (which shows
+ * them only while the file is locked).
  *
  * Waiting is native: a waiter watches the file with inotify. A release
  * touches the file's times after unlocking (IN_ATTRIB), and a holder that dies
@@ -367,16 +368,12 @@ static int local_release(void *instance, struct dlock_provider_lock *lk)
 {
     struct local_instance *inst = instance;
     struct local_lock *ll = lk->priv;
+    (void)inst;
     if (!ll->held)
         return DLOCK_ENOTOWNER;
-    struct lock_file_header h;
-    /* Clearing the holder is for `dlock status` only; the unlock below is
-     * what matters, so a failure here does not keep the lock. */
-    if (read_header(ll->fd, &h, inst->dir, lk->name) == DLOCK_OK) {
-        h.holder_pid = 0;
-        memset(h.owner, 0, sizeof h.owner);
-        write_header(ll->fd, &h, inst->dir);
-    }
+    /* The holder's pid and owner stay in the header: `dlock status` shows
+     * them only while the kernel says the file is locked, and not rewriting
+     * them saves a read and a write per release. */
     ll->held = false;
     if (set_lock(ll->fd, F_UNLCK, NULL) != 0) {
         /* Closing the descriptor drops the lock whatever went wrong (and

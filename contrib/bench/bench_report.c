@@ -194,7 +194,7 @@ int report_plots(const char *dir, const struct bench_config *configs, int nconfi
     write_plot(dir, "throughput",
                "set title 'Uncontended acquire+release per second (median)'\n"
                "set style data histogram\nset style histogram cluster gap 1\nset style fill solid 0.8\n"
-               "set boxwidth 0.9\nset ylabel 'ops/s'\nset yrange [0:*]\nset key top right\n"
+               "set boxwidth 0.9\nset ylabel 'ops/s (log scale)'\nset logscale y\nset yrange [100:*]\nset key top right\n"
                "plot 'throughput.dat' using 2:xtic(1) title 'libdlock', '' using 3 title 'plain client loop'");
 
     /* 2. latency distributions (CDF of the last uncontended run) */
