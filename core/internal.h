@@ -223,5 +223,10 @@ static inline int64_t dlock__drift_ms(int64_t lease_ms) { return lease_ms / 100 
 
 /* ---- local backend ------------------------------------------------------------------ */
 extern const struct dlock_provider dlock__local_provider;
+/* The file name of a lock name in the lock directory: bytes outside
+ * [A-Za-z0-9_-] (and a leading '.') as %XX plus ".lock", or a readable start
+ * plus a 128-bit hash and ".hlock" when that would exceed 200 bytes. out must
+ * hold NAME_MAX + 1 bytes. Never contains '/', never starts with '.'. */
+void dlock__local_file_name(const char *name, size_t len, char *out);
 
 #endif

@@ -1,7 +1,8 @@
 #!/bin/sh
 # scripts/test.sh - the README's test command: installs, builds and runs the
 # whole test suite three times: a plain build, ASan+UBSan, and TSan; then the
-# cmocka programs once more under valgrind. Ends with "N passed, N failed".
+# cmocka programs once more under valgrind, and the libFuzzer targets for a
+# bounded time. Ends with "N passed, N failed".
 set -u
 cd "$(dirname "$0")/.."
 status=0
@@ -25,5 +26,7 @@ scripts/setup.sh build-valgrind $BACKENDS || status=1
 echo "== build-valgrind: cmocka programs under valgrind"
 (cd build-valgrind && make -j2 check TESTS="tests/unit/test_basics tests/unit/test_config tests/unit/test_core tests/unit/test_modules tests/local/test_local" \
     LOG_COMPILER="$(pwd)/../tests/valgrind.sh" > check.log 2>&1) || status=1
+echo "== fuzzing: the config loader and every backend's name mapping, 30 s each"
+tests/fuzz/run.sh build 30 || status=1
 tests/summary.sh build build-asan build-tsan build-valgrind || status=1
 exit $status

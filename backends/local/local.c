@@ -97,7 +97,7 @@ static bool keep_byte(unsigned char c, size_t pos)
  * outside the directory or collide with another short name. Names whose
  * escaped form would be too long for a file name keep a readable start and
  * add a 128-bit hash. out must hold NAME_MAX + 1 bytes. */
-static void file_name_for(const char *name, size_t len, char *out)
+void dlock__local_file_name(const char *name, size_t len, char *out)
 {
     static const char hex[] = "0123456789ABCDEF";
     size_t o = 0, cut = 0;
@@ -217,7 +217,7 @@ static int open_lock_file(struct local_instance *inst, struct dlock_provider_loc
     if (ll->fd_open)
         return DLOCK_OK;
     char file[NAME_MAX + 1];
-    file_name_for(lk->name, lk->name_len, file);
+    dlock__local_file_name(lk->name, lk->name_len, file);
     int fd = openat(inst->dirfd, file, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0666);
     if (fd < 0)
         return dlock_seterr(DLOCK_EUNAVAILABLE, "local: cannot open %s/%s: %s", inst->dir, file,
@@ -286,7 +286,7 @@ static void start_watch(struct local_instance *inst, struct dlock_provider_lock 
     if (fd < 0)
         return;
     char file[NAME_MAX + 1], path[PATH_MAX + NAME_MAX + 2];
-    file_name_for(lk->name, lk->name_len, file);
+    dlock__local_file_name(lk->name, lk->name_len, file);
     snprintf(path, sizeof path, "%s/%s", inst->dir, file);
     if (inotify_add_watch(fd, path, IN_ATTRIB | IN_CLOSE_WRITE) < 0) {
         close(fd);
@@ -412,7 +412,7 @@ static int local_status(struct local_instance *inst, struct dlock_ctl_status *ar
     char name[DLOCK_NAME_MAX + 1];
     memcpy(name, arg->name, arg->name_len);
     name[arg->name_len] = 0;
-    file_name_for(arg->name, arg->name_len, file);
+    dlock__local_file_name(arg->name, arg->name_len, file);
     dlock_status_info *out = arg->out;
     int fd = openat(inst->dirfd, file, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
     if (fd < 0) {

@@ -21,6 +21,7 @@
 #include "config.h"
 
 #include "redis_conn.h"
+#include "redis_keys.h"
 #include "redis_scripts.h"
 #include "redis_subscriber.h"
 
@@ -77,32 +78,6 @@ static const struct dlock_setting_spec redis_settings[] = {
 
 /* ---- keys ------------------------------------------------------------------- */
 
-static char *key_for(const char *prefix, const char *name, size_t len, const char *suffix, size_t *out_len)
-{
-    size_t plen = strlen(prefix), slen = strlen(suffix);
-    char *k = malloc(plen + 2 + 3 * len + slen + 1);
-    if (!k)
-        return NULL;
-    size_t o = 0;
-    memcpy(k, prefix, plen);
-    o += plen;
-    k[o++] = '{';
-    for (size_t i = 0; i < len; i++) {
-        char c = name[i];
-        if (c == '{' || c == '}' || c == '%') {
-            o += (size_t)sprintf(k + o, "%%%02X", (unsigned char)c);
-        } else {
-            k[o++] = c;
-        }
-    }
-    k[o++] = '}';
-    memcpy(k + o, suffix, slen);
-    o += slen;
-    k[o] = 0;
-    *out_len = o;
-    return k;
-}
-
 static void free_keys(struct redis_lock *rl)
 {
     free(rl->key);
@@ -123,11 +98,11 @@ static int ensure_keys(struct redis_instance *inst, struct dlock_provider_lock *
     struct redis_lock *rl = lk->priv;
     if (rl->key)
         return DLOCK_OK;
-    rl->key = key_for(inst->prefix, lk->name, lk->name_len, "", &rl->key_len);
-    rl->fence_key = key_for(inst->prefix, lk->name, lk->name_len, ":fence", &rl->fence_key_len);
-    rl->queue_key = key_for(inst->prefix, lk->name, lk->name_len, ":queue", &rl->queue_key_len);
-    rl->timeouts_key = key_for(inst->prefix, lk->name, lk->name_len, ":timeouts", &rl->timeouts_key_len);
-    rl->channel_prefix = key_for(inst->prefix, lk->name, lk->name_len, ":ch:", &rl->channel_prefix_len);
+    rl->key = redis_key_for(inst->prefix, lk->name, lk->name_len, "", &rl->key_len);
+    rl->fence_key = redis_key_for(inst->prefix, lk->name, lk->name_len, ":fence", &rl->fence_key_len);
+    rl->queue_key = redis_key_for(inst->prefix, lk->name, lk->name_len, ":queue", &rl->queue_key_len);
+    rl->timeouts_key = redis_key_for(inst->prefix, lk->name, lk->name_len, ":timeouts", &rl->timeouts_key_len);
+    rl->channel_prefix = redis_key_for(inst->prefix, lk->name, lk->name_len, ":ch:", &rl->channel_prefix_len);
     if (!rl->key || !rl->fence_key || !rl->queue_key || !rl->timeouts_key || !rl->channel_prefix) {
         free_keys(rl);
         return dlock_seterr(DLOCK_ENOMEM, "redis: out of memory for key names");
@@ -467,8 +442,8 @@ static void redis_lock_fini(void *instance, struct dlock_provider_lock *lk)
 static int redis_status(struct redis_instance *inst, struct dlock_ctl_status *arg)
 {
     size_t key_len, fence_len;
-    char *key = key_for(inst->prefix, arg->name, arg->name_len, "", &key_len);
-    char *fence = key_for(inst->prefix, arg->name, arg->name_len, ":fence", &fence_len);
+    char *key = redis_key_for(inst->prefix, arg->name, arg->name_len, "", &key_len);
+    char *fence = redis_key_for(inst->prefix, arg->name, arg->name_len, ":fence", &fence_len);
     int rc = DLOCK_OK;
     if (!key || !fence)
         rc = dlock_seterr(DLOCK_ENOMEM, "redis: out of memory");
