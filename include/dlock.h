@@ -52,7 +52,8 @@ extern "C" {
     X(ECANCELLED,   -10, "the wait was cancelled")                                     \
     X(ENOMEM,       -11, "out of memory")                                              \
     X(EPROTOCOL,    -12, "the backend answered something unexpected")                  \
-    X(EINTERNAL,    -13, "internal error in libdlock (please report it)")
+    X(EINTERNAL,    -13, "internal error in libdlock (please report it)")              \
+    X(ESTALE,       -14, "a newer lock holder has written: this fencing token is stale")
 
 typedef enum dlock_error {
 #define DLOCK__ERROR_ENUM(name, value, text) DLOCK_##name = value,
@@ -304,6 +305,23 @@ typedef void (*dlock_config_report_fn)(int is_error, const char *file, int line,
  * DLOCK_ECONFIG otherwise, DLOCK_EINVAL for a NULL path. Thread-safe.
  */
 int dlock_config_check(const char *config_path, dlock_config_report_fn report, void *arg);
+
+/* ---- fence guards ---------------------------------------------------------- */
+
+/*
+ * The guard a resource kept in this process puts in front of each write made
+ * under a lock: admits a write carrying `token` (from dlock_fence()) if it is
+ * at least the highest token admitted so far (one holder may write several
+ * times), raising *highest; otherwise returns DLOCK_ESTALE and the write must
+ * be dropped: a newer holder has written since, and this one's hold had
+ * ended (a pause, an expiry) without it knowing. Start *highest at 0.
+ * Atomic on *highest; thread-safe. DLOCK_EINVAL for a NULL pointer.
+ *
+ * For a resource in Redis, run DLOCK_FENCE_REDIS_SET_SCRIPT (dlock/fence.h);
+ * in SQL, make the write `... WHERE fence <= $token` and raise the stored
+ * fence in the same statement (see libdlock(3), FENCING).
+ */
+int dlock_fence_admit(uint64_t *highest, uint64_t token);
 
 /* The library version as "MAJOR.MINOR.PATCH"; static. */
 const char *dlock_version(void);

@@ -10,6 +10,7 @@
 #include "../support/test_time.h"
 
 #include <dlock.h>
+#include <dlock/fence.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -534,6 +535,55 @@ static void many_locks_are_renewed_in_batches(void **state)
     dlock_client_close(a);
 }
 
+/* ---- fence guard ---------------------------------------------------------------------- */
+
+static long long guarded_set(dlock_lock *l, const char *value)
+{
+    uint64_t fence;
+    if (dlock_fence(l, &fence) != DLOCK_OK)
+        return -1;
+    char token[24];
+    snprintf(token, sizeof token, "%llu", (unsigned long long)fence);
+    redisReply *r = test_redis_cmd(&server, "EVAL %s 2 %s %s %s %s", DLOCK_FENCE_REDIS_SET_SCRIPT, "{acct}",
+                                   "{acct}:fence", token, value);
+    long long v = r && r->type == REDIS_REPLY_INTEGER ? r->integer : -2;
+    if (r)
+        freeReplyObject(r);
+    return v;
+}
+
+static void fence_guard_refuses_the_stale_holder(void **state)
+{
+    (void)state;
+    /* A holds with a 150 ms lease and "pauses" past it; B takes over and
+     * writes; A wakes up still believing it holds, and writes: refused. */
+    dlock_client *a = open_redis(30000, 1000, NULL), *b = open_redis(30000, 1000, NULL);
+    dlock_lock *la = lock_of(a, "acct", 150), *lb = lock_of(b, "acct", 0);
+    assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
+    assert_int_equal(guarded_set(la, "from-a-1"), 1);
+    uint64_t fa;
+    assert_int_equal(dlock_fence(la, &fa), DLOCK_OK);
+    assert_int_equal(dlock_acquire(lb, 2000), DLOCK_OK); /* after A's lease ran out */
+    assert_int_equal(guarded_set(lb, "from-b"), 1);
+    /* A's own view: its client has marked the hold lost by now, but a
+     * paused process would not have noticed; write with the token it had. */
+    char token[24];
+    snprintf(token, sizeof token, "%llu", (unsigned long long)fa);
+    redisReply *r = test_redis_cmd(&server, "EVAL %s 2 %s %s %s %s", DLOCK_FENCE_REDIS_SET_SCRIPT, "{acct}",
+                                   "{acct}:fence", token, "from-a-2");
+    assert_int_equal(r->integer, 0);
+    freeReplyObject(r);
+    r = test_redis_cmd(&server, "GET {acct}");
+    assert_string_equal(r->str, "from-b");
+    freeReplyObject(r);
+    assert_int_equal(dlock_release(lb), DLOCK_OK);
+    dlock_release(la);
+    dlock_lock_free(la);
+    dlock_lock_free(lb);
+    dlock_client_close(a);
+    dlock_client_close(b);
+}
+
 /* ---- fair mode ------------------------------------------------------------------------ */
 
 static dlock_lock *fair_lock(dlock_client *c, const char *name)
@@ -683,6 +733,7 @@ int main(void)
         cmocka_unit_test_setup(unreachable_server_is_a_clear_error, before_each),
         cmocka_unit_test_setup(script_flush_mid_run, before_each),
         cmocka_unit_test_setup(many_locks_are_renewed_in_batches, before_each),
+        cmocka_unit_test_setup(fence_guard_refuses_the_stale_holder, before_each),
         cmocka_unit_test_setup(fair_mode_grants_in_arrival_order, before_each),
         cmocka_unit_test_setup(fair_waiter_that_gives_up_leaves_the_queue, before_each),
         cmocka_unit_test_setup(killed_fair_waiter_drops_out, before_each),

@@ -8,6 +8,7 @@
 
 #include "../../core/internal.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -120,6 +121,60 @@ static void random_bytes_are_not_constant(void **state)
     assert_memory_not_equal(a, b, sizeof a);
 }
 
+static void fence_guard_admits_only_the_newest(void **state)
+{
+    (void)state;
+    uint64_t high = 0;
+    assert_int_equal(dlock_fence_admit(&high, 3), DLOCK_OK);
+    assert_int_equal(dlock_fence_admit(&high, 3), DLOCK_OK); /* same holder, again */
+    assert_int_equal(dlock_fence_admit(&high, 5), DLOCK_OK);
+    assert_int_equal(dlock_fence_admit(&high, 4), DLOCK_ESTALE);
+    assert_non_null(strstr(dlock_errmsg(), "fencing token 4 is older than 5"));
+    assert_int_equal(high, 5);
+    assert_int_equal(dlock_fence_admit(NULL, 1), DLOCK_EINVAL);
+}
+
+struct admitter {
+    uint64_t *high;
+    uint64_t base;
+    int admitted, refused;
+};
+
+static void *admit_many(void *arg)
+{
+    struct admitter *a = arg;
+    for (uint64_t t = 1; t <= 20000; t++) {
+        if (dlock_fence_admit(a->high, t * 4 + a->base) == DLOCK_OK)
+            a->admitted++;
+        else
+            a->refused++;
+    }
+    return NULL;
+}
+
+static void fence_guard_is_atomic_across_threads(void **state)
+{
+    (void)state;
+    uint64_t high = 0;
+    pthread_t t[4];
+    struct admitter a[4];
+    for (int i = 0; i < 4; i++) {
+        a[i] = (struct admitter){ &high, (uint64_t)i, 0, 0 };
+        pthread_create(&t[i], NULL, admit_many, &a[i]);
+    }
+    for (int i = 0; i < 4; i++)
+        pthread_join(t[i], NULL);
+    assert_int_equal(high, 20000 * 4 + 3); /* the highest token of all won */
+    int admitted = 0;
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(a[i].admitted + a[i].refused, 20000);
+        admitted += a[i].admitted;
+    }
+    /* A thread that runs after the others may be refused throughout; at
+     * least the first sequence to run is admitted. */
+    assert_true(admitted >= 1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -129,6 +184,8 @@ int main(void)
         cmocka_unit_test(timer_heap_orders_and_removes),
         cmocka_unit_test(suggestions_find_near_names),
         cmocka_unit_test(random_bytes_are_not_constant),
+        cmocka_unit_test(fence_guard_admits_only_the_newest),
+        cmocka_unit_test(fence_guard_is_atomic_across_threads),
     };
     return cmocka_run_group_tests_name("basics", tests, NULL, NULL);
 }
