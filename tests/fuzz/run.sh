@@ -1,13 +1,17 @@
 #!/bin/sh
-# tests/fuzz/run.sh BUILDDIR SECONDS - builds the libFuzzer targets with clang
-# (ASan + UBSan) against the sources, runs each for SECONDS from the seeds in
-# tests/fuzz/seeds, and records each as a test in BUILDDIR/tests/fuzz (a .log
-# ending "N passed, N failed" and an automake-style .trs) for
-# tests/summary.sh. A crash, leak or timeout fails it, with its input saved.
+# tests/fuzz/run.sh BUILDDIR SECONDS [SEED] - builds the libFuzzer targets
+# with clang (ASan + UBSan) against the sources, runs each for SECONDS from
+# the seeds in tests/fuzz/seeds, and records each as a test in
+# BUILDDIR/tests/fuzz (a .log ending "N passed, N failed" and an
+# automake-style .trs) for tests/summary.sh. A crash, leak or timeout fails
+# it, with its input saved. SEED defaults to 1 so that CI replays the same
+# input sequence each run (a finding then is a change's, not luck's); pass
+# SEED=0 for a random one when fuzzing for long by hand.
 set -u
 top=$(cd "$(dirname "$0")/../.." && pwd)
 build=$(cd "$1" && pwd)
 seconds=${2:-20}
+seed=${3:-1}
 out=$build/tests/fuzz
 mkdir -p "$out"
 command -v clang > /dev/null || { echo "fuzz: clang is missing (Debian: clang, libclang-rt-14-dev)"; exit 1; }
@@ -30,7 +34,7 @@ for target in config names; do
         continue
     fi
     mkdir -p "$out/corpus_$target"
-    if (cd "$out" && LSAN_OPTIONS="suppressions=$top/tests/fuzz/lsan.supp ${LSAN_OPTIONS:-}" "./fuzz_$target" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
+    if (cd "$out" && LSAN_OPTIONS="suppressions=$top/tests/fuzz/lsan.supp ${LSAN_OPTIONS:-}" "./fuzz_$target" -seed="$seed" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
             -print_final_stats=1 "corpus_$target" "$top/tests/fuzz/seeds/$target") >> "$log" 2>&1; then
         runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
         echo "fuzz_$target: $runs inputs in ${seconds}s, no crash" | tee -a "$log"
