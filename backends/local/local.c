@@ -366,9 +366,8 @@ static int local_wait(void *instance, struct dlock_provider_lock *lk, int64_t ti
 
 static int local_release(void *instance, struct dlock_provider_lock *lk)
 {
-    struct local_instance *inst = instance;
+    (void)instance;
     struct local_lock *ll = lk->priv;
-    (void)inst;
     if (!ll->held)
         return DLOCK_ENOTOWNER;
     /* The holder's pid and owner stay in the header: `dlock status` shows

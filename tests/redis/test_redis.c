@@ -683,18 +683,32 @@ static void killed_fair_waiter_drops_out(void **state)
     (void)state;
     grant_counter = 0;
     const char *extra = "waiter_timeout_ms = 500;";
-    dlock_client *a = open_redis(30000, 10000, extra);
-    dlock_lock *la = fair_lock(a, "dead");
-    assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
+    /* The child is forked first, while this process has no threads of ours
+     * (a multi-threaded parent's child may only exec or call
+     * async-signal-safe functions), and starts waiting when told to. */
+    int go[2];
+    assert_int_equal(pipe(go), 0);
     pid_t pid = fork();
     if (pid == 0) {
+        close(go[1]);
+        char ch;
+        if (read(go[0], &ch, 1) != 1)
+            _exit(2);
         dlock_client *c = open_redis(30000, 10000, extra);
         dlock_lock *l = fair_lock(c, "dead");
         dlock_acquire(l, -1);
         _exit(0);
     }
-    sleep_ms(150); /* the child is first in the queue */
-    assert_int_equal(redis_int("LLEN %s", "dlock:{dead}:queue"), 1);
+    close(go[0]);
+    dlock_client *a = open_redis(30000, 10000, extra);
+    dlock_lock *la = fair_lock(a, "dead");
+    assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
+    assert_int_equal(write(go[1], "G", 1), 1);
+    close(go[1]);
+    int64_t t0 = now_ms();
+    while (redis_int("LLEN %s", "dlock:{dead}:queue") < 1 && now_ms() - t0 < 3000)
+        sleep_ms(10);
+    assert_int_equal(redis_int("LLEN %s", "dlock:{dead}:queue"), 1); /* the child is first in the queue */
     kill(pid, SIGKILL);
     waitpid(pid, NULL, 0);
     dlock_client *b = open_redis(30000, 10000, extra);
