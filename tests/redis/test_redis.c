@@ -46,6 +46,15 @@ static dlock_lock *lock_of(dlock_client *c, const char *name, int64_t lease_ms)
     return l;
 }
 
+static dlock_lock *fair_lock_of(dlock_client *c, const char *name)
+{
+    dlock_lock_options o = DLOCK_LOCK_OPTIONS_INIT;
+    o.flags = DLOCK_LOCK_FAIR;
+    dlock_lock *l;
+    assert_int_equal(dlock_lock_new(c, name, strlen(name), &o, &l), DLOCK_OK);
+    return l;
+}
+
 static long long redis_int(const char *fmt, const char *arg)
 {
     redisReply *r = test_redis_cmd(&server, fmt, arg);
@@ -439,6 +448,63 @@ static void authentication(void **state)
     test_redis_kill(&server, 1);
 }
 
+/* The least a lock user needs (docs/security.md): its key pattern, its
+ * channel pattern, and the commands the client sends and the scripts call. */
+#define LOCKER_ACL                                                                                    \
+    "ACL SETUSER locker reset on >s3cret ~dlock:* &dlock:* +ping +evalsha +script|load +subscribe " \
+    "+unsubscribe +exists +hset +hget +hexists +hincrby +hgetall +pexpire +pttl +incr +get +del "   \
+    "+publish +time +lindex +lpop +rpush +lrem +zscore +zadd +zrem"
+
+static void least_privilege_acl_user_is_enough(void **state)
+{
+    (void)state;
+    redisReply *r = test_redis_cmd(&server, LOCKER_ACL);
+    assert_non_null(r);
+    assert_int_equal(r->type, REDIS_REPLY_STATUS);
+    freeReplyObject(r);
+    char text[512];
+    snprintf(text, sizeof text,
+             "backend = \"redis\"; lease_ms = 600; redis = { port = %d; user = \"locker\"; password = \"s3cret\"; };",
+             server.port);
+    dlock_client *a, *b;
+    assert_int_equal(dlock_client_open_string(&a, text), DLOCK_OK);
+    assert_int_equal(dlock_client_open_string(&b, text), DLOCK_OK);
+    /* Everything a lock does: grant, fence, busy + queue + subscribe, the
+     * release waking the waiter, watchdog renewals, status, fair mode. */
+    dlock_lock *la = lock_of(a, "acl", 0), *lb = lock_of(b, "acl", 0);
+    assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
+    struct waiter w = { lb, 99, 0 };
+    pthread_t t;
+    pthread_create(&t, NULL, wait_forever, &w);
+    sleep_ms(450); /* two renewals at 200 ms */
+    dlock_status_info info;
+    assert_int_equal(dlock_status(a, "acl", 3, &info), DLOCK_OK);
+    assert_int_equal(info.held, 1);
+    assert_int_equal(dlock_release(la), DLOCK_OK);
+    pthread_join(t, NULL);
+    assert_int_equal(w.rc, DLOCK_OK);
+    dlock_lock *fa = fair_lock_of(a, "acl-fair");
+    assert_int_equal(dlock_acquire(fa, 0), DLOCK_OK);
+    assert_int_equal(dlock_release(fa), DLOCK_OK);
+    dlock_lock_free(fa);
+    /* And nothing else: other keys are out of reach. */
+    struct timeval tv = { 1, 0 };
+    redisContext *c = redisConnectWithTimeout("127.0.0.1", server.port, tv);
+    r = redisCommand(c, "AUTH locker s3cret");
+    freeReplyObject(r);
+    r = redisCommand(c, "GET other:key");
+    assert_int_equal(r->type, REDIS_REPLY_ERROR);
+    freeReplyObject(r);
+    r = redisCommand(c, "FLUSHALL");
+    assert_int_equal(r->type, REDIS_REPLY_ERROR);
+    freeReplyObject(r);
+    redisFree(c);
+    dlock_lock_free(la);
+    dlock_lock_free(lb);
+    dlock_client_close(a);
+    dlock_client_close(b);
+}
+
 static void unreachable_server_is_a_clear_error(void **state)
 {
     (void)state;
@@ -586,15 +652,6 @@ static void fence_guard_refuses_the_stale_holder(void **state)
 
 /* ---- fair mode ------------------------------------------------------------------------ */
 
-static dlock_lock *fair_lock(dlock_client *c, const char *name)
-{
-    dlock_lock_options o = DLOCK_LOCK_OPTIONS_INIT;
-    o.flags = DLOCK_LOCK_FAIR;
-    dlock_lock *l;
-    assert_int_equal(dlock_lock_new(c, name, strlen(name), &o, &l), DLOCK_OK);
-    return l;
-}
-
 static int grant_counter;
 
 struct fair_waiter {
@@ -624,14 +681,14 @@ static void fair_mode_grants_in_arrival_order(void **state)
     enum { N = 6 };
     grant_counter = 0;
     dlock_client *holder = open_redis(30000, 10000, NULL);
-    dlock_lock *hl = fair_lock(holder, "queue");
+    dlock_lock *hl = fair_lock_of(holder, "queue");
     assert_int_equal(dlock_acquire(hl, 0), DLOCK_OK);
     dlock_client *c[N];
     struct fair_waiter w[N];
     pthread_t t[N];
     for (int i = 0; i < N; i++) {
         c[i] = open_redis(30000, 10000, NULL);
-        w[i] = (struct fair_waiter){ fair_lock(c[i], "queue"), -1, 99, -1, 0 };
+        w[i] = (struct fair_waiter){ fair_lock_of(c[i], "queue"), -1, 99, -1, 0 };
         pthread_create(&t[i], NULL, fair_wait, &w[i]);
         sleep_ms(60); /* arrive one after the other */
     }
@@ -657,7 +714,7 @@ static void fair_waiter_that_gives_up_leaves_the_queue(void **state)
     grant_counter = 0;
     dlock_client *a = open_redis(30000, 10000, NULL), *b = open_redis(30000, 10000, NULL),
                  *c = open_redis(30000, 10000, NULL);
-    dlock_lock *la = fair_lock(a, "give-up"), *lb = fair_lock(b, "give-up"), *lc = fair_lock(c, "give-up");
+    dlock_lock *la = fair_lock_of(a, "give-up"), *lb = fair_lock_of(b, "give-up"), *lc = fair_lock_of(c, "give-up");
     assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
     assert_int_equal(dlock_acquire(lb, 100), DLOCK_ETIMEDOUT); /* B queued, then gave up */
     assert_int_equal(redis_int("LLEN %s", "dlock:{give-up}:queue"), 0);
@@ -695,13 +752,13 @@ static void killed_fair_waiter_drops_out(void **state)
         if (read(go[0], &ch, 1) != 1)
             _exit(2);
         dlock_client *c = open_redis(30000, 10000, extra);
-        dlock_lock *l = fair_lock(c, "dead");
+        dlock_lock *l = fair_lock_of(c, "dead");
         dlock_acquire(l, -1);
         _exit(0);
     }
     close(go[0]);
     dlock_client *a = open_redis(30000, 10000, extra);
-    dlock_lock *la = fair_lock(a, "dead");
+    dlock_lock *la = fair_lock_of(a, "dead");
     assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
     assert_int_equal(write(go[1], "G", 1), 1);
     close(go[1]);
@@ -712,7 +769,7 @@ static void killed_fair_waiter_drops_out(void **state)
     kill(pid, SIGKILL);
     waitpid(pid, NULL, 0);
     dlock_client *b = open_redis(30000, 10000, extra);
-    struct fair_waiter w = { fair_lock(b, "dead"), -1, 99, -1, 0 };
+    struct fair_waiter w = { fair_lock_of(b, "dead"), -1, 99, -1, 0 };
     pthread_t t;
     pthread_create(&t, NULL, fair_wait, &w);
     sleep_ms(50);
@@ -744,6 +801,7 @@ int main(void)
         cmocka_unit_test_setup(waiter_survives_losing_its_subscriber_connection, before_each),
         cmocka_unit_test_setup(names_keep_one_hash_tag, before_each),
         cmocka_unit_test_setup(prefix_and_db_and_unix_socket, before_each),
+        cmocka_unit_test_setup(least_privilege_acl_user_is_enough, before_each),
         cmocka_unit_test_setup(unreachable_server_is_a_clear_error, before_each),
         cmocka_unit_test_setup(script_flush_mid_run, before_each),
         cmocka_unit_test_setup(many_locks_are_renewed_in_batches, before_each),

@@ -121,6 +121,27 @@ static void random_bytes_are_not_constant(void **state)
     assert_memory_not_equal(a, b, sizeof a);
 }
 
+static int cmp16(const void *a, const void *b)
+{
+    return memcmp(a, b, 16);
+}
+
+/* Owner identities are 128 random bits from getrandom(), one call per
+ * client as in dlock_client_open: a million of them must all differ. */
+static void a_million_owner_tokens_are_unique(void **state)
+{
+    (void)state;
+    enum { N = 1000000 };
+    unsigned char *ids = malloc((size_t)N * 16);
+    assert_non_null(ids);
+    for (size_t i = 0; i < N; i++)
+        assert_int_equal(dlock__random_bytes(ids + 16 * i, 16), DLOCK_OK);
+    qsort(ids, N, 16, cmp16);
+    for (size_t i = 1; i < N; i++)
+        assert_memory_not_equal(ids + 16 * (i - 1), ids + 16 * i, 16);
+    free(ids);
+}
+
 static void fence_guard_admits_only_the_newest(void **state)
 {
     (void)state;
@@ -184,6 +205,7 @@ int main(void)
         cmocka_unit_test(timer_heap_orders_and_removes),
         cmocka_unit_test(suggestions_find_near_names),
         cmocka_unit_test(random_bytes_are_not_constant),
+        cmocka_unit_test(a_million_owner_tokens_are_unique),
         cmocka_unit_test(fence_guard_admits_only_the_newest),
         cmocka_unit_test(fence_guard_is_atomic_across_threads),
     };
