@@ -58,6 +58,13 @@ int report_plots(const char *dir, const struct bench_config *configs, int nconfi
 /* Latency samples of the last uncontended run of a config, for the plots. */
 void report_keep_latencies(const char *label, const int64_t *samples, size_t n);
 
+/* Runs one_cycle(arg) back to back for opt.duration_s (or MAX_SAMPLES
+ * cycles), storing each cycle's duration in samples; returns the count and
+ * the elapsed seconds. one_cycle exits the program on failure. */
+size_t bench_timed_cycles(void (*one_cycle)(void *arg), void *arg, int64_t *samples, double *secs);
+/* Records throughput and latency p50/p99 of a timed loop as figures. */
+void bench_record_cycles(const char *label, const char *scenario, int64_t *samples, size_t n, double secs);
+
 /* Helpers. */
 int64_t bench_now_us(void);
 void bench_sleep_us(int64_t us);

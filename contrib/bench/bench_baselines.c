@@ -95,12 +95,27 @@ static char *redis_load(redisContext *c, const char *script)
     return sha;
 }
 
-static void record_loop(const struct bench_config *cfg, size_t n, int64_t t0, int64_t *samples)
+struct set_nx_state {
+    redisContext *c;
+    const char *cad_sha;
+};
+
+static void set_nx_cycle(void *arg)
 {
-    double secs = (double)(bench_now_us() - t0) / 1e6;
-    figure_add(cfg->label, "baseline-uncontended", "acquire+release/s", "ops/s", (double)n / secs);
-    figure_add(cfg->label, "baseline-uncontended", "latency p50", "us", (double)bench_percentile(samples, n, 0.50));
-    figure_add(cfg->label, "baseline-uncontended", "latency p99", "us", (double)bench_percentile(samples, n, 0.99));
+    struct set_nx_state *st = arg;
+    const char *token = "0123456789abcdef0123456789abcdef:1";
+    redisReply *r = redisCommand(st->c, "SET bench-baseline %s NX PX 30000", token);
+    bool ok = r && r->type == REDIS_REPLY_STATUS;
+    if (r)
+        freeReplyObject(r);
+    r = ok ? redisCommand(st->c, "EVALSHA %s 1 bench-baseline %s", st->cad_sha, token) : NULL;
+    ok = r && r->type == REDIS_REPLY_INTEGER && r->integer == 1;
+    if (r)
+        freeReplyObject(r);
+    if (!ok) {
+        fprintf(stderr, "dlock-bench: the redis baseline loop failed\n");
+        exit(1);
+    }
 }
 
 static bool redis_set_nx_loop(const struct bench_config *cfg, int64_t *samples)
@@ -110,31 +125,25 @@ static bool redis_set_nx_loop(const struct bench_config *cfg, int64_t *samples)
         return false;
     char *cad = redis_load(c, "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) "
                               "else return 0 end");
-    const char *token = "0123456789abcdef0123456789abcdef:1";
-    size_t n = 0;
-    int64_t t0 = bench_now_us(), end = t0 + (int64_t)(opt.duration_s * 1e6);
-    while (n < MAX_SAMPLES && cad) {
-        int64_t a = bench_now_us();
-        if (a >= end)
-            break;
-        redisReply *r = redisCommand(c, "SET bench-baseline %s NX PX 30000", token);
-        bool ok = r && r->type == REDIS_REPLY_STATUS;
-        if (r)
-            freeReplyObject(r);
-        r = ok ? redisCommand(c, "EVALSHA %s 1 bench-baseline %s", cad, token) : NULL;
-        ok = r && r->type == REDIS_REPLY_INTEGER && r->integer == 1;
-        if (r)
-            freeReplyObject(r);
-        if (!ok) {
-            fprintf(stderr, "dlock-bench: the redis baseline loop failed\n");
-            exit(1);
-        }
-        samples[n++] = bench_now_us() - a;
+    if (cad) {
+        struct set_nx_state st = { c, cad };
+        double secs;
+        size_t n = bench_timed_cycles(set_nx_cycle, &st, samples, &secs);
+        bench_record_cycles(cfg->label, "baseline-uncontended", samples, n, secs);
     }
-    record_loop(cfg, n, t0, samples);
     free(cad);
     redisFree(c);
     return true;
+}
+
+static void fcntl_cycle(void *arg)
+{
+    int fd = *(int *)arg;
+    struct flock lock = { .l_type = F_WRLCK, .l_whence = SEEK_SET }, unlock = { .l_type = F_UNLCK, .l_whence = SEEK_SET };
+    if (fcntl(fd, F_OFD_SETLK, &lock) != 0 || fcntl(fd, F_OFD_SETLK, &unlock) != 0) {
+        perror("fcntl");
+        exit(1);
+    }
 }
 
 static bool local_fcntl_loop(const struct bench_config *cfg, int64_t *samples)
@@ -154,20 +163,9 @@ static bool local_fcntl_loop(const struct bench_config *cfg, int64_t *samples)
         perror(path);
         return false;
     }
-    struct flock lock = { .l_type = F_WRLCK, .l_whence = SEEK_SET }, unlock = { .l_type = F_UNLCK, .l_whence = SEEK_SET };
-    size_t n = 0;
-    int64_t t0 = bench_now_us(), end = t0 + (int64_t)(opt.duration_s * 1e6);
-    while (n < MAX_SAMPLES) {
-        int64_t a = bench_now_us();
-        if (a >= end)
-            break;
-        if (fcntl(fd, F_OFD_SETLK, &lock) != 0 || fcntl(fd, F_OFD_SETLK, &unlock) != 0) {
-            perror("fcntl");
-            exit(1);
-        }
-        samples[n++] = bench_now_us() - a;
-    }
-    record_loop(cfg, n, t0, samples);
+    double secs;
+    size_t n = bench_timed_cycles(fcntl_cycle, &fd, samples, &secs);
+    bench_record_cycles(cfg->label, "baseline-uncontended", samples, n, secs);
     close(fd);
     unlink(path);
     return true;

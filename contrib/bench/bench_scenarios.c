@@ -30,27 +30,23 @@ static dlock_lock *open_lock(dlock_client *c, const char *name)
     return l;
 }
 
+static void lock_cycle(void *arg)
+{
+    dlock_lock *l = arg;
+    int rc = dlock_acquire(l, 0);
+    if (rc != DLOCK_OK)
+        bench_die("acquire", rc);
+    if ((rc = dlock_release(l)) != DLOCK_OK)
+        bench_die("release", rc);
+}
+
 void run_uncontended(const struct bench_config *cfg, int64_t *samples)
 {
     dlock_client *c = open_client(cfg);
     dlock_lock *l = open_lock(c, "bench-uncontended");
-    size_t n = 0;
-    int64_t t0 = bench_now_us(), end = t0 + (int64_t)(opt.duration_s * 1e6);
-    while (n < MAX_SAMPLES) {
-        int64_t a = bench_now_us();
-        if (a >= end)
-            break;
-        int rc = dlock_acquire(l, 0);
-        if (rc != DLOCK_OK)
-            bench_die("acquire", rc);
-        if ((rc = dlock_release(l)) != DLOCK_OK)
-            bench_die("release", rc);
-        samples[n++] = bench_now_us() - a;
-    }
-    double secs = (double)(bench_now_us() - t0) / 1e6;
-    figure_add(cfg->label, "uncontended", "acquire+release/s", "ops/s", (double)n / secs);
-    figure_add(cfg->label, "uncontended", "latency p50", "us", (double)bench_percentile(samples, n, 0.50));
-    figure_add(cfg->label, "uncontended", "latency p99", "us", (double)bench_percentile(samples, n, 0.99));
+    double secs;
+    size_t n = bench_timed_cycles(lock_cycle, l, samples, &secs);
+    bench_record_cycles(cfg->label, "uncontended", samples, n, secs);
     report_keep_latencies(cfg->label, samples, n);
     dlock_lock_free(l);
     dlock_client_close(c);

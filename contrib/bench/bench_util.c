@@ -41,3 +41,25 @@ void bench_die(const char *what, int rc)
     fprintf(stderr, "dlock-bench: %s: %s (%s)\n", what, dlock_strerror(rc), dlock_errmsg());
     exit(1);
 }
+
+size_t bench_timed_cycles(void (*one_cycle)(void *arg), void *arg, int64_t *samples, double *secs)
+{
+    size_t n = 0;
+    int64_t t0 = bench_now_us(), end = t0 + (int64_t)(opt.duration_s * 1e6);
+    while (n < MAX_SAMPLES) {
+        int64_t a = bench_now_us();
+        if (a >= end)
+            break;
+        one_cycle(arg);
+        samples[n++] = bench_now_us() - a;
+    }
+    *secs = (double)(bench_now_us() - t0) / 1e6;
+    return n;
+}
+
+void bench_record_cycles(const char *label, const char *scenario, int64_t *samples, size_t n, double secs)
+{
+    figure_add(label, scenario, "acquire+release/s", "ops/s", (double)n / secs);
+    figure_add(label, scenario, "latency p50", "us", (double)bench_percentile(samples, n, 0.50));
+    figure_add(label, scenario, "latency p99", "us", (double)bench_percentile(samples, n, 0.99));
+}
