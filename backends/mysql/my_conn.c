@@ -1,0 +1,352 @@
+/* backends/mysql/my_conn.c - see my_conn.h. */
+#include "config.h"
+
+#include "my_conn.h"
+
+#include <errmsg.h>
+#include <mysqld_error.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define MY_BACKOFF_MIN_MS 50
+#define MY_BACKOFF_MAX_MS 2000
+
+int64_t my_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* ---- settings --------------------------------------------------------------------- */
+
+static int copy_setting(const dlock_settings *s, const char *name, char *dst, size_t size, const char *fallback)
+{
+    const char *v = fallback;
+    dlock_settings_string(s, name, &v);
+    if (strlen(v) >= size)
+        return dlock_seterr(DLOCK_ECONFIG, "%s: mysql.%s is longer than %zu bytes", dlock_settings_where(s, name),
+                            name, size - 1);
+    snprintf(dst, size, "%s", v);
+    return DLOCK_OK;
+}
+
+int my_server_from_settings(struct my_server *srv, const dlock_settings *s)
+{
+    memset(srv, 0, sizeof *srv);
+    int64_t port = 3306;
+    dlock_settings_int(s, "port", &port);
+    srv->port = (unsigned)port;
+    srv->connect_timeout_ms = 2000;
+    srv->command_timeout_ms = 2000;
+    dlock_settings_int(s, "connect_timeout_ms", &srv->connect_timeout_ms);
+    dlock_settings_int(s, "command_timeout_ms", &srv->command_timeout_ms);
+    int rc = copy_setting(s, "host", srv->host, sizeof srv->host, "127.0.0.1");
+    if (rc == DLOCK_OK)
+        rc = copy_setting(s, "socket", srv->socket, sizeof srv->socket, "");
+    if (rc == DLOCK_OK)
+        rc = copy_setting(s, "user", srv->user, sizeof srv->user, "root");
+    if (rc == DLOCK_OK)
+        rc = copy_setting(s, "password", srv->password, sizeof srv->password, "");
+    if (rc == DLOCK_OK)
+        rc = copy_setting(s, "database", srv->database, sizeof srv->database, "");
+    if (rc == DLOCK_OK && !srv->database[0])
+        rc = dlock_seterr(DLOCK_ECONFIG, "%s: mysql.database is required (the database that holds the lock table)",
+                          dlock_settings_where(s, NULL));
+    if (srv->socket[0])
+        snprintf(srv->label, sizeof srv->label, "mysql unix:%s/%s", srv->socket, srv->database);
+    else
+        snprintf(srv->label, sizeof srv->label, "mysql %s:%u/%s", srv->host, srv->port, srv->database);
+    return rc;
+}
+
+/* ---- connections ---------------------------------------------------------------------- */
+
+/* A connection is broken once a client-side error dropped its handle. */
+bool my_conn_broken(const struct my_conn *c)
+{
+    return !c || !c->db;
+}
+
+void my_conn_close(struct my_conn *c)
+{
+    if (!c)
+        return;
+    for (int i = 0; i < MY_MAX_STATEMENTS; i++)
+        if (c->stmt[i])
+            mysql_stmt_close(c->stmt[i]);
+    if (c->db)
+        mysql_close(c->db);
+    free(c);
+}
+
+/* A client-side error (2000-2999: connection refused, gone, lost, timed
+ * out) leaves the connection unusable; a server error does not. */
+static bool is_client_error(unsigned err)
+{
+    return err >= 2000 && err < 3000;
+}
+
+/* Wrong credentials, database, table or privileges: the configuration's to fix. */
+static bool is_config_error(unsigned err)
+{
+    return err == ER_ACCESS_DENIED_ERROR || err == ER_DBACCESS_DENIED_ERROR || err == ER_BAD_DB_ERROR ||
+           err == ER_NO_SUCH_TABLE || err == ER_TABLEACCESS_DENIED_ERROR || err == ER_COLUMNACCESS_DENIED_ERROR ||
+           err == ER_SPECIFIC_ACCESS_DENIED_ERROR;
+}
+
+static int fail(const struct my_server *srv, struct my_conn *c, unsigned err, const char *msg, const char *what)
+{
+    int code = is_config_error(err) ? DLOCK_ECONFIG : DLOCK_EUNAVAILABLE;
+    int rc = dlock_seterr(code, "%s: %s: %s (error %u)", srv->label, what, msg, err);
+    if (c)
+        c->last_errno = err;
+    if (is_client_error(err) && c && c->db) {
+        for (int i = 0; i < MY_MAX_STATEMENTS; i++)
+            if (c->stmt[i]) {
+                mysql_stmt_close(c->stmt[i]);
+                c->stmt[i] = NULL;
+            }
+        mysql_close(c->db);
+        c->db = NULL;
+    }
+    return rc;
+}
+
+static unsigned seconds_of(int64_t ms)
+{
+    return (unsigned)((ms + 999) / 1000);
+}
+
+struct my_conn *my_connect(const struct my_server *srv, int *rc)
+{
+    struct my_conn *c = calloc(1, sizeof *c);
+    MYSQL *db = c ? mysql_init(NULL) : NULL;
+    if (!db) {
+        free(c);
+        *rc = dlock_seterr(DLOCK_ENOMEM, "%s: out of memory", srv->label);
+        return NULL;
+    }
+    c->db = db;
+    /* libmariadb takes whole seconds; the command timeout bounds each read
+     * and write, so a stopped server cannot hang a caller. */
+    unsigned connect_s = seconds_of(srv->connect_timeout_ms), io_s = seconds_of(srv->command_timeout_ms);
+    mysql_optionsv(db, MYSQL_OPT_CONNECT_TIMEOUT, &connect_s);
+    mysql_optionsv(db, MYSQL_OPT_READ_TIMEOUT, &io_s);
+    mysql_optionsv(db, MYSQL_OPT_WRITE_TIMEOUT, &io_s);
+    mysql_optionsv(db, MYSQL_SET_CHARSET_NAME, "utf8mb4");
+    /* Found rows, not changed rows: a renewal within the same millisecond
+     * changes nothing and must still count as ours. */
+    if (!mysql_real_connect(db, srv->socket[0] ? NULL : srv->host, srv->user, srv->password, srv->database,
+                            srv->port, srv->socket[0] ? srv->socket : NULL, CLIENT_FOUND_ROWS)) {
+        *rc = fail(srv, c, mysql_errno(db), mysql_error(db), "cannot connect");
+        my_conn_close(c);
+        return NULL;
+    }
+    /* Times are compared on the server as UTC milliseconds: no time zone
+     * or daylight-saving change can shift a lease. */
+    if (mysql_query(db, "SET time_zone = '+00:00'") != 0) {
+        *rc = fail(srv, c, mysql_errno(db), mysql_error(db), "SET time_zone");
+        my_conn_close(c);
+        return NULL;
+    }
+    *rc = DLOCK_OK;
+    return c;
+}
+
+static int prepare(const struct my_server *srv, struct my_conn *c, int which)
+{
+    if (c->stmt[which])
+        return DLOCK_OK;
+    MYSQL_STMT *st = mysql_stmt_init(c->db);
+    if (!st)
+        return dlock_seterr(DLOCK_ENOMEM, "%s: out of memory", srv->label);
+    const char *sql = srv->statements[which];
+    if (mysql_stmt_prepare(st, sql, strlen(sql)) != 0) {
+        unsigned err = mysql_stmt_errno(st);
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", mysql_stmt_error(st));
+        mysql_stmt_close(st);
+        return fail(srv, c, err, msg, "prepare");
+    }
+    c->stmt[which] = st;
+    return DLOCK_OK;
+}
+
+int my_run(const struct my_server *srv, struct my_conn *c, int which, const struct my_param *params, int n,
+           int text_column, struct my_outcome *out)
+{
+    memset(out, 0, sizeof *out);
+    c->last_errno = 0;
+    if (my_conn_broken(c))
+        return dlock_seterr(DLOCK_EUNAVAILABLE, "%s: connection lost", srv->label);
+    int rc = prepare(srv, c, which);
+    if (rc != DLOCK_OK)
+        return rc;
+    MYSQL_STMT *st = c->stmt[which];
+    MYSQL_BIND bind[8];
+    memset(bind, 0, sizeof bind);
+    long long values[8];
+    for (int i = 0; i < n && i < 8; i++) {
+        if (params[i].bytes) {
+            bind[i].buffer_type = MYSQL_TYPE_BLOB;
+            bind[i].buffer = (void *)params[i].bytes;
+            bind[i].buffer_length = params[i].len;
+        } else {
+            values[i] = params[i].value;
+            bind[i].buffer_type = MYSQL_TYPE_LONGLONG;
+            bind[i].buffer = &values[i];
+        }
+    }
+    if ((n > 0 && mysql_stmt_bind_param(st, bind) != 0) || mysql_stmt_execute(st) != 0)
+        goto stmt_error;
+    MYSQL_RES *meta = mysql_stmt_result_metadata(st);
+    if (!meta) {
+        out->affected = mysql_stmt_affected_rows(st);
+        out->insert_id = mysql_stmt_insert_id(st);
+        return DLOCK_OK;
+    }
+    unsigned columns = mysql_num_fields(meta);
+    mysql_free_result(meta);
+    MYSQL_BIND result[4];
+    memset(result, 0, sizeof result);
+    unsigned long text_len = 0;
+    my_bool nulls[4] = { 0 };
+    for (unsigned i = 0; i < columns && i < 4; i++) {
+        if ((int)i == text_column) {
+            result[i].buffer_type = MYSQL_TYPE_STRING;
+            result[i].buffer = out->text;
+            result[i].buffer_length = sizeof out->text - 1;
+            result[i].length = &text_len;
+        } else {
+            result[i].buffer_type = MYSQL_TYPE_LONGLONG;
+            result[i].buffer = &out->ints[i];
+        }
+        result[i].is_null = &nulls[i];
+    }
+    if (mysql_stmt_bind_result(st, result) != 0 || mysql_stmt_store_result(st) != 0)
+        goto stmt_error;
+    int f = mysql_stmt_fetch(st);
+    if (f == 0 || f == MYSQL_DATA_TRUNCATED) {
+        out->has_row = true;
+        if (text_len >= sizeof out->text)
+            text_len = sizeof out->text - 1;
+        out->text[text_len] = '\0';
+        for (int i = 0; i < 4; i++)
+            out->nulls[i] = nulls[i] != 0;
+    } else if (f == 1) {
+        goto stmt_error;
+    }
+    mysql_stmt_free_result(st);
+    return DLOCK_OK;
+
+stmt_error:;
+    unsigned err = mysql_stmt_errno(st);
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", mysql_stmt_error(st));
+    mysql_stmt_free_result(st);
+    return fail(srv, c, err, msg, "statement failed");
+}
+
+/* ---- the pool ------------------------------------------------------------------------- */
+
+void my_pool_init(struct my_pool *pool, const struct my_server *srv, int max)
+{
+    memset(pool, 0, sizeof *pool);
+    pool->server = srv;
+    pool->max = max < 1 ? 1 : max > MY_POOL_MAX ? MY_POOL_MAX : max;
+    pthread_mutex_init(&pool->mu, NULL);
+    pthread_cond_init(&pool->cv, NULL);
+}
+
+void my_pool_destroy(struct my_pool *pool)
+{
+    for (int i = 0; i < pool->nidle; i++)
+        my_conn_close(pool->idle[i]);
+    pool->nidle = pool->total = 0;
+    pthread_cond_destroy(&pool->cv);
+    pthread_mutex_destroy(&pool->mu);
+}
+
+int my_pool_get(struct my_pool *pool, struct my_conn **out)
+{
+    pthread_mutex_lock(&pool->mu);
+    while (pool->nidle == 0 && pool->total >= pool->max)
+        pthread_cond_wait(&pool->cv, &pool->mu);
+    if (pool->nidle > 0) {
+        *out = pool->idle[--pool->nidle];
+        pthread_mutex_unlock(&pool->mu);
+        return DLOCK_OK;
+    }
+    int64_t now = my_now_ms();
+    if (now < pool->retry_at_ms) {
+        int rc = dlock_seterr(DLOCK_EUNAVAILABLE, "%s (next attempt in %lld ms)", pool->last_error,
+                              (long long)(pool->retry_at_ms - now));
+        pthread_mutex_unlock(&pool->mu);
+        return rc;
+    }
+    pool->total++;
+    pthread_mutex_unlock(&pool->mu);
+
+    int rc;
+    struct my_conn *c = my_connect(pool->server, &rc);
+
+    pthread_mutex_lock(&pool->mu);
+    if (c) {
+        pool->backoff_ms = 0;
+        pool->retry_at_ms = 0;
+    } else {
+        pool->total--;
+        if (rc == DLOCK_EUNAVAILABLE) {
+            pool->backoff_ms = pool->backoff_ms ? pool->backoff_ms * 2 : MY_BACKOFF_MIN_MS;
+            if (pool->backoff_ms > MY_BACKOFF_MAX_MS)
+                pool->backoff_ms = MY_BACKOFF_MAX_MS;
+            pool->retry_at_ms = my_now_ms() + pool->backoff_ms;
+            snprintf(pool->last_error, sizeof pool->last_error, "%s", dlock_errmsg());
+        }
+        pthread_cond_signal(&pool->cv);
+    }
+    pthread_mutex_unlock(&pool->mu);
+    *out = c;
+    return c ? DLOCK_OK : rc;
+}
+
+void my_pool_put(struct my_pool *pool, struct my_conn *c)
+{
+    bool keep = !my_conn_broken(c);
+    if (c && !keep)
+        my_conn_close(c);
+    pthread_mutex_lock(&pool->mu);
+    if (keep)
+        pool->idle[pool->nidle++] = c;
+    else
+        pool->total--;
+    pthread_cond_signal(&pool->cv);
+    pthread_mutex_unlock(&pool->mu);
+}
+
+int my_pool_run(struct my_pool *pool, int which, const struct my_param *params, int n, int text_column,
+                struct my_outcome *out)
+{
+    int rc = DLOCK_EUNAVAILABLE;
+    for (int attempt = 0; attempt < 2; attempt++) {
+        pthread_mutex_lock(&pool->mu);
+        bool had_idle = pool->nidle > 0;
+        pthread_mutex_unlock(&pool->mu);
+        struct my_conn *c;
+        rc = my_pool_get(pool, &c);
+        if (rc != DLOCK_OK)
+            return rc;
+        int64_t t0 = my_now_ms();
+        rc = my_run(pool->server, c, which, params, n, text_column, out);
+        bool broken = my_conn_broken(c);
+        my_pool_put(pool, c);
+        /* Only an idle connection that died at once (the server restarted
+         * or dropped it) earns a second try; a timeout does not. */
+        if (rc == DLOCK_OK || !broken || !had_idle || my_now_ms() - t0 >= pool->server->command_timeout_ms)
+            break;
+    }
+    return rc;
+}

@@ -1,0 +1,95 @@
+/* backends/mysql/my_conn.h - connections to one MySQL or MariaDB server
+ * (over libmariadb): settings, connect with timeouts, UTC session time,
+ * statements prepared once per connection and run with bound parameters,
+ * and a small thread-safe pool with reconnection backoff. */
+#ifndef DLOCK_MY_CONN_H
+#define DLOCK_MY_CONN_H
+
+#include <dlock/provider.h>
+#include <mysql.h>
+#include <pthread.h>
+#include <stdbool.h>
+
+#define MY_POOL_MAX 64
+#define MY_MAX_STATEMENTS 8
+
+struct my_server {
+    char host[256];
+    unsigned port;
+    char socket[256];           /* used instead of host:port when set */
+    char user[128];
+    char password[256];
+    char database[128];
+    int64_t connect_timeout_ms;
+    int64_t command_timeout_ms;
+    const char *statements[MY_MAX_STATEMENTS]; /* SQL of each statement id; set by the caller */
+    char label[300];            /* "mysql 127.0.0.1:3306/db", for messages */
+};
+
+/* Reads host, port, socket, user, password, database and the timeouts. */
+int my_server_from_settings(struct my_server *srv, const dlock_settings *s);
+
+struct my_conn {
+    MYSQL *db;
+    MYSQL_STMT *stmt[MY_MAX_STATEMENTS]; /* prepared on first use */
+    unsigned last_errno;        /* of the last failure, 0 if none */
+};
+
+/* Opens one connection. NULL on failure with the detail set and *rc the code. */
+struct my_conn *my_connect(const struct my_server *srv, int *rc);
+void my_conn_close(struct my_conn *c);
+
+/* One parameter: an integer, or bytes (text or binary). */
+struct my_param {
+    const void *bytes;          /* NULL: an integer */
+    unsigned long len;
+    long long value;
+};
+
+/* What a statement answered: rows affected (found, for UPDATE), the
+ * LAST_INSERT_ID the statement set, and for a query its first row. */
+struct my_outcome {
+    uint64_t affected;
+    uint64_t insert_id;
+    bool has_row;
+    long long ints[4];          /* integer columns of the first row */
+    bool nulls[4];
+    char text[128];             /* the first row's string column, if asked */
+};
+
+/* Runs statement `which` with params on c. For a query, the first row's
+ * columns are read into out: column text_column (or -1) as text, the
+ * others as integers. DLOCK_OK, or a failure; a connection that failed is
+ * marked broken (my_conn_broken) and should be closed. */
+int my_run(const struct my_server *srv, struct my_conn *c, int which, const struct my_param *params, int n,
+           int text_column, struct my_outcome *out);
+
+/* True when the connection can no longer be used. */
+bool my_conn_broken(const struct my_conn *c);
+
+struct my_pool {
+    const struct my_server *server;
+    int max;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    struct my_conn *idle[MY_POOL_MAX];
+    int nidle;
+    int total;
+    int64_t retry_at_ms;
+    int64_t backoff_ms;
+    char last_error[512];
+};
+
+void my_pool_init(struct my_pool *pool, const struct my_server *srv, int max);
+void my_pool_destroy(struct my_pool *pool);
+int my_pool_get(struct my_pool *pool, struct my_conn **out);
+void my_pool_put(struct my_pool *pool, struct my_conn *c);
+
+/* my_run on a pooled connection; an idle connection found dead is replaced
+ * and the statement sent once more. */
+int my_pool_run(struct my_pool *pool, int which, const struct my_param *params, int n, int text_column,
+                struct my_outcome *out);
+
+int64_t my_now_ms(void);
+
+#endif

@@ -1,0 +1,111 @@
+/* backends/mysql/my_sql.c - see my_sql.h.
+ *
+ * Lease mode keeps one row per name: (name, owner, fence, expires_at in UTC
+ * milliseconds of the server's clock). As in the postgres backend, release
+ * frees the row instead of deleting it, because the row carries the name's
+ * fence and MySQL has no sequence to draw a higher one from after a delete.
+ *
+ * The acquire is one INSERT ... ON DUPLICATE KEY UPDATE. InnoDB locks the
+ * row for the update, so two contenders cannot both take it, and the fence
+ * is raised under that lock. MySQL evaluates the SET list left to right
+ * with each assignment seeing the ones before it, so the order matters:
+ * fence and owner are decided from the old owner and expiry, and expires_at
+ * last, from the owner just written. The statement cannot return a row, so
+ * it reports through LAST_INSERT_ID(expr), which the OK packet carries:
+ * the fence on a grant, MY_BUSY_MARK + the holder's remaining ms when busy. */
+#include "config.h"
+
+#include "my_sql.h"
+
+#include <dlock/provider.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The server's clock, UTC (the session's time_zone is +00:00), in ms. */
+#define NOW_MS "CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)"
+#define FREE_OR_EXPIRED "(owner IS NULL OR expires_at < " NOW_MS ")"
+
+bool my_sql_valid_table(const char *name)
+{
+    size_t n = strlen(name);
+    if (n == 0 || n > MY_TABLE_MAX || (name[0] >= '0' && name[0] <= '9'))
+        return false;
+    for (const char *p = name; *p; p++)
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || *p == '_'))
+            return false;
+    return true;
+}
+
+static char *format(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+static char *format(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    char *out = NULL;
+    if (vasprintf(&out, fmt, ap) < 0)
+        out = NULL;
+    va_end(ap);
+    return out;
+}
+
+int my_sql_init(struct my_sql *sql, const char *table)
+{
+    memset(sql, 0, sizeof *sql);
+    snprintf(sql->table, sizeof sql->table, "%s", table);
+    const char *t = table; /* checked to be [A-Za-z0-9_]: backquoting is enough */
+    sql->create_table = format("CREATE TABLE IF NOT EXISTS `%s` (\n"
+                               "  name VARBINARY(600) NOT NULL PRIMARY KEY,\n"
+                               "  owner VARCHAR(100) NULL,\n"
+                               "  fence BIGINT UNSIGNED NOT NULL,\n"
+                               "  expires_at BIGINT NOT NULL\n"
+                               ") ENGINE=InnoDB",
+                               t);
+    sql->text[MY_ACQUIRE] = format(
+        "INSERT INTO `%s` (name, owner, fence, expires_at)\n"
+        "VALUES (?, ?, LAST_INSERT_ID(1), " NOW_MS " + ?)\n"
+        "ON DUPLICATE KEY UPDATE\n"
+        "  fence = IF(" FREE_OR_EXPIRED ", LAST_INSERT_ID(fence + 1),\n"
+        "             IF(owner = VALUES(owner), LAST_INSERT_ID(fence),\n"
+        "                fence + 0 * LAST_INSERT_ID(%llu + GREATEST(expires_at - " NOW_MS ", 0)))),\n"
+        "  owner = IF(" FREE_OR_EXPIRED " OR owner = VALUES(owner), VALUES(owner), owner),\n"
+        "  expires_at = IF(owner = VALUES(owner), VALUES(expires_at), expires_at)",
+        t, (unsigned long long)MY_BUSY_MARK);
+    sql->text[MY_RENEW] = format("UPDATE `%s` SET expires_at = " NOW_MS " + ?\n"
+                                 "WHERE name = ? AND owner = ? AND expires_at >= " NOW_MS,
+                                 t);
+    sql->text[MY_RELEASE] = format("UPDATE `%s` SET owner = NULL, expires_at = " NOW_MS "\n"
+                                   "WHERE name = ? AND owner = ? AND expires_at >= " NOW_MS,
+                                   t);
+    sql->text[MY_STATUS] = format("SELECT owner, fence, GREATEST(expires_at - " NOW_MS ", 0),\n"
+                                  "       owner IS NOT NULL AND expires_at >= " NOW_MS "\n"
+                                  "FROM `%s` WHERE name = ?",
+                                  t);
+    /* Session mode: the server's named lock is the hold; the row only counts
+     * the fence, raised in the same statement once GET_LOCK has granted. */
+    sql->text[MY_SESSION_ACQUIRE] = format("INSERT INTO `%s` (name, owner, fence, expires_at)\n"
+                                           "SELECT ?, NULL, LAST_INSERT_ID(1), 0 FROM DUAL WHERE GET_LOCK(?, 0) = 1\n"
+                                           "ON DUPLICATE KEY UPDATE fence = LAST_INSERT_ID(fence + 1)",
+                                           t);
+    sql->text[MY_SESSION_CHECK] = format("SELECT IS_USED_LOCK(?) = CONNECTION_ID()");
+    sql->text[MY_SESSION_RELEASE] = format("SELECT RELEASE_LOCK(?)");
+    sql->text[MY_SESSION_STATUS] = format("SELECT IS_USED_LOCK(?)");
+    bool ok = sql->create_table != NULL;
+    for (int i = 0; i < MY_STATEMENT_COUNT; i++)
+        ok &= sql->text[i] != NULL;
+    if (!ok) {
+        my_sql_free(sql);
+        return dlock_seterr(DLOCK_ENOMEM, "mysql: out of memory");
+    }
+    return DLOCK_OK;
+}
+
+void my_sql_free(struct my_sql *sql)
+{
+    free(sql->create_table);
+    for (int i = 0; i < MY_STATEMENT_COUNT; i++)
+        free(sql->text[i]);
+    memset(sql, 0, sizeof *sql);
+}

@@ -1,0 +1,40 @@
+/* backends/mysql/my_sql.h - the statements of the mysql backend, built once
+ * per instance around the (quoted) table name. Names, owners and leases are
+ * always bound parameters, never SQL text. */
+#ifndef DLOCK_MY_SQL_H
+#define DLOCK_MY_SQL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#define MY_TABLE_MAX 50
+
+/* A busy acquire reports the holder's remaining lease through
+ * LAST_INSERT_ID as MY_BUSY_MARK + ms; fences stay far below it. */
+#define MY_BUSY_MARK (UINT64_C(1) << 62)
+
+enum my_statement {
+    MY_ACQUIRE,          /* key, owner, lease ms -> insert id: fence, or MY_BUSY_MARK + ms */
+    MY_RENEW,            /* lease ms, key, owner -> 1 row found when still ours */
+    MY_RELEASE,          /* key, owner -> 1 row found when released */
+    MY_STATUS,           /* key -> owner, fence, ms left, valid */
+    MY_SESSION_ACQUIRE,  /* key, lock name -> rows > 0 when granted; insert id: fence */
+    MY_SESSION_CHECK,    /* lock name -> 1 while this connection holds it */
+    MY_SESSION_RELEASE,  /* lock name -> 1 released, 0 not ours, NULL not held */
+    MY_SESSION_STATUS,   /* lock name -> holder connection id or NULL */
+    MY_STATEMENT_COUNT
+};
+
+struct my_sql {
+    char table[MY_TABLE_MAX + 1];
+    char *create_table;
+    char *text[MY_STATEMENT_COUNT];
+};
+
+/* 1..MY_TABLE_MAX letters, digits and underscores, not starting with a digit. */
+bool my_sql_valid_table(const char *name);
+
+int my_sql_init(struct my_sql *sql, const char *table);
+void my_sql_free(struct my_sql *sql);
+
+#endif

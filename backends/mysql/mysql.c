@@ -1,0 +1,419 @@
+/* backends/mysql/mysql.c - the mysql backend module (dlock_mysql.so), for
+ * MySQL and MariaDB over libmariadb.
+ *
+ * Two modes, chosen by mysql.mode:
+ *
+ * lease (default): a row per name in a table (see my_sql.c), one statement
+ *   per operation on pooled connections. The hold is the row, not the
+ *   connection: a dropped connection loses nothing, the next statement
+ *   reconnects and the lease decides. The server's clock expires holds.
+ *
+ * session: the server's named locks (GET_LOCK on a digest of the name),
+ *   all taken on one connection per client; a hold lives exactly as long
+ *   as that connection. If it breaks or is KILLed, every hold taken on it
+ *   is lost, and the next renewal (the watchdog's, at lease/3) reports it.
+ *
+ * There is no notification to wait on: a busy lock is retried by the core
+ * with jittered backoff, and in lease mode no later than when the holder's
+ * lease runs out (the busy answer carries the remaining time). */
+#include "config.h"
+
+#include "../common/name_digest.h"
+#include "my_conn.h"
+#include "my_sql.h"
+
+#include <dlock/provider.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct my_instance {
+    struct my_server server;
+    struct my_sql sql;
+    struct my_pool pool;
+    bool session_mode;
+    pthread_mutex_t holder_mu;   /* session mode: one connection carries the holds */
+    struct my_conn *holder;
+    uint64_t holder_generation;  /* bumped at each new holder connection */
+    char prefix[65];
+    void *log_handle;
+};
+
+struct my_lock {
+    char *key;                   /* prefix + name: the row's name */
+    size_t key_len;
+    char lock_name[24];          /* session mode: "dlock_" + 16 hex digits */
+    uint64_t generation;         /* session mode: holder connection of the hold */
+};
+
+static const struct dlock_setting_spec my_settings[] = {
+    { "host", DLOCK_SETTING_STRING, 0, 0 },
+    { "port", DLOCK_SETTING_INT, 1, 65535 },
+    { "socket", DLOCK_SETTING_STRING, 0, 0 },
+    { "user", DLOCK_SETTING_STRING, 0, 0 },
+    { "password", DLOCK_SETTING_STRING, 0, 0 },
+    { "database", DLOCK_SETTING_STRING, 0, 0 },
+    { "table", DLOCK_SETTING_STRING, 0, 0 },
+    { "mode", DLOCK_SETTING_STRING, 0, 0 },
+    { "create_table", DLOCK_SETTING_BOOL, 0, 0 },
+    { "prefix", DLOCK_SETTING_STRING, 0, 0 },
+    { "connect_timeout_ms", DLOCK_SETTING_INT, 1, 600000 },
+    { "command_timeout_ms", DLOCK_SETTING_INT, 1, 600000 },
+    { "pool_size", DLOCK_SETTING_INT, 1, MY_POOL_MAX },
+    { NULL, 0, 0, 0 },
+};
+
+static int ensure_key(struct my_instance *inst, struct dlock_provider_lock *lk)
+{
+    struct my_lock *ml = lk->priv;
+    if (ml->key)
+        return DLOCK_OK;
+    size_t plen = strlen(inst->prefix);
+    ml->key = malloc(plen + lk->name_len + 1);
+    if (!ml->key)
+        return dlock_seterr(DLOCK_ENOMEM, "mysql: out of memory");
+    memcpy(ml->key, inst->prefix, plen);
+    memcpy(ml->key + plen, lk->name, lk->name_len + 1);
+    ml->key_len = plen + lk->name_len;
+    char hex[17];
+    dlock_name_digest_hex(dlock_name_digest(ml->key, ml->key_len, NULL, 0), hex);
+    snprintf(ml->lock_name, sizeof ml->lock_name, "dlock_%s", hex);
+    return DLOCK_OK;
+}
+
+static struct my_param bytes(const void *p, size_t len)
+{
+    return (struct my_param){ .bytes = p, .len = (unsigned long)len };
+}
+
+static struct my_param integer(long long v)
+{
+    return (struct my_param){ .value = v };
+}
+
+/* ---- lease mode ---------------------------------------------------------------------- */
+
+static int lease_try(struct my_instance *inst, struct dlock_provider_lock *lk, struct dlock_grant *g)
+{
+    struct my_lock *ml = lk->priv;
+    struct my_param p[3] = { bytes(ml->key, ml->key_len), bytes(lk->owner, strlen(lk->owner)),
+                             integer(lk->lease_ms) };
+    struct my_outcome o;
+    int rc = my_pool_run(&inst->pool, MY_ACQUIRE, p, 3, -1, &o);
+    if (rc != DLOCK_OK)
+        return rc;
+    if (o.insert_id >= MY_BUSY_MARK) {
+        g->retry_hint_ms = (int64_t)(o.insert_id - MY_BUSY_MARK);
+        return DLOCK_EBUSY;
+    }
+    if (o.affected == 0 || o.insert_id == 0)
+        return dlock_seterr(DLOCK_EPROTOCOL, "%s: acquire answered %llu rows, id %llu", inst->server.label,
+                            (unsigned long long)o.affected, (unsigned long long)o.insert_id);
+    g->fence = o.insert_id;
+    g->has_fence = 1;
+    return DLOCK_OK;
+}
+
+static int lease_renew(struct my_instance *inst, struct dlock_provider_lock *lk)
+{
+    struct my_lock *ml = lk->priv;
+    struct my_param p[3] = { integer(lk->lease_ms), bytes(ml->key, ml->key_len),
+                             bytes(lk->owner, strlen(lk->owner)) };
+    struct my_outcome o;
+    int rc = my_pool_run(&inst->pool, MY_RENEW, p, 3, -1, &o);
+    if (rc == DLOCK_OK && o.affected != 1)
+        rc = dlock_seterr(DLOCK_ELOST, "%s: the row of lock '%s' is no longer ours (expired or taken)",
+                          inst->server.label, lk->name);
+    return rc;
+}
+
+static int lease_release(struct my_instance *inst, struct dlock_provider_lock *lk)
+{
+    struct my_lock *ml = lk->priv;
+    struct my_param p[2] = { bytes(ml->key, ml->key_len), bytes(lk->owner, strlen(lk->owner)) };
+    struct my_outcome o;
+    int rc = my_pool_run(&inst->pool, MY_RELEASE, p, 2, -1, &o);
+    if (rc == DLOCK_OK && o.affected != 1)
+        rc = DLOCK_ENOTOWNER;
+    return rc;
+}
+
+/* ---- session mode ---------------------------------------------------------------------- */
+
+/* Runs one statement on the holder connection (connecting it if needed). */
+static int holder_run(struct my_instance *inst, int which, const struct my_param *p, int n,
+                      struct my_outcome *o, uint64_t *generation)
+{
+    pthread_mutex_lock(&inst->holder_mu);
+    int rc = DLOCK_OK;
+    if (!inst->holder) {
+        inst->holder = my_connect(&inst->server, &rc);
+        if (inst->holder)
+            inst->holder_generation++;
+    }
+    if (inst->holder) {
+        *generation = inst->holder_generation;
+        rc = my_run(&inst->server, inst->holder, which, p, n, -1, o);
+        if (my_conn_broken(inst->holder)) {
+            dlock_provider_log(inst->log_handle, DLOCK_LOG_WARN,
+                               "%s: the connection holding this client's named locks ended: they are lost",
+                               inst->server.label);
+            my_conn_close(inst->holder);
+            inst->holder = NULL;
+        }
+    }
+    pthread_mutex_unlock(&inst->holder_mu);
+    return rc;
+}
+
+static bool session_still_ours(struct my_instance *inst, const struct my_lock *ml)
+{
+    pthread_mutex_lock(&inst->holder_mu);
+    bool ours = inst->holder && inst->holder_generation == ml->generation;
+    pthread_mutex_unlock(&inst->holder_mu);
+    return ours;
+}
+
+static int session_try(struct my_instance *inst, struct dlock_provider_lock *lk, struct dlock_grant *g)
+{
+    struct my_lock *ml = lk->priv;
+    struct my_param p[2] = { bytes(ml->key, ml->key_len), bytes(ml->lock_name, strlen(ml->lock_name)) };
+    struct my_outcome o;
+    uint64_t generation = 0;
+    int rc = holder_run(inst, MY_SESSION_ACQUIRE, p, 2, &o, &generation);
+    if (rc != DLOCK_OK)
+        return rc;
+    if (o.affected == 0) {
+        g->retry_hint_ms = -1;
+        return DLOCK_EBUSY;
+    }
+    g->fence = o.insert_id;
+    g->has_fence = 1;
+    ml->generation = generation;
+    return DLOCK_OK;
+}
+
+static int session_renew(struct my_instance *inst, struct dlock_provider_lock *lk)
+{
+    struct my_lock *ml = lk->priv;
+    if (!session_still_ours(inst, ml))
+        return dlock_seterr(DLOCK_ELOST, "%s: the connection that held lock '%s' ended", inst->server.label,
+                            lk->name);
+    struct my_param p[1] = { bytes(ml->lock_name, strlen(ml->lock_name)) };
+    struct my_outcome o;
+    uint64_t generation = 0;
+    int rc = holder_run(inst, MY_SESSION_CHECK, p, 1, &o, &generation);
+    if (generation != ml->generation || !session_still_ours(inst, ml) ||
+        (rc == DLOCK_OK && (!o.has_row || o.nulls[0] || o.ints[0] != 1)))
+        return dlock_seterr(DLOCK_ELOST, "%s: the connection that held lock '%s' no longer holds it",
+                            inst->server.label, lk->name);
+    return rc;
+}
+
+static int session_release(struct my_instance *inst, struct dlock_provider_lock *lk)
+{
+    struct my_lock *ml = lk->priv;
+    if (!session_still_ours(inst, ml))
+        return DLOCK_ENOTOWNER;
+    struct my_param p[1] = { bytes(ml->lock_name, strlen(ml->lock_name)) };
+    struct my_outcome o;
+    uint64_t generation = 0;
+    int rc = holder_run(inst, MY_SESSION_RELEASE, p, 1, &o, &generation);
+    if (rc == DLOCK_EUNAVAILABLE && !session_still_ours(inst, ml))
+        return DLOCK_ENOTOWNER; /* the connection, and the lock with it, are gone */
+    if (rc == DLOCK_OK && (generation != ml->generation || !o.has_row || o.nulls[0] || o.ints[0] != 1))
+        rc = DLOCK_ENOTOWNER;
+    return rc;
+}
+
+/* ---- the provider ----------------------------------------------------------------------- */
+
+static int my_acquire(void *instance, struct dlock_provider_lock *lk, struct dlock_grant *g)
+{
+    struct my_instance *inst = instance;
+    int rc = ensure_key(inst, lk);
+    if (rc != DLOCK_OK)
+        return rc;
+    return inst->session_mode ? session_try(inst, lk, g) : lease_try(inst, lk, g);
+}
+
+static int my_release(void *instance, struct dlock_provider_lock *lk)
+{
+    struct my_instance *inst = instance;
+    int rc = ensure_key(inst, lk);
+    if (rc != DLOCK_OK)
+        return rc;
+    return inst->session_mode ? session_release(inst, lk) : lease_release(inst, lk);
+}
+
+static int my_renew(void *instance, struct dlock_provider_lock *lk)
+{
+    struct my_instance *inst = instance;
+    int rc = ensure_key(inst, lk);
+    if (rc != DLOCK_OK)
+        return rc;
+    return inst->session_mode ? session_renew(inst, lk) : lease_renew(inst, lk);
+}
+
+static void my_lock_fini(void *instance, struct dlock_provider_lock *lk)
+{
+    (void)instance;
+    struct my_lock *ml = lk->priv;
+    free(ml->key);
+    memset(ml, 0, sizeof *ml);
+}
+
+static int my_status(struct my_instance *inst, struct dlock_ctl_status *arg)
+{
+    struct my_lock ml = { 0 };
+    struct dlock_provider_lock lk = { .name = arg->name, .name_len = arg->name_len, .priv = &ml };
+    int rc = ensure_key(inst, &lk);
+    if (rc != DLOCK_OK)
+        return rc;
+    dlock_status_info *out = arg->out;
+    out->held = 0;
+    out->fence = 0;
+    out->holder_pid = -1;
+    out->ttl_ms = -1;
+    out->holder[0] = '\0';
+    struct my_outcome o;
+    if (inst->session_mode) {
+        struct my_param p[1] = { bytes(ml.lock_name, strlen(ml.lock_name)) };
+        rc = my_pool_run(&inst->pool, MY_SESSION_STATUS, p, 1, -1, &o);
+        if (rc == DLOCK_OK && o.has_row && !o.nulls[0]) {
+            out->held = 1;
+            snprintf(out->holder, sizeof out->holder, "server connection %lld", o.ints[0]);
+        }
+    } else {
+        struct my_param p[1] = { bytes(ml.key, ml.key_len) };
+        rc = my_pool_run(&inst->pool, MY_STATUS, p, 1, 0, &o);
+        if (rc == DLOCK_OK && o.has_row) {
+            out->fence = (uint64_t)o.ints[1];
+            if (o.ints[3] == 1) {
+                out->held = 1;
+                out->ttl_ms = o.ints[2];
+                snprintf(out->holder, sizeof out->holder, "%s", o.text);
+            }
+        }
+    }
+    free(ml.key);
+    return rc;
+}
+
+static int my_ctl(void *instance, int op, void *arg)
+{
+    if (op == DLOCK_CTL_STATUS)
+        return my_status(instance, arg);
+    return DLOCK_ENOTSUP;
+}
+
+static int prepare_schema(struct my_instance *inst, bool create)
+{
+    struct my_conn *c;
+    int rc = my_pool_get(&inst->pool, &c);
+    if (rc != DLOCK_OK)
+        return rc;
+    /* Preparing a statement that names the table is the cheapest check
+     * that it exists and that we may use it. */
+    struct my_outcome o;
+    struct my_param p[1] = { bytes("", 0) };
+    rc = my_run(&inst->server, c, MY_STATUS, p, 1, 0, &o);
+    if (rc == DLOCK_ECONFIG && create && c->last_errno == 1146 /* ER_NO_SUCH_TABLE */) {
+        if (mysql_query(c->db, inst->sql.create_table) != 0)
+            rc = dlock_seterr(mysql_errno(c->db) == 1142 ? DLOCK_ECONFIG : DLOCK_EUNAVAILABLE,
+                              "%s: CREATE TABLE `%s` failed: %s", inst->server.label, inst->sql.table,
+                              mysql_error(c->db));
+        else
+            rc = DLOCK_OK;
+    } else if (rc == DLOCK_ECONFIG && !create) {
+        rc = dlock_seterr(DLOCK_ECONFIG, "%s (mysql.create_table is false: create it with the DDL in dlock.conf(5))",
+                          dlock_errmsg());
+    }
+    my_pool_put(&inst->pool, c);
+    return rc;
+}
+
+static void my_close(void *instance)
+{
+    struct my_instance *inst = instance;
+    my_conn_close(inst->holder); /* ends the session: the server frees its named locks */
+    pthread_mutex_destroy(&inst->holder_mu);
+    my_pool_destroy(&inst->pool);
+    my_sql_free(&inst->sql);
+    free(inst);
+}
+
+static int my_open(void **instance, const struct dlock_provider_env *env)
+{
+    const dlock_settings *s = env->settings;
+    struct my_instance *inst = calloc(1, sizeof *inst);
+    if (!inst)
+        return dlock_seterr(DLOCK_ENOMEM, "mysql: out of memory");
+    pthread_mutex_init(&inst->holder_mu, NULL);
+    const char *table = "dlock_locks", *mode = "lease", *prefix = env->prefix;
+    int create = 1;
+    int64_t pool_size = 4;
+    dlock_settings_string(s, "table", &table);
+    dlock_settings_string(s, "mode", &mode);
+    dlock_settings_string(s, "prefix", &prefix);
+    dlock_settings_bool(s, "create_table", &create);
+    dlock_settings_int(s, "pool_size", &pool_size);
+    int rc = DLOCK_OK;
+    if (!my_sql_valid_table(table))
+        rc = dlock_seterr(DLOCK_ECONFIG, "%s: mysql.table must be 1 to %d letters, digits or underscores, "
+                          "not starting with a digit",
+                          dlock_settings_where(s, "table"), MY_TABLE_MAX);
+    else if (strcmp(mode, "lease") != 0 && strcmp(mode, "session") != 0)
+        rc = dlock_seterr(DLOCK_ECONFIG, "%s: mysql.mode must be \"lease\" or \"session\", not \"%s\"",
+                          dlock_settings_where(s, "mode"), mode);
+    else if (strlen(prefix) >= sizeof inst->prefix)
+        rc = dlock_seterr(DLOCK_ECONFIG, "%s: mysql.prefix must be at most %zu bytes",
+                          dlock_settings_where(s, "prefix"), sizeof inst->prefix - 1);
+    if (rc == DLOCK_OK)
+        rc = my_server_from_settings(&inst->server, s);
+    if (rc != DLOCK_OK) {
+        pthread_mutex_destroy(&inst->holder_mu);
+        free(inst);
+        return rc;
+    }
+    inst->session_mode = strcmp(mode, "session") == 0;
+    snprintf(inst->prefix, sizeof inst->prefix, "%s", prefix);
+    inst->log_handle = env->log_handle;
+    my_pool_init(&inst->pool, &inst->server, (int)pool_size);
+    rc = my_sql_init(&inst->sql, table);
+    for (int i = 0; rc == DLOCK_OK && i < MY_STATEMENT_COUNT; i++)
+        inst->server.statements[i] = inst->sql.text[i];
+    /* Connect now, so a wrong address or password is reported at open. */
+    if (rc == DLOCK_OK)
+        rc = prepare_schema(inst, create);
+    if (rc != DLOCK_OK) {
+        my_close(inst);
+        return rc;
+    }
+    dlock_provider_log(env->log_handle, DLOCK_LOG_DEBUG, "%s: ready, %s mode, table `%s`", inst->server.label, mode,
+                       table);
+    *instance = inst;
+    return DLOCK_OK;
+}
+
+static const struct dlock_provider my_provider = {
+    .version = DLOCK_PROVIDER_VERSION_1,
+    .name = "mysql",
+    .capabilities = DLOCK_CAP_RENEW | DLOCK_CAP_FENCE | DLOCK_CAP_SERVER_EXPIRY | DLOCK_CAP_MULTI_HOST,
+    .lock_priv_size = sizeof(struct my_lock),
+    .settings = my_settings,
+    .open = my_open,
+    .close = my_close,
+    .acquire = my_acquire,
+    .release = my_release,
+    .renew = my_renew,
+    .lock_fini = my_lock_fini,
+    .ctl = my_ctl,
+};
+
+const struct dlock_provider *dlock_module_provider(unsigned core_version);
+
+const struct dlock_provider *dlock_module_provider(unsigned core_version)
+{
+    return core_version >= DLOCK_PROVIDER_VERSION_1 ? &my_provider : NULL;
+}

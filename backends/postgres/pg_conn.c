@@ -1,0 +1,400 @@
+/* backends/postgres/pg_conn.c - see pg_conn.h. */
+#include "config.h"
+
+#include "pg_conn.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define PG_BACKOFF_MIN_MS 50
+#define PG_BACKOFF_MAX_MS 2000
+
+int64_t pg_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* ---- settings --------------------------------------------------------------- */
+
+/* Appends " key='value'" to a conninfo string, quoting as libpq expects. */
+static int append_param(char **buf, size_t *len, const char *key, const char *value)
+{
+    size_t need = strlen(key) + 2 * strlen(value) + 5;
+    char *grown = realloc(*buf, *len + need + 1);
+    if (!grown)
+        return -1;
+    *buf = grown;
+    char *p = grown + *len;
+    p += sprintf(p, " %s='", key);
+    for (const char *v = value; *v; v++) {
+        if (*v == '\'' || *v == '\\')
+            *p++ = '\\';
+        *p++ = *v;
+    }
+    *p++ = '\'';
+    *p = '\0';
+    *len = (size_t)(p - grown);
+    return 0;
+}
+
+int pg_server_from_settings(struct pg_server *srv, const dlock_settings *s)
+{
+    memset(srv, 0, sizeof *srv);
+    srv->connect_timeout_ms = 2000;
+    srv->command_timeout_ms = 2000;
+    dlock_settings_int(s, "connect_timeout_ms", &srv->connect_timeout_ms);
+    dlock_settings_int(s, "command_timeout_ms", &srv->command_timeout_ms);
+
+    static const char *const separate[][2] = {
+        { "host", "host" }, { "user", "user" }, { "password", "password" }, { "database", "dbname" },
+    };
+    const char *conninfo = NULL, *value;
+    dlock_settings_string(s, "conninfo", &conninfo);
+    int64_t port = 0;
+    bool any_separate = dlock_settings_int(s, "port", &port);
+    for (size_t i = 0; i < sizeof separate / sizeof separate[0]; i++)
+        any_separate |= dlock_settings_string(s, separate[i][0], &value);
+    if (conninfo && any_separate)
+        return dlock_seterr(DLOCK_ECONFIG, "%s: postgres.conninfo and host/port/user/password/database exclude each "
+                            "other: put everything in conninfo or nothing",
+                            dlock_settings_where(s, "conninfo"));
+
+    size_t len = 0;
+    char *info = calloc(1, 1);
+    int bad = !info;
+    if (conninfo && !bad) {
+        /* Checked now, so a typo is a configuration error with a line. */
+        char *err = NULL;
+        PQconninfoOption *opts = PQconninfoParse(conninfo, &err);
+        if (!opts) {
+            int rc = dlock_seterr(DLOCK_ECONFIG, "%s: postgres.conninfo is not a valid connection string: %s",
+                                  dlock_settings_where(s, "conninfo"), err ? err : "out of memory");
+            PQfreemem(err);
+            free(info);
+            return rc;
+        }
+        PQconninfoFree(opts);
+        free(info);
+        info = strdup(conninfo);
+        bad = !info;
+        len = info ? strlen(info) : 0;
+    } else if (!bad) {
+        const char *host = "127.0.0.1";
+        dlock_settings_string(s, "host", &host);
+        char port_text[16];
+        snprintf(port_text, sizeof port_text, "%lld", (long long)(port ? port : 5432));
+        bad |= append_param(&info, &len, "host", host);
+        bad |= append_param(&info, &len, "port", port_text);
+        for (size_t i = 1; i < sizeof separate / sizeof separate[0]; i++)
+            if (dlock_settings_string(s, separate[i][0], &value))
+                bad |= append_param(&info, &len, separate[i][1], value);
+    }
+    if (!bad)
+        bad = append_param(&info, &len, "fallback_application_name", "libdlock");
+    if (bad) {
+        free(info);
+        return dlock_seterr(DLOCK_ENOMEM, "postgres: out of memory");
+    }
+    srv->conninfo = info;
+
+    /* The label names the server the way the user wrote it, minus secrets. */
+    PQconninfoOption *opts = PQconninfoParse(info, NULL);
+    const char *h = NULL, *p = NULL, *d = NULL;
+    for (PQconninfoOption *o = opts; o && o->keyword; o++) {
+        if (!o->val)
+            continue;
+        if (strcmp(o->keyword, "host") == 0 || (!h && strcmp(o->keyword, "hostaddr") == 0))
+            h = o->val;
+        else if (strcmp(o->keyword, "port") == 0)
+            p = o->val;
+        else if (strcmp(o->keyword, "dbname") == 0)
+            d = o->val;
+    }
+    snprintf(srv->label, sizeof srv->label, "postgres %s:%s/%s", h ? h : "(default host)", p ? p : "5432",
+             d ? d : "(default database)");
+    PQconninfoFree(opts);
+    return DLOCK_OK;
+}
+
+void pg_server_free(struct pg_server *srv)
+{
+    free(srv->conninfo);
+    srv->conninfo = NULL;
+}
+
+/* ---- one connection ------------------------------------------------------------ */
+
+static void quiet_notices(void *arg, const char *message)
+{
+    (void)arg;
+    (void)message; /* e.g. "you don't own a lock": the result says it already */
+}
+
+int pg_wait_socket(PGconn *conn, int wake_fd, int64_t timeout_ms)
+{
+    struct pollfd p[2] = { { .fd = PQsocket(conn), .events = POLLIN }, { .fd = wake_fd, .events = POLLIN } };
+    if (p[0].fd < 0)
+        return -1;
+    int n = poll(p, wake_fd >= 0 ? 2 : 1, timeout_ms > INT_MAX ? INT_MAX : timeout_ms < 0 ? 0 : (int)timeout_ms);
+    if (n < 0)
+        return errno == EINTR ? 0 : -1;
+    if (n == 0)
+        return 0;
+    if (wake_fd >= 0 && (p[1].revents & POLLIN))
+        return 2;
+    return 1;
+}
+
+/* Waits for the socket to be readable or writable until deadline. */
+static int wait_io(PGconn *conn, bool for_write, int64_t deadline)
+{
+    int64_t left = deadline - pg_now_ms();
+    if (left <= 0)
+        return 0;
+    struct pollfd p = { .fd = PQsocket(conn), .events = for_write ? POLLOUT : POLLIN };
+    if (p.fd < 0)
+        return -1;
+    int n = poll(&p, 1, left > INT_MAX ? INT_MAX : (int)left);
+    if (n < 0 && errno == EINTR)
+        return 1; /* look again; the deadline still holds */
+    return n;
+}
+
+static void one_line(char *msg)
+{
+    /* libpq messages end in a newline and sometimes hold several lines. */
+    for (char *p = msg; *p; p++)
+        if (*p == '\n')
+            *p = (p[1] ? ' ' : '\0');
+}
+
+PGconn *pg_connect(const struct pg_server *srv, int *rc)
+{
+    PGconn *conn = PQconnectStart(srv->conninfo);
+    if (!conn) {
+        *rc = dlock_seterr(DLOCK_ENOMEM, "%s: out of memory", srv->label);
+        return NULL;
+    }
+    int64_t deadline = pg_now_ms() + srv->connect_timeout_ms;
+    PostgresPollingStatusType st = PQstatus(conn) == CONNECTION_BAD ? PGRES_POLLING_FAILED : PGRES_POLLING_WRITING;
+    while (st != PGRES_POLLING_OK && st != PGRES_POLLING_FAILED) {
+        int w = wait_io(conn, st == PGRES_POLLING_WRITING, deadline);
+        if (w <= 0) {
+            *rc = dlock_seterr(DLOCK_EUNAVAILABLE, "%s: %s", srv->label,
+                               w == 0 ? "connection timed out (raise postgres.connect_timeout_ms?)" : strerror(errno));
+            PQfinish(conn);
+            return NULL;
+        }
+        st = PQconnectPoll(conn);
+    }
+    if (st == PGRES_POLLING_FAILED) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", PQerrorMessage(conn));
+        one_line(msg);
+        /* A refused password or an unknown role or database will not heal by
+         * retrying: that is the configuration's to fix. */
+        bool config = strstr(msg, "password") || strstr(msg, "does not exist") || strstr(msg, "no pg_hba.conf");
+        *rc = dlock_seterr(config ? DLOCK_ECONFIG : DLOCK_EUNAVAILABLE, "%s: cannot connect: %s", srv->label, msg);
+        PQfinish(conn);
+        return NULL;
+    }
+    PQsetNoticeProcessor(conn, quiet_notices, NULL);
+    char sql[64];
+    snprintf(sql, sizeof sql, "SET statement_timeout = %lld", (long long)srv->command_timeout_ms);
+    PGresult *res = pg_exec(srv, &conn, sql, 0, NULL, NULL, NULL, rc);
+    if (!res)
+        return NULL;
+    *rc = pg_result_check(srv, res, "SET statement_timeout");
+    PQclear(res);
+    if (*rc != DLOCK_OK) {
+        PQfinish(conn);
+        return NULL;
+    }
+    return conn;
+}
+
+static PGresult *fail_conn(const struct pg_server *srv, PGconn **conn, int *rc, const char *why)
+{
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", why ? why : PQerrorMessage(*conn));
+    one_line(msg);
+    *rc = dlock_seterr(DLOCK_EUNAVAILABLE, "%s: %s", srv->label, msg[0] ? msg : "connection lost");
+    PQfinish(*conn);
+    *conn = NULL;
+    return NULL;
+}
+
+PGresult *pg_exec(const struct pg_server *srv, PGconn **conn, const char *sql, int n, const char *const *values,
+                  const int *lengths, const int *formats, int *rc)
+{
+    PGconn *c = *conn;
+    int64_t deadline = pg_now_ms() + srv->command_timeout_ms;
+    if (PQstatus(c) != CONNECTION_OK)
+        return fail_conn(srv, conn, rc, NULL);
+    if (PQsetnonblocking(c, 1) != 0 || !PQsendQueryParams(c, sql, n, NULL, values, lengths, formats, 0))
+        return fail_conn(srv, conn, rc, NULL);
+    for (;;) {
+        int f = PQflush(c);
+        if (f < 0)
+            return fail_conn(srv, conn, rc, NULL);
+        if (f == 0)
+            break;
+        int w = wait_io(c, true, deadline);
+        if (w == 0)
+            return fail_conn(srv, conn, rc, "no answer within postgres.command_timeout_ms");
+        if (w < 0)
+            return fail_conn(srv, conn, rc, strerror(errno));
+    }
+    PGresult *first = NULL;
+    for (;;) {
+        while (PQisBusy(c)) {
+            int w = wait_io(c, false, deadline);
+            if (w == 0) {
+                PQclear(first);
+                return fail_conn(srv, conn, rc, "no answer within postgres.command_timeout_ms");
+            }
+            if (w < 0 || !PQconsumeInput(c)) {
+                PQclear(first);
+                return fail_conn(srv, conn, rc, w < 0 ? strerror(errno) : NULL);
+            }
+        }
+        PGresult *res = PQgetResult(c);
+        if (!res)
+            break;
+        if (!first)
+            first = res;
+        else
+            PQclear(res);
+    }
+    if (!first || PQstatus(c) != CONNECTION_OK) {
+        PQclear(first);
+        return fail_conn(srv, conn, rc, NULL);
+    }
+    *rc = DLOCK_OK;
+    return first;
+}
+
+int pg_result_check(const struct pg_server *srv, const PGresult *res, const char *what)
+{
+    ExecStatusType st = PQresultStatus(res);
+    if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK)
+        return DLOCK_OK;
+    const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+    const char *msg = PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY);
+    /* 42501 insufficient privilege, 42P01 undefined table, 3D000 no database,
+     * 28xxx authorization: wrong setup, not a passing fault. */
+    bool config = state && (strcmp(state, "42501") == 0 || strcmp(state, "42P01") == 0 ||
+                            strcmp(state, "3D000") == 0 || strncmp(state, "28", 2) == 0);
+    return dlock_seterr(config ? DLOCK_ECONFIG : DLOCK_EUNAVAILABLE, "%s: %s failed: %s (SQLSTATE %s)", srv->label,
+                        what, msg ? msg : PQresStatus(st), state ? state : "none");
+}
+
+/* ---- the pool ---------------------------------------------------------------------- */
+
+void pg_pool_init(struct pg_pool *pool, const struct pg_server *srv, int max)
+{
+    memset(pool, 0, sizeof *pool);
+    pool->server = srv;
+    pool->max = max < 1 ? 1 : max > PG_POOL_MAX ? PG_POOL_MAX : max;
+    pthread_mutex_init(&pool->mu, NULL);
+    pthread_cond_init(&pool->cv, NULL);
+}
+
+void pg_pool_destroy(struct pg_pool *pool)
+{
+    for (int i = 0; i < pool->nidle; i++)
+        PQfinish(pool->idle[i]);
+    pool->nidle = pool->total = 0;
+    pthread_cond_destroy(&pool->cv);
+    pthread_mutex_destroy(&pool->mu);
+}
+
+int pg_pool_get(struct pg_pool *pool, PGconn **out)
+{
+    pthread_mutex_lock(&pool->mu);
+    while (pool->nidle == 0 && pool->total >= pool->max)
+        pthread_cond_wait(&pool->cv, &pool->mu);
+    if (pool->nidle > 0) {
+        *out = pool->idle[--pool->nidle];
+        pthread_mutex_unlock(&pool->mu);
+        return DLOCK_OK;
+    }
+    int64_t now = pg_now_ms();
+    if (now < pool->retry_at_ms) {
+        /* A server that just refused is not hammered by every caller: the
+         * last error is repeated until the backoff has passed. */
+        int rc = dlock_seterr(DLOCK_EUNAVAILABLE, "%s (next attempt in %lld ms)", pool->last_error,
+                              (long long)(pool->retry_at_ms - now));
+        pthread_mutex_unlock(&pool->mu);
+        return rc;
+    }
+    pool->total++;
+    pthread_mutex_unlock(&pool->mu);
+
+    int rc;
+    PGconn *conn = pg_connect(pool->server, &rc);
+
+    pthread_mutex_lock(&pool->mu);
+    if (conn) {
+        pool->backoff_ms = 0;
+        pool->retry_at_ms = 0;
+    } else {
+        pool->total--;
+        if (rc == DLOCK_EUNAVAILABLE) {
+            pool->backoff_ms = pool->backoff_ms ? pool->backoff_ms * 2 : PG_BACKOFF_MIN_MS;
+            if (pool->backoff_ms > PG_BACKOFF_MAX_MS)
+                pool->backoff_ms = PG_BACKOFF_MAX_MS;
+            pool->retry_at_ms = pg_now_ms() + pool->backoff_ms;
+            snprintf(pool->last_error, sizeof pool->last_error, "%s", dlock_errmsg());
+        }
+        pthread_cond_signal(&pool->cv);
+    }
+    pthread_mutex_unlock(&pool->mu);
+    *out = conn;
+    return conn ? DLOCK_OK : rc;
+}
+
+void pg_pool_put(struct pg_pool *pool, PGconn *conn)
+{
+    bool keep = conn && PQstatus(conn) == CONNECTION_OK && PQtransactionStatus(conn) == PQTRANS_IDLE;
+    if (conn && !keep)
+        PQfinish(conn);
+    pthread_mutex_lock(&pool->mu);
+    if (keep)
+        pool->idle[pool->nidle++] = conn;
+    else
+        pool->total--;
+    pthread_cond_signal(&pool->cv);
+    pthread_mutex_unlock(&pool->mu);
+}
+
+PGresult *pg_pool_exec(struct pg_pool *pool, const char *sql, int n, const char *const *values, const int *lengths,
+                       const int *formats, int *rc)
+{
+    for (int attempt = 0; attempt < 2; attempt++) {
+        pthread_mutex_lock(&pool->mu);
+        bool had_idle = pool->nidle > 0;
+        pthread_mutex_unlock(&pool->mu);
+        PGconn *conn;
+        *rc = pg_pool_get(pool, &conn);
+        if (*rc != DLOCK_OK)
+            return NULL;
+        int64_t t0 = pg_now_ms();
+        PGresult *res = pg_exec(pool->server, &conn, sql, n, values, lengths, formats, rc);
+        pg_pool_put(pool, conn);
+        if (res)
+            return res;
+        /* Only an idle connection that died at once (the server restarted
+         * or closed it) earns a second try; a timeout does not. */
+        if (!had_idle || pg_now_ms() - t0 >= pool->server->command_timeout_ms)
+            break;
+    }
+    return NULL;
+}

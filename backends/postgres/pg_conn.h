@@ -1,0 +1,76 @@
+/* backends/postgres/pg_conn.h - connections to one PostgreSQL server: the
+ * connection settings, a small thread-safe pool with reconnection backoff,
+ * and statements bounded by a client-side deadline (libpq's blocking calls
+ * would wait forever on a server that stopped answering). */
+#ifndef DLOCK_PG_CONN_H
+#define DLOCK_PG_CONN_H
+
+#include <dlock/provider.h>
+#include <libpq-fe.h>
+#include <pthread.h>
+#include <stdbool.h>
+
+#define PG_POOL_MAX 64
+
+struct pg_server {
+    char *conninfo;             /* what PQconnectdb gets: a key=value string or a URI */
+    int64_t connect_timeout_ms;
+    int64_t command_timeout_ms; /* client deadline and the server's statement_timeout */
+    char label[300];            /* "postgres 127.0.0.1:5432/db", for messages */
+};
+
+/* Reads conninfo, or host/port/user/password/database, and the timeouts
+ * from the backend group. The caller frees with pg_server_free. */
+int pg_server_from_settings(struct pg_server *srv, const dlock_settings *s);
+void pg_server_free(struct pg_server *srv);
+
+/* Opens one connection: connect, statement_timeout, quiet notices. NULL on
+ * failure with the detail set (dlock_seterr) and *rc the code. */
+PGconn *pg_connect(const struct pg_server *srv, int *rc);
+
+struct pg_pool {
+    const struct pg_server *server;
+    int max;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    PGconn *idle[PG_POOL_MAX];
+    int nidle;
+    int total;
+    int64_t retry_at_ms;        /* no new connection before this (backoff) */
+    int64_t backoff_ms;
+    char last_error[512];
+};
+
+void pg_pool_init(struct pg_pool *pool, const struct pg_server *srv, int max);
+void pg_pool_destroy(struct pg_pool *pool);
+/* Takes a connection (idle, new, or waits for one to come back). */
+int pg_pool_get(struct pg_pool *pool, PGconn **out);
+/* Gives one back; a connection that is not CONNECTION_OK and idle is closed. */
+void pg_pool_put(struct pg_pool *pool, PGconn *conn);
+
+/* One statement with text parameters (lengths/formats may be NULL: all text;
+ * formats[i] = 1 sends parameter i as binary bytes). Waits at most the
+ * command timeout; a connection that timed out or broke is closed and
+ * *conn set to NULL. Returns the result (PQclear it) when the server
+ * answered, even with an SQL error; NULL with *rc set otherwise. */
+PGresult *pg_exec(const struct pg_server *srv, PGconn **conn, const char *sql, int n, const char *const *values,
+                  const int *lengths, const int *formats, int *rc);
+
+/* pg_exec on a pooled connection. A connection that turns out to be dead
+ * before anything was answered (an idle one the server closed) is
+ * replaced and the statement sent once more. */
+PGresult *pg_pool_exec(struct pg_pool *pool, const char *sql, int n, const char *const *values, const int *lengths,
+                       const int *formats, int *rc);
+
+/* DLOCK_OK for a command or rows, else the SQL error as DLOCK_EUNAVAILABLE
+ * (or DLOCK_ECONFIG for privilege and missing-object errors), naming what. */
+int pg_result_check(const struct pg_server *srv, const PGresult *res, const char *what);
+
+/* Waits until conn's socket is readable, wake_fd is, or timeout_ms passes:
+ * 1 socket, 2 wake_fd, 0 timeout, -1 error. */
+int pg_wait_socket(PGconn *conn, int wake_fd, int64_t timeout_ms);
+
+/* Milliseconds on CLOCK_MONOTONIC. */
+int64_t pg_now_ms(void);
+
+#endif

@@ -1,0 +1,116 @@
+/* backends/postgres/pg_sql.c - see pg_sql.h.
+ *
+ * Lease mode keeps one row per name: (name bytea, owner, fence, expires_at).
+ * A release frees the row (owner NULL) instead of deleting it, because the
+ * row carries the name's fence: a deleted row would restart the count and
+ * hand the next holder a token lower than the last one (Redis keeps its
+ * fence key for the same reason). Every comparison with time uses the
+ * server's now(), never the client's clock.
+ *
+ * The upsert takes the row when it is free, expired or already ours; on
+ * conflict PostgreSQL locks the row and re-checks the WHERE against its
+ * newest version, so two contenders can never both take it, and the fence
+ * is raised under that row lock: strictly increasing per name. */
+#include "config.h"
+
+#include "pg_sql.h"
+
+#include <dlock/provider.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+bool pg_sql_valid_table(const char *name)
+{
+    size_t n = strlen(name);
+    if (n == 0 || n > PG_TABLE_MAX || (name[0] >= '0' && name[0] <= '9'))
+        return false;
+    for (const char *p = name; *p; p++)
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || *p == '_'))
+            return false;
+    return true;
+}
+
+static char *format(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+static char *format(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    char *out = NULL;
+    if (vasprintf(&out, fmt, ap) < 0)
+        out = NULL;
+    va_end(ap);
+    return out;
+}
+
+int pg_sql_init(struct pg_sql *sql, const char *table)
+{
+    memset(sql, 0, sizeof *sql);
+    snprintf(sql->table, sizeof sql->table, "%s", table);
+    /* The name is checked to be [A-Za-z0-9_]: quoting keeps its case. */
+    const char *t = table;
+    sql->exists = format("SELECT to_regclass($1) IS NOT NULL, to_regclass($2) IS NOT NULL");
+    sql->create_table = format("CREATE TABLE IF NOT EXISTS \"%s\" (\n"
+                               "  name bytea PRIMARY KEY,\n"
+                               "  owner text,\n"
+                               "  fence bigint NOT NULL,\n"
+                               "  expires_at timestamptz NOT NULL)",
+                               t);
+    sql->create_sequence = format("CREATE SEQUENCE IF NOT EXISTS \"%s_fence\" AS bigint CACHE 1 NO CYCLE", t);
+    sql->acquire = format(
+        "WITH prev AS (SELECT expires_at FROM \"%s\" WHERE name = $1),\n"
+        "up AS (INSERT INTO \"%s\" AS t (name, owner, fence, expires_at)\n"
+        "  VALUES ($1, $2, 1, now() + $3::bigint * interval '1 millisecond')\n"
+        "  ON CONFLICT (name) DO UPDATE SET\n"
+        "    fence = CASE WHEN t.owner = excluded.owner AND t.expires_at >= now() THEN t.fence\n"
+        "                 ELSE t.fence + 1 END,\n"
+        "    owner = excluded.owner, expires_at = excluded.expires_at\n"
+        "  WHERE t.owner IS NULL OR t.expires_at < now() OR t.owner = excluded.owner\n"
+        "  RETURNING fence)\n"
+        "SELECT (SELECT fence FROM up),\n"
+        "       (SELECT greatest(0, ceil(extract(epoch FROM expires_at - now()) * 1000))::bigint FROM prev)",
+        t, t);
+    sql->renew = format("UPDATE \"%s\" SET expires_at = now() + $3::bigint * interval '1 millisecond'\n"
+                        "WHERE name = $1 AND owner = $2 AND expires_at >= now()",
+                        t);
+    sql->release = format("WITH r AS (UPDATE \"%s\" SET owner = NULL, expires_at = now()\n"
+                          "  WHERE name = $1 AND owner = $2 AND expires_at >= now() RETURNING 1)\n"
+                          "SELECT pg_notify($3, '') FROM r",
+                          t);
+    sql->status = format("SELECT owner, fence, greatest(0, ceil(extract(epoch FROM expires_at - now()) * 1000))::bigint,\n"
+                         "       owner IS NOT NULL AND expires_at >= now()\n"
+                         "FROM \"%s\" WHERE name = $1",
+                         t);
+    /* The token is drawn after the advisory lock is granted, and the last
+     * holder drew its own before unlocking: a sequence without cache makes
+     * it strictly increasing across holders. */
+    sql->session_acquire = format("SELECT CASE WHEN pg_try_advisory_lock($1::bigint)\n"
+                                  "  THEN nextval('\"%s_fence\"') END",
+                                  t);
+    sql->session_release = format("SELECT pg_advisory_unlock($1::bigint), pg_notify($2, '')");
+    sql->session_status = format("SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 1\n"
+                                 "  AND granted AND ((classid::bigint << 32) | objid::bigint) = $1::bigint");
+    if (!sql->exists || !sql->create_table || !sql->create_sequence || !sql->acquire || !sql->renew ||
+        !sql->release || !sql->status || !sql->session_acquire || !sql->session_release || !sql->session_status) {
+        pg_sql_free(sql);
+        return dlock_seterr(DLOCK_ENOMEM, "postgres: out of memory");
+    }
+    return DLOCK_OK;
+}
+
+void pg_sql_free(struct pg_sql *sql)
+{
+    free(sql->exists);
+    free(sql->create_table);
+    free(sql->create_sequence);
+    free(sql->acquire);
+    free(sql->renew);
+    free(sql->release);
+    free(sql->status);
+    free(sql->session_acquire);
+    free(sql->session_release);
+    free(sql->session_status);
+    memset(sql, 0, sizeof *sql);
+}

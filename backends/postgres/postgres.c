@@ -1,0 +1,586 @@
+/* backends/postgres/postgres.c - the postgres backend module (dlock_postgres.so).
+ *
+ * Two modes, chosen by postgres.mode:
+ *
+ * lease (default): a row per name in a table (see pg_sql.c). One statement
+ *   per operation, on pooled connections; the hold is the row, not the
+ *   connection, so a dropped connection loses nothing: the next statement
+ *   reconnects and the lease decides. The server frees an unrenewed hold
+ *   when its lease runs out (by its own clock).
+ *
+ * session: PostgreSQL's own advisory locks (pg_try_advisory_lock on a 64-bit
+ *   digest of the name), held by one connection per client that carries
+ *   every hold of that client. The hold lives exactly as long as that
+ *   session: if the connection breaks or the backend is terminated, every
+ *   hold taken on it is lost, and the next renewal (the watchdog's, at
+ *   lease/3) reports it.
+ *
+ * Waiting, in both modes: a release sends NOTIFY on a channel derived from
+ * the name. After a busy answer the waiter LISTENs on that channel on a
+ * connection of its own, and only then tries again, so a release between
+ * the two cannot be missed; a missed notification (a dropped listener) is
+ * covered by retrying after the holder's remaining lease. */
+#include "config.h"
+
+#include "../common/name_digest.h"
+#include "pg_conn.h"
+#include "pg_sql.h"
+
+#include <dlock/provider.h>
+#include <endian.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct pg_instance {
+    struct pg_server server;
+    struct pg_sql sql;
+    struct pg_pool pool;         /* lease-mode statements, status */
+    struct pg_pool listeners;    /* connections that LISTEN while a lock is waited for */
+    bool session_mode;
+    pthread_mutex_t holder_mu;   /* session mode: one connection carries the holds */
+    PGconn *holder;
+    uint64_t holder_generation;  /* bumped at each new holder connection */
+    char prefix[65];
+    void *log_handle;
+};
+
+struct pg_lock {
+    char *key;                   /* prefix + name: the row's name, digested for the rest */
+    size_t key_len;
+    char channel[24];            /* "dlock_" + 16 hex digits */
+    char advisory[24];           /* the session-mode key, as decimal text */
+    PGconn *listener;            /* while LISTENing on channel */
+    uint64_t generation;         /* session mode: holder connection the hold was taken on */
+};
+
+static const struct dlock_setting_spec pg_settings[] = {
+    { "conninfo", DLOCK_SETTING_STRING, 0, 0 },
+    { "host", DLOCK_SETTING_STRING, 0, 0 },
+    { "port", DLOCK_SETTING_INT, 1, 65535 },
+    { "user", DLOCK_SETTING_STRING, 0, 0 },
+    { "password", DLOCK_SETTING_STRING, 0, 0 },
+    { "database", DLOCK_SETTING_STRING, 0, 0 },
+    { "table", DLOCK_SETTING_STRING, 0, 0 },
+    { "mode", DLOCK_SETTING_STRING, 0, 0 },
+    { "create_table", DLOCK_SETTING_BOOL, 0, 0 },
+    { "prefix", DLOCK_SETTING_STRING, 0, 0 },
+    { "connect_timeout_ms", DLOCK_SETTING_INT, 1, 600000 },
+    { "command_timeout_ms", DLOCK_SETTING_INT, 1, 600000 },
+    { "pool_size", DLOCK_SETTING_INT, 1, PG_POOL_MAX },
+    { NULL, 0, 0, 0 },
+};
+
+/* ---- per-lock names ------------------------------------------------------------- */
+
+static int ensure_key(struct pg_instance *inst, struct dlock_provider_lock *lk)
+{
+    struct pg_lock *pl = lk->priv;
+    if (pl->key)
+        return DLOCK_OK;
+    size_t plen = strlen(inst->prefix);
+    pl->key = malloc(plen + lk->name_len + 1);
+    if (!pl->key)
+        return dlock_seterr(DLOCK_ENOMEM, "postgres: out of memory");
+    memcpy(pl->key, inst->prefix, plen);
+    memcpy(pl->key + plen, lk->name, lk->name_len + 1);
+    pl->key_len = plen + lk->name_len;
+    uint64_t d = dlock_name_digest(pl->key, pl->key_len, NULL, 0);
+    char hex[17];
+    dlock_name_digest_hex(d, hex);
+    snprintf(pl->channel, sizeof pl->channel, "dlock_%s", hex);
+    snprintf(pl->advisory, sizeof pl->advisory, "%" PRId64, (int64_t)d);
+    return DLOCK_OK;
+}
+
+/* ---- waiting: LISTEN on a connection of the lock's own ------------------------------- */
+
+static void stop_listening(struct pg_instance *inst, struct pg_lock *pl)
+{
+    if (!pl->listener)
+        return;
+    int rc;
+    PGresult *res = pg_exec(&inst->server, &pl->listener, "UNLISTEN *", 0, NULL, NULL, NULL, &rc);
+    PQclear(res);
+    /* Notifications that were already in flight must not wake the next
+     * user of this connection. */
+    if (pl->listener) {
+        PQconsumeInput(pl->listener);
+        PGnotify *n;
+        while ((n = PQnotifies(pl->listener)))
+            PQfreemem(n);
+    }
+    pg_pool_put(&inst->listeners, pl->listener);
+    pl->listener = NULL;
+}
+
+static int start_listening(struct pg_instance *inst, struct pg_lock *pl)
+{
+    int rc = pg_pool_get(&inst->listeners, &pl->listener);
+    if (rc != DLOCK_OK)
+        return rc;
+    char sql[48];
+    snprintf(sql, sizeof sql, "LISTEN \"%s\"", pl->channel);
+    PGresult *res = pg_exec(&inst->server, &pl->listener, sql, 0, NULL, NULL, NULL, &rc);
+    if (res) {
+        rc = pg_result_check(&inst->server, res, "LISTEN");
+        PQclear(res);
+    }
+    if (rc != DLOCK_OK) {
+        pg_pool_put(&inst->listeners, pl->listener);
+        pl->listener = NULL;
+    }
+    return rc;
+}
+
+/* Forgets notifications received so far: they tell of releases before the
+ * attempt that is about to be made. */
+static void drain_notifications(struct pg_lock *pl)
+{
+    if (!pl->listener)
+        return;
+    if (!PQconsumeInput(pl->listener))
+        return;
+    PGnotify *n;
+    while ((n = PQnotifies(pl->listener)))
+        PQfreemem(n);
+}
+
+/* ---- lease mode -------------------------------------------------------------------------- */
+
+static int lease_try(struct pg_instance *inst, struct dlock_provider_lock *lk, struct dlock_grant *g)
+{
+    struct pg_lock *pl = lk->priv;
+    char lease[24];
+    snprintf(lease, sizeof lease, "%" PRId64, lk->lease_ms);
+    const char *values[3] = { pl->key, lk->owner, lease };
+    int lengths[3] = { (int)pl->key_len, 0, 0 }, formats[3] = { 1, 0, 0 };
+    int rc;
+    PGresult *res = pg_pool_exec(&inst->pool, inst->sql.acquire, 3, values, lengths, formats, &rc);
+    if (!res)
+        return rc;
+    rc = pg_result_check(&inst->server, res, "acquire");
+    if (rc == DLOCK_OK && (PQntuples(res) != 1 || PQnfields(res) != 2))
+        rc = dlock_seterr(DLOCK_EPROTOCOL, "%s: acquire returned %d rows", inst->server.label, PQntuples(res));
+    if (rc == DLOCK_OK) {
+        if (!PQgetisnull(res, 0, 0)) {
+            g->fence = strtoull(PQgetvalue(res, 0, 0), NULL, 10);
+            g->has_fence = 1;
+        } else {
+            g->retry_hint_ms = PQgetisnull(res, 0, 1) ? -1 : strtoll(PQgetvalue(res, 0, 1), NULL, 10);
+            rc = DLOCK_EBUSY;
+        }
+    }
+    PQclear(res);
+    return rc;
+}
+
+static int lease_renew(struct pg_instance *inst, struct dlock_provider_lock *lk)
+{
+    struct pg_lock *pl = lk->priv;
+    char lease[24];
+    snprintf(lease, sizeof lease, "%" PRId64, lk->lease_ms);
+    const char *values[3] = { pl->key, lk->owner, lease };
+    int lengths[3] = { (int)pl->key_len, 0, 0 }, formats[3] = { 1, 0, 0 };
+    int rc;
+    PGresult *res = pg_pool_exec(&inst->pool, inst->sql.renew, 3, values, lengths, formats, &rc);
+    if (!res)
+        return rc;
+    rc = pg_result_check(&inst->server, res, "renew");
+    if (rc == DLOCK_OK && strcmp(PQcmdTuples(res), "1") != 0)
+        rc = dlock_seterr(DLOCK_ELOST, "%s: the row of lock '%s' is no longer ours (expired or taken)",
+                          inst->server.label, lk->name);
+    PQclear(res);
+    return rc;
+}
+
+static int lease_release(struct pg_instance *inst, struct dlock_provider_lock *lk)
+{
+    struct pg_lock *pl = lk->priv;
+    const char *values[3] = { pl->key, lk->owner, pl->channel };
+    int lengths[3] = { (int)pl->key_len, 0, 0 }, formats[3] = { 1, 0, 0 };
+    int rc;
+    PGresult *res = pg_pool_exec(&inst->pool, inst->sql.release, 3, values, lengths, formats, &rc);
+    if (!res)
+        return rc;
+    rc = pg_result_check(&inst->server, res, "release");
+    if (rc == DLOCK_OK && PQntuples(res) != 1)
+        rc = DLOCK_ENOTOWNER;
+    PQclear(res);
+    return rc;
+}
+
+/* ---- session mode ------------------------------------------------------------------------ */
+
+/* Runs one statement on the holder connection (connecting it if needed),
+ * under holder_mu. *generation gets the connection's generation. */
+static PGresult *holder_exec(struct pg_instance *inst, const char *sql, int n, const char *const *values,
+                             uint64_t *generation, int *rc)
+{
+    pthread_mutex_lock(&inst->holder_mu);
+    if (!inst->holder) {
+        inst->holder = pg_connect(&inst->server, rc);
+        if (!inst->holder) {
+            pthread_mutex_unlock(&inst->holder_mu);
+            return NULL;
+        }
+        inst->holder_generation++;
+    }
+    *generation = inst->holder_generation;
+    PGresult *res = pg_exec(&inst->server, &inst->holder, sql, n, values, NULL, NULL, rc);
+    if (!inst->holder)
+        dlock_provider_log(inst->log_handle, DLOCK_LOG_WARN,
+                           "%s: the session holding this client's advisory locks ended: they are lost",
+                           inst->server.label);
+    pthread_mutex_unlock(&inst->holder_mu);
+    return res;
+}
+
+static int session_try(struct pg_instance *inst, struct dlock_provider_lock *lk, struct dlock_grant *g)
+{
+    struct pg_lock *pl = lk->priv;
+    const char *values[1] = { pl->advisory };
+    uint64_t generation;
+    int rc;
+    PGresult *res = holder_exec(inst, inst->sql.session_acquire, 1, values, &generation, &rc);
+    if (!res)
+        return rc;
+    rc = pg_result_check(&inst->server, res, "pg_try_advisory_lock");
+    if (rc == DLOCK_OK && PQntuples(res) != 1)
+        rc = dlock_seterr(DLOCK_EPROTOCOL, "%s: pg_try_advisory_lock returned %d rows", inst->server.label,
+                          PQntuples(res));
+    if (rc == DLOCK_OK) {
+        if (PQgetisnull(res, 0, 0)) {
+            g->retry_hint_ms = -1;
+            rc = DLOCK_EBUSY;
+        } else {
+            g->fence = strtoull(PQgetvalue(res, 0, 0), NULL, 10);
+            g->has_fence = 1;
+            pl->generation = generation;
+        }
+    }
+    PQclear(res);
+    return rc;
+}
+
+/* The hold is on the current holder connection, or it is gone. */
+static bool session_still_ours(struct pg_instance *inst, const struct pg_lock *pl)
+{
+    pthread_mutex_lock(&inst->holder_mu);
+    bool ours = inst->holder && inst->holder_generation == pl->generation;
+    pthread_mutex_unlock(&inst->holder_mu);
+    return ours;
+}
+
+static int session_renew(struct pg_instance *inst, struct dlock_provider_lock *lk)
+{
+    struct pg_lock *pl = lk->priv;
+    if (!session_still_ours(inst, pl))
+        return dlock_seterr(DLOCK_ELOST, "%s: the session that held lock '%s' ended", inst->server.label, lk->name);
+    /* A round trip proves the session alive; an advisory lock cannot be
+     * taken from a live session by anyone else. */
+    uint64_t generation;
+    int rc;
+    PGresult *res = holder_exec(inst, "SELECT 1", 0, NULL, &generation, &rc);
+    if (res) {
+        rc = pg_result_check(&inst->server, res, "session check");
+        PQclear(res);
+    }
+    if (!session_still_ours(inst, pl) || generation != pl->generation)
+        return dlock_seterr(DLOCK_ELOST, "%s: the session that held lock '%s' ended", inst->server.label, lk->name);
+    return rc;
+}
+
+static int session_release(struct pg_instance *inst, struct dlock_provider_lock *lk)
+{
+    struct pg_lock *pl = lk->priv;
+    if (!session_still_ours(inst, pl))
+        return DLOCK_ENOTOWNER;
+    const char *values[2] = { pl->advisory, pl->channel };
+    uint64_t generation;
+    int rc;
+    PGresult *res = holder_exec(inst, inst->sql.session_release, 2, values, &generation, &rc);
+    if (!res)
+        return rc == DLOCK_EUNAVAILABLE ? DLOCK_ENOTOWNER : rc; /* the session, and the lock, are gone */
+    rc = pg_result_check(&inst->server, res, "pg_advisory_unlock");
+    if (rc == DLOCK_OK && (generation != pl->generation || PQntuples(res) != 1 ||
+                           strcmp(PQgetvalue(res, 0, 0), "t") != 0))
+        rc = DLOCK_ENOTOWNER;
+    PQclear(res);
+    return rc;
+}
+
+/* ---- the provider --------------------------------------------------------------------------- */
+
+static int try_once(struct pg_instance *inst, struct dlock_provider_lock *lk, struct dlock_grant *g)
+{
+    return inst->session_mode ? session_try(inst, lk, g) : lease_try(inst, lk, g);
+}
+
+static int pg_acquire(void *instance, struct dlock_provider_lock *lk, struct dlock_grant *g)
+{
+    struct pg_instance *inst = instance;
+    struct pg_lock *pl = lk->priv;
+    int rc = ensure_key(inst, lk);
+    if (rc != DLOCK_OK)
+        return rc;
+    drain_notifications(pl);
+    rc = try_once(inst, lk, g);
+    if (rc == DLOCK_EBUSY && !pl->listener) {
+        /* Listen, then look again: a release in between is then heard. */
+        if (start_listening(inst, pl) == DLOCK_OK)
+            rc = try_once(inst, lk, g);
+        else
+            dlock_provider_log(inst->log_handle, DLOCK_LOG_WARN, "%s: cannot LISTEN (%s); polling instead",
+                               inst->server.label, dlock_errmsg());
+    }
+    return rc;
+}
+
+static int pg_release(void *instance, struct dlock_provider_lock *lk)
+{
+    struct pg_instance *inst = instance;
+    int rc = ensure_key(inst, lk);
+    if (rc != DLOCK_OK)
+        return rc;
+    return inst->session_mode ? session_release(inst, lk) : lease_release(inst, lk);
+}
+
+static int pg_renew(void *instance, struct dlock_provider_lock *lk)
+{
+    struct pg_instance *inst = instance;
+    int rc = ensure_key(inst, lk);
+    if (rc != DLOCK_OK)
+        return rc;
+    return inst->session_mode ? session_renew(inst, lk) : lease_renew(inst, lk);
+}
+
+static int pg_wait(void *instance, struct dlock_provider_lock *lk, int64_t timeout_ms, int wake_fd)
+{
+    struct pg_instance *inst = instance;
+    struct pg_lock *pl = lk->priv;
+    if (!pl->listener) {
+        /* No listener (it could not be set up): sleep out the timeout,
+         * which the core bounds by the holder's lease and its backoff. */
+        struct pollfd p = { .fd = wake_fd, .events = POLLIN };
+        int n = poll(&p, 1, timeout_ms > INT_MAX ? INT_MAX : (int)timeout_ms);
+        return n == 0 ? DLOCK_ETIMEDOUT : DLOCK_OK;
+    }
+    int64_t deadline = pg_now_ms() + timeout_ms;
+    for (;;) {
+        PGnotify *n = PQnotifies(pl->listener);
+        if (n) {
+            PQfreemem(n);
+            return DLOCK_OK;
+        }
+        int w = pg_wait_socket(pl->listener, wake_fd, deadline - pg_now_ms());
+        if (w == 0)
+            return pg_now_ms() >= deadline ? DLOCK_ETIMEDOUT : DLOCK_OK;
+        if (w == 2)
+            return DLOCK_OK;
+        if (w < 0 || !PQconsumeInput(pl->listener)) {
+            /* The listener died: drop it and let the core try again, which
+             * listens anew on a fresh connection. */
+            dlock_provider_log(inst->log_handle, DLOCK_LOG_WARN, "%s: listener connection lost: %s",
+                               inst->server.label, PQerrorMessage(pl->listener));
+            PQfinish(pl->listener);
+            pg_pool_put(&inst->listeners, NULL);
+            pl->listener = NULL;
+            return DLOCK_OK;
+        }
+    }
+}
+
+static void pg_abandon(void *instance, struct dlock_provider_lock *lk)
+{
+    stop_listening(instance, lk->priv);
+}
+
+static void pg_lock_fini(void *instance, struct dlock_provider_lock *lk)
+{
+    struct pg_lock *pl = lk->priv;
+    stop_listening(instance, pl);
+    free(pl->key);
+    memset(pl, 0, sizeof *pl);
+}
+
+static int pg_status(struct pg_instance *inst, struct dlock_ctl_status *arg)
+{
+    struct dlock_provider_lock lk = { .name = arg->name, .name_len = arg->name_len };
+    struct pg_lock pl = { 0 };
+    lk.priv = &pl;
+    int rc = ensure_key(inst, &lk);
+    if (rc != DLOCK_OK)
+        return rc;
+    dlock_status_info *out = arg->out;
+    out->held = 0;
+    out->fence = 0;
+    out->holder_pid = -1;
+    out->ttl_ms = -1;
+    out->holder[0] = '\0';
+    PGresult *res;
+    if (inst->session_mode) {
+        const char *values[1] = { pl.advisory };
+        res = pg_pool_exec(&inst->pool, inst->sql.session_status, 1, values, NULL, NULL, &rc);
+        if (res && (rc = pg_result_check(&inst->server, res, "status")) == DLOCK_OK && PQntuples(res) > 0) {
+            out->held = 1;
+            snprintf(out->holder, sizeof out->holder, "server backend pid %s", PQgetvalue(res, 0, 0));
+        }
+    } else {
+        const char *values[1] = { pl.key };
+        int lengths[1] = { (int)pl.key_len }, formats[1] = { 1 };
+        res = pg_pool_exec(&inst->pool, inst->sql.status, 1, values, lengths, formats, &rc);
+        if (res && (rc = pg_result_check(&inst->server, res, "status")) == DLOCK_OK && PQntuples(res) > 0) {
+            out->fence = strtoull(PQgetvalue(res, 0, 1), NULL, 10);
+            if (strcmp(PQgetvalue(res, 0, 3), "t") == 0) {
+                out->held = 1;
+                out->ttl_ms = strtoll(PQgetvalue(res, 0, 2), NULL, 10);
+                snprintf(out->holder, sizeof out->holder, "%s", PQgetvalue(res, 0, 0));
+            }
+        }
+    }
+    PQclear(res);
+    free(pl.key);
+    return rc;
+}
+
+static int pg_ctl(void *instance, int op, void *arg)
+{
+    if (op == DLOCK_CTL_STATUS)
+        return pg_status(instance, arg);
+    return DLOCK_ENOTSUP;
+}
+
+/* Creates the table and sequence when missing (and allowed to). */
+static int prepare_schema(struct pg_instance *inst, bool create)
+{
+    char table[PG_TABLE_MAX + 3], sequence[PG_TABLE_MAX + 9];
+    snprintf(table, sizeof table, "\"%s\"", inst->sql.table);
+    snprintf(sequence, sizeof sequence, "\"%s_fence\"", inst->sql.table);
+    const char *values[2] = { table, sequence };
+    int rc;
+    PGresult *res = pg_pool_exec(&inst->pool, inst->sql.exists, 2, values, NULL, NULL, &rc);
+    if (!res)
+        return rc;
+    rc = pg_result_check(&inst->server, res, "looking for the lock table");
+    bool have_table = rc == DLOCK_OK && strcmp(PQgetvalue(res, 0, 0), "t") == 0;
+    bool have_sequence = rc == DLOCK_OK && strcmp(PQgetvalue(res, 0, 1), "t") == 0;
+    PQclear(res);
+    if (rc != DLOCK_OK || (have_table && have_sequence))
+        return rc;
+    if (!create)
+        return dlock_seterr(DLOCK_ECONFIG,
+                            "%s: table \"%s\" or sequence \"%s_fence\" is missing and postgres.create_table is false: "
+                            "create them with the DDL in dlock.conf(5)",
+                            inst->server.label, inst->sql.table, inst->sql.table);
+    const char *ddl[2] = { have_table ? NULL : inst->sql.create_table,
+                           have_sequence ? NULL : inst->sql.create_sequence };
+    for (int i = 0; i < 2 && rc == DLOCK_OK; i++) {
+        if (!ddl[i])
+            continue;
+        res = pg_pool_exec(&inst->pool, ddl[i], 0, NULL, NULL, NULL, &rc);
+        if (!res)
+            break;
+        const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+        /* Two processes creating it at once: the loser sees a duplicate. */
+        bool raced = state && (strcmp(state, "23505") == 0 || strcmp(state, "42P07") == 0);
+        if (!raced)
+            rc = pg_result_check(&inst->server, res, i == 0 ? "CREATE TABLE" : "CREATE SEQUENCE");
+        PQclear(res);
+    }
+    return rc;
+}
+
+static void pg_close(void *instance)
+{
+    struct pg_instance *inst = instance;
+    if (inst->holder)
+        PQfinish(inst->holder); /* ends the session: the server frees its advisory locks */
+    pthread_mutex_destroy(&inst->holder_mu);
+    pg_pool_destroy(&inst->listeners);
+    pg_pool_destroy(&inst->pool);
+    pg_sql_free(&inst->sql);
+    pg_server_free(&inst->server);
+    free(inst);
+}
+
+static int pg_open(void **instance, const struct dlock_provider_env *env)
+{
+    const dlock_settings *s = env->settings;
+    struct pg_instance *inst = calloc(1, sizeof *inst);
+    if (!inst)
+        return dlock_seterr(DLOCK_ENOMEM, "postgres: out of memory");
+    pthread_mutex_init(&inst->holder_mu, NULL);
+    const char *table = "dlock_locks", *mode = "lease", *prefix = env->prefix;
+    int create = 1;
+    int64_t pool_size = 4;
+    dlock_settings_string(s, "table", &table);
+    dlock_settings_string(s, "mode", &mode);
+    dlock_settings_string(s, "prefix", &prefix);
+    dlock_settings_bool(s, "create_table", &create);
+    dlock_settings_int(s, "pool_size", &pool_size);
+    int rc = DLOCK_OK;
+    if (!pg_sql_valid_table(table))
+        rc = dlock_seterr(DLOCK_ECONFIG, "%s: postgres.table must be 1 to %d letters, digits or underscores, "
+                          "not starting with a digit",
+                          dlock_settings_where(s, "table"), PG_TABLE_MAX);
+    else if (strcmp(mode, "lease") != 0 && strcmp(mode, "session") != 0)
+        rc = dlock_seterr(DLOCK_ECONFIG, "%s: postgres.mode must be \"lease\" or \"session\", not \"%s\"",
+                          dlock_settings_where(s, "mode"), mode);
+    else if (strlen(prefix) >= sizeof inst->prefix)
+        rc = dlock_seterr(DLOCK_ECONFIG, "%s: postgres.prefix must be at most %zu bytes",
+                          dlock_settings_where(s, "prefix"), sizeof inst->prefix - 1);
+    if (rc == DLOCK_OK)
+        rc = pg_server_from_settings(&inst->server, s);
+    if (rc != DLOCK_OK) {
+        pthread_mutex_destroy(&inst->holder_mu);
+        free(inst);
+        return rc;
+    }
+    inst->session_mode = strcmp(mode, "session") == 0;
+    snprintf(inst->prefix, sizeof inst->prefix, "%s", prefix);
+    inst->log_handle = env->log_handle;
+    pg_pool_init(&inst->pool, &inst->server, (int)pool_size);
+    pg_pool_init(&inst->listeners, &inst->server, PG_POOL_MAX);
+    rc = pg_sql_init(&inst->sql, table);
+    /* Connect now, so a wrong address or password is reported at open, and
+     * make sure the table exists. */
+    if (rc == DLOCK_OK)
+        rc = prepare_schema(inst, create);
+    if (rc != DLOCK_OK) {
+        pg_close(inst);
+        return rc;
+    }
+    dlock_provider_log(env->log_handle, DLOCK_LOG_DEBUG, "%s: ready, %s mode, table \"%s\"", inst->server.label,
+                       mode, table);
+    *instance = inst;
+    return DLOCK_OK;
+}
+
+static const struct dlock_provider pg_provider = {
+    .version = DLOCK_PROVIDER_VERSION_1,
+    .name = "postgres",
+    .capabilities = DLOCK_CAP_RENEW | DLOCK_CAP_FENCE | DLOCK_CAP_NATIVE_WAIT | DLOCK_CAP_SERVER_EXPIRY |
+                    DLOCK_CAP_MULTI_HOST,
+    .lock_priv_size = sizeof(struct pg_lock),
+    .settings = pg_settings,
+    .open = pg_open,
+    .close = pg_close,
+    .acquire = pg_acquire,
+    .release = pg_release,
+    .renew = pg_renew,
+    .wait = pg_wait,
+    .lock_fini = pg_lock_fini,
+    .ctl = pg_ctl,
+    .abandon = pg_abandon,
+};
+
+const struct dlock_provider *dlock_module_provider(unsigned core_version);
+
+const struct dlock_provider *dlock_module_provider(unsigned core_version)
+{
+    return core_version >= DLOCK_PROVIDER_VERSION_1 ? &pg_provider : NULL;
+}

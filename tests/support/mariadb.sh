@@ -1,0 +1,49 @@
+#!/bin/sh
+# tests/support/mariadb.sh start DIR PORT | stop DIR
+# A throwaway MariaDB for tests and benchmarks: data in DIR/data, listening
+# on 127.0.0.1:PORT (and a socket in DIR), no binary log, relaxed flushing.
+# `start` waits until it answers and prints its PID (kept in DIR/server.pid,
+# since mysqld deletes its own pid file at shutdown); `stop` stops that PID.
+set -eu
+cmd=$1
+dir=$2
+case $cmd in
+start)
+    port=$3
+    command -v mariadbd > /dev/null || { echo "mariadb.sh: mariadbd not found (Debian: mariadb-server)" >&2; exit 1; }
+    mkdir -p "$dir"
+    mariadb-install-db --no-defaults --user="$(id -un)" --datadir="$dir/data" \
+        --auth-root-authentication-method=normal --skip-test-db > "$dir/install.log" 2>&1 \
+        || { cat "$dir/install.log" >&2; exit 1; }
+    mariadbd --no-defaults --user="$(id -un)" --datadir="$dir/data" --port="$port" --bind-address=127.0.0.1 \
+        --socket="$dir/mysqld.sock" --pid-file="$dir/mysqld.pid" --skip-log-bin --innodb-buffer-pool-size=32M \
+        --innodb-flush-log-at-trx-commit=0 --performance-schema=OFF --max-connections=300 \
+        > "$dir/mysqld.log" 2>&1 &
+    pid=$!
+    echo "$pid" > "$dir/server.pid"
+    i=0
+    until mariadb-admin --no-defaults -h 127.0.0.1 -P "$port" -u root ping > /dev/null 2>&1; do
+        i=$((i + 1))
+        if [ $i -gt 300 ] || ! kill -0 "$pid" 2> /dev/null; then
+            tail -20 "$dir/mysqld.log" >&2
+            kill "$pid" 2> /dev/null || true
+            exit 1
+        fi
+        sleep 0.1
+    done
+    echo "$pid"
+    ;;
+stop)
+    [ -f "$dir/server.pid" ] || exit 0
+    pid=$(cat "$dir/server.pid")
+    kill "$pid" 2> /dev/null || exit 0
+    i=0
+    while [ -d "/proc/$pid" ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+    [ -d "/proc/$pid" ] && kill -9 "$pid" 2> /dev/null
+    rm -f "$dir/server.pid"
+    ;;
+*)
+    echo "usage: mariadb.sh start DIR PORT | stop DIR" >&2
+    exit 2
+    ;;
+esac
