@@ -10,8 +10,10 @@ for dir in "$@"; do
     for trs in $(find "$dir/tests" -name '*.trs' 2>/dev/null | sort); do
         log=${trs%.trs}.log
         result=$(sed -n 's/^:test-result: //p' "$trs" | head -1)
-        p=$(sed -n 's/^\[  PASSED  \] \([0-9]*\) test(s)\./\1/p' "$log" | tail -1)
-        f=$(sed -n 's/^\[  FAILED  \] \([0-9]*\) test(s), listed below:/\1/p' "$log" | tail -1)
+        # A program may run several cmocka groups (the conformance suite per
+        # backend mode): every group's summary counts.
+        p=$(sed -n 's/^\[  PASSED  \] \([0-9]*\) test(s)\./\1/p' "$log" | awk '{s += $1} END {if (NR) print s}')
+        f=$(sed -n 's/^\[  FAILED  \] \([0-9]*\) test(s), listed below:/\1/p' "$log" | awk '{s += $1} END {if (NR) print s}')
         if [ -z "$p$f" ]; then
             line=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$log" | tail -1)
             p=${line%% passed*}

@@ -1,0 +1,452 @@
+/* tests/conformance/conformance.c - see conformance.h. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "conformance.h"
+#include "../support/test_time.h"
+
+#include <dirent.h>
+#include <malloc.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static const struct conformance_target *target;
+
+static dlock_client *open_client(int lease_ms, int retry_cap_ms)
+{
+    char text[2048];
+    target->config(text, sizeof text, lease_ms, retry_cap_ms);
+    dlock_client *c = NULL;
+    int rc = dlock_client_open_string(&c, text);
+    if (rc != DLOCK_OK)
+        fail_msg("%s: open: %s: %s", target->name, dlock_strerror(rc), dlock_errmsg());
+    return c;
+}
+
+static dlock_lock *lock_of(dlock_client *c, const char *name, size_t len, int64_t lease_ms, dlock_lost_fn on_lost,
+                           void *arg)
+{
+    dlock_lock_options o = DLOCK_LOCK_OPTIONS_INIT;
+    o.lease_ms = lease_ms;
+    o.on_lost = on_lost;
+    o.on_lost_arg = arg;
+    dlock_lock *l = NULL;
+    int rc = dlock_lock_new(c, name, len, &o, &l);
+    if (rc != DLOCK_OK)
+        fail_msg("lock_new: %s: %s", dlock_strerror(rc), dlock_errmsg());
+    return l;
+}
+
+static dlock_lock *named(dlock_client *c, const char *name)
+{
+    return lock_of(c, name, strlen(name), 0, NULL, NULL);
+}
+
+static int before_each(void **state)
+{
+    (void)state;
+    if (target->reset)
+        target->reset();
+    return 0;
+}
+
+/* ---- the cases ---------------------------------------------------------------------- */
+
+static void one_try_is_busy_while_held(void **state)
+{
+    (void)state;
+    dlock_client *a = open_client(30000, 100), *b = open_client(30000, 100);
+    dlock_lock *la = named(a, "conf-busy"), *lb = named(b, "conf-busy");
+    assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
+    assert_int_equal(dlock_acquire(lb, 0), DLOCK_EBUSY);
+    assert_int_equal(dlock_release(la), DLOCK_OK);
+    assert_int_equal(dlock_acquire(lb, 0), DLOCK_OK);
+    assert_int_equal(dlock_release(lb), DLOCK_OK);
+    dlock_lock_free(la);
+    dlock_lock_free(lb);
+    dlock_client_close(a);
+    dlock_client_close(b);
+}
+
+static void wait_timeout_is_honoured_within_50_ms(void **state)
+{
+    (void)state;
+    dlock_client *a = open_client(30000, 100), *b = open_client(30000, 100);
+    dlock_lock *la = named(a, "conf-timeout"), *lb = named(b, "conf-timeout");
+    assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
+    for (int wait = 100; wait <= 300; wait += 200) {
+        int64_t t0 = now_ms();
+        assert_int_equal(dlock_acquire(lb, wait), DLOCK_ETIMEDOUT);
+        int64_t took = now_ms() - t0;
+        if (took < wait || took > wait + 50)
+            fail_msg("a %d ms wait took %lld ms", wait, (long long)took);
+    }
+    assert_int_equal(dlock_release(la), DLOCK_OK);
+    dlock_lock_free(la);
+    dlock_lock_free(lb);
+    dlock_client_close(a);
+    dlock_client_close(b);
+}
+
+struct waiter {
+    dlock_lock *lock;
+    int64_t wait_ms;
+    int rc;
+    int64_t done_at;
+    int release_rc;
+};
+
+static void *waiter_main(void *arg)
+{
+    struct waiter *w = arg;
+    w->rc = dlock_acquire(w->lock, w->wait_ms);
+    w->done_at = now_ms();
+    /* A hold belongs to its thread: this one gives it back. */
+    w->release_rc = w->rc == DLOCK_OK ? dlock_release(w->lock) : DLOCK_OK;
+    return NULL;
+}
+
+static void wait_forever_ends_with_the_release(void **state)
+{
+    (void)state;
+    /* Without native waiting the waiter polls: a short backoff cap keeps
+     * the bound below meaningful. */
+    dlock_client *a = open_client(30000, 200);
+    bool native = (dlock_client_capabilities(a) & DLOCK_CAP_NATIVE_WAIT) != 0;
+    dlock_client *b = open_client(30000, native ? 5000 : 200);
+    dlock_lock *la = named(a, "conf-forever"), *lb = named(b, "conf-forever");
+    assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
+    struct waiter w = { .lock = lb, .wait_ms = -1, .rc = 99 };
+    pthread_t t;
+    pthread_create(&t, NULL, waiter_main, &w);
+    sleep_ms(300);
+    assert_int_equal(w.rc, 99); /* still waiting */
+    int64_t released_at = now_ms();
+    assert_int_equal(dlock_release(la), DLOCK_OK);
+    pthread_join(t, NULL);
+    assert_int_equal(w.rc, DLOCK_OK);
+    /* A native wait is woken at once; polling within the backoff cap. */
+    int64_t bound = native ? 100 : 200 + 100;
+    if (w.done_at - released_at > bound)
+        fail_msg("granted %lld ms after the release (bound %lld)", (long long)(w.done_at - released_at),
+                 (long long)bound);
+    assert_int_equal(w.release_rc, DLOCK_OK);
+    dlock_lock_free(la);
+    dlock_lock_free(lb);
+    dlock_client_close(a);
+    dlock_client_close(b);
+}
+
+static void cancel_from_another_thread(void **state)
+{
+    (void)state;
+    dlock_client *a = open_client(30000, 200), *b = open_client(30000, 200);
+    dlock_lock *la = named(a, "conf-cancel"), *lb = named(b, "conf-cancel");
+    assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
+    struct waiter w = { .lock = lb, .wait_ms = -1, .rc = 99 };
+    pthread_t t;
+    pthread_create(&t, NULL, waiter_main, &w);
+    sleep_ms(200);
+    int64_t t0 = now_ms();
+    assert_int_equal(dlock_cancel(lb), DLOCK_OK);
+    pthread_join(t, NULL);
+    assert_int_equal(w.rc, DLOCK_ECANCELLED);
+    assert_true(w.done_at - t0 < 100);
+    assert_int_equal(dlock_release(la), DLOCK_OK);
+    dlock_lock_free(la);
+    dlock_lock_free(lb);
+    dlock_client_close(a);
+    dlock_client_close(b);
+}
+
+static void reentry_is_counted(void **state)
+{
+    (void)state;
+    dlock_client *a = open_client(30000, 100), *b = open_client(30000, 100);
+    dlock_lock *l = named(a, "conf-reentry"), *other = named(b, "conf-reentry");
+    for (int i = 1; i <= 3; i++) {
+        assert_int_equal(dlock_acquire(l, 0), DLOCK_OK);
+        assert_int_equal(dlock_hold_count(l), i);
+    }
+    assert_int_equal(dlock_release(l), DLOCK_OK);
+    assert_int_equal(dlock_release(l), DLOCK_OK);
+    assert_int_equal(dlock_acquire(other, 0), DLOCK_EBUSY); /* one hold left */
+    assert_int_equal(dlock_release(l), DLOCK_OK);
+    assert_int_equal(dlock_release(l), DLOCK_ENOTOWNER);
+    assert_int_equal(dlock_acquire(other, 0), DLOCK_OK);
+    assert_int_equal(dlock_release(other), DLOCK_OK);
+    dlock_lock_free(l);
+    dlock_lock_free(other);
+    dlock_client_close(a);
+    dlock_client_close(b);
+}
+
+static void release_by_a_non_owner_changes_nothing(void **state)
+{
+    (void)state;
+    dlock_client *a = open_client(30000, 100), *b = open_client(30000, 100);
+    dlock_lock *la = named(a, "conf-owner"), *lb = named(b, "conf-owner");
+    assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
+    assert_int_equal(dlock_release(lb), DLOCK_ENOTOWNER);
+    assert_int_equal(dlock_acquire(lb, 0), DLOCK_EBUSY);
+    assert_int_equal(dlock_hold_count(la), 1);
+    assert_int_equal(dlock_release(la), DLOCK_OK);
+    dlock_lock_free(la);
+    dlock_lock_free(lb);
+    dlock_client_close(a);
+    dlock_client_close(b);
+}
+
+static void explicit_lease_runs_out(void **state)
+{
+    (void)state;
+    dlock_client *a = open_client(30000, 100), *b = open_client(30000, 100);
+    dlock_lock *la = lock_of(a, "conf-lease", 10, 300, NULL, NULL), *lb = named(b, "conf-lease");
+    assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
+    int64_t t0 = now_ms();
+    assert_int_equal(dlock_acquire(lb, 3000), DLOCK_OK);
+    int64_t took = now_ms() - t0;
+    if (took < 200 || took > 300 + 150)
+        fail_msg("a 300 ms lease was taken over after %lld ms", (long long)took);
+    assert_int_equal(dlock_release(la), DLOCK_ELOST);
+    assert_int_equal(dlock_release(lb), DLOCK_OK);
+    dlock_lock_free(la);
+    dlock_lock_free(lb);
+    dlock_client_close(a);
+    dlock_client_close(b);
+}
+
+static void watchdog_keeps_a_hold_past_three_leases(void **state)
+{
+    (void)state;
+    dlock_client *a = open_client(300, 100), *b = open_client(300, 100);
+    dlock_lock *la = named(a, "conf-watchdog"), *lb = named(b, "conf-watchdog");
+    assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
+    if (!(dlock_client_capabilities(a) & DLOCK_CAP_RENEW)) {
+        assert_int_equal(dlock_renew(la), DLOCK_ENOTSUP);
+    } else {
+        sleep_ms(1000);
+        assert_int_equal(dlock_acquire(lb, 0), DLOCK_EBUSY);
+        assert_true(dlock_validity_ms(la) > 0);
+        assert_int_equal(dlock_renew(la), DLOCK_OK);
+    }
+    assert_int_equal(dlock_release(la), DLOCK_OK);
+    dlock_lock_free(la);
+    dlock_lock_free(lb);
+    dlock_client_close(a);
+    dlock_client_close(b);
+}
+
+static int lost_calls;
+
+static void count_lost(dlock_lock *l, void *arg)
+{
+    (void)l;
+    (void)arg;
+    __atomic_add_fetch(&lost_calls, 1, __ATOMIC_SEQ_CST);
+}
+
+static void lost_hold_is_reported_once(void **state)
+{
+    (void)state;
+    if (!target->break_hold)
+        fail_msg("%s: the target has no way to take a hold away: give it break_hold", target->name);
+    __atomic_store_n(&lost_calls, 0, __ATOMIC_SEQ_CST);
+    dlock_client *a = open_client(600, 100);
+    dlock_lock *l = lock_of(a, "conf-lost", 9, 0, count_lost, NULL);
+    assert_int_equal(dlock_acquire(l, 0), DLOCK_OK);
+    target->break_hold("conf-lost");
+    /* The watchdog renews at lease/3: the loss shows within one interval
+     * (and a round trip), and on_lost fires once, not per renewal. */
+    int64_t t0 = now_ms();
+    while (__atomic_load_n(&lost_calls, __ATOMIC_SEQ_CST) == 0 && now_ms() - t0 < 2000)
+        sleep_ms(10);
+    int64_t took = now_ms() - t0;
+    if (took > 200 + 250)
+        fail_msg("on_lost came %lld ms after the hold vanished", (long long)took);
+    sleep_ms(700);
+    assert_int_equal(__atomic_load_n(&lost_calls, __ATOMIC_SEQ_CST), 1);
+    assert_int_equal(dlock_validity_ms(l), DLOCK_ELOST);
+    assert_int_equal(dlock_release(l), DLOCK_ELOST);
+    dlock_lock_free(l);
+    dlock_client_close(a);
+}
+
+static void fences_increase_across_holders(void **state)
+{
+    (void)state;
+    dlock_client *a = open_client(30000, 100), *b = open_client(30000, 100);
+    dlock_lock *la = named(a, "conf-fence"), *lb = named(b, "conf-fence");
+    if (!(dlock_client_capabilities(a) & DLOCK_CAP_FENCE)) {
+        uint64_t f;
+        assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
+        assert_int_equal(dlock_fence(la, &f), DLOCK_ENOTSUP);
+        assert_int_equal(dlock_release(la), DLOCK_OK);
+    } else {
+        uint64_t last = 0;
+        for (int i = 0; i < 6; i++) {
+            dlock_lock *l = i % 2 ? lb : la;
+            uint64_t f = 0;
+            assert_int_equal(dlock_acquire(l, 1000), DLOCK_OK);
+            assert_int_equal(dlock_fence(l, &f), DLOCK_OK);
+            if (f <= last)
+                fail_msg("fence %llu after %llu", (unsigned long long)f, (unsigned long long)last);
+            last = f;
+            assert_int_equal(dlock_release(l), DLOCK_OK);
+        }
+    }
+    dlock_lock_free(la);
+    dlock_lock_free(lb);
+    dlock_client_close(a);
+    dlock_client_close(b);
+}
+
+static void killed_holder_is_replaced_within_its_lease(void **state)
+{
+    (void)state;
+    int p[2];
+    assert_int_equal(pipe(p), 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(p[0]);
+        char text[2048];
+        target->config(text, sizeof text, 1000, 100);
+        dlock_client *c = NULL;
+        if (dlock_client_open_string(&c, text) != DLOCK_OK)
+            _exit(2);
+        dlock_lock *l = NULL;
+        if (dlock_lock_new(c, "conf-victim", 11, NULL, &l) != DLOCK_OK || dlock_acquire(l, 2000) != DLOCK_OK)
+            _exit(3);
+        if (write(p[1], "H", 1) != 1)
+            _exit(4);
+        pause();
+        _exit(0);
+    }
+    close(p[1]);
+    char ch;
+    assert_int_equal(read(p[0], &ch, 1), 1);
+    close(p[0]);
+    dlock_client *b = open_client(1000, 100);
+    dlock_lock *l = named(b, "conf-victim");
+    assert_int_equal(dlock_acquire(l, 0), DLOCK_EBUSY);
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    int64_t t0 = now_ms();
+    assert_int_equal(dlock_acquire(l, 5000), DLOCK_OK);
+    int64_t took = now_ms() - t0;
+    /* Its last renewal gave it at most one lease (a session ends sooner). */
+    if (took > 1000 + 250)
+        fail_msg("the killed holder's lock came free after %lld ms", (long long)took);
+    assert_int_equal(dlock_release(l), DLOCK_OK);
+    dlock_lock_free(l);
+    dlock_client_close(b);
+}
+
+static void names_up_to_the_cap_any_bytes(void **state)
+{
+    (void)state;
+    dlock_client *a = open_client(30000, 100), *b = open_client(30000, 100);
+    /* Quotes, a semicolon, a backslash, SQL and path syntax, braces, UTF-8
+     * and bytes that are not UTF-8: a name is bytes, nothing else. */
+    static const char tricky[] = "it's; DROP TABLE x; -- \"q\" \\ ../{slot}%7B \xc3\xa9\xe6\x97\xa5 \xff\x01";
+    char cap[DLOCK_NAME_MAX + 1];
+    for (size_t i = 0; i < sizeof cap; i++)
+        cap[i] = tricky[i % (sizeof tricky - 1)];
+    const size_t lens[3] = { sizeof tricky - 1, DLOCK_NAME_MAX, 1 };
+    for (int i = 0; i < 3; i++) {
+        dlock_lock *la = lock_of(a, cap, lens[i], 0, NULL, NULL), *lb = lock_of(b, cap, lens[i], 0, NULL, NULL);
+        assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
+        assert_int_equal(dlock_acquire(lb, 0), DLOCK_EBUSY);
+        assert_int_equal(dlock_release(la), DLOCK_OK);
+        assert_int_equal(dlock_acquire(lb, 0), DLOCK_OK);
+        assert_int_equal(dlock_release(lb), DLOCK_OK);
+        dlock_lock_free(la);
+        dlock_lock_free(lb);
+    }
+    /* Names that differ only past the first bytes are different locks. */
+    char other[DLOCK_NAME_MAX];
+    memcpy(other, cap, DLOCK_NAME_MAX);
+    other[DLOCK_NAME_MAX - 1] ^= 1;
+    dlock_lock *l1 = lock_of(a, cap, DLOCK_NAME_MAX, 0, NULL, NULL), *l2 = lock_of(b, other, DLOCK_NAME_MAX, 0, NULL, NULL);
+    assert_int_equal(dlock_acquire(l1, 0), DLOCK_OK);
+    assert_int_equal(dlock_acquire(l2, 0), DLOCK_OK);
+    assert_int_equal(dlock_release(l1), DLOCK_OK);
+    assert_int_equal(dlock_release(l2), DLOCK_OK);
+    dlock_lock_free(l1);
+    dlock_lock_free(l2);
+    dlock_lock *l = NULL;
+    assert_int_equal(dlock_lock_new(a, cap, DLOCK_NAME_MAX + 1, NULL, &l), DLOCK_EINVAL);
+    assert_null(l);
+    assert_int_equal(dlock_lock_new(a, cap, 0, NULL, &l), DLOCK_EINVAL);
+    dlock_client_close(a);
+    dlock_client_close(b);
+}
+
+static int open_fds(void)
+{
+    int n = 0;
+    DIR *d = opendir("/proc/self/fd");
+    if (!d)
+        return -1;
+    while (readdir(d))
+        n++;
+    closedir(d);
+    return n;
+}
+
+static void many_cycles_do_not_grow(void **state)
+{
+    (void)state;
+    const char *env = getenv("DLOCK_TEST_CYCLES");
+    int cycles = env ? atoi(env) : 10000;
+    dlock_client *a = open_client(30000, 100);
+    dlock_lock *l = named(a, "conf-cycles");
+    for (int i = 0; i < 200; i++) { /* warm up: pools, prepared statements */
+        assert_int_equal(dlock_acquire(l, 0), DLOCK_OK);
+        assert_int_equal(dlock_release(l), DLOCK_OK);
+    }
+    int fds = open_fds();
+    size_t heap = mallinfo2().uordblks;
+    for (int i = 0; i < cycles; i++) {
+        int rc = dlock_acquire(l, 0);
+        if (rc != DLOCK_OK)
+            fail_msg("cycle %d: acquire: %s: %s", i, dlock_strerror(rc), dlock_errmsg());
+        assert_int_equal(dlock_release(l), DLOCK_OK);
+    }
+    assert_int_equal(open_fds(), fds);
+    size_t grown = mallinfo2().uordblks - heap;
+    if (mallinfo2().uordblks > heap && grown > 64 * 1024)
+        fail_msg("the heap grew by %zu bytes over %d cycles", grown, cycles);
+    dlock_lock_free(l);
+    dlock_client_close(a);
+}
+
+int conformance_run(const struct conformance_target *t)
+{
+    target = t;
+    const struct CMUnitTest cases[] = {
+        cmocka_unit_test_setup(one_try_is_busy_while_held, before_each),
+        cmocka_unit_test_setup(wait_timeout_is_honoured_within_50_ms, before_each),
+        cmocka_unit_test_setup(wait_forever_ends_with_the_release, before_each),
+        cmocka_unit_test_setup(cancel_from_another_thread, before_each),
+        cmocka_unit_test_setup(reentry_is_counted, before_each),
+        cmocka_unit_test_setup(release_by_a_non_owner_changes_nothing, before_each),
+        cmocka_unit_test_setup(explicit_lease_runs_out, before_each),
+        cmocka_unit_test_setup(watchdog_keeps_a_hold_past_three_leases, before_each),
+        cmocka_unit_test_setup(lost_hold_is_reported_once, before_each),
+        cmocka_unit_test_setup(fences_increase_across_holders, before_each),
+        cmocka_unit_test_setup(killed_holder_is_replaced_within_its_lease, before_each),
+        cmocka_unit_test_setup(names_up_to_the_cap_any_bytes, before_each),
+        cmocka_unit_test_setup(many_cycles_do_not_grow, before_each),
+    };
+    return _cmocka_run_group_tests(t->name, cases, sizeof cases / sizeof cases[0], NULL, NULL);
+}

@@ -1,0 +1,31 @@
+/* tests/conformance/conformance.h - the semantics every backend keeps, as one
+ * set of cmocka cases run against any backend by configuration.
+ *
+ * A backend's test program describes its target (how to write a config for
+ * it, its capability bits, and optionally how to take a hold away from
+ * outside) and runs conformance_run(). Cases that need a capability the
+ * backend does not claim check instead that the API answers DLOCK_ENOTSUP.
+ * Every client a case opens is closed before it returns, so a case may fork
+ * a child that uses the library. */
+#ifndef TEST_CONFORMANCE_H
+#define TEST_CONFORMANCE_H
+
+#include <dlock.h>
+#include <stddef.h>
+
+struct conformance_target {
+    const char *name;       /* printed as the cmocka group name */
+    /* Writes a complete configuration into buf: the backend with
+     * lease_ms as the default lease, retry_cap_ms as the backoff cap. */
+    void (*config)(char *buf, size_t size, int lease_ms, int retry_cap_ms);
+    /* Optional: makes the current hold of NAME vanish on the server as an
+     * operator or a failure would (delete the key or row, end the session). */
+    void (*break_hold)(const char *name);
+    /* Optional: empties the backend's state between cases. */
+    void (*reset)(void);
+};
+
+/* Runs every case against target; returns the number of failed cases. */
+int conformance_run(const struct conformance_target *target);
+
+#endif

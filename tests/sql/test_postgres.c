@@ -1,0 +1,297 @@
+/* tests/sql/test_postgres.c - the postgres backend against a real PostgreSQL
+ * that this program starts on a private port (and stops by PID): the
+ * conformance suite in lease and in session mode, then what is particular
+ * to PostgreSQL. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "../conformance/conformance.h"
+#include "../support/service.h"
+#include "../support/test_time.h"
+
+#include <dlock.h>
+#include <libpq-fe.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static struct test_service server = { .script = "postgres" };
+
+/* Runs SQL as the superuser; returns the first value of the first row
+ * (static, "" if none) and fails the test on an error. */
+static const char *admin(const char *sql)
+{
+    static char value[256];
+    char info[256];
+    snprintf(info, sizeof info, "host=127.0.0.1 port=%d user=postgres dbname=postgres", server.port);
+    PGconn *c = PQconnectdb(info);
+    if (PQstatus(c) != CONNECTION_OK)
+        fail_msg("admin connection: %s", PQerrorMessage(c));
+    PGresult *r = PQexec(c, sql);
+    ExecStatusType st = PQresultStatus(r);
+    if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK)
+        fail_msg("%s: %s", sql, PQresultErrorMessage(r));
+    snprintf(value, sizeof value, "%s", PQntuples(r) > 0 && PQnfields(r) > 0 ? PQgetvalue(r, 0, 0) : "");
+    PQclear(r);
+    PQfinish(c);
+    return value;
+}
+
+static void write_config(char *buf, size_t size, int lease_ms, int retry_cap_ms, const char *extra)
+{
+    snprintf(buf, size,
+             "backend = \"postgres\";\nlease_ms = %d;\nretry_base_ms = 5;\nretry_cap_ms = %d;\n"
+             "postgres = { port = %d; user = \"postgres\"; database = \"postgres\";\n"
+             "  connect_timeout_ms = 1000; command_timeout_ms = 1000; %s };\n",
+             lease_ms, retry_cap_ms, server.port, extra);
+}
+
+static void lease_config(char *buf, size_t size, int lease_ms, int retry_cap_ms)
+{
+    write_config(buf, size, lease_ms, retry_cap_ms, "");
+}
+
+static void session_config(char *buf, size_t size, int lease_ms, int retry_cap_ms)
+{
+    write_config(buf, size, lease_ms, retry_cap_ms, "mode = \"session\";");
+}
+
+/* An operator (or a second writer) takes the row over. */
+static void steal_row(const char *name)
+{
+    char sql[256];
+    snprintf(sql, sizeof sql,
+             "UPDATE dlock_locks SET owner = 'someone-else:1' WHERE name = convert_to('dlock:%s', 'UTF8')", name);
+    admin(sql);
+}
+
+/* The session that holds the advisory locks is terminated. */
+static void terminate_holder_sessions(const char *name)
+{
+    (void)name;
+    admin("SELECT count(pg_terminate_backend(pid)) FROM pg_locks WHERE locktype = 'advisory' AND granted");
+}
+
+static dlock_client *open_with(const char *extra, int *rc)
+{
+    char text[2048];
+    write_config(text, sizeof text, 30000, 100, extra);
+    dlock_client *c = NULL;
+    *rc = dlock_client_open_string(&c, text);
+    return c;
+}
+
+static dlock_client *open_ok(const char *extra)
+{
+    int rc;
+    dlock_client *c = open_with(extra, &rc);
+    if (rc != DLOCK_OK)
+        fail_msg("open: %s: %s", dlock_strerror(rc), dlock_errmsg());
+    return c;
+}
+
+static dlock_lock *named(dlock_client *c, const char *name)
+{
+    dlock_lock *l = NULL;
+    assert_int_equal(dlock_lock_new(c, name, strlen(name), NULL, &l), DLOCK_OK);
+    return l;
+}
+
+/* ---- particular to postgres ----------------------------------------------------------- */
+
+static void the_row_holds_owner_fence_and_server_expiry(void **state)
+{
+    (void)state;
+    dlock_client *a = open_ok("");
+    dlock_lock *l = named(a, "layout");
+    assert_int_equal(dlock_acquire(l, 0), DLOCK_OK);
+    assert_string_equal(admin("SELECT count(*) FROM dlock_locks WHERE name = convert_to('dlock:layout', 'UTF8')"
+                              " AND owner LIKE '%:%' AND fence = 1"
+                              " AND expires_at BETWEEN now() + interval '29 s' AND now() + interval '30 s'"),
+                        "1");
+    assert_int_equal(dlock_release(l), DLOCK_OK);
+    /* Freed, not deleted: the row keeps the fence for the next holder. */
+    assert_string_equal(admin("SELECT count(*) FROM dlock_locks WHERE name = convert_to('dlock:layout', 'UTF8')"
+                              " AND owner IS NULL AND fence = 1"), "1");
+    assert_int_equal(dlock_acquire(l, 0), DLOCK_OK);
+    uint64_t f;
+    assert_int_equal(dlock_fence(l, &f), DLOCK_OK);
+    assert_int_equal(f, 2);
+    dlock_status_info st;
+    assert_int_equal(dlock_status(a, "layout", 6, &st), DLOCK_OK);
+    assert_int_equal(st.held, 1);
+    assert_int_equal(st.fence, 2);
+    assert_true(st.ttl_ms > 29000 && st.ttl_ms <= 30000);
+    assert_int_equal(dlock_release(l), DLOCK_OK);
+    dlock_lock_free(l);
+    dlock_client_close(a);
+}
+
+static void lease_hold_survives_a_terminated_connection(void **state)
+{
+    (void)state;
+    dlock_client *a = open_ok(""), *b = open_ok("");
+    dlock_lock *la = named(a, "survivor"), *lb = named(b, "survivor");
+    assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
+    /* Every connection of libdlock is cut; in lease mode the hold is the
+     * row, so the next statement reconnects and the hold is still ours. */
+    admin("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = 'libdlock'");
+    assert_int_equal(dlock_renew(la), DLOCK_OK);
+    assert_int_equal(dlock_acquire(lb, 0), DLOCK_EBUSY);
+    assert_int_equal(dlock_release(la), DLOCK_OK);
+    dlock_lock_free(la);
+    dlock_lock_free(lb);
+    dlock_client_close(a);
+    dlock_client_close(b);
+}
+
+static void session_hold_is_lost_with_its_session(void **state)
+{
+    (void)state;
+    dlock_client *a = open_ok("mode = \"session\";"), *b = open_ok("mode = \"session\";");
+    dlock_lock *la = named(a, "sess"), *lb = named(b, "sess");
+    assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
+    dlock_status_info st;
+    assert_int_equal(dlock_status(b, "sess", 4, &st), DLOCK_OK);
+    assert_int_equal(st.held, 1);
+    assert_int_equal(dlock_acquire(lb, 0), DLOCK_EBUSY);
+    terminate_holder_sessions("sess");
+    assert_int_equal(dlock_renew(la), DLOCK_ELOST);
+    assert_int_equal(dlock_acquire(lb, 0), DLOCK_OK);
+    assert_int_equal(dlock_release(la), DLOCK_ELOST);
+    assert_int_equal(dlock_release(lb), DLOCK_OK);
+    dlock_lock_free(la);
+    dlock_lock_free(lb);
+    dlock_client_close(a);
+    dlock_client_close(b);
+}
+
+static void missing_table_without_create_is_a_config_error(void **state)
+{
+    (void)state;
+    int rc;
+    dlock_client *c = open_with("table = \"absent\"; create_table = false;", &rc);
+    assert_null(c);
+    assert_int_equal(rc, DLOCK_ECONFIG);
+    assert_non_null(strstr(dlock_errmsg(), "create_table"));
+}
+
+static void a_least_privilege_role_is_enough(void **state)
+{
+    (void)state;
+    admin("DROP ROLE IF EXISTS dlock_app");
+    admin("CREATE ROLE dlock_app LOGIN PASSWORD 'app-secret'");
+    admin("GRANT SELECT, INSERT, UPDATE ON dlock_locks TO dlock_app");
+    admin("GRANT USAGE ON SEQUENCE dlock_locks_fence TO dlock_app");
+    int rc;
+    char extra[256];
+    snprintf(extra, sizeof extra, "conninfo = \"host=127.0.0.1 port=%d dbname=postgres user=dlock_app password=app-secret\";"
+             " create_table = false;", server.port);
+    /* write_config adds user/database; conninfo must stand alone. */
+    char text[1024];
+    snprintf(text, sizeof text, "backend = \"postgres\";\npostgres = { %s };\n", extra);
+    dlock_client *c = NULL;
+    rc = dlock_client_open_string(&c, text);
+    if (rc != DLOCK_OK)
+        fail_msg("open as dlock_app: %s", dlock_errmsg());
+    dlock_lock *l = named(c, "least");
+    assert_int_equal(dlock_acquire(l, 0), DLOCK_OK);
+    assert_int_equal(dlock_renew(l), DLOCK_OK);
+    assert_int_equal(dlock_release(l), DLOCK_OK);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    /* The role cannot create the table: with create_table on and the table
+     * absent, the error says so. */
+    snprintf(text, sizeof text,
+             "backend = \"postgres\";\npostgres = { conninfo = \"host=127.0.0.1 port=%d dbname=postgres "
+             "user=dlock_app password=app-secret\"; table = \"other\"; };\n",
+             server.port);
+    rc = dlock_client_open_string(&c, text);
+    assert_int_equal(rc, DLOCK_ECONFIG);
+    assert_non_null(strstr(dlock_errmsg(), "permission denied"));
+}
+
+static void bad_settings_are_config_errors(void **state)
+{
+    (void)state;
+    const char *bad[] = { "table = \"x; DROP TABLE y\";", "mode = \"exclusive\";", "table = \"\";",
+                          "conninfo = \"host=127.0.0.1\";" /* together with host/port from write_config */ };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        int rc;
+        dlock_client *c = open_with(bad[i], &rc);
+        assert_null(c);
+        if (rc != DLOCK_ECONFIG)
+            fail_msg("%s: %s (%s)", bad[i], dlock_strerror(rc), dlock_errmsg());
+        assert_non_null(strstr(dlock_errmsg(), "postgres."));
+    }
+}
+
+static void unreachable_server_is_a_clear_error(void **state)
+{
+    (void)state;
+    char text[512];
+    snprintf(text, sizeof text, "backend = \"postgres\";\npostgres = { port = %d; connect_timeout_ms = 500; };\n",
+             server.port + 1);
+    dlock_client *c = NULL;
+    int64_t t0 = now_ms();
+    assert_int_equal(dlock_client_open_string(&c, text), DLOCK_EUNAVAILABLE);
+    assert_true(now_ms() - t0 < 1500);
+    assert_non_null(strstr(dlock_errmsg(), "postgres 127.0.0.1:"));
+}
+
+static void stopped_server_times_out_then_recovers(void **state)
+{
+    (void)state;
+    dlock_client *a = open_ok("");
+    dlock_lock *l = named(a, "frozen");
+    assert_int_equal(dlock_acquire(l, 0), DLOCK_OK);
+    assert_int_equal(dlock_release(l), DLOCK_OK);
+    /* The postmaster and every backend: an idle pooled connection is served
+     * by a backend process of its own. */
+    test_service_signal(&server, SIGSTOP);
+    int64_t t0 = now_ms();
+    int rc = dlock_acquire(l, 0);
+    int64_t took = now_ms() - t0;
+    test_service_signal(&server, SIGCONT);
+    assert_int_equal(rc, DLOCK_EUNAVAILABLE);
+    /* command_timeout_ms = 1000 bounds the wait, not libpq's blocking read. */
+    if (took < 900 || took > 1500)
+        fail_msg("a stopped server answered after %lld ms", (long long)took);
+    int64_t t1 = now_ms();
+    while ((rc = dlock_acquire(l, 0)) == DLOCK_EUNAVAILABLE && now_ms() - t1 < 5000)
+        sleep_ms(50);
+    assert_int_equal(rc, DLOCK_OK);
+    assert_int_equal(dlock_release(l), DLOCK_OK);
+    dlock_lock_free(l);
+    dlock_client_close(a);
+}
+
+int main(void)
+{
+    if (test_service_start(&server) != 0) {
+        printf("[  FAILED  ] 1 test(s), listed below:\n[  FAILED  ] postgres did not start\n");
+        return 1;
+    }
+    static const struct conformance_target lease = { "postgres lease mode", lease_config, steal_row, NULL };
+    static const struct conformance_target session = { "postgres session mode", session_config,
+                                                       terminate_holder_sessions, NULL };
+    int failed = conformance_run(&lease);
+    failed += conformance_run(&session);
+    const struct CMUnitTest particular[] = {
+        cmocka_unit_test(the_row_holds_owner_fence_and_server_expiry),
+        cmocka_unit_test(lease_hold_survives_a_terminated_connection),
+        cmocka_unit_test(session_hold_is_lost_with_its_session),
+        cmocka_unit_test(missing_table_without_create_is_a_config_error),
+        cmocka_unit_test(a_least_privilege_role_is_enough),
+        cmocka_unit_test(bad_settings_are_config_errors),
+        cmocka_unit_test(unreachable_server_is_a_clear_error),
+        cmocka_unit_test(stopped_server_times_out_then_recovers),
+    };
+    failed += cmocka_run_group_tests_name("postgres", particular, NULL, NULL);
+    test_service_stop(&server);
+    return failed ? 1 : 0;
+}

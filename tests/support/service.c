@@ -1,0 +1,91 @@
+/* tests/support/service.c - see service.h. */
+#include "service.h"
+
+#include <dirent.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static const char *srcdir(void)
+{
+    const char *d = getenv("DLOCK_TEST_SRCDIR");
+    return d ? d : "tests";
+}
+
+int test_service_start(struct test_service *s)
+{
+    snprintf(s->dir, sizeof s->dir, "/tmp/dlock-test-%s-XXXXXX", s->script);
+    if (!mkdtemp(s->dir)) {
+        perror("mkdtemp");
+        return -1;
+    }
+    if (!s->port)
+        s->port = 30000 + (int)(getpid() % 20000);
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "sh '%s/support/%s.sh' start '%s' %d", srcdir(), s->script, s->dir, s->port);
+    FILE *p = popen(cmd, "r");
+    if (!p) {
+        perror("popen");
+        return -1;
+    }
+    long pid = 0;
+    int got = fscanf(p, "%ld", &pid);
+    int status = pclose(p);
+    if (got != 1 || status != 0 || pid <= 0) {
+        fprintf(stderr, "test: %s did not start (%s)\n", s->script, cmd);
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", s->dir);
+        if (system(cmd) != 0)
+            fprintf(stderr, "test: cannot remove %s\n", s->dir);
+        return -1;
+    }
+    s->pid = (pid_t)pid;
+    return 0;
+}
+
+void test_service_stop(struct test_service *s)
+{
+    if (!s->pid)
+        return;
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "sh '%s/support/%s.sh' stop '%s'; rm -rf '%s'", srcdir(), s->script, s->dir, s->dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "test: stopping %s failed\n", s->script);
+    s->pid = 0;
+}
+
+/* The parent PID of pid, from /proc/PID/stat (field 4, after the command
+ * name in parentheses, which may itself hold spaces). */
+static long parent_of(long pid)
+{
+    char path[64], line[512];
+    snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    long ppid = -1;
+    if (fgets(line, sizeof line, f)) {
+        char *close = strrchr(line, ')');
+        if (close)
+            sscanf(close + 1, " %*c %ld", &ppid);
+    }
+    fclose(f);
+    return ppid;
+}
+
+void test_service_signal(const struct test_service *s, int sig)
+{
+    if (!s->pid)
+        return;
+    DIR *d = opendir("/proc");
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        long pid = atol(e->d_name);
+        if (pid > 0 && parent_of(pid) == (long)s->pid)
+            kill((pid_t)pid, sig);
+    }
+    if (d)
+        closedir(d);
+    kill(s->pid, sig);
+}

@@ -1,0 +1,26 @@
+/* tests/support/service.h - a server started for a test program through one
+ * of the tests/support/<name>.sh scripts (start DIR PORT prints the PID,
+ * stop DIR stops it), in a fresh temp dir on a private port. A missing
+ * server or one that does not come up is a test failure, never a skip. */
+#ifndef TEST_SERVICE_H
+#define TEST_SERVICE_H
+
+#include <sys/types.h>
+
+struct test_service {
+    const char *script;     /* "postgres" or "mariadb" */
+    char dir[128];
+    int port;
+    pid_t pid;
+};
+
+/* Starts it; port 0 picks one from the process id. 0, or -1 with the
+ * script's message on stderr. Call before the process has threads. */
+int test_service_start(struct test_service *s);
+/* Sends sig to the server and to every process it started (PostgreSQL
+ * serves each connection from a child process). */
+void test_service_signal(const struct test_service *s, int sig);
+/* Stops it by PID and removes its directory. */
+void test_service_stop(struct test_service *s);
+
+#endif
