@@ -1,7 +1,8 @@
 #!/bin/sh
 # scripts/bench.sh [--quick] [--out DIR] [BUILDDIR] - the comparative benchmark:
-# starts throwaway servers on private ports (redis-server; the other servers
-# join as their backends land), writes one config per backend, runs
+# starts throwaway servers on private ports (redis-server, and PostgreSQL and
+# MariaDB when their backends are built), writes one config per backend and
+# mode, runs
 # dlock-bench over all of them in one interleaved run (each beside its own
 # plain client loop), prints the table, writes CSV and plots, and stops the
 # servers by PID.
@@ -19,26 +20,49 @@ while [ $# -gt 0 ]; do
     shift
 done
 export LD_LIBRARY_PATH=$B/.libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-export DLOCK_MODULE_PATH=$B/backends/redis/.libs
+export DLOCK_MODULE_PATH=$B/backends/redis/.libs:$B/backends/postgres/.libs:$B/backends/mysql/.libs
 BENCH=$B/.libs/dlock-bench
 [ -x "$BENCH" ] || { echo "bench: $BENCH is not built (the redis backend is needed: libhiredis-dev)" >&2; exit 1; }
 work=$(mktemp -d /tmp/dlock-bench-XXXXXX)
 stop() {
     [ -f "$work/redis.pid" ] && kill "$(cat "$work/redis.pid")" 2>/dev/null
+    [ -d "$work/pg" ] && sh tests/support/postgres.sh stop "$work/pg"
+    [ -d "$work/my" ] && sh tests/support/mariadb.sh stop "$work/my"
     sleep 0.2
     rm -rf "$work"
 }
 trap stop EXIT
 
-port=$(( 30000 + $$ % 20000 ))
+port=$(( 20000 + $$ % 12000 )) # below the ephemeral port range
 redis-server --port $port --bind 127.0.0.1 --dir "$work" --save '' --appendonly no --daemonize yes \
     --pidfile "$work/redis.pid" --logfile "$work/redis.log"
 for _ in $(seq 1 100); do [ "$(redis-cli -p $port ping 2>/dev/null)" = PONG ] && break; sleep 0.05; done
 mkdir -p "$work/locks" "$out"
 printf 'backend = "local";\nlease_ms = 3000;\nlocal = { dir = "%s/locks"; };\n' "$work" > "$work/local.conf"
 printf 'backend = "redis";\nlease_ms = 3000;\nredis = { port = %d; };\n' $port > "$work/redis.conf"
+set -- -c "$work/local.conf" -c "$work/redis.conf"
+# The SQL servers run with fsync off (as in the tests): both libdlock and the
+# plain loop beside it commit the same way, so the ratio is fair.
+if [ -f "$B/backends/postgres/.libs/dlock_postgres.so" ]; then
+    chmod 755 "$work"
+    sh tests/support/postgres.sh start "$work/pg" $((port + 1)) > /dev/null
+    for mode in lease session; do
+        printf 'backend = "postgres";\nlease_ms = 3000;\npostgres = { port = %d; user = "postgres"; database = "postgres"; mode = "%s"; };\n' \
+            $((port + 1)) $mode > "$work/postgres-$mode.conf"
+        set -- "$@" -c "$work/postgres-$mode.conf"
+    done
+fi
+if [ -f "$B/backends/mysql/.libs/dlock_mysql.so" ]; then
+    sh tests/support/mariadb.sh start "$work/my" $((port + 2)) > /dev/null
+    mariadb --no-defaults -h 127.0.0.1 -P $((port + 2)) -u root -e 'CREATE DATABASE dl'
+    for mode in lease session; do
+        printf 'backend = "mysql";\nlease_ms = 3000;\nmysql = { port = %d; database = "dl"; mode = "%s"; };\n' \
+            $((port + 2)) $mode > "$work/mysql-$mode.conf"
+        set -- "$@" -c "$work/mysql-$mode.conf"
+    done
+fi
 
-if [ $quick = yes ]; then set -- --duration 1 --repeat 3 --workers 2,8 --locks 2000
-else set -- --duration 3 --repeat 5 --workers 2,4,8,16 --locks 10000; fi
-"$BENCH" -c "$work/local.conf" -c "$work/redis.conf" "$@" --csv "$out/results.csv" --plot "$out/plots"
+if [ $quick = yes ]; then set -- "$@" --duration 1 --repeat 3 --workers 2,8 --locks 2000
+else set -- "$@" --duration 3 --repeat 5 --workers 2,4,8,16 --locks 10000; fi
+"$BENCH" "$@" --csv "$out/results.csv" --plot "$out/plots"
 echo "csv: $out/results.csv"

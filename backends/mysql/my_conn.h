@@ -11,7 +11,7 @@
 #include <stdbool.h>
 
 #define MY_POOL_MAX 64
-#define MY_MAX_STATEMENTS 8
+#define MY_MAX_STATEMENTS 12
 
 struct my_server {
     char host[256];

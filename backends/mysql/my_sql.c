@@ -83,12 +83,16 @@ int my_sql_init(struct my_sql *sql, const char *table)
                                   "       owner IS NOT NULL AND expires_at >= " NOW_MS "\n"
                                   "FROM `%s` WHERE name = ?",
                                   t);
-    /* Session mode: the server's named lock is the hold; the row only counts
-     * the fence, raised in the same statement once GET_LOCK has granted. */
-    sql->text[MY_SESSION_ACQUIRE] = format("INSERT INTO `%s` (name, owner, fence, expires_at)\n"
-                                           "SELECT ?, NULL, LAST_INSERT_ID(1), 0 FROM DUAL WHERE GET_LOCK(?, 0) = 1\n"
-                                           "ON DUPLICATE KEY UPDATE fence = LAST_INSERT_ID(fence + 1)",
-                                           t);
+    /* Session mode: the server's named lock is the hold. The row only counts
+     * fences, raised when a holder asks for one, and only while this
+     * connection holds the named lock: the last holder raised its own
+     * before releasing, so the tokens of those who ask strictly increase. */
+    sql->text[MY_SESSION_ACQUIRE] = format("SELECT GET_LOCK(?, 0)");
+    sql->text[MY_SESSION_FENCE] = format("INSERT INTO `%s` (name, owner, fence, expires_at)\n"
+                                         "SELECT ?, NULL, LAST_INSERT_ID(1), 0 FROM DUAL\n"
+                                         "  WHERE IS_USED_LOCK(?) = CONNECTION_ID()\n"
+                                         "ON DUPLICATE KEY UPDATE fence = LAST_INSERT_ID(fence + 1)",
+                                         t);
     sql->text[MY_SESSION_CHECK] = format("SELECT IS_USED_LOCK(?) = CONNECTION_ID()");
     sql->text[MY_SESSION_RELEASE] = format("SELECT RELEASE_LOCK(?)");
     sql->text[MY_SESSION_STATUS] = format("SELECT IS_USED_LOCK(?)");

@@ -18,7 +18,8 @@ enum my_statement {
     MY_RENEW,            /* lease ms, key, owner -> 1 row found when still ours */
     MY_RELEASE,          /* key, owner -> 1 row found when released */
     MY_STATUS,           /* key -> owner, fence, ms left, valid */
-    MY_SESSION_ACQUIRE,  /* key, lock name -> rows > 0 when granted; insert id: fence */
+    MY_SESSION_ACQUIRE,  /* lock name -> 1 granted, 0 busy */
+    MY_SESSION_FENCE,    /* key, lock name -> rows > 0 while held here; insert id: fence */
     MY_SESSION_CHECK,    /* lock name -> 1 while this connection holds it */
     MY_SESSION_RELEASE,  /* lock name -> 1 released, 0 not ours, NULL not held */
     MY_SESSION_STATUS,   /* lock name -> holder connection id or NULL */

@@ -10,7 +10,8 @@
  *
  * session: the server's named locks (GET_LOCK on a digest of the name),
  *   all taken on one connection per client; a hold lives exactly as long
- *   as that connection. If it breaks or is KILLed, every hold taken on it
+ *   as that connection; a fence is raised in a counter row only when the
+ *   holder asks for one. If the connection breaks or is KILLed, every hold taken on it
  *   is lost, and the next renewal (the watchdog's, at lease/3) reports it.
  *
  * There is no notification to wait on: a busy lock is retried by the core
@@ -26,6 +27,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+_Static_assert(MY_STATEMENT_COUNT <= MY_MAX_STATEMENTS, "raise MY_MAX_STATEMENTS");
 
 struct my_instance {
     struct my_server server;
@@ -177,19 +180,37 @@ static bool session_still_ours(struct my_instance *inst, const struct my_lock *m
 static int session_try(struct my_instance *inst, struct dlock_provider_lock *lk, struct dlock_grant *g)
 {
     struct my_lock *ml = lk->priv;
-    struct my_param p[2] = { bytes(ml->key, ml->key_len), bytes(ml->lock_name, strlen(ml->lock_name)) };
+    struct my_param p[1] = { bytes(ml->lock_name, strlen(ml->lock_name)) };
     struct my_outcome o;
     uint64_t generation = 0;
-    int rc = holder_run(inst, MY_SESSION_ACQUIRE, p, 2, &o, &generation);
+    int rc = holder_run(inst, MY_SESSION_ACQUIRE, p, 1, &o, &generation);
     if (rc != DLOCK_OK)
         return rc;
-    if (o.affected == 0) {
+    if (!o.has_row || o.nulls[0] || o.ints[0] != 1) {
         g->retry_hint_ms = -1;
         return DLOCK_EBUSY;
     }
-    g->fence = o.insert_id;
-    g->has_fence = 1;
+    /* No fence yet: my_fence raises one when the holder asks. */
     ml->generation = generation;
+    return DLOCK_OK;
+}
+
+static int session_fence(struct my_instance *inst, struct dlock_provider_lock *lk, uint64_t *out)
+{
+    struct my_lock *ml = lk->priv;
+    if (!session_still_ours(inst, ml))
+        return dlock_seterr(DLOCK_ELOST, "%s: the connection that held lock '%s' ended", inst->server.label,
+                            lk->name);
+    struct my_param p[2] = { bytes(ml->key, ml->key_len), bytes(ml->lock_name, strlen(ml->lock_name)) };
+    struct my_outcome o;
+    uint64_t generation = 0;
+    int rc = holder_run(inst, MY_SESSION_FENCE, p, 2, &o, &generation);
+    if (rc != DLOCK_OK)
+        return rc;
+    if (generation != ml->generation || o.affected == 0 || o.insert_id == 0)
+        return dlock_seterr(DLOCK_ELOST, "%s: this connection no longer holds lock '%s'", inst->server.label,
+                            lk->name);
+    *out = o.insert_id;
     return DLOCK_OK;
 }
 
@@ -253,6 +274,17 @@ static int my_renew(void *instance, struct dlock_provider_lock *lk)
     if (rc != DLOCK_OK)
         return rc;
     return inst->session_mode ? session_renew(inst, lk) : lease_renew(inst, lk);
+}
+
+static int my_fence(void *instance, struct dlock_provider_lock *lk, uint64_t *out)
+{
+    struct my_instance *inst = instance;
+    int rc = ensure_key(inst, lk);
+    if (rc != DLOCK_OK)
+        return rc;
+    if (!inst->session_mode) /* lease mode: acquire always returns the row's fence */
+        return dlock_seterr(DLOCK_EINTERNAL, "mysql: a lease-mode hold without a fence");
+    return session_fence(inst, lk, out);
 }
 
 static void my_lock_fini(void *instance, struct dlock_provider_lock *lk)
@@ -407,6 +439,7 @@ static const struct dlock_provider my_provider = {
     .acquire = my_acquire,
     .release = my_release,
     .renew = my_renew,
+    .fence = my_fence,
     .lock_fini = my_lock_fini,
     .ctl = my_ctl,
 };

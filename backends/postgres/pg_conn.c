@@ -231,15 +231,11 @@ static PGresult *fail_conn(const struct pg_server *srv, PGconn **conn, int *rc, 
     return NULL;
 }
 
-PGresult *pg_exec(const struct pg_server *srv, PGconn **conn, const char *sql, int n, const char *const *values,
-                  const int *lengths, const int *formats, int *rc)
+/* Sends what was queued (send() already called) and reads the answer by
+ * the deadline; see pg_exec. */
+static PGresult *await_result(const struct pg_server *srv, PGconn **conn, int64_t deadline, int *rc)
 {
     PGconn *c = *conn;
-    int64_t deadline = pg_now_ms() + srv->command_timeout_ms;
-    if (PQstatus(c) != CONNECTION_OK)
-        return fail_conn(srv, conn, rc, NULL);
-    if (PQsetnonblocking(c, 1) != 0 || !PQsendQueryParams(c, sql, n, NULL, values, lengths, formats, 0))
-        return fail_conn(srv, conn, rc, NULL);
     for (;;) {
         int f = PQflush(c);
         if (f < 0)
@@ -279,6 +275,48 @@ PGresult *pg_exec(const struct pg_server *srv, PGconn **conn, const char *sql, i
     }
     *rc = DLOCK_OK;
     return first;
+}
+
+static bool ready_to_send(PGconn *c)
+{
+    return PQstatus(c) == CONNECTION_OK && PQsetnonblocking(c, 1) == 0;
+}
+
+PGresult *pg_exec(const struct pg_server *srv, PGconn **conn, const char *sql, int n, const char *const *values,
+                  const int *lengths, const int *formats, int *rc)
+{
+    int64_t deadline = pg_now_ms() + srv->command_timeout_ms;
+    if (!ready_to_send(*conn) || !PQsendQueryParams(*conn, sql, n, NULL, values, lengths, formats, 0))
+        return fail_conn(srv, conn, rc, NULL);
+    return await_result(srv, conn, deadline, rc);
+}
+
+PGresult *pg_exec_prepared(const struct pg_server *srv, PGconn **conn, int which, int n, const char *const *values,
+                           const int *lengths, const int *formats, int *rc)
+{
+    char name[24];
+    snprintf(name, sizeof name, "dlock_%d", which);
+    int64_t deadline = pg_now_ms() + srv->command_timeout_ms;
+    for (int attempt = 0;; attempt++) {
+        if (!ready_to_send(*conn) || !PQsendQueryPrepared(*conn, name, n, values, lengths, formats, 0))
+            return fail_conn(srv, conn, rc, NULL);
+        PGresult *res = await_result(srv, conn, deadline, rc);
+        const char *state = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
+        /* 26000: not prepared on this connection yet. Preparing on demand
+         * (rather than at connect) also covers statements that name the
+         * lock table before it has been created. */
+        if (attempt > 0 || !state || strcmp(state, "26000") != 0)
+            return res;
+        PQclear(res);
+        if (!PQsendPrepare(*conn, name, srv->statements[which], n, NULL))
+            return fail_conn(srv, conn, rc, NULL);
+        res = await_result(srv, conn, deadline, rc);
+        if (!res)
+            return NULL;
+        if (PQresultStatus(res) != PGRES_COMMAND_OK)
+            return res; /* the statement itself is refused: report that */
+        PQclear(res);
+    }
 }
 
 int pg_result_check(const struct pg_server *srv, const PGresult *res, const char *what)
@@ -375,7 +413,7 @@ void pg_pool_put(struct pg_pool *pool, PGconn *conn)
     pthread_mutex_unlock(&pool->mu);
 }
 
-PGresult *pg_pool_exec(struct pg_pool *pool, const char *sql, int n, const char *const *values, const int *lengths,
+PGresult *pg_pool_exec(struct pg_pool *pool, int which, int n, const char *const *values, const int *lengths,
                        const int *formats, int *rc)
 {
     for (int attempt = 0; attempt < 2; attempt++) {
@@ -387,7 +425,7 @@ PGresult *pg_pool_exec(struct pg_pool *pool, const char *sql, int n, const char 
         if (*rc != DLOCK_OK)
             return NULL;
         int64_t t0 = pg_now_ms();
-        PGresult *res = pg_exec(pool->server, &conn, sql, n, values, lengths, formats, rc);
+        PGresult *res = pg_exec_prepared(pool->server, &conn, which, n, values, lengths, formats, rc);
         pg_pool_put(pool, conn);
         if (res)
             return res;

@@ -11,12 +11,14 @@
 #include <stdbool.h>
 
 #define PG_POOL_MAX 64
+#define PG_MAX_STATEMENTS 12
 
 struct pg_server {
     char *conninfo;             /* what PQconnectdb gets: a key=value string or a URI */
     int64_t connect_timeout_ms;
     int64_t command_timeout_ms; /* client deadline and the server's statement_timeout */
     char label[300];            /* "postgres 127.0.0.1:5432/db", for messages */
+    const char *statements[PG_MAX_STATEMENTS]; /* SQL of each prepared statement id */
 };
 
 /* Reads conninfo, or host/port/user/password/database, and the timeouts
@@ -56,10 +58,16 @@ void pg_pool_put(struct pg_pool *pool, PGconn *conn);
 PGresult *pg_exec(const struct pg_server *srv, PGconn **conn, const char *sql, int n, const char *const *values,
                   const int *lengths, const int *formats, int *rc);
 
-/* pg_exec on a pooled connection. A connection that turns out to be dead
+/* Runs prepared statement `which` (srv->statements[which]), preparing it
+ * on this connection the first time: the server parses and plans the lock
+ * statements once per connection, not once per call. Otherwise as pg_exec. */
+PGresult *pg_exec_prepared(const struct pg_server *srv, PGconn **conn, int which, int n, const char *const *values,
+                           const int *lengths, const int *formats, int *rc);
+
+/* pg_exec_prepared on a pooled connection. A connection that turns out to be dead
  * before anything was answered (an idle one the server closed) is
  * replaced and the statement sent once more. */
-PGresult *pg_pool_exec(struct pg_pool *pool, const char *sql, int n, const char *const *values, const int *lengths,
+PGresult *pg_pool_exec(struct pg_pool *pool, int which, int n, const char *const *values, const int *lengths,
                        const int *formats, int *rc);
 
 /* DLOCK_OK for a command or rows, else the SQL error as DLOCK_EUNAVAILABLE

@@ -51,15 +51,16 @@ int pg_sql_init(struct pg_sql *sql, const char *table)
     snprintf(sql->table, sizeof sql->table, "%s", table);
     /* The name is checked to be [A-Za-z0-9_]: quoting keeps its case. */
     const char *t = table;
-    sql->exists = format("SELECT to_regclass($1) IS NOT NULL, to_regclass($2) IS NOT NULL");
-    sql->create_table = format("CREATE TABLE IF NOT EXISTS \"%s\" (\n"
-                               "  name bytea PRIMARY KEY,\n"
-                               "  owner text,\n"
-                               "  fence bigint NOT NULL,\n"
-                               "  expires_at timestamptz NOT NULL)",
-                               t);
-    sql->create_sequence = format("CREATE SEQUENCE IF NOT EXISTS \"%s_fence\" AS bigint CACHE 1 NO CYCLE", t);
-    sql->acquire = format(
+    char **q = sql->text;
+    q[PG_EXISTS] = format("SELECT to_regclass($1) IS NOT NULL, to_regclass($2) IS NOT NULL");
+    q[PG_CREATE_TABLE] = format("CREATE TABLE IF NOT EXISTS \"%s\" (\n"
+                                "  name bytea PRIMARY KEY,\n"
+                                "  owner text,\n"
+                                "  fence bigint NOT NULL,\n"
+                                "  expires_at timestamptz NOT NULL)",
+                                t);
+    q[PG_CREATE_SEQUENCE] = format("CREATE SEQUENCE IF NOT EXISTS \"%s_fence\" AS bigint CACHE 1 NO CYCLE", t);
+    q[PG_ACQUIRE] = format(
         "WITH prev AS (SELECT expires_at FROM \"%s\" WHERE name = $1),\n"
         "up AS (INSERT INTO \"%s\" AS t (name, owner, fence, expires_at)\n"
         "  VALUES ($1, $2, 1, now() + $3::bigint * interval '1 millisecond')\n"
@@ -72,45 +73,41 @@ int pg_sql_init(struct pg_sql *sql, const char *table)
         "SELECT (SELECT fence FROM up),\n"
         "       (SELECT greatest(0, ceil(extract(epoch FROM expires_at - now()) * 1000))::bigint FROM prev)",
         t, t);
-    sql->renew = format("UPDATE \"%s\" SET expires_at = now() + $3::bigint * interval '1 millisecond'\n"
-                        "WHERE name = $1 AND owner = $2 AND expires_at >= now()",
-                        t);
-    sql->release = format("WITH r AS (UPDATE \"%s\" SET owner = NULL, expires_at = now()\n"
-                          "  WHERE name = $1 AND owner = $2 AND expires_at >= now() RETURNING 1)\n"
-                          "SELECT pg_notify($3, '') FROM r",
-                          t);
-    sql->status = format("SELECT owner, fence, greatest(0, ceil(extract(epoch FROM expires_at - now()) * 1000))::bigint,\n"
-                         "       owner IS NOT NULL AND expires_at >= now()\n"
-                         "FROM \"%s\" WHERE name = $1",
+    q[PG_RENEW] = format("UPDATE \"%s\" SET expires_at = now() + $3::bigint * interval '1 millisecond'\n"
+                         "WHERE name = $1 AND owner = $2 AND expires_at >= now()",
                          t);
-    /* The token is drawn after the advisory lock is granted, and the last
-     * holder drew its own before unlocking: a sequence without cache makes
-     * it strictly increasing across holders. */
-    sql->session_acquire = format("SELECT CASE WHEN pg_try_advisory_lock($1::bigint)\n"
-                                  "  THEN nextval('\"%s_fence\"') END",
-                                  t);
-    sql->session_release = format("SELECT pg_advisory_unlock($1::bigint), pg_notify($2, '')");
-    sql->session_status = format("SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 1\n"
-                                 "  AND granted AND ((classid::bigint << 32) | objid::bigint) = $1::bigint");
-    if (!sql->exists || !sql->create_table || !sql->create_sequence || !sql->acquire || !sql->renew ||
-        !sql->release || !sql->status || !sql->session_acquire || !sql->session_release || !sql->session_status) {
-        pg_sql_free(sql);
-        return dlock_seterr(DLOCK_ENOMEM, "postgres: out of memory");
-    }
+    q[PG_RELEASE] = format("WITH r AS (UPDATE \"%s\" SET owner = NULL, expires_at = now()\n"
+                           "  WHERE name = $1 AND owner = $2 AND expires_at >= now() RETURNING 1)\n"
+                           "SELECT pg_notify($3, '') FROM r",
+                           t);
+    q[PG_STATUS] = format("SELECT owner, fence, greatest(0, ceil(extract(epoch FROM expires_at - now()) * 1000))::bigint,\n"
+                          "       owner IS NOT NULL AND expires_at >= now()\n"
+                          "FROM \"%s\" WHERE name = $1",
+                          t);
+    q[PG_SESSION_ACQUIRE] = format("SELECT pg_try_advisory_lock($1::bigint)");
+    /* Drawn on demand, only while this session holds the lock: the last
+     * holder drew its own before unlocking, so with a sequence without
+     * cache the tokens of those who ask strictly increase. */
+    q[PG_SESSION_FENCE] = format("SELECT CASE WHEN EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory'\n"
+                                 "    AND pid = pg_backend_pid() AND objsubid = 1 AND granted\n"
+                                 "    AND ((classid::bigint << 32) | objid::bigint) = $1::bigint)\n"
+                                 "  THEN nextval('\"%s_fence\"') END",
+                                 t);
+    q[PG_SESSION_CHECK] = format("SELECT 1");
+    q[PG_SESSION_RELEASE] = format("SELECT pg_advisory_unlock($1::bigint), pg_notify($2, '')");
+    q[PG_SESSION_STATUS] = format("SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 1\n"
+                                  "  AND granted AND ((classid::bigint << 32) | objid::bigint) = $1::bigint");
+    for (int i = 0; i < PG_STATEMENT_COUNT; i++)
+        if (!q[i]) {
+            pg_sql_free(sql);
+            return dlock_seterr(DLOCK_ENOMEM, "postgres: out of memory");
+        }
     return DLOCK_OK;
 }
 
 void pg_sql_free(struct pg_sql *sql)
 {
-    free(sql->exists);
-    free(sql->create_table);
-    free(sql->create_sequence);
-    free(sql->acquire);
-    free(sql->renew);
-    free(sql->release);
-    free(sql->status);
-    free(sql->session_acquire);
-    free(sql->session_release);
-    free(sql->session_status);
+    for (int i = 0; i < PG_STATEMENT_COUNT; i++)
+        free(sql->text[i]);
     memset(sql, 0, sizeof *sql);
 }

@@ -8,20 +8,27 @@
 
 #define PG_TABLE_MAX 50
 
+enum pg_statement {
+    PG_EXISTS,           /* $1 table, $2 sequence (quoted, as text) -> two booleans */
+    PG_CREATE_TABLE,
+    PG_CREATE_SEQUENCE,
+    /* lease mode: $1 key (bytea), $2 owner, $3 lease ms */
+    PG_ACQUIRE,          /* -> (fence or NULL when busy, holder's ms left or NULL) */
+    PG_RENEW,            /* -> 1 row updated while still ours */
+    PG_RELEASE,          /* $3 channel -> one row when released */
+    PG_STATUS,           /* $1 key -> owner, fence, ms left, valid */
+    /* session mode: $1 advisory key (bigint) */
+    PG_SESSION_ACQUIRE,  /* -> granted? */
+    PG_SESSION_FENCE,    /* -> next fence while this session holds $1, else NULL */
+    PG_SESSION_CHECK,    /* -> a row while the session lives */
+    PG_SESSION_RELEASE,  /* $2 channel -> unlocked? */
+    PG_SESSION_STATUS,   /* -> holder backend pid, or no row */
+    PG_STATEMENT_COUNT
+};
+
 struct pg_sql {
     char table[PG_TABLE_MAX + 1];    /* as configured */
-    char *exists;         /* $1 table, $2 sequence (as text) -> two booleans */
-    char *create_table;
-    char *create_sequence;
-    /* lease mode: $1 key (bytea), $2 owner, $3 lease ms */
-    char *acquire;        /* -> (fence or NULL when busy, holder's ms left or NULL) */
-    char *renew;          /* -> command, 1 row updated when still ours */
-    char *release;        /* $3 channel -> one row when released */
-    char *status;         /* $1 key -> owner, fence, ms left, valid */
-    /* session mode: $1 advisory key (bigint) */
-    char *session_acquire; /* -> fence, or NULL when busy */
-    char *session_release; /* $2 channel -> unlocked? */
-    char *session_status;  /* -> holder backend pid, or no row */
+    char *text[PG_STATEMENT_COUNT];
 };
 
 /* True when name can be a table name here: 1..PG_TABLE_MAX letters, digits

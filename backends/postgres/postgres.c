@@ -10,10 +10,15 @@
  *
  * session: PostgreSQL's own advisory locks (pg_try_advisory_lock on a 64-bit
  *   digest of the name), held by one connection per client that carries
- *   every hold of that client. The hold lives exactly as long as that
+ *   every hold of that client. A fence is drawn from a sequence only when
+ *   the holder asks for one (dlock_fence), which keeps the lock itself as
+ *   cheap as the bare advisory lock. The hold lives exactly as long as that
  *   session: if the connection breaks or the backend is terminated, every
  *   hold taken on it is lost, and the next renewal (the watchdog's, at
  *   lease/3) reports it.
+ *
+ * Every statement is prepared once per connection (planning the upsert
+ * costs more than running it).
  *
  * Waiting, in both modes: a release sends NOTIFY on a channel derived from
  * the name. After a busy answer the waiter LISTENs on that channel on a
@@ -34,6 +39,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+_Static_assert(PG_STATEMENT_COUNT <= PG_MAX_STATEMENTS, "raise PG_MAX_STATEMENTS");
 
 struct pg_instance {
     struct pg_server server;
@@ -159,7 +166,7 @@ static int lease_try(struct pg_instance *inst, struct dlock_provider_lock *lk, s
     const char *values[3] = { pl->key, lk->owner, lease };
     int lengths[3] = { (int)pl->key_len, 0, 0 }, formats[3] = { 1, 0, 0 };
     int rc;
-    PGresult *res = pg_pool_exec(&inst->pool, inst->sql.acquire, 3, values, lengths, formats, &rc);
+    PGresult *res = pg_pool_exec(&inst->pool, PG_ACQUIRE, 3, values, lengths, formats, &rc);
     if (!res)
         return rc;
     rc = pg_result_check(&inst->server, res, "acquire");
@@ -186,7 +193,7 @@ static int lease_renew(struct pg_instance *inst, struct dlock_provider_lock *lk)
     const char *values[3] = { pl->key, lk->owner, lease };
     int lengths[3] = { (int)pl->key_len, 0, 0 }, formats[3] = { 1, 0, 0 };
     int rc;
-    PGresult *res = pg_pool_exec(&inst->pool, inst->sql.renew, 3, values, lengths, formats, &rc);
+    PGresult *res = pg_pool_exec(&inst->pool, PG_RENEW, 3, values, lengths, formats, &rc);
     if (!res)
         return rc;
     rc = pg_result_check(&inst->server, res, "renew");
@@ -203,7 +210,7 @@ static int lease_release(struct pg_instance *inst, struct dlock_provider_lock *l
     const char *values[3] = { pl->key, lk->owner, pl->channel };
     int lengths[3] = { (int)pl->key_len, 0, 0 }, formats[3] = { 1, 0, 0 };
     int rc;
-    PGresult *res = pg_pool_exec(&inst->pool, inst->sql.release, 3, values, lengths, formats, &rc);
+    PGresult *res = pg_pool_exec(&inst->pool, PG_RELEASE, 3, values, lengths, formats, &rc);
     if (!res)
         return rc;
     rc = pg_result_check(&inst->server, res, "release");
@@ -217,7 +224,7 @@ static int lease_release(struct pg_instance *inst, struct dlock_provider_lock *l
 
 /* Runs one statement on the holder connection (connecting it if needed),
  * under holder_mu. *generation gets the connection's generation. */
-static PGresult *holder_exec(struct pg_instance *inst, const char *sql, int n, const char *const *values,
+static PGresult *holder_exec(struct pg_instance *inst, int which, int n, const char *const *values,
                              uint64_t *generation, int *rc)
 {
     pthread_mutex_lock(&inst->holder_mu);
@@ -230,7 +237,7 @@ static PGresult *holder_exec(struct pg_instance *inst, const char *sql, int n, c
         inst->holder_generation++;
     }
     *generation = inst->holder_generation;
-    PGresult *res = pg_exec(&inst->server, &inst->holder, sql, n, values, NULL, NULL, rc);
+    PGresult *res = pg_exec_prepared(&inst->server, &inst->holder, which, n, values, NULL, NULL, rc);
     if (!inst->holder)
         dlock_provider_log(inst->log_handle, DLOCK_LOG_WARN,
                            "%s: the session holding this client's advisory locks ended: they are lost",
@@ -239,13 +246,15 @@ static PGresult *holder_exec(struct pg_instance *inst, const char *sql, int n, c
     return res;
 }
 
+static bool session_still_ours(struct pg_instance *inst, const struct pg_lock *pl);
+
 static int session_try(struct pg_instance *inst, struct dlock_provider_lock *lk, struct dlock_grant *g)
 {
     struct pg_lock *pl = lk->priv;
     const char *values[1] = { pl->advisory };
     uint64_t generation;
     int rc;
-    PGresult *res = holder_exec(inst, inst->sql.session_acquire, 1, values, &generation, &rc);
+    PGresult *res = holder_exec(inst, PG_SESSION_ACQUIRE, 1, values, &generation, &rc);
     if (!res)
         return rc;
     rc = pg_result_check(&inst->server, res, "pg_try_advisory_lock");
@@ -253,15 +262,36 @@ static int session_try(struct pg_instance *inst, struct dlock_provider_lock *lk,
         rc = dlock_seterr(DLOCK_EPROTOCOL, "%s: pg_try_advisory_lock returned %d rows", inst->server.label,
                           PQntuples(res));
     if (rc == DLOCK_OK) {
-        if (PQgetisnull(res, 0, 0)) {
+        if (strcmp(PQgetvalue(res, 0, 0), "t") != 0) {
             g->retry_hint_ms = -1;
             rc = DLOCK_EBUSY;
         } else {
-            g->fence = strtoull(PQgetvalue(res, 0, 0), NULL, 10);
-            g->has_fence = 1;
+            /* No fence yet: pg_fence draws one when the holder asks. */
             pl->generation = generation;
         }
     }
+    PQclear(res);
+    return rc;
+}
+
+/* Draws the hold's fencing token from the sequence, in one statement that
+ * also checks this session still holds the lock. */
+static int session_fence(struct pg_instance *inst, struct dlock_provider_lock *lk, uint64_t *out)
+{
+    struct pg_lock *pl = lk->priv;
+    if (!session_still_ours(inst, pl))
+        return dlock_seterr(DLOCK_ELOST, "%s: the session that held lock '%s' ended", inst->server.label, lk->name);
+    const char *values[1] = { pl->advisory };
+    uint64_t generation;
+    int rc;
+    PGresult *res = holder_exec(inst, PG_SESSION_FENCE, 1, values, &generation, &rc);
+    if (!res)
+        return rc;
+    rc = pg_result_check(&inst->server, res, "drawing a fence");
+    if (rc == DLOCK_OK && (generation != pl->generation || PQntuples(res) != 1 || PQgetisnull(res, 0, 0)))
+        rc = dlock_seterr(DLOCK_ELOST, "%s: the session no longer holds lock '%s'", inst->server.label, lk->name);
+    if (rc == DLOCK_OK)
+        *out = strtoull(PQgetvalue(res, 0, 0), NULL, 10);
     PQclear(res);
     return rc;
 }
@@ -284,7 +314,7 @@ static int session_renew(struct pg_instance *inst, struct dlock_provider_lock *l
      * taken from a live session by anyone else. */
     uint64_t generation;
     int rc;
-    PGresult *res = holder_exec(inst, "SELECT 1", 0, NULL, &generation, &rc);
+    PGresult *res = holder_exec(inst, PG_SESSION_CHECK, 0, NULL, &generation, &rc);
     if (res) {
         rc = pg_result_check(&inst->server, res, "session check");
         PQclear(res);
@@ -302,7 +332,7 @@ static int session_release(struct pg_instance *inst, struct dlock_provider_lock 
     const char *values[2] = { pl->advisory, pl->channel };
     uint64_t generation;
     int rc;
-    PGresult *res = holder_exec(inst, inst->sql.session_release, 2, values, &generation, &rc);
+    PGresult *res = holder_exec(inst, PG_SESSION_RELEASE, 2, values, &generation, &rc);
     if (!res)
         return rc == DLOCK_EUNAVAILABLE ? DLOCK_ENOTOWNER : rc; /* the session, and the lock, are gone */
     rc = pg_result_check(&inst->server, res, "pg_advisory_unlock");
@@ -356,6 +386,17 @@ static int pg_renew(void *instance, struct dlock_provider_lock *lk)
     if (rc != DLOCK_OK)
         return rc;
     return inst->session_mode ? session_renew(inst, lk) : lease_renew(inst, lk);
+}
+
+static int pg_fence(void *instance, struct dlock_provider_lock *lk, uint64_t *out)
+{
+    struct pg_instance *inst = instance;
+    int rc = ensure_key(inst, lk);
+    if (rc != DLOCK_OK)
+        return rc;
+    if (!inst->session_mode) /* lease mode: acquire always returns the row's fence */
+        return dlock_seterr(DLOCK_EINTERNAL, "postgres: a lease-mode hold without a fence");
+    return session_fence(inst, lk, out);
 }
 
 static int pg_wait(void *instance, struct dlock_provider_lock *lk, int64_t timeout_ms, int wake_fd)
@@ -424,7 +465,7 @@ static int pg_status(struct pg_instance *inst, struct dlock_ctl_status *arg)
     PGresult *res;
     if (inst->session_mode) {
         const char *values[1] = { pl.advisory };
-        res = pg_pool_exec(&inst->pool, inst->sql.session_status, 1, values, NULL, NULL, &rc);
+        res = pg_pool_exec(&inst->pool, PG_SESSION_STATUS, 1, values, NULL, NULL, &rc);
         if (res && (rc = pg_result_check(&inst->server, res, "status")) == DLOCK_OK && PQntuples(res) > 0) {
             out->held = 1;
             snprintf(out->holder, sizeof out->holder, "server backend pid %s", PQgetvalue(res, 0, 0));
@@ -432,7 +473,7 @@ static int pg_status(struct pg_instance *inst, struct dlock_ctl_status *arg)
     } else {
         const char *values[1] = { pl.key };
         int lengths[1] = { (int)pl.key_len }, formats[1] = { 1 };
-        res = pg_pool_exec(&inst->pool, inst->sql.status, 1, values, lengths, formats, &rc);
+        res = pg_pool_exec(&inst->pool, PG_STATUS, 1, values, lengths, formats, &rc);
         if (res && (rc = pg_result_check(&inst->server, res, "status")) == DLOCK_OK && PQntuples(res) > 0) {
             out->fence = strtoull(PQgetvalue(res, 0, 1), NULL, 10);
             if (strcmp(PQgetvalue(res, 0, 3), "t") == 0) {
@@ -462,7 +503,7 @@ static int prepare_schema(struct pg_instance *inst, bool create)
     snprintf(sequence, sizeof sequence, "\"%s_fence\"", inst->sql.table);
     const char *values[2] = { table, sequence };
     int rc;
-    PGresult *res = pg_pool_exec(&inst->pool, inst->sql.exists, 2, values, NULL, NULL, &rc);
+    PGresult *res = pg_pool_exec(&inst->pool, PG_EXISTS, 2, values, NULL, NULL, &rc);
     if (!res)
         return rc;
     rc = pg_result_check(&inst->server, res, "looking for the lock table");
@@ -476,17 +517,18 @@ static int prepare_schema(struct pg_instance *inst, bool create)
                             "%s: table \"%s\" or sequence \"%s_fence\" is missing and postgres.create_table is false: "
                             "create them with the DDL in dlock.conf(5)",
                             inst->server.label, inst->sql.table, inst->sql.table);
-    const char *ddl[2] = { have_table ? NULL : inst->sql.create_table,
-                           have_sequence ? NULL : inst->sql.create_sequence };
+    const int ddl[2] = { have_table ? -1 : PG_CREATE_TABLE, have_sequence ? -1 : PG_CREATE_SEQUENCE };
     for (int i = 0; i < 2 && rc == DLOCK_OK; i++) {
-        if (!ddl[i])
+        if (ddl[i] < 0)
             continue;
         res = pg_pool_exec(&inst->pool, ddl[i], 0, NULL, NULL, NULL, &rc);
         if (!res)
             break;
         const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
-        /* Two processes creating it at once: the loser sees a duplicate. */
-        bool raced = state && (strcmp(state, "23505") == 0 || strcmp(state, "42P07") == 0);
+        /* Two processes creating it at once: the loser sees a duplicate
+         * (of the row in pg_type, of the relation, or of the type). */
+        bool raced = state && (strcmp(state, "23505") == 0 || strcmp(state, "42P07") == 0 ||
+                               strcmp(state, "42710") == 0);
         if (!raced)
             rc = pg_result_check(&inst->server, res, i == 0 ? "CREATE TABLE" : "CREATE SEQUENCE");
         PQclear(res);
@@ -546,6 +588,8 @@ static int pg_open(void **instance, const struct dlock_provider_env *env)
     pg_pool_init(&inst->pool, &inst->server, (int)pool_size);
     pg_pool_init(&inst->listeners, &inst->server, PG_POOL_MAX);
     rc = pg_sql_init(&inst->sql, table);
+    for (int i = 0; rc == DLOCK_OK && i < PG_STATEMENT_COUNT; i++)
+        inst->server.statements[i] = inst->sql.text[i];
     /* Connect now, so a wrong address or password is reported at open, and
      * make sure the table exists. */
     if (rc == DLOCK_OK)
@@ -572,6 +616,7 @@ static const struct dlock_provider pg_provider = {
     .acquire = pg_acquire,
     .release = pg_release,
     .renew = pg_renew,
+    .fence = pg_fence,
     .wait = pg_wait,
     .lock_fini = pg_lock_fini,
     .ctl = pg_ctl,

@@ -48,6 +48,9 @@ void run_many_locks(const struct bench_config *cfg);
  * library is compared with. They return false when the backend has none. */
 bool run_baseline_uncontended(const struct bench_config *cfg, int64_t *samples);
 bool run_baseline_many_locks(const struct bench_config *cfg);
+/* The SQL backends' plain loops (bench_sql_baselines.c); false for other
+ * backends or when this dlock-bench was built without that client. */
+bool run_sql_baseline_uncontended(const struct bench_config *cfg, int64_t *samples);
 /* Commands the Redis server of cfg has been sent so far, -1 if not Redis. */
 long long redis_commands_sent(const struct bench_config *cfg);
 

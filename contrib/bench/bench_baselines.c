@@ -4,7 +4,8 @@
  *
  *   redis  SET k token NX PX 30000 + EVALSHA compare-and-delete, one
  *          connection; K single-lock EVALSHA renewals in one pipeline
- *   local  fcntl(F_OFD_SETLK) write lock + unlock on one file */
+ *   local  fcntl(F_OFD_SETLK) write lock + unlock on one file
+ * and those of the SQL backends in bench_sql_baselines.c. */
 #include "config.h"
 
 #include "bench.h"
@@ -177,7 +178,7 @@ bool run_baseline_uncontended(const struct bench_config *cfg, int64_t *samples)
         return redis_set_nx_loop(cfg, samples);
     if (!strcmp(cfg->backend, "local"))
         return local_fcntl_loop(cfg, samples);
-    return false;
+    return run_sql_baseline_uncontended(cfg, samples);
 }
 
 bool run_baseline_many_locks(const struct bench_config *cfg)

@@ -4,7 +4,7 @@
 . "${DLOCK_TEST_SRCDIR:-$(dirname "$0")/..}/cli/lib.sh"
 STEP=${DLOCK_TEST_SRCDIR:-$(dirname "$0")/..}/cli/counter_step.sh
 command -v redis-server > /dev/null || { not_ok "redis-server is not installed"; finish; exit 1; }
-port=$(( 20000 + $$ % 20000 ))
+port=$(( 20000 + $$ % 12000 )) # below the ephemeral port range
 redis-server --port $port --bind 127.0.0.1 --dir "$T" --save '' --appendonly no --daemonize yes \
     --pidfile "$T/redis.pid" --logfile "$T/redis.log" || { not_ok "redis-server did not start"; finish; exit 1; }
 for _ in $(seq 1 100); do

@@ -3,9 +3,11 @@
 
 #include <dirent.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static const char *srcdir(void)
@@ -21,18 +23,27 @@ int test_service_start(struct test_service *s)
         perror("mkdtemp");
         return -1;
     }
-    if (!s->port)
-        s->port = 30000 + (int)(getpid() % 20000);
-    char cmd[512];
-    snprintf(cmd, sizeof cmd, "sh '%s/support/%s.sh' start '%s' %d", srcdir(), s->script, s->dir, s->port);
-    FILE *p = popen(cmd, "r");
-    if (!p) {
-        perror("popen");
-        return -1;
-    }
+    chmod(s->dir, 0755); /* PostgreSQL runs as its own user when we are root */
+    /* Below the kernel's ephemeral range (32768 up), so that no client
+     * socket of this machine can be sitting on the port; a port that is
+     * taken anyway is retried with the next candidate. */
+    bool chosen = s->port != 0;
+    int got = 0, status = -1;
     long pid = 0;
-    int got = fscanf(p, "%ld", &pid);
-    int status = pclose(p);
+    char cmd[512];
+    for (int attempt = 0; attempt < (chosen ? 1 : 4) && (got != 1 || status != 0 || pid <= 0); attempt++) {
+        if (!chosen)
+            s->port = 20000 + (int)((getpid() * 7 + attempt * 1009) % 12000);
+        snprintf(s->data, sizeof s->data, "%s/%d", s->dir, attempt);
+        snprintf(cmd, sizeof cmd, "sh '%s/support/%s.sh' start '%s' %d", srcdir(), s->script, s->data, s->port);
+        FILE *p = popen(cmd, "r");
+        if (!p) {
+            perror("popen");
+            return -1;
+        }
+        got = fscanf(p, "%ld", &pid);
+        status = pclose(p);
+    }
     if (got != 1 || status != 0 || pid <= 0) {
         fprintf(stderr, "test: %s did not start (%s)\n", s->script, cmd);
         snprintf(cmd, sizeof cmd, "rm -rf '%s'", s->dir);
@@ -49,7 +60,7 @@ void test_service_stop(struct test_service *s)
     if (!s->pid)
         return;
     char cmd[512];
-    snprintf(cmd, sizeof cmd, "sh '%s/support/%s.sh' stop '%s'; rm -rf '%s'", srcdir(), s->script, s->dir, s->dir);
+    snprintf(cmd, sizeof cmd, "sh '%s/support/%s.sh' stop '%s'; rm -rf '%s'", srcdir(), s->script, s->data, s->dir);
     if (system(cmd) != 0)
         fprintf(stderr, "test: stopping %s failed\n", s->script);
     s->pid = 0;

@@ -9,7 +9,8 @@
 
 struct test_service {
     const char *script;     /* "postgres" or "mariadb" */
-    char dir[128];
+    char dir[128];          /* the temp dir, removed at stop */
+    char data[160];         /* the server's own dir inside it */
     int port;
     pid_t pid;
 };
