@@ -11,7 +11,7 @@
 #include <stdbool.h>
 
 #define PG_POOL_MAX 64
-#define PG_MAX_STATEMENTS 12
+#define PG_MAX_STATEMENTS 16
 
 struct pg_server {
     char *conninfo;             /* what PQconnectdb gets: a key=value string or a URI */

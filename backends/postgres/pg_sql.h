@@ -13,6 +13,7 @@ enum pg_statement {
     PG_CREATE_TABLE,
     PG_CREATE_SEQUENCE,
     /* lease mode: $1 key (bytea), $2 owner, $3 lease ms */
+    PG_TAKE,             /* the fast path: -> fence when the existing row was taken, else no row */
     PG_ACQUIRE,          /* -> (fence or NULL when busy, holder's ms left or NULL) */
     PG_RENEW,            /* -> 1 row updated while still ours */
     PG_RELEASE,          /* $3 channel -> one row when released */

@@ -61,6 +61,7 @@ struct pg_lock {
     char channel[24];            /* "dlock_" + 16 hex digits */
     char advisory[24];           /* the session-mode key, as decimal text */
     PGconn *listener;            /* while LISTENing on channel */
+    bool last_busy;              /* the last attempt found the lock held */
     uint64_t generation;         /* session mode: holder connection the hold was taken on */
 };
 
@@ -166,7 +167,24 @@ static int lease_try(struct pg_instance *inst, struct dlock_provider_lock *lk, s
     const char *values[3] = { pl->key, lk->owner, lease };
     int lengths[3] = { (int)pl->key_len, 0, 0 }, formats[3] = { 1, 0, 0 };
     int rc;
-    PGresult *res = pg_pool_exec(&inst->pool, PG_ACQUIRE, 3, values, lengths, formats, &rc);
+    PGresult *res;
+    if (!pl->last_busy) {
+        /* Fast path: take the existing row. No row back means it is held
+         * or does not exist yet; the upsert below tells which. */
+        res = pg_pool_exec(&inst->pool, PG_TAKE, 3, values, lengths, formats, &rc);
+        if (!res)
+            return rc;
+        rc = pg_result_check(&inst->server, res, "acquire");
+        if (rc == DLOCK_OK && PQntuples(res) == 1) {
+            g->fence = strtoull(PQgetvalue(res, 0, 0), NULL, 10);
+            g->has_fence = 1;
+        }
+        bool done = rc != DLOCK_OK || PQntuples(res) == 1;
+        PQclear(res);
+        if (done)
+            return rc;
+    }
+    res = pg_pool_exec(&inst->pool, PG_ACQUIRE, 3, values, lengths, formats, &rc);
     if (!res)
         return rc;
     rc = pg_result_check(&inst->server, res, "acquire");
@@ -181,6 +199,9 @@ static int lease_try(struct pg_instance *inst, struct dlock_provider_lock *lk, s
             rc = DLOCK_EBUSY;
         }
     }
+    /* While contended, go straight to the statement that reports the
+     * holder's remaining lease. */
+    pl->last_busy = rc == DLOCK_EBUSY;
     PQclear(res);
     return rc;
 }
