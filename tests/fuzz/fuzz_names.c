@@ -7,10 +7,15 @@
  *          a file);
  *   redis: a key with exactly one hash tag, which decodes back to the name
  *          (so every key of a lock shares one slot, and two names never
- *          share a key). */
+ *          share a key);
+ *   postgres, mysql: the row key is the name's bytes themselves (a bound
+ *          parameter); the digest that names the channel, advisory key and
+ *          GET_LOCK name is 16 lowercase hex digits (a safe identifier),
+ *          stable, and depends on every byte. */
 #include "config.h"
 
 #include "../../core/internal.h"
+#include "../../backends/common/name_digest.h"
 #include "../../backends/redis/redis_keys.h"
 
 #include <limits.h>
@@ -75,11 +80,34 @@ static void check_redis(const char *name, size_t len)
     free(key);
 }
 
+static void check_digest(const char *name, size_t len)
+{
+    char hex[17], again[17];
+    memset(hex, 0x7f, sizeof hex);
+    uint64_t d = dlock_name_digest("dlock:", 6, name, len);
+    dlock_name_digest_hex(d, hex);
+    if (strlen(hex) != 16 || strspn(hex, "0123456789abcdef") != 16)
+        abort();
+    /* The prefix and the name are one byte string: where it splits does
+     * not matter, so the same key always gets the same digest. */
+    char key[6 + DLOCK_NAME_MAX];
+    memcpy(key, "dlock:", 6);
+    memcpy(key + 6, name, len);
+    dlock_name_digest_hex(dlock_name_digest(key, 6 + len, NULL, 0), again);
+    if (strcmp(hex, again) != 0)
+        abort();
+    /* Flipping any one byte changes it (FNV-1a is a bijection per byte). */
+    key[6 + len - 1] ^= 1;
+    if (dlock_name_digest(key, 6 + len, NULL, 0) == d)
+        abort();
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size == 0 || size > DLOCK_NAME_MAX || memchr(data, 0, size))
         return 0; /* not a lock name: dlock_lock_new refuses these */
     check_local((const char *)data, size);
     check_redis((const char *)data, size);
+    check_digest((const char *)data, size);
     return 0;
 }

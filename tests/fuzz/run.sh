@@ -23,7 +23,7 @@ status=0
 for target in config names; do
     log=$out/fuzz_$target.log
     extra=
-    [ $target = names ] && extra=$top/backends/redis/redis_keys.c
+    [ $target = names ] && extra="$top/backends/redis/redis_keys.c $top/backends/common/name_digest.c"
     # shellcheck disable=SC2086
     if ! clang $cflags -o "$out/fuzz_$target" "$top/tests/fuzz/fuzz_$target.c" $core \
             "$top/backends/local/local.c" $extra $libs > "$log" 2>&1; then
