@@ -10,8 +10,8 @@ top=$(pwd)
 # Build tools, libraries, the test framework and checkers, and the servers
 # the backend tests start (each on a private port, stopped by PID).
 PACKAGES="build-essential pkg-config autoconf automake libtool libconfig-dev libcmocka-dev
-libhiredis-dev libpq-dev libmariadb-dev valgrind clang libclang-rt-14-dev redis-server redis-tools
-postgresql mariadb-server gnuplot-nox"
+libhiredis-dev libpq-dev libmariadb-dev libzookeeper-mt-dev valgrind clang libclang-rt-14-dev redis-server
+redis-tools postgresql mariadb-server libzookeeper-java openjdk-17-jre-headless gnuplot-nox"
 
 missing=""
 for p in $PACKAGES; do

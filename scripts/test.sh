@@ -15,7 +15,7 @@ run_suite() { # builddir configure-options...
 }
 # Every backend this tree has is required here (=yes): a missing dependency
 # must fail the run, not quietly drop that backend's tests as =auto would.
-BACKENDS="--with-redis=yes --with-postgres=yes --with-mysql=yes"
+BACKENDS="--with-redis=yes --with-postgres=yes --with-mysql=yes --with-zookeeper=yes"
 run_suite build $BACKENDS
 run_suite build-asan $BACKENDS --enable-sanitizers=address,undefined
 # Tests fork children that open their own clients while the parent has

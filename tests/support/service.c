@@ -35,7 +35,8 @@ int test_service_start(struct test_service *s)
         if (!chosen)
             s->port = 20000 + (int)((getpid() * 7 + attempt * 1009) % 12000);
         snprintf(s->data, sizeof s->data, "%s/%d", s->dir, attempt);
-        snprintf(cmd, sizeof cmd, "sh '%s/support/%s.sh' start '%s' %d", srcdir(), s->script, s->data, s->port);
+        snprintf(cmd, sizeof cmd, "bash '%s/support/%s.sh' start '%s' %d %d", srcdir(), s->script, s->data, s->port,
+                 s->nodes > 0 ? s->nodes : 1);
         FILE *p = popen(cmd, "r");
         if (!p) {
             perror("popen");
@@ -60,7 +61,7 @@ void test_service_stop(struct test_service *s)
     if (!s->pid)
         return;
     char cmd[512];
-    snprintf(cmd, sizeof cmd, "sh '%s/support/%s.sh' stop '%s'; rm -rf '%s'", srcdir(), s->script, s->data, s->dir);
+    snprintf(cmd, sizeof cmd, "bash '%s/support/%s.sh' stop '%s'; rm -rf '%s'", srcdir(), s->script, s->data, s->dir);
     if (system(cmd) != 0)
         fprintf(stderr, "test: stopping %s failed\n", s->script);
     s->pid = 0;

@@ -8,11 +8,12 @@
 #include <sys/types.h>
 
 struct test_service {
-    const char *script;     /* "postgres" or "mariadb" */
+    const char *script;     /* "postgres", "mariadb" or "zookeeper" */
+    int nodes;              /* servers to start where the script can (0: 1) */
     char dir[128];          /* the temp dir, removed at stop */
     char data[160];         /* the server's own dir inside it */
     int port;
-    pid_t pid;
+    pid_t pid;              /* the first server's */
 };
 
 /* Starts it; port 0 picks one from the process id. 0, or -1 with the

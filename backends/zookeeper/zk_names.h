@@ -1,0 +1,30 @@
+/* backends/zookeeper/zk_names.h - where a lock lives in the ZooKeeper tree.
+ *
+ * A lock NAME is the parent node <root>/<escaped NAME>; each contender adds
+ * an ephemeral sequential child "<owner tag>-lock-<10 digits>" under it.
+ * The escape keeps [A-Za-z0-9_-] and writes every other byte as %XX, so a
+ * name can never add a path level, be "." or "..", or hold a byte ZooKeeper
+ * refuses; it is reversible, so two names never share a parent. The owner
+ * tag is the owner id with ':' as '_': a contender recognises its own node
+ * by it (after a create whose reply was lost) and never touches another's. */
+#ifndef DLOCK_ZK_NAMES_H
+#define DLOCK_ZK_NAMES_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* A malloc'ed "<root>/<escaped name>", or NULL when out of memory. */
+char *zk_parent_path(const char *root, const char *name, size_t name_len);
+
+/* Writes "<owner tag>-lock-" into out (size bytes); false if it does not fit. */
+bool zk_node_prefix(const char *owner, char *out, size_t size);
+
+/* The sequence number of a child name "...-lock-NNNNNNNNNN", or -1. */
+int64_t zk_sequence_of(const char *child);
+
+/* True when root is an absolute ZooKeeper path without a trailing '/',
+ * empty components, "." or ".." components. */
+bool zk_valid_root(const char *root);
+
+#endif

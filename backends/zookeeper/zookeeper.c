@@ -1,0 +1,639 @@
+/* backends/zookeeper/zookeeper.c - the zookeeper backend module
+ * (dlock_zookeeper.so), over the multi-threaded C client.
+ *
+ * The lock recipe (ZooKeeper's own, as Curator's InterProcessMutex): a
+ * contender creates an ephemeral sequential node under the lock's parent
+ * (zk_names.h) holding its owner id; the lowest sequence holds the lock; a
+ * waiter watches only the node just before its own, so a release wakes one
+ * waiter, not all (no herd), and grants go in arrival order (fair). The
+ * holder's node's czxid is the fencing token: zxids are assigned by the
+ * leader in one total order, so a later holder, whose node was created
+ * after the earlier holder's, always has a larger one.
+ *
+ * The hold lives as long as the session (zk_session.h), whose timeout is
+ * the lease: if the holder dies or is cut off, the server deletes its node
+ * when the session expires. A renewal checks the node is still ours;
+ * connection loss answers "unavailable" (suspended: the core's validity
+ * keeps counting down from the last renewal) and an expired session "lost".
+ *
+ * A contender only ever deletes a node that carries its own owner tag, and
+ * one whose create may have happened without a reply (connection loss) is
+ * found again by that tag, or remembered and deleted later: no orphan of
+ * ours is left queued in front of everyone else. */
+#include "config.h"
+
+#include "zk_names.h"
+#include "zk_session.h"
+
+#include <dlock/provider.h>
+#include <errno.h>
+#include <limits.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#define ZK_PATH_MAX 2048
+
+/* A node of ours that may exist without our knowing its name: every child
+ * of parent that starts with prefix, other than one we hold, is deleted at
+ * the next chance. */
+struct zk_orphan {
+    struct zk_orphan *next;
+    char *parent;
+    char prefix[128];
+};
+
+struct zk_instance {
+    struct zk_session session;
+    char root[256];
+    bool root_ready;                 /* the root's path exists */
+    struct ACL_vector *acl;          /* for the nodes we create */
+    struct ACL_vector creator_acl;
+    struct ACL creator_entry;
+    pthread_mutex_t orphan_mu;
+    struct zk_orphan *orphans;
+    void *log_handle;
+};
+
+struct zk_lock {
+    char *parent;                    /* <root>/<escaped name> */
+    char *node;                      /* our node while queued or holding */
+    uint64_t generation;             /* the session that created node */
+    int64_t czxid;                   /* node's creation zxid: the fence */
+    char prefix[128];                /* "<owner tag>-lock-" of node */
+    char *predecessor;               /* while busy: the node to wait for */
+    int notify_fd;                   /* eventfd + 1 once created */
+};
+
+static const struct dlock_setting_spec zk_settings[] = {
+    { "hosts", DLOCK_SETTING_STRING, 0, 0 },
+    { "root", DLOCK_SETTING_STRING, 0, 0 },
+    { "session_timeout_ms", DLOCK_SETTING_INT, 100, 600000 },
+    { "connect_timeout_ms", DLOCK_SETTING_INT, 100, 600000 },
+    { "auth", DLOCK_SETTING_STRING, 0, 0 },
+    { NULL, 0, 0, 0 },
+};
+
+/* ---- small helpers --------------------------------------------------------------------- */
+
+static char *join(const char *a, const char *b)
+{
+    size_t la = strlen(a), lb = strlen(b);
+    char *out = malloc(la + 1 + lb + 1);
+    if (out) {
+        memcpy(out, a, la);
+        out[la] = '/';
+        memcpy(out + la + 1, b, lb + 1);
+    }
+    return out;
+}
+
+static void forget_node(struct zk_lock *zl)
+{
+    free(zl->node);
+    zl->node = NULL;
+    free(zl->predecessor);
+    zl->predecessor = NULL;
+}
+
+static void add_orphan(struct zk_instance *inst, const char *parent, const char *prefix)
+{
+    struct zk_orphan *o = calloc(1, sizeof *o);
+    if (!o || !(o->parent = strdup(parent))) {
+        free(o);
+        return; /* the session's end will still remove it */
+    }
+    snprintf(o->prefix, sizeof o->prefix, "%s", prefix);
+    pthread_mutex_lock(&inst->orphan_mu);
+    o->next = inst->orphans;
+    inst->orphans = o;
+    pthread_mutex_unlock(&inst->orphan_mu);
+}
+
+/* Deletes remembered orphans; keeps those it could not reach. */
+static void sweep_orphans(struct zk_instance *inst, zhandle_t *zh)
+{
+    pthread_mutex_lock(&inst->orphan_mu);
+    struct zk_orphan *list = inst->orphans;
+    inst->orphans = NULL;
+    pthread_mutex_unlock(&inst->orphan_mu);
+    while (list) {
+        struct zk_orphan *o = list;
+        list = o->next;
+        struct String_vector children = { 0, NULL };
+        int zrc = zoo_get_children(zh, o->parent, 0, &children);
+        bool done = zrc == ZOK || zrc == ZNONODE;
+        for (int i = 0; zrc == ZOK && i < children.count; i++) {
+            if (strncmp(children.data[i], o->prefix, strlen(o->prefix)) != 0)
+                continue;
+            char *path = join(o->parent, children.data[i]);
+            int drc = path ? zoo_delete(zh, path, -1) : ZSYSTEMERROR;
+            done &= drc == ZOK || drc == ZNONODE;
+            free(path);
+        }
+        deallocate_String_vector(&children);
+        if (done) {
+            free(o->parent);
+            free(o);
+        } else {
+            pthread_mutex_lock(&inst->orphan_mu);
+            o->next = inst->orphans;
+            inst->orphans = o;
+            pthread_mutex_unlock(&inst->orphan_mu);
+        }
+    }
+}
+
+/* ---- the tree --------------------------------------------------------------------------- */
+
+/* Creates every level of the root that is missing (persistent nodes). */
+static int ensure_root(struct zk_instance *inst, zhandle_t *zh)
+{
+    if (inst->root_ready)
+        return DLOCK_OK;
+    char path[sizeof inst->root];
+    for (const char *p = inst->root + 1;; p++) {
+        if (*p != '/' && *p != '\0')
+            continue;
+        size_t n = (size_t)(p - inst->root);
+        memcpy(path, inst->root, n);
+        path[n] = '\0';
+        int zrc = zoo_create(zh, path, NULL, -1, inst->acl, ZOO_PERSISTENT, NULL, 0);
+        if (zrc != ZOK && zrc != ZNODEEXISTS)
+            return zk_error(&inst->session, zrc, "creating", path);
+        if (*p == '\0')
+            break;
+    }
+    inst->root_ready = true;
+    return DLOCK_OK;
+}
+
+/* The lock's parent, a container node: the server removes it once its last
+ * child is gone, so the names of past locks do not pile up. */
+static int ensure_parent(struct zk_instance *inst, zhandle_t *zh, const char *parent)
+{
+    int rc = ensure_root(inst, zh);
+    if (rc != DLOCK_OK)
+        return rc;
+    int zrc = zoo_create(zh, parent, NULL, -1, inst->acl, ZOO_CONTAINER, NULL, 0);
+    if (zrc == ZNONODE) { /* the root was removed behind our back */
+        inst->root_ready = false;
+        if ((rc = ensure_root(inst, zh)) != DLOCK_OK)
+            return rc;
+        zrc = zoo_create(zh, parent, NULL, -1, inst->acl, ZOO_CONTAINER, NULL, 0);
+    }
+    if (zrc != ZOK && zrc != ZNODEEXISTS)
+        return zk_error(&inst->session, zrc, "creating", parent);
+    return DLOCK_OK;
+}
+
+/* Finds our node among the parent's children after a create whose answer
+ * was lost. DLOCK_OK with zl->node set, DLOCK_OK with it NULL (not there),
+ * or a failure. */
+static int find_own_node(struct zk_instance *inst, zhandle_t *zh, struct zk_lock *zl)
+{
+    struct String_vector children = { 0, NULL };
+    int zrc = zoo_get_children(zh, zl->parent, 0, &children);
+    if (zrc == ZNONODE)
+        return DLOCK_OK;
+    if (zrc != ZOK)
+        return zk_error(&inst->session, zrc, "listing", zl->parent);
+    int rc = DLOCK_OK;
+    for (int i = 0; i < children.count && !zl->node; i++) {
+        if (strncmp(children.data[i], zl->prefix, strlen(zl->prefix)) != 0)
+            continue;
+        zl->node = join(zl->parent, children.data[i]);
+        struct Stat st;
+        if (!zl->node)
+            rc = dlock_seterr(DLOCK_ENOMEM, "zookeeper: out of memory");
+        else if ((zrc = zoo_exists(zh, zl->node, 0, &st)) == ZOK)
+            zl->czxid = st.czxid;
+        else
+            forget_node(zl);
+    }
+    deallocate_String_vector(&children);
+    return rc;
+}
+
+/* Queues the owner: creates its ephemeral sequential node. */
+static int create_own_node(struct zk_instance *inst, zhandle_t *zh, struct dlock_provider_lock *lk)
+{
+    struct zk_lock *zl = lk->priv;
+    if (!zk_node_prefix(lk->owner, zl->prefix, sizeof zl->prefix))
+        return dlock_seterr(DLOCK_EINTERNAL, "zookeeper: owner id too long");
+    char *path = join(zl->parent, zl->prefix);
+    char created[ZK_PATH_MAX];
+    if (!path)
+        return dlock_seterr(DLOCK_ENOMEM, "zookeeper: out of memory");
+    int rc = DLOCK_OK;
+    for (int attempt = 0; attempt < 3; attempt++) {
+        struct Stat st;
+        int zrc = zoo_create2(zh, path, lk->owner, (int)strlen(lk->owner), inst->acl, ZOO_EPHEMERAL_SEQUENTIAL,
+                              created, sizeof created, &st);
+        if (zrc == ZOK) {
+            zl->node = strdup(created);
+            zl->czxid = st.czxid;
+            rc = zl->node ? DLOCK_OK : dlock_seterr(DLOCK_ENOMEM, "zookeeper: out of memory");
+            break;
+        }
+        if (zrc == ZNONODE) { /* no parent yet, or the container was just reaped */
+            if ((rc = ensure_parent(inst, zh, zl->parent)) != DLOCK_OK)
+                break;
+            continue;
+        }
+        rc = zk_error(&inst->session, zrc, "creating a node under", zl->parent);
+        if (zrc == ZCONNECTIONLOSS || zrc == ZOPERATIONTIMEOUT) {
+            /* It may have been created: look for it by our tag, and if it
+             * cannot be found now, delete it later. */
+            if (find_own_node(inst, zh, zl) != DLOCK_OK || !zl->node)
+                add_orphan(inst, zl->parent, zl->prefix);
+            else
+                rc = DLOCK_OK;
+        }
+        break;
+    }
+    free(path);
+    return rc;
+}
+
+/* Leaves the queue (or gives up the hold): deletes our node, or remembers
+ * it when the server cannot be told now. */
+static int delete_own_node(struct zk_instance *inst, zhandle_t *zh, struct zk_lock *zl)
+{
+    if (!zl->node)
+        return DLOCK_ENOTOWNER;
+    int zrc = zoo_delete(zh, zl->node, -1);
+    int rc = zrc == ZOK ? DLOCK_OK : zrc == ZNONODE ? DLOCK_ENOTOWNER : zk_error(&inst->session, zrc, "deleting", zl->node);
+    if (rc == DLOCK_EUNAVAILABLE)
+        add_orphan(inst, zl->parent, zl->prefix);
+    forget_node(zl);
+    return rc;
+}
+
+/* ---- the provider ---------------------------------------------------------------------- */
+
+static int ensure_names(struct zk_instance *inst, struct dlock_provider_lock *lk)
+{
+    struct zk_lock *zl = lk->priv;
+    if (!zl->parent && !(zl->parent = zk_parent_path(inst->root, lk->name, lk->name_len)))
+        return dlock_seterr(DLOCK_ENOMEM, "zookeeper: out of memory");
+    return DLOCK_OK;
+}
+
+/* Where our node stands: DLOCK_OK (lowest: we hold it), DLOCK_EBUSY with
+ * zl->predecessor set, DLOCK_ENOTOWNER (our node is gone), or a failure. */
+static int standing(struct zk_instance *inst, zhandle_t *zh, struct zk_lock *zl)
+{
+    struct String_vector children = { 0, NULL };
+    int zrc = zoo_get_children(zh, zl->parent, 0, &children);
+    if (zrc != ZOK)
+        return zrc == ZNONODE ? DLOCK_ENOTOWNER : zk_error(&inst->session, zrc, "listing", zl->parent);
+    const char *own = strrchr(zl->node, '/') + 1;
+    int64_t own_seq = zk_sequence_of(own), best_below = -1;
+    const char *pred = NULL;
+    bool found = false;
+    for (int i = 0; i < children.count; i++) {
+        int64_t seq = zk_sequence_of(children.data[i]);
+        if (strcmp(children.data[i], own) == 0)
+            found = true;
+        else if (seq >= 0 && seq < own_seq && seq > best_below) {
+            best_below = seq;
+            pred = children.data[i];
+        }
+    }
+    int rc = !found ? DLOCK_ENOTOWNER : pred ? DLOCK_EBUSY : DLOCK_OK;
+    free(zl->predecessor);
+    zl->predecessor = NULL;
+    if (rc == DLOCK_EBUSY && !(zl->predecessor = join(zl->parent, pred)))
+        rc = dlock_seterr(DLOCK_ENOMEM, "zookeeper: out of memory");
+    deallocate_String_vector(&children);
+    return rc;
+}
+
+static int zk_acquire(void *instance, struct dlock_provider_lock *lk, struct dlock_grant *g)
+{
+    struct zk_instance *inst = instance;
+    struct zk_lock *zl = lk->priv;
+    int rc = ensure_names(inst, lk);
+    if (rc != DLOCK_OK)
+        return rc;
+    zhandle_t *zh;
+    uint64_t generation;
+    if ((rc = zk_session_get(&inst->session, &zh, &generation)) != DLOCK_OK)
+        return rc;
+    sweep_orphans(inst, zh);
+    char prefix[128];
+    zk_node_prefix(lk->owner, prefix, sizeof prefix);
+    if (zl->node && (zl->generation != generation || strcmp(prefix, zl->prefix) != 0)) {
+        /* Queued by an earlier session (gone with it) or another thread. */
+        if (zl->generation == generation)
+            delete_own_node(inst, zh, zl);
+        forget_node(zl);
+    }
+    for (int attempt = 0; attempt < 2; attempt++) {
+        if (!zl->node) {
+            if ((rc = create_own_node(inst, zh, lk)) != DLOCK_OK)
+                break;
+            zl->generation = generation;
+        }
+        rc = standing(inst, zh, zl);
+        if (rc != DLOCK_ENOTOWNER)
+            break;
+        forget_node(zl); /* deleted behind our back: queue again */
+    }
+    if (rc == DLOCK_OK) {
+        g->fence = (uint64_t)zl->czxid;
+        g->has_fence = 1;
+    } else if (rc == DLOCK_EBUSY) {
+        g->retry_hint_ms = -1;
+    } else if (zl->node) {
+        /* Failing, not queued: our node must not stay in front of others. */
+        int saved = rc;
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", dlock_errmsg());
+        delete_own_node(inst, zh, zl);
+        rc = dlock_seterr(saved, "%s", msg);
+    }
+    zk_session_put(&inst->session);
+    return rc;
+}
+
+static int zk_release(void *instance, struct dlock_provider_lock *lk)
+{
+    struct zk_instance *inst = instance;
+    struct zk_lock *zl = lk->priv;
+    zhandle_t *zh;
+    uint64_t generation;
+    int rc = zk_session_get(&inst->session, &zh, &generation);
+    if (rc != DLOCK_OK) {
+        forget_node(zl); /* a new session cannot be had; the old one's end frees it */
+        return rc;
+    }
+    if (!zl->node || zl->generation != generation) {
+        forget_node(zl);
+        rc = DLOCK_ENOTOWNER;
+    } else {
+        rc = delete_own_node(inst, zh, zl);
+    }
+    zk_session_put(&inst->session);
+    return rc;
+}
+
+static int zk_renew(void *instance, struct dlock_provider_lock *lk)
+{
+    struct zk_instance *inst = instance;
+    struct zk_lock *zl = lk->priv;
+    zhandle_t *zh;
+    uint64_t generation;
+    int rc = zk_session_get(&inst->session, &zh, &generation);
+    if (rc != DLOCK_OK)
+        return rc;
+    if (!zl->node || zl->generation != generation) {
+        rc = dlock_seterr(DLOCK_ELOST, "zookeeper %s: the session that held '%s' expired", inst->session.hosts,
+                          lk->name);
+    } else {
+        /* The session keeps the node alive; a renewal proves that it still
+         * exists and is still this session's. */
+        struct Stat st;
+        int zrc = zoo_exists(zh, zl->node, 0, &st);
+        if (zrc == ZOK && st.ephemeralOwner == zoo_client_id(zh)->client_id)
+            rc = DLOCK_OK;
+        else if (zrc == ZOK || zrc == ZNONODE)
+            rc = dlock_seterr(DLOCK_ELOST, "zookeeper %s: the node of '%s' is gone", inst->session.hosts, lk->name);
+        else
+            rc = zk_error(&inst->session, zrc, "checking", zl->node);
+    }
+    zk_session_put(&inst->session);
+    return rc;
+}
+
+static int zk_wait(void *instance, struct dlock_provider_lock *lk, int64_t timeout_ms, int wake_fd)
+{
+    struct zk_instance *inst = instance;
+    struct zk_lock *zl = lk->priv;
+    if (!zl->notify_fd) {
+        int fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+        if (fd < 0)
+            return dlock_seterr(DLOCK_EUNAVAILABLE, "zookeeper: cannot create an eventfd: %s", strerror(errno));
+        zl->notify_fd = fd + 1;
+    }
+    int fd = zl->notify_fd - 1;
+    struct pollfd p[2] = { { .fd = wake_fd, .events = POLLIN }, { .fd = fd, .events = POLLIN } };
+    int nfds = 1;
+    struct zk_waiter w = { .path = zl->predecessor, .fd = fd };
+    if (zl->predecessor) {
+        /* Registered before the watch is set, so its event cannot slip by. */
+        zk_session_add_waiter(&inst->session, &w);
+        zhandle_t *zh;
+        uint64_t generation;
+        int zrc = ZSYSTEMERROR;
+        if (zk_session_get(&inst->session, &zh, &generation) == DLOCK_OK) {
+            struct Stat st;
+            zrc = zoo_wexists(zh, zl->predecessor, zk_session_watcher, &inst->session, &st);
+            zk_session_put(&inst->session);
+        }
+        if (zrc != ZOK) {
+            /* Gone already (look again now), or the server is out of reach
+             * (the next attempt reports it). */
+            zk_session_remove_waiter(&inst->session, &w);
+            return DLOCK_OK;
+        }
+        nfds = 2;
+    }
+    int n = poll(p, (nfds_t)nfds, timeout_ms > INT_MAX ? INT_MAX : (int)timeout_ms);
+    if (nfds == 2)
+        zk_session_remove_waiter(&inst->session, &w);
+    uint64_t v;
+    while (read(fd, &v, sizeof v) > 0)
+        ;
+    if (n < 0 && errno != EINTR)
+        return dlock_seterr(DLOCK_EUNAVAILABLE, "zookeeper: poll failed: %s", strerror(errno));
+    return n == 0 ? DLOCK_ETIMEDOUT : DLOCK_OK;
+}
+
+static void zk_abandon(void *instance, struct dlock_provider_lock *lk)
+{
+    struct zk_instance *inst = instance;
+    struct zk_lock *zl = lk->priv;
+    if (!zl->node)
+        return;
+    zhandle_t *zh;
+    uint64_t generation;
+    if (zk_session_get(&inst->session, &zh, &generation) != DLOCK_OK) {
+        forget_node(zl);
+        return;
+    }
+    if (zl->generation == generation)
+        delete_own_node(inst, zh, zl); /* out of the queue: the next in line moves up */
+    forget_node(zl);
+    zk_session_put(&inst->session);
+}
+
+static void zk_lock_fini(void *instance, struct dlock_provider_lock *lk)
+{
+    struct zk_lock *zl = lk->priv;
+    zk_abandon(instance, lk);
+    if (zl->notify_fd)
+        close(zl->notify_fd - 1);
+    free(zl->parent);
+    memset(zl, 0, sizeof *zl);
+}
+
+static int zk_status(struct zk_instance *inst, struct dlock_ctl_status *arg)
+{
+    dlock_status_info *out = arg->out;
+    out->held = 0;
+    out->fence = 0;
+    out->holder_pid = -1;
+    out->ttl_ms = -1;
+    out->holder[0] = '\0';
+    char *parent = zk_parent_path(inst->root, arg->name, arg->name_len);
+    if (!parent)
+        return dlock_seterr(DLOCK_ENOMEM, "zookeeper: out of memory");
+    zhandle_t *zh;
+    uint64_t generation;
+    int rc = zk_session_get(&inst->session, &zh, &generation);
+    if (rc != DLOCK_OK) {
+        free(parent);
+        return rc;
+    }
+    struct String_vector children = { 0, NULL };
+    int zrc = zoo_get_children(zh, parent, 0, &children);
+    if (zrc != ZOK && zrc != ZNONODE)
+        rc = zk_error(&inst->session, zrc, "listing", parent);
+    const char *lowest = NULL;
+    int64_t lowest_seq = -1;
+    for (int i = 0; zrc == ZOK && i < children.count; i++) {
+        int64_t seq = zk_sequence_of(children.data[i]);
+        if (seq >= 0 && (lowest_seq < 0 || seq < lowest_seq)) {
+            lowest_seq = seq;
+            lowest = children.data[i];
+        }
+    }
+    if (lowest) {
+        char *path = join(parent, lowest);
+        char data[96];
+        int len = (int)sizeof data - 1;
+        struct Stat st;
+        if (path && zoo_get(zh, path, 0, data, &len, &st) == ZOK) {
+            out->held = 1;
+            out->fence = (uint64_t)st.czxid;
+            data[len > 0 ? len : 0] = '\0';
+            snprintf(out->holder, sizeof out->holder, "%s (%d waiting)", data, children.count - 1);
+        }
+        free(path);
+    }
+    deallocate_String_vector(&children);
+    zk_session_put(&inst->session);
+    free(parent);
+    return rc;
+}
+
+static int zk_ctl(void *instance, int op, void *arg)
+{
+    if (op == DLOCK_CTL_STATUS)
+        return zk_status(instance, arg);
+    return DLOCK_ENOTSUP;
+}
+
+static void zk_close(void *instance)
+{
+    struct zk_instance *inst = instance;
+    zk_session_close(&inst->session);
+    while (inst->orphans) {
+        struct zk_orphan *o = inst->orphans;
+        inst->orphans = o->next;
+        free(o->parent);
+        free(o);
+    }
+    pthread_mutex_destroy(&inst->orphan_mu);
+    free(inst);
+}
+
+static int zk_open(void **instance, const struct dlock_provider_env *env)
+{
+    const dlock_settings *s = env->settings;
+    struct zk_instance *inst = calloc(1, sizeof *inst);
+    if (!inst)
+        return dlock_seterr(DLOCK_ENOMEM, "zookeeper: out of memory");
+    const char *hosts = "127.0.0.1:2181", *root = "/dlock", *auth = NULL;
+    int64_t session_timeout = env->default_lease_ms, connect_timeout = 5000;
+    dlock_settings_string(s, "hosts", &hosts);
+    dlock_settings_string(s, "root", &root);
+    dlock_settings_string(s, "auth", &auth);
+    dlock_settings_int(s, "session_timeout_ms", &session_timeout);
+    dlock_settings_int(s, "connect_timeout_ms", &connect_timeout);
+    int rc = DLOCK_OK;
+    if (!hosts[0] || strlen(hosts) >= sizeof inst->session.hosts)
+        rc = dlock_seterr(DLOCK_ECONFIG, "%s: zookeeper.hosts must be \"host:port[,host:port...]\"",
+                          dlock_settings_where(s, "hosts"));
+    else if (strlen(root) >= sizeof inst->root || !zk_valid_root(root))
+        rc = dlock_seterr(DLOCK_ECONFIG, "%s: zookeeper.root must be an absolute path like \"/dlock\" "
+                          "(no trailing '/', no empty, '.' or '..' parts)",
+                          dlock_settings_where(s, "root"));
+    else if (auth && (strncmp(auth, "digest:", 7) != 0 || !strchr(auth + 7, ':') ||
+                      strlen(auth + 7) >= sizeof inst->session.auth))
+        rc = dlock_seterr(DLOCK_ECONFIG, "%s: zookeeper.auth must be \"digest:user:password\"",
+                          dlock_settings_where(s, "auth"));
+    if (rc != DLOCK_OK) {
+        free(inst);
+        return rc;
+    }
+    snprintf(inst->session.hosts, sizeof inst->session.hosts, "%s", hosts);
+    snprintf(inst->root, sizeof inst->root, "%s", root);
+    inst->session.timeout_ms = (int)session_timeout;
+    inst->session.connect_timeout_ms = connect_timeout;
+    inst->session.log_handle = env->log_handle;
+    inst->log_handle = env->log_handle;
+    if (auth) {
+        snprintf(inst->session.auth, sizeof inst->session.auth, "%s", auth + 7);
+        /* Only the authenticated identity may read, queue under or delete
+         * the nodes it creates (ZooKeeper checks delete on the parent). */
+        inst->creator_entry.perms = ZOO_PERM_ALL;
+        inst->creator_entry.id.scheme = "auth";
+        inst->creator_entry.id.id = "";
+        inst->creator_acl.count = 1;
+        inst->creator_acl.data = &inst->creator_entry;
+        inst->acl = &inst->creator_acl;
+    } else {
+        inst->acl = &ZOO_OPEN_ACL_UNSAFE;
+    }
+    pthread_mutex_init(&inst->orphan_mu, NULL);
+    rc = zk_session_open(&inst->session);
+    if (rc != DLOCK_OK) {
+        pthread_mutex_destroy(&inst->orphan_mu);
+        free(inst);
+        return rc;
+    }
+    dlock_provider_log(env->log_handle, DLOCK_LOG_DEBUG, "zookeeper %s: session established, root %s", hosts, root);
+    *instance = inst;
+    return DLOCK_OK;
+}
+
+static const struct dlock_provider zk_provider = {
+    .version = DLOCK_PROVIDER_VERSION_1,
+    .name = "zookeeper",
+    .capabilities = DLOCK_CAP_RENEW | DLOCK_CAP_FENCE | DLOCK_CAP_FENCE_LINEARIZABLE | DLOCK_CAP_NATIVE_WAIT |
+                    DLOCK_CAP_FAIR | DLOCK_CAP_SERVER_EXPIRY | DLOCK_CAP_MULTI_HOST,
+    .lock_priv_size = sizeof(struct zk_lock),
+    .settings = zk_settings,
+    .open = zk_open,
+    .close = zk_close,
+    .acquire = zk_acquire,
+    .release = zk_release,
+    .renew = zk_renew,
+    .wait = zk_wait,
+    .lock_fini = zk_lock_fini,
+    .ctl = zk_ctl,
+    .abandon = zk_abandon,
+};
+
+const struct dlock_provider *dlock_module_provider(unsigned core_version);
+
+const struct dlock_provider *dlock_module_provider(unsigned core_version)
+{
+    return core_version >= DLOCK_PROVIDER_VERSION_1 ? &zk_provider : NULL;
+}
