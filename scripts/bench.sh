@@ -1,7 +1,7 @@
 #!/bin/sh
 # scripts/bench.sh [--quick] [--out DIR] [BUILDDIR] - the comparative benchmark:
-# starts throwaway servers on private ports (redis-server, and PostgreSQL and
-# MariaDB when their backends are built), writes one config per backend and
+# starts throwaway servers on private ports (redis-server, and PostgreSQL,
+# MariaDB and ZooKeeper when their backends are built), writes one config per backend and
 # mode, runs
 # dlock-bench over all of them in one interleaved run (each beside its own
 # plain client loop), prints the table, writes CSV and plots, and stops the
@@ -20,7 +20,7 @@ while [ $# -gt 0 ]; do
     shift
 done
 export LD_LIBRARY_PATH=$B/.libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-export DLOCK_MODULE_PATH=$B/backends/redis/.libs:$B/backends/postgres/.libs:$B/backends/mysql/.libs
+export DLOCK_MODULE_PATH=$B/backends/redis/.libs:$B/backends/postgres/.libs:$B/backends/mysql/.libs:$B/backends/zookeeper/.libs
 BENCH=$B/.libs/dlock-bench
 [ -x "$BENCH" ] || { echo "bench: $BENCH is not built (the redis backend is needed: libhiredis-dev)" >&2; exit 1; }
 work=$(mktemp -d /tmp/dlock-bench-XXXXXX)
@@ -28,6 +28,7 @@ stop() {
     [ -f "$work/redis.pid" ] && kill "$(cat "$work/redis.pid")" 2>/dev/null
     [ -d "$work/pg" ] && sh tests/support/postgres.sh stop "$work/pg"
     [ -d "$work/my" ] && sh tests/support/mariadb.sh stop "$work/my"
+    [ -d "$work/zk" ] && bash tests/support/zookeeper.sh stop "$work/zk"
     sleep 0.2
     rm -rf "$work"
 }
@@ -60,6 +61,12 @@ if [ -f "$B/backends/mysql/.libs/dlock_mysql.so" ]; then
             $((port + 2)) $mode > "$work/mysql-$mode.conf"
         set -- "$@" -c "$work/mysql-$mode.conf"
     done
+fi
+if [ -f "$B/backends/zookeeper/.libs/dlock_zookeeper.so" ]; then
+    bash tests/support/zookeeper.sh start "$work/zk" $((port + 3)) > /dev/null
+    printf 'backend = "zookeeper";\nlease_ms = 3000;\nzookeeper = { hosts = "127.0.0.1:%d"; };\n' \
+        $((port + 3)) > "$work/zookeeper.conf"
+    set -- "$@" -c "$work/zookeeper.conf"
 fi
 
 if [ $quick = yes ]; then set -- "$@" --duration 1 --repeat 3 --workers 2,8 --locks 2000

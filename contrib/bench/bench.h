@@ -51,6 +51,8 @@ bool run_baseline_many_locks(const struct bench_config *cfg);
 /* The SQL backends' plain loops (bench_sql_baselines.c); false for other
  * backends or when this dlock-bench was built without that client. */
 bool run_sql_baseline_uncontended(const struct bench_config *cfg, int64_t *samples);
+/* The ZooKeeper loop (bench_zk_baseline.c), likewise. */
+bool run_zk_baseline_uncontended(const struct bench_config *cfg, int64_t *samples);
 /* Commands the Redis server of cfg has been sent so far, -1 if not Redis. */
 long long redis_commands_sent(const struct bench_config *cfg);
 

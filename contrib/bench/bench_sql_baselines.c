@@ -63,6 +63,12 @@ static void pg_expect(PGconn *c, const char *sql, ExecStatusType want, const cha
     PQclear(r);
 }
 
+static void quiet_notice(void *arg, const char *message)
+{
+    (void)arg;
+    (void)message; /* "relation ... already exists, skipping" */
+}
+
 static void pg_row_lock_cycle(void *arg)
 {
     PGconn *c = arg;
@@ -94,6 +100,7 @@ static bool pg_loop(const struct bench_config *cfg, config_t *c, int64_t *sample
         PQfinish(db);
         return false;
     }
+    PQsetNoticeProcessor(db, quiet_notice, NULL);
     bool session = session_mode(c, "postgres");
     if (!session) {
         pg_expect(db, "CREATE TABLE IF NOT EXISTS dlock_bench_baseline (id int PRIMARY KEY)", PGRES_COMMAND_OK, NULL);
