@@ -18,8 +18,10 @@ struct conformance_target {
     /* Writes a complete configuration into buf: the backend with
      * lease_ms as the default lease, retry_cap_ms as the backoff cap. */
     void (*config)(char *buf, size_t size, int lease_ms, int retry_cap_ms);
-    /* Optional: makes the current hold of NAME vanish on the server as an
-     * operator or a failure would (delete the key or row, end the session). */
+    /* Makes the current hold of NAME vanish on the server as an operator or
+     * a failure would (delete the key or row, end the session). NULL for a
+     * backend whose hold nothing outside can take (local): the suite then
+     * loses a hold through an explicit lease instead. */
     void (*break_hold)(const char *name);
     /* Optional: empties the backend's state between cases. */
     void (*reset)(void);

@@ -6,6 +6,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "../conformance/conformance.h"
 #include "../support/redis_server.h"
 #include "../support/test_time.h"
 
@@ -74,7 +75,7 @@ static void flush_all(void)
 static int start_server(void **state)
 {
     (void)state;
-    return test_redis_start(&server);
+    return server.pid ? 0 : test_redis_start(&server); /* main started it for the conformance suite */
 }
 
 static int stop_server(void **state)
@@ -786,8 +787,35 @@ static void killed_fair_waiter_drops_out(void **state)
     dlock_client_close(b);
 }
 
+static void conformance_config(char *buf, size_t size, int lease_ms, int retry_cap_ms)
+{
+    snprintf(buf, size,
+             "backend = \"redis\";\nlease_ms = %d;\nretry_base_ms = 5;\nretry_cap_ms = %d;\n"
+             "redis = { port = %d; command_timeout_ms = 1000; connect_timeout_ms = 1000; };\n",
+             lease_ms, retry_cap_ms, server.port);
+}
+
+/* An operator deletes the lock's hash. */
+static void delete_the_hash(const char *name)
+{
+    char key[256];
+    snprintf(key, sizeof key, "dlock:{%s}", name);
+    redisReply *r = test_redis_cmd(&server, "DEL %s", key);
+    if (!r || r->type != REDIS_REPLY_INTEGER || r->integer != 1)
+        fail_msg("DEL %s did not delete it", key);
+    freeReplyObject(r);
+}
+
 int main(void)
 {
+    /* The conformance suite first, on the same server. */
+    if (test_redis_start(&server) != 0) {
+        printf("[  FAILED  ] 1 test(s), listed below:\n[  FAILED  ] redis-server did not start\n");
+        return 1;
+    }
+    static const struct conformance_target target = { "redis conformance", conformance_config, delete_the_hash,
+                                                      flush_all };
+    int failed = conformance_run(&target);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup(one_try_busy_and_wait_timeout, before_each),
         cmocka_unit_test_setup(reentry_counts_and_server_layout, before_each),
@@ -812,5 +840,6 @@ int main(void)
         cmocka_unit_test_setup(authentication, before_each),
         cmocka_unit_test_setup(server_restart_mid_run, before_each),
     };
-    return cmocka_run_group_tests_name("redis", tests, start_server, stop_server);
+    failed += cmocka_run_group_tests_name("redis", tests, start_server, stop_server);
+    return failed ? 1 : 0;
 }
