@@ -135,6 +135,14 @@ static const char *const script_text[SCRIPT_COUNT] = {
     "  if head then redis.call('publish', ARGV[2] .. head, 'released') end\n"
     "end\n"
     "return 0\n",
+
+    /* raise the fence counter to at least ARGV[1] (never lower it) */
+    "local v = tonumber(redis.call('get', KEYS[1]) or '0')\n"
+    "if v < tonumber(ARGV[1]) then\n"
+    "  redis.call('set', KEYS[1], ARGV[1])\n"
+    "  v = tonumber(ARGV[1])\n"
+    "end\n"
+    "return v\n",
 };
 
 void redis_scripts_init(struct redis_scripts *s)
@@ -168,6 +176,24 @@ static int load(struct redis_pool *pool, struct redis_scripts *s, enum redis_scr
     pthread_mutex_unlock(&s->mu);
     freeReplyObject(r);
     return DLOCK_OK;
+}
+
+int redis_scripts_preload(struct redis_pool *pool, struct redis_scripts *s)
+{
+    char sha[41];
+    for (int i = 0; i < SCRIPT_COUNT; i++) {
+        int rc = load(pool, s, (enum redis_script)i, sha);
+        if (rc != DLOCK_OK)
+            return rc;
+    }
+    return DLOCK_OK;
+}
+
+void redis_script_sha(struct redis_scripts *s, enum redis_script which, char sha[41])
+{
+    pthread_mutex_lock(&s->mu);
+    memcpy(sha, s->sha[which], 41);
+    pthread_mutex_unlock(&s->mu);
 }
 
 redisReply *redis_script_run(struct redis_pool *pool, struct redis_scripts *s, enum redis_script which,

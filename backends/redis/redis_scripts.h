@@ -21,6 +21,9 @@ enum redis_script {
     SCRIPT_RENEW,
     /* KEYS: lock, queue, timeouts; ARGV: owner, channel prefix: stop waiting */
     SCRIPT_LEAVE,
+    /* KEYS: fence; ARGV: value -> the counter, raised to value if lower
+     * (Redlock: a majority agrees on the highest token handed out) */
+    SCRIPT_FENCE_RAISE,
     SCRIPT_COUNT
 };
 
@@ -31,6 +34,13 @@ struct redis_scripts {
 
 void redis_scripts_init(struct redis_scripts *s);
 void redis_scripts_destroy(struct redis_scripts *s);
+
+/* Loads every script on pool's server (SCRIPT LOAD), so that their SHA1s
+ * are known before a caller sends EVALSHA itself (Redlock's fan-out). */
+int redis_scripts_preload(struct redis_pool *pool, struct redis_scripts *s);
+
+/* The SHA1 of a loaded script into sha[41] ("" if not loaded yet). */
+void redis_script_sha(struct redis_scripts *s, enum redis_script which, char sha[41]);
 
 /* EVALSHA script with nkeys keys then the remaining args. Returns the reply
  * (caller frees) or NULL with *rc; an error reply other than NOSCRIPT is

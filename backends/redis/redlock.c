@@ -1,0 +1,460 @@
+/* backends/redis/redlock.c - the redlock backend module (dlock_redlock.so):
+ * the redis backend's lock layout and Lua scripts on N independent masters,
+ * granted by a majority (Redlock, as antirez describes it and redsync and
+ * Redisson's RedissonRedLock implement it).
+ *
+ * One attempt sends the acquire script to every master before reading any
+ * answer, so it costs about one round trip to the slowest master, not N.
+ * It is granted when at least N/2+1 masters granted it and some validity is
+ * left: lease - elapsed - (lease/100 + 2 ms) > 0. Otherwise it is undone on
+ * every master (a master that granted must not keep a stray hold) and
+ * reported busy, or "no quorum" when too few masters answered at all.
+ *
+ * Fencing: each master keeps its own counter, raised by its acquire script.
+ * A grant takes F = the highest counter among the masters that granted and
+ * then raises the counters of a majority to at least F. Any later grant's
+ * majority shares a master with that majority, whose counter is >= F and
+ * whose acquire script answers more: tokens strictly increase as long as a
+ * majority keeps its counters (no more than N/2 - 1 masters restarted
+ * without persistence at once). Not linearizable in ZooKeeper's sense:
+ * see docs/correctness.md. */
+#include "config.h"
+
+#include "redis_conn.h"
+#include "redis_keys.h"
+#include "redis_scripts.h"
+
+#include <dlock/provider.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define REDLOCK_MAX_SERVERS 15
+
+struct redlock_instance {
+    int n;
+    int quorum;
+    struct redis_pool pools[REDLOCK_MAX_SERVERS];
+    struct redis_scripts scripts;
+    char prefix[65];
+    int64_t waiter_timeout_ms;
+    void *log_handle;
+};
+
+struct redlock_lock {
+    char *key, *fence_key, *queue_key, *timeouts_key, *channel_prefix;
+    size_t key_len, fence_key_len, queue_key_len, timeouts_key_len, channel_prefix_len;
+};
+
+static const struct dlock_setting_spec redlock_settings[] = {
+    { "servers", DLOCK_SETTING_STRING_LIST, 0, 0 },
+    { "user", DLOCK_SETTING_STRING, 0, 0 },
+    { "password", DLOCK_SETTING_STRING, 0, 0 },
+    { "prefix", DLOCK_SETTING_STRING, 0, 0 },
+    { "connect_timeout_ms", DLOCK_SETTING_INT, 1, 600000 },
+    { "server_timeout_ms", DLOCK_SETTING_INT, 1, 600000 },
+    { "pool_size", DLOCK_SETTING_INT, 1, REDIS_POOL_MAX },
+    { NULL, 0, 0, 0 },
+};
+
+/* ---- keys ------------------------------------------------------------------------- */
+
+static void free_keys(struct redlock_lock *rl)
+{
+    free(rl->key);
+    free(rl->fence_key);
+    free(rl->queue_key);
+    free(rl->timeouts_key);
+    free(rl->channel_prefix);
+    memset(rl, 0, sizeof *rl);
+}
+
+static int ensure_keys(struct redlock_instance *inst, struct dlock_provider_lock *lk)
+{
+    struct redlock_lock *rl = lk->priv;
+    if (rl->key)
+        return DLOCK_OK;
+    rl->key = redis_key_for(inst->prefix, lk->name, lk->name_len, "", &rl->key_len);
+    rl->fence_key = redis_key_for(inst->prefix, lk->name, lk->name_len, ":fence", &rl->fence_key_len);
+    rl->queue_key = redis_key_for(inst->prefix, lk->name, lk->name_len, ":queue", &rl->queue_key_len);
+    rl->timeouts_key = redis_key_for(inst->prefix, lk->name, lk->name_len, ":timeouts", &rl->timeouts_key_len);
+    rl->channel_prefix = redis_key_for(inst->prefix, lk->name, lk->name_len, ":ch:", &rl->channel_prefix_len);
+    if (!rl->key || !rl->fence_key || !rl->queue_key || !rl->timeouts_key || !rl->channel_prefix) {
+        free_keys(rl);
+        return dlock_seterr(DLOCK_ENOMEM, "redlock: out of memory for key names");
+    }
+    return DLOCK_OK;
+}
+
+/* ---- one script on every master at once ---------------------------------------------- */
+
+struct call {
+    int nkeys, nargs;
+    const char **args;
+    const size_t *lens;
+};
+
+/* Runs script `which` on the masters whose only[i] is true (all when only is
+ * NULL): sends it to each, then reads each answer, so the whole costs about
+ * the slowest master's round trip. replies[i] is NULL for a master that did
+ * not answer (or was not asked) and an error reply is dropped too. Returns
+ * how many answered. */
+static int fan_out(struct redlock_instance *inst, enum redis_script which, const struct call *call,
+                   const bool *only, redisReply **replies)
+{
+    char sha[41];
+    redis_script_sha(&inst->scripts, which, sha);
+    char numkeys[16];
+    snprintf(numkeys, sizeof numkeys, "%d", call->nkeys);
+    int argc = call->nargs + 3;
+    const char *argv[64];
+    size_t argvlen[64];
+    if (argc > 64)
+        return 0;
+    argv[0] = "EVALSHA";
+    argvlen[0] = 7;
+    argv[1] = sha;
+    argvlen[1] = 40;
+    argv[2] = numkeys;
+    argvlen[2] = strlen(numkeys);
+    for (int i = 0; i < call->nargs; i++) {
+        argv[3 + i] = call->args[i];
+        argvlen[3 + i] = call->lens[i];
+    }
+    redisContext *ctx[REDLOCK_MAX_SERVERS] = { 0 };
+    for (int i = 0; i < inst->n; i++) {
+        replies[i] = NULL;
+        if ((only && !only[i]) || redis_pool_get(&inst->pools[i], &ctx[i]) != DLOCK_OK) {
+            ctx[i] = NULL;
+            continue;
+        }
+        int done = sha[0] ? 0 : 1; /* not loaded anywhere yet: the slow path below loads it */
+        if (sha[0] && redisAppendCommandArgv(ctx[i], argc, argv, argvlen) == REDIS_OK) {
+            while (!done && redisBufferWrite(ctx[i], &done) == REDIS_OK)
+                ;
+        }
+        if (!done || !sha[0]) {
+            redis_pool_put(&inst->pools[i], ctx[i]);
+            ctx[i] = NULL;
+            if (!sha[0]) { /* first use: run it the slow way, which loads it */
+                int rc;
+                replies[i] = redis_script_run(&inst->pools[i], &inst->scripts, which, call->nkeys, call->nargs,
+                                              call->args, call->lens, &rc);
+            }
+        }
+    }
+    int answered = 0;
+    for (int i = 0; i < inst->n; i++) {
+        if (ctx[i]) {
+            redisReply *r = NULL;
+            if (redisGetReply(ctx[i], (void **)&r) != REDIS_OK)
+                r = NULL;
+            redis_pool_put(&inst->pools[i], ctx[i]);
+            if (r && r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOSCRIPT", 8) == 0) {
+                /* This master lost its scripts (restart, SCRIPT FLUSH). */
+                freeReplyObject(r);
+                int rc;
+                r = redis_script_run(&inst->pools[i], &inst->scripts, which, call->nkeys, call->nargs, call->args,
+                                     call->lens, &rc);
+            }
+            if (r && r->type == REDIS_REPLY_ERROR) {
+                dlock_provider_log(inst->log_handle, DLOCK_LOG_WARN, "%s: %s", inst->pools[i].server.label, r->str);
+                freeReplyObject(r);
+                r = NULL;
+            }
+            replies[i] = r;
+        }
+        answered += replies[i] != NULL;
+    }
+    return answered;
+}
+
+static void free_replies(struct redlock_instance *inst, redisReply **replies)
+{
+    for (int i = 0; i < inst->n; i++)
+        if (replies[i])
+            freeReplyObject(replies[i]);
+}
+
+static bool int_pair(const redisReply *r)
+{
+    return r && r->type == REDIS_REPLY_ARRAY && r->elements >= 2 && r->element[0]->type == REDIS_REPLY_INTEGER &&
+           r->element[1]->type == REDIS_REPLY_INTEGER;
+}
+
+/* Releases lk on every master (or those in only): undoing a failed attempt,
+ * or a release. Returns how many held it. */
+static int release_everywhere(struct redlock_instance *inst, struct dlock_provider_lock *lk, const bool *only)
+{
+    struct redlock_lock *rl = lk->priv;
+    char lease[24];
+    int lease_len = snprintf(lease, sizeof lease, "%lld", (long long)lk->lease_ms);
+    const char *args[6] = { rl->key, rl->queue_key, rl->timeouts_key, lk->owner, rl->channel_prefix, lease };
+    size_t lens[6] = { rl->key_len, rl->queue_key_len, rl->timeouts_key_len, strlen(lk->owner),
+                       rl->channel_prefix_len, (size_t)lease_len };
+    struct call call = { 3, 6, args, lens };
+    redisReply *replies[REDLOCK_MAX_SERVERS];
+    fan_out(inst, SCRIPT_RELEASE, &call, only, replies);
+    int held = 0;
+    for (int i = 0; i < inst->n; i++)
+        held += replies[i] && replies[i]->type == REDIS_REPLY_INTEGER && replies[i]->integer >= 0;
+    free_replies(inst, replies);
+    return held;
+}
+
+static int no_quorum(struct redlock_instance *inst, int answered, const char *what)
+{
+    return dlock_seterr(DLOCK_ENOQUORUM,
+                        "redlock: %s: only %d of %d masters answered, %d needed (are the others down? "
+                        "server_timeout_ms too short?)",
+                        what, answered, inst->n, inst->quorum);
+}
+
+/* ---- the provider ------------------------------------------------------------------------ */
+
+static int redlock_acquire(void *instance, struct dlock_provider_lock *lk, struct dlock_grant *g)
+{
+    struct redlock_instance *inst = instance;
+    struct redlock_lock *rl = lk->priv;
+    int rc = ensure_keys(inst, lk);
+    if (rc != DLOCK_OK)
+        return rc;
+    int64_t t0 = redis_now_ms();
+    char lease[24], queue_timeout[24];
+    int lease_len = snprintf(lease, sizeof lease, "%lld", (long long)lk->lease_ms);
+    int qt_len = snprintf(queue_timeout, sizeof queue_timeout, "%lld", (long long)inst->waiter_timeout_ms);
+    const char *args[8] = { rl->key, rl->fence_key, rl->queue_key, rl->timeouts_key, lk->owner, lease,
+                            queue_timeout, "0" };
+    size_t lens[8] = { rl->key_len, rl->fence_key_len, rl->queue_key_len, rl->timeouts_key_len,
+                       strlen(lk->owner), (size_t)lease_len, (size_t)qt_len, 1 };
+    struct call call = { 4, 8, args, lens };
+    redisReply *replies[REDLOCK_MAX_SERVERS];
+    int answered = fan_out(inst, SCRIPT_ACQUIRE, &call, NULL, replies);
+    bool granted[REDLOCK_MAX_SERVERS] = { false };
+    int ngranted = 0;
+    long long fence = 0, hint = -1;
+    for (int i = 0; i < inst->n; i++) {
+        if (!int_pair(replies[i]))
+            continue;
+        long long ok = replies[i]->element[0]->integer, value = replies[i]->element[1]->integer;
+        if (ok == 1) {
+            granted[i] = true;
+            ngranted++;
+            if (value > fence)
+                fence = value;
+        } else if (hint < 0 || value < hint) {
+            hint = value;
+        }
+    }
+    free_replies(inst, replies);
+
+    int64_t drift = lk->lease_ms / 100 + 2;
+    if (ngranted >= inst->quorum) {
+        /* Raise a majority's counters to the token handed out, so that any
+         * later majority sees it. */
+        char value[24];
+        int value_len = snprintf(value, sizeof value, "%lld", fence);
+        const char *fargs[2] = { rl->fence_key, value };
+        size_t flens[2] = { rl->fence_key_len, (size_t)value_len };
+        struct call raise = { 1, 2, fargs, flens };
+        int raised = fan_out(inst, SCRIPT_FENCE_RAISE, &raise, NULL, replies);
+        free_replies(inst, replies);
+        int64_t validity = lk->lease_ms - (redis_now_ms() - t0) - drift;
+        if (raised >= inst->quorum && validity > 0) {
+            g->fence = (uint64_t)fence;
+            g->has_fence = 1;
+            return DLOCK_OK;
+        }
+        release_everywhere(inst, lk, granted);
+        if (raised < inst->quorum)
+            return no_quorum(inst, raised, "raising the fence");
+        /* Granted too late to be of use: as good as busy, try again. */
+        g->retry_hint_ms = 0;
+        return DLOCK_EBUSY;
+    }
+    if (ngranted > 0)
+        release_everywhere(inst, lk, granted);
+    if (answered < inst->quorum)
+        return no_quorum(inst, answered, "acquire");
+    g->retry_hint_ms = hint;
+    return DLOCK_EBUSY;
+}
+
+static int redlock_release(void *instance, struct dlock_provider_lock *lk)
+{
+    struct redlock_instance *inst = instance;
+    int rc = ensure_keys(inst, lk);
+    if (rc != DLOCK_OK)
+        return rc;
+    return release_everywhere(inst, lk, NULL) > 0 ? DLOCK_OK : DLOCK_ENOTOWNER;
+}
+
+static int redlock_renew(void *instance, struct dlock_provider_lock *lk)
+{
+    struct redlock_instance *inst = instance;
+    struct redlock_lock *rl = lk->priv;
+    int rc = ensure_keys(inst, lk);
+    if (rc != DLOCK_OK)
+        return rc;
+    int64_t t0 = redis_now_ms();
+    char lease[24];
+    int lease_len = snprintf(lease, sizeof lease, "%lld", (long long)lk->lease_ms);
+    const char *args[3] = { rl->key, lk->owner, lease };
+    size_t lens[3] = { rl->key_len, strlen(lk->owner), (size_t)lease_len };
+    struct call call = { 1, 3, args, lens };
+    redisReply *replies[REDLOCK_MAX_SERVERS];
+    int answered = fan_out(inst, SCRIPT_RENEW, &call, NULL, replies);
+    int renewed = 0;
+    for (int i = 0; i < inst->n; i++)
+        renewed += replies[i] && replies[i]->type == REDIS_REPLY_ARRAY && replies[i]->elements == 1 &&
+                   replies[i]->element[0]->type == REDIS_REPLY_INTEGER && replies[i]->element[0]->integer == 1;
+    free_replies(inst, replies);
+    int64_t validity = lk->lease_ms - (redis_now_ms() - t0) - (lk->lease_ms / 100 + 2);
+    if (renewed >= inst->quorum && validity > 0)
+        return DLOCK_OK;
+    if (answered - renewed >= inst->n - inst->quorum + 1)
+        /* A majority answered that it is not ours: whatever the others say,
+         * no majority can hold it for us any more. */
+        return dlock_seterr(DLOCK_ELOST, "redlock: '%s' is held by only %d of %d masters", lk->name, renewed,
+                            inst->n);
+    return no_quorum(inst, answered, "renew");
+}
+
+static void redlock_abandon(void *instance, struct dlock_provider_lock *lk)
+{
+    struct redlock_instance *inst = instance;
+    struct redlock_lock *rl = lk->priv;
+    if (!rl->key)
+        return;
+    /* A busy answer registered us as a waiter on each master: leave. */
+    const char *args[5] = { rl->key, rl->queue_key, rl->timeouts_key, lk->owner, rl->channel_prefix };
+    size_t lens[5] = { rl->key_len, rl->queue_key_len, rl->timeouts_key_len, strlen(lk->owner),
+                       rl->channel_prefix_len };
+    struct call call = { 3, 5, args, lens };
+    redisReply *replies[REDLOCK_MAX_SERVERS];
+    fan_out(inst, SCRIPT_LEAVE, &call, NULL, replies);
+    free_replies(inst, replies);
+}
+
+static void redlock_lock_fini(void *instance, struct dlock_provider_lock *lk)
+{
+    (void)instance;
+    free_keys(lk->priv);
+}
+
+static void redlock_close(void *instance)
+{
+    struct redlock_instance *inst = instance;
+    for (int i = 0; i < inst->n; i++)
+        redis_pool_destroy(&inst->pools[i]);
+    redis_scripts_destroy(&inst->scripts);
+    free(inst);
+}
+
+/* "host:port" into srv; false when it is not that. */
+static bool parse_server(const char *text, struct redis_server *srv)
+{
+    const char *colon = strrchr(text, ':');
+    if (!colon || colon == text || (size_t)(colon - text) >= sizeof srv->host)
+        return false;
+    char *end;
+    long port = strtol(colon + 1, &end, 10);
+    if (*end || port < 1 || port > 65535)
+        return false;
+    memcpy(srv->host, text, (size_t)(colon - text));
+    srv->host[colon - text] = '\0';
+    srv->port = (int)port;
+    snprintf(srv->label, sizeof srv->label, "redlock master %s", text);
+    return true;
+}
+
+static int redlock_open(void **instance, const struct dlock_provider_env *env)
+{
+    const dlock_settings *s = env->settings;
+    struct redlock_instance *inst = calloc(1, sizeof *inst);
+    if (!inst)
+        return dlock_seterr(DLOCK_ENOMEM, "redlock: out of memory");
+    size_t n = dlock_settings_list_count(s, "servers");
+    const char *prefix = env->prefix, *user = "", *password = "";
+    int64_t connect_timeout = 200, server_timeout = 100, pool_size = 4;
+    dlock_settings_string(s, "prefix", &prefix);
+    dlock_settings_string(s, "user", &user);
+    dlock_settings_string(s, "password", &password);
+    dlock_settings_int(s, "connect_timeout_ms", &connect_timeout);
+    dlock_settings_int(s, "server_timeout_ms", &server_timeout);
+    dlock_settings_int(s, "pool_size", &pool_size);
+    int rc = DLOCK_OK;
+    if (n < 3 || n > REDLOCK_MAX_SERVERS)
+        rc = dlock_seterr(DLOCK_ECONFIG, "%s: redlock.servers must list 3 to %d independent masters (5 is usual)",
+                          dlock_settings_where(s, n ? "servers" : NULL), REDLOCK_MAX_SERVERS);
+    else if (strlen(prefix) >= sizeof inst->prefix || strpbrk(prefix, "{} "))
+        rc = dlock_seterr(DLOCK_ECONFIG, "%s: redlock.prefix must be at most 64 bytes without spaces or braces",
+                          dlock_settings_where(s, "prefix"));
+    if (rc != DLOCK_OK) {
+        free(inst);
+        return rc;
+    }
+    redis_scripts_init(&inst->scripts);
+    for (size_t i = 0; i < n && rc == DLOCK_OK; i++) {
+        struct redis_server srv;
+        memset(&srv, 0, sizeof srv);
+        const char *item = dlock_settings_list_item(s, "servers", i);
+        if (!parse_server(item, &srv)) {
+            rc = dlock_seterr(DLOCK_ECONFIG, "%s: redlock.servers: \"%s\" is not \"host:port\"",
+                              dlock_settings_where(s, "servers"), item);
+            break;
+        }
+        snprintf(srv.user, sizeof srv.user, "%s", user);
+        snprintf(srv.password, sizeof srv.password, "%s", password);
+        srv.connect_timeout_ms = connect_timeout;
+        srv.command_timeout_ms = server_timeout;
+        redis_pool_init(&inst->pools[i], &srv, (int)pool_size);
+        inst->n = (int)i + 1;
+    }
+    if (rc != DLOCK_OK) {
+        redlock_close(inst);
+        return rc;
+    }
+    inst->quorum = inst->n / 2 + 1;
+    inst->waiter_timeout_ms = 5000;
+    inst->log_handle = env->log_handle;
+    snprintf(inst->prefix, sizeof inst->prefix, "%s", prefix);
+    /* Load the scripts where we can; a majority must be reachable now, or
+     * the configuration (or the deployment) is wrong. */
+    int loaded = 0;
+    for (int i = 0; i < inst->n; i++) {
+        if (redis_scripts_preload(&inst->pools[i], &inst->scripts) == DLOCK_OK)
+            loaded++;
+        else
+            dlock_provider_log(env->log_handle, DLOCK_LOG_WARN, "%s", dlock_errmsg());
+    }
+    if (loaded < inst->quorum) {
+        rc = no_quorum(inst, loaded, "open");
+        redlock_close(inst);
+        return rc;
+    }
+    *instance = inst;
+    return DLOCK_OK;
+}
+
+static const struct dlock_provider redlock_provider = {
+    .version = DLOCK_PROVIDER_VERSION_1,
+    .name = "redlock",
+    .capabilities = DLOCK_CAP_RENEW | DLOCK_CAP_FENCE | DLOCK_CAP_SERVER_EXPIRY | DLOCK_CAP_MULTI_HOST,
+    .lock_priv_size = sizeof(struct redlock_lock),
+    .settings = redlock_settings,
+    .open = redlock_open,
+    .close = redlock_close,
+    .acquire = redlock_acquire,
+    .release = redlock_release,
+    .renew = redlock_renew,
+    .lock_fini = redlock_lock_fini,
+    .abandon = redlock_abandon,
+};
+
+const struct dlock_provider *dlock_module_provider(unsigned core_version);
+
+const struct dlock_provider *dlock_module_provider(unsigned core_version)
+{
+    return core_version >= DLOCK_PROVIDER_VERSION_1 ? &redlock_provider : NULL;
+}
