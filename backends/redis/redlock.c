@@ -12,7 +12,9 @@
  *
  * Fencing: each master keeps its own counter, raised by its acquire script.
  * A grant takes F = the highest counter among the masters that granted and
- * then raises the counters of a majority to at least F. Any later grant's
+ * makes sure a majority's counters are at least F: already so when a
+ * majority answered F (counters move together while masters stay up), else
+ * by a second round that raises them. Any later grant's
  * majority shares a master with that majority, whose counter is >= F and
  * whose acquire script answers more: tokens strictly increase as long as a
  * majority keeps its counters (no more than N/2 - 1 masters restarted
@@ -231,6 +233,7 @@ static int redlock_acquire(void *instance, struct dlock_provider_lock *lk, struc
     redisReply *replies[REDLOCK_MAX_SERVERS];
     int answered = fan_out(inst, SCRIPT_ACQUIRE, &call, NULL, replies);
     bool granted[REDLOCK_MAX_SERVERS] = { false };
+    long long counters[REDLOCK_MAX_SERVERS];
     int ngranted = 0;
     long long fence = 0, hint = -1;
     for (int i = 0; i < inst->n; i++) {
@@ -239,6 +242,7 @@ static int redlock_acquire(void *instance, struct dlock_provider_lock *lk, struc
         long long ok = replies[i]->element[0]->integer, value = replies[i]->element[1]->integer;
         if (ok == 1) {
             granted[i] = true;
+            counters[i] = value;
             ngranted++;
             if (value > fence)
                 fence = value;
@@ -247,18 +251,26 @@ static int redlock_acquire(void *instance, struct dlock_provider_lock *lk, struc
         }
     }
     free_replies(inst, replies);
+    /* Masters whose counter already reached the token: when they are a
+     * majority (the usual case: counters move together), no raise is due. */
+    int at_fence = 0;
+    for (int i = 0; i < inst->n; i++)
+        at_fence += granted[i] && counters[i] == fence;
 
     int64_t drift = lk->lease_ms / 100 + 2;
     if (ngranted >= inst->quorum) {
-        /* Raise a majority's counters to the token handed out, so that any
-         * later majority sees it. */
-        char value[24];
-        int value_len = snprintf(value, sizeof value, "%lld", fence);
-        const char *fargs[2] = { rl->fence_key, value };
-        size_t flens[2] = { rl->fence_key_len, (size_t)value_len };
-        struct call raise = { 1, 2, fargs, flens };
-        int raised = fan_out(inst, SCRIPT_FENCE_RAISE, &raise, NULL, replies);
-        free_replies(inst, replies);
+        /* A majority's counters must hold the token handed out, so that any
+         * later majority sees it: raise them when they do not yet. */
+        int raised = at_fence;
+        if (at_fence < inst->quorum) {
+            char value[24];
+            int value_len = snprintf(value, sizeof value, "%lld", fence);
+            const char *fargs[2] = { rl->fence_key, value };
+            size_t flens[2] = { rl->fence_key_len, (size_t)value_len };
+            struct call raise = { 1, 2, fargs, flens };
+            raised = fan_out(inst, SCRIPT_FENCE_RAISE, &raise, NULL, replies);
+            free_replies(inst, replies);
+        }
         int64_t validity = lk->lease_ms - (redis_now_ms() - t0) - drift;
         if (raised >= inst->quorum && validity > 0) {
             g->fence = (uint64_t)fence;
