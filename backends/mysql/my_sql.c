@@ -17,8 +17,9 @@
 
 #include "my_sql.h"
 
+#include "../common/sql_text.h"
+
 #include <dlock/provider.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,26 +30,7 @@
 
 bool my_sql_valid_table(const char *name)
 {
-    size_t n = strlen(name);
-    if (n == 0 || n > MY_TABLE_MAX || (name[0] >= '0' && name[0] <= '9'))
-        return false;
-    for (const char *p = name; *p; p++)
-        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || *p == '_'))
-            return false;
-    return true;
-}
-
-static char *format(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
-static char *format(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    char *out = NULL;
-    if (vasprintf(&out, fmt, ap) < 0)
-        out = NULL;
-    va_end(ap);
-    return out;
+    return sql_valid_table(name, MY_TABLE_MAX);
 }
 
 int my_sql_init(struct my_sql *sql, const char *table)
@@ -56,14 +38,14 @@ int my_sql_init(struct my_sql *sql, const char *table)
     memset(sql, 0, sizeof *sql);
     snprintf(sql->table, sizeof sql->table, "%s", table);
     const char *t = table; /* checked to be [A-Za-z0-9_]: backquoting is enough */
-    sql->create_table = format("CREATE TABLE IF NOT EXISTS `%s` (\n"
+    sql->create_table = sql_format("CREATE TABLE IF NOT EXISTS `%s` (\n"
                                "  name VARBINARY(600) NOT NULL PRIMARY KEY,\n"
                                "  owner VARCHAR(100) NULL,\n"
                                "  fence BIGINT UNSIGNED NOT NULL,\n"
                                "  expires_at BIGINT NOT NULL\n"
                                ") ENGINE=InnoDB",
                                t);
-    sql->text[MY_ACQUIRE] = format(
+    sql->text[MY_ACQUIRE] = sql_format(
         "INSERT INTO `%s` (name, owner, fence, expires_at)\n"
         "VALUES (?, ?, LAST_INSERT_ID(1), " NOW_MS " + ?)\n"
         "ON DUPLICATE KEY UPDATE\n"
@@ -73,13 +55,13 @@ int my_sql_init(struct my_sql *sql, const char *table)
         "  owner = IF(" FREE_OR_EXPIRED " OR owner = VALUES(owner), VALUES(owner), owner),\n"
         "  expires_at = IF(owner = VALUES(owner), VALUES(expires_at), expires_at)",
         t, (unsigned long long)MY_BUSY_MARK);
-    sql->text[MY_RENEW] = format("UPDATE `%s` SET expires_at = " NOW_MS " + ?\n"
+    sql->text[MY_RENEW] = sql_format("UPDATE `%s` SET expires_at = " NOW_MS " + ?\n"
                                  "WHERE name = ? AND owner = ? AND expires_at >= " NOW_MS,
                                  t);
-    sql->text[MY_RELEASE] = format("UPDATE `%s` SET owner = NULL, expires_at = " NOW_MS "\n"
+    sql->text[MY_RELEASE] = sql_format("UPDATE `%s` SET owner = NULL, expires_at = " NOW_MS "\n"
                                    "WHERE name = ? AND owner = ? AND expires_at >= " NOW_MS,
                                    t);
-    sql->text[MY_STATUS] = format("SELECT owner, fence, GREATEST(expires_at - " NOW_MS ", 0),\n"
+    sql->text[MY_STATUS] = sql_format("SELECT owner, fence, GREATEST(expires_at - " NOW_MS ", 0),\n"
                                   "       owner IS NOT NULL AND expires_at >= " NOW_MS "\n"
                                   "FROM `%s` WHERE name = ?",
                                   t);
@@ -87,15 +69,15 @@ int my_sql_init(struct my_sql *sql, const char *table)
      * fences, raised when a holder asks for one, and only while this
      * connection holds the named lock: the last holder raised its own
      * before releasing, so the tokens of those who ask strictly increase. */
-    sql->text[MY_SESSION_ACQUIRE] = format("SELECT GET_LOCK(?, 0)");
-    sql->text[MY_SESSION_FENCE] = format("INSERT INTO `%s` (name, owner, fence, expires_at)\n"
+    sql->text[MY_SESSION_ACQUIRE] = sql_format("SELECT GET_LOCK(?, 0)");
+    sql->text[MY_SESSION_FENCE] = sql_format("INSERT INTO `%s` (name, owner, fence, expires_at)\n"
                                          "SELECT ?, NULL, LAST_INSERT_ID(1), 0 FROM DUAL\n"
                                          "  WHERE IS_USED_LOCK(?) = CONNECTION_ID()\n"
                                          "ON DUPLICATE KEY UPDATE fence = LAST_INSERT_ID(fence + 1)",
                                          t);
-    sql->text[MY_SESSION_CHECK] = format("SELECT IS_USED_LOCK(?) = CONNECTION_ID()");
-    sql->text[MY_SESSION_RELEASE] = format("SELECT RELEASE_LOCK(?)");
-    sql->text[MY_SESSION_STATUS] = format("SELECT IS_USED_LOCK(?)");
+    sql->text[MY_SESSION_CHECK] = sql_format("SELECT IS_USED_LOCK(?) = CONNECTION_ID()");
+    sql->text[MY_SESSION_RELEASE] = sql_format("SELECT RELEASE_LOCK(?)");
+    sql->text[MY_SESSION_STATUS] = sql_format("SELECT IS_USED_LOCK(?)");
     bool ok = sql->create_table != NULL;
     for (int i = 0; i < MY_STATEMENT_COUNT; i++)
         ok &= sql->text[i] != NULL;

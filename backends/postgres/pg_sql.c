@@ -15,34 +15,16 @@
 
 #include "pg_sql.h"
 
+#include "../common/sql_text.h"
+
 #include <dlock/provider.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 bool pg_sql_valid_table(const char *name)
 {
-    size_t n = strlen(name);
-    if (n == 0 || n > PG_TABLE_MAX || (name[0] >= '0' && name[0] <= '9'))
-        return false;
-    for (const char *p = name; *p; p++)
-        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || *p == '_'))
-            return false;
-    return true;
-}
-
-static char *format(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
-static char *format(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    char *out = NULL;
-    if (vasprintf(&out, fmt, ap) < 0)
-        out = NULL;
-    va_end(ap);
-    return out;
+    return sql_valid_table(name, PG_TABLE_MAX);
 }
 
 int pg_sql_init(struct pg_sql *sql, const char *table)
@@ -52,24 +34,24 @@ int pg_sql_init(struct pg_sql *sql, const char *table)
     /* The name is checked to be [A-Za-z0-9_]: quoting keeps its case. */
     const char *t = table;
     char **q = sql->text;
-    q[PG_EXISTS] = format("SELECT to_regclass($1) IS NOT NULL, to_regclass($2) IS NOT NULL");
-    q[PG_CREATE_TABLE] = format("CREATE TABLE IF NOT EXISTS \"%s\" (\n"
+    q[PG_EXISTS] = sql_format("SELECT to_regclass($1) IS NOT NULL, to_regclass($2) IS NOT NULL");
+    q[PG_CREATE_TABLE] = sql_format("CREATE TABLE IF NOT EXISTS \"%s\" (\n"
                                 "  name bytea PRIMARY KEY,\n"
                                 "  owner text,\n"
                                 "  fence bigint NOT NULL,\n"
                                 "  expires_at timestamptz NOT NULL)",
                                 t);
-    q[PG_CREATE_SEQUENCE] = format("CREATE SEQUENCE IF NOT EXISTS \"%s_fence\" AS bigint CACHE 1 NO CYCLE", t);
+    q[PG_CREATE_SEQUENCE] = sql_format("CREATE SEQUENCE IF NOT EXISTS \"%s_fence\" AS bigint CACHE 1 NO CYCLE", t);
     /* An UPDATE of the row costs less than INSERT .. ON CONFLICT (no
      * speculative insertion, no CTE); it is tried first when the lock was
      * free the last time we looked. */
-    q[PG_TAKE] = format("UPDATE \"%s\" AS t SET\n"
+    q[PG_TAKE] = sql_format("UPDATE \"%s\" AS t SET\n"
                         "  fence = CASE WHEN t.owner = $2 AND t.expires_at >= now() THEN t.fence ELSE t.fence + 1 END,\n"
                         "  owner = $2, expires_at = now() + $3::bigint * interval '1 millisecond'\n"
                         "WHERE name = $1 AND (t.owner IS NULL OR t.expires_at < now() OR t.owner = $2)\n"
                         "RETURNING fence",
                         t);
-    q[PG_ACQUIRE] = format(
+    q[PG_ACQUIRE] = sql_format(
         "WITH prev AS (SELECT expires_at FROM \"%s\" WHERE name = $1),\n"
         "up AS (INSERT INTO \"%s\" AS t (name, owner, fence, expires_at)\n"
         "  VALUES ($1, $2, 1, now() + $3::bigint * interval '1 millisecond')\n"
@@ -82,29 +64,29 @@ int pg_sql_init(struct pg_sql *sql, const char *table)
         "SELECT (SELECT fence FROM up),\n"
         "       (SELECT greatest(0, ceil(extract(epoch FROM expires_at - now()) * 1000))::bigint FROM prev)",
         t, t);
-    q[PG_RENEW] = format("UPDATE \"%s\" SET expires_at = now() + $3::bigint * interval '1 millisecond'\n"
+    q[PG_RENEW] = sql_format("UPDATE \"%s\" SET expires_at = now() + $3::bigint * interval '1 millisecond'\n"
                          "WHERE name = $1 AND owner = $2 AND expires_at >= now()",
                          t);
-    q[PG_RELEASE] = format("WITH r AS (UPDATE \"%s\" SET owner = NULL, expires_at = now()\n"
+    q[PG_RELEASE] = sql_format("WITH r AS (UPDATE \"%s\" SET owner = NULL, expires_at = now()\n"
                            "  WHERE name = $1 AND owner = $2 AND expires_at >= now() RETURNING 1)\n"
                            "SELECT pg_notify($3, '') FROM r",
                            t);
-    q[PG_STATUS] = format("SELECT owner, fence, greatest(0, ceil(extract(epoch FROM expires_at - now()) * 1000))::bigint,\n"
+    q[PG_STATUS] = sql_format("SELECT owner, fence, greatest(0, ceil(extract(epoch FROM expires_at - now()) * 1000))::bigint,\n"
                           "       owner IS NOT NULL AND expires_at >= now()\n"
                           "FROM \"%s\" WHERE name = $1",
                           t);
-    q[PG_SESSION_ACQUIRE] = format("SELECT pg_try_advisory_lock($1::bigint)");
+    q[PG_SESSION_ACQUIRE] = sql_format("SELECT pg_try_advisory_lock($1::bigint)");
     /* Drawn on demand, only while this session holds the lock: the last
      * holder drew its own before unlocking, so with a sequence without
      * cache the tokens of those who ask strictly increase. */
-    q[PG_SESSION_FENCE] = format("SELECT CASE WHEN EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory'\n"
+    q[PG_SESSION_FENCE] = sql_format("SELECT CASE WHEN EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory'\n"
                                  "    AND pid = pg_backend_pid() AND objsubid = 1 AND granted\n"
                                  "    AND ((classid::bigint << 32) | objid::bigint) = $1::bigint)\n"
                                  "  THEN nextval('\"%s_fence\"') END",
                                  t);
-    q[PG_SESSION_CHECK] = format("SELECT 1");
-    q[PG_SESSION_RELEASE] = format("SELECT pg_advisory_unlock($1::bigint), pg_notify($2, '')");
-    q[PG_SESSION_STATUS] = format("SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 1\n"
+    q[PG_SESSION_CHECK] = sql_format("SELECT 1");
+    q[PG_SESSION_RELEASE] = sql_format("SELECT pg_advisory_unlock($1::bigint), pg_notify($2, '')");
+    q[PG_SESSION_STATUS] = sql_format("SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 1\n"
                                   "  AND granted AND ((classid::bigint << 32) | objid::bigint) = $1::bigint");
     for (int i = 0; i < PG_STATEMENT_COUNT; i++)
         if (!q[i]) {

@@ -45,16 +45,7 @@ struct redis_instance {
 };
 
 struct redis_lock {
-    char *key;                  /* <prefix>{name}; NULL until first use */
-    size_t key_len;
-    char *fence_key;
-    size_t fence_key_len;
-    char *queue_key;            /* waiters in arrival order */
-    size_t queue_key_len;
-    char *timeouts_key;         /* each waiter's deadline (server ms) */
-    size_t timeouts_key_len;
-    char *channel_prefix;       /* <prefix>{name}:ch: + owner: a waiter's own channel */
-    size_t channel_prefix_len;
+    struct redis_lock_keys k;   /* k.key NULL until first use */
     char *sub_channel;          /* the channel subscribed, while notify_fd */
     size_t sub_channel_len;
     int notify_fd;              /* eventfd + 1 while subscribed, else 0 */
@@ -78,16 +69,6 @@ static const struct dlock_setting_spec redis_settings[] = {
 
 /* ---- keys ------------------------------------------------------------------- */
 
-static void free_keys(struct redis_lock *rl)
-{
-    free(rl->key);
-    free(rl->fence_key);
-    free(rl->queue_key);
-    free(rl->timeouts_key);
-    free(rl->channel_prefix);
-    rl->key = rl->fence_key = rl->queue_key = rl->timeouts_key = rl->channel_prefix = NULL;
-}
-
 static bool is_fair(const struct dlock_provider_lock *lk)
 {
     return (lk->flags & DLOCK_LOCK_FAIR) != 0;
@@ -96,18 +77,7 @@ static bool is_fair(const struct dlock_provider_lock *lk)
 static int ensure_keys(struct redis_instance *inst, struct dlock_provider_lock *lk)
 {
     struct redis_lock *rl = lk->priv;
-    if (rl->key)
-        return DLOCK_OK;
-    rl->key = redis_key_for(inst->prefix, lk->name, lk->name_len, "", &rl->key_len);
-    rl->fence_key = redis_key_for(inst->prefix, lk->name, lk->name_len, ":fence", &rl->fence_key_len);
-    rl->queue_key = redis_key_for(inst->prefix, lk->name, lk->name_len, ":queue", &rl->queue_key_len);
-    rl->timeouts_key = redis_key_for(inst->prefix, lk->name, lk->name_len, ":timeouts", &rl->timeouts_key_len);
-    rl->channel_prefix = redis_key_for(inst->prefix, lk->name, lk->name_len, ":ch:", &rl->channel_prefix_len);
-    if (!rl->key || !rl->fence_key || !rl->queue_key || !rl->timeouts_key || !rl->channel_prefix) {
-        free_keys(rl);
-        return dlock_seterr(DLOCK_ENOMEM, "redis: out of memory for key names");
-    }
-    return DLOCK_OK;
+    return rl->k.key ? DLOCK_OK : redis_lock_keys_init(&rl->k, inst->prefix, lk->name, lk->name_len);
 }
 
 /* ---- subscription ---------------------------------------------------------------- */
@@ -118,12 +88,12 @@ static int subscribe(struct redis_instance *inst, struct dlock_provider_lock *lk
 {
     struct redis_lock *rl = lk->priv;
     size_t owner_len = strlen(lk->owner);
-    size_t len = rl->channel_prefix_len + owner_len;
+    size_t len = rl->k.channel_prefix_len + owner_len;
     char *channel = malloc(len + 1);
     if (!channel)
         return dlock_seterr(DLOCK_ENOMEM, "redis: out of memory");
-    memcpy(channel, rl->channel_prefix, rl->channel_prefix_len);
-    memcpy(channel + rl->channel_prefix_len, lk->owner, owner_len + 1);
+    memcpy(channel, rl->k.channel_prefix, rl->k.channel_prefix_len);
+    memcpy(channel + rl->k.channel_prefix_len, lk->owner, owner_len + 1);
     int fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (fd < 0) {
         free(channel);
@@ -246,9 +216,9 @@ static int try_acquire(struct redis_instance *inst, struct dlock_provider_lock *
     int lease_len = snprintf(lease, sizeof lease, "%lld", (long long)lk->lease_ms);
     int qt_len = snprintf(queue_timeout, sizeof queue_timeout, "%lld", (long long)inst->waiter_timeout_ms);
     const char *registered = rl->registered ? "1" : "0";
-    const char *args[8] = { rl->key, rl->fence_key, rl->queue_key, rl->timeouts_key, lk->owner, lease,
+    const char *args[8] = { rl->k.key, rl->k.fence_key, rl->k.queue_key, rl->k.timeouts_key, lk->owner, lease,
                             queue_timeout, registered };
-    size_t lens[8] = { rl->key_len, rl->fence_key_len, rl->queue_key_len, rl->timeouts_key_len,
+    size_t lens[8] = { rl->k.key_len, rl->k.fence_key_len, rl->k.queue_key_len, rl->k.timeouts_key_len,
                        strlen(lk->owner), (size_t)lease_len, (size_t)qt_len, 1 };
     int rc;
     redisReply *r = redis_script_run(&inst->pool, &inst->scripts, is_fair(lk) ? SCRIPT_ACQUIRE_FAIR : SCRIPT_ACQUIRE,
@@ -279,9 +249,9 @@ static bool subscribed_for(const struct redis_lock *rl, const struct dlock_provi
     if (!rl->notify_fd)
         return false;
     size_t owner_len = strlen(lk->owner);
-    return rl->sub_channel_len == rl->channel_prefix_len + owner_len &&
-           memcmp(rl->sub_channel, rl->channel_prefix, rl->channel_prefix_len) == 0 &&
-           memcmp(rl->sub_channel + rl->channel_prefix_len, lk->owner, owner_len) == 0;
+    return rl->sub_channel_len == rl->k.channel_prefix_len + owner_len &&
+           memcmp(rl->sub_channel, rl->k.channel_prefix, rl->k.channel_prefix_len) == 0 &&
+           memcmp(rl->sub_channel + rl->k.channel_prefix_len, lk->owner, owner_len) == 0;
 }
 
 static void drain_notifications(struct redis_lock *rl)
@@ -331,9 +301,9 @@ static int redis_release(void *instance, struct dlock_provider_lock *lk)
         return rc;
     char lease[24];
     int lease_len = snprintf(lease, sizeof lease, "%lld", (long long)lk->lease_ms);
-    const char *args[6] = { rl->key, rl->queue_key, rl->timeouts_key, lk->owner, rl->channel_prefix, lease };
-    size_t lens[6] = { rl->key_len, rl->queue_key_len, rl->timeouts_key_len, strlen(lk->owner),
-                       rl->channel_prefix_len, (size_t)lease_len };
+    const char *args[6] = { rl->k.key, rl->k.queue_key, rl->k.timeouts_key, lk->owner, rl->k.channel_prefix, lease };
+    size_t lens[6] = { rl->k.key_len, rl->k.queue_key_len, rl->k.timeouts_key_len, strlen(lk->owner),
+                       rl->k.channel_prefix_len, (size_t)lease_len };
     redisReply *r = redis_script_run(&inst->pool, &inst->scripts, SCRIPT_RELEASE, 3, 6, args, lens, &rc);
     if (!r)
         return rc;
@@ -360,8 +330,8 @@ static int redis_renew_batch(void *instance, struct dlock_provider_lock *const *
         if (rc != DLOCK_OK)
             break;
         struct redis_lock *rl = locks[i]->priv;
-        args[i] = rl->key;
-        lens[i] = rl->key_len;
+        args[i] = rl->k.key;
+        lens[i] = rl->k.key_len;
         args[n + 2 * i] = locks[i]->owner;
         lens[n + 2 * i] = strlen(locks[i]->owner);
         lens[n + 2 * i + 1] = (size_t)snprintf(leases[i], sizeof leases[i], "%lld", (long long)locks[i]->lease_ms);
@@ -415,12 +385,12 @@ static void redis_abandon(void *instance, struct dlock_provider_lock *lk)
 {
     struct redis_instance *inst = instance;
     struct redis_lock *rl = lk->priv;
-    if (rl->registered && rl->key) {
+    if (rl->registered && rl->k.key) {
         /* Out of the queue now, so the waiters behind do not wait for our
          * deadline to pass. */
-        const char *args[5] = { rl->key, rl->queue_key, rl->timeouts_key, lk->owner, rl->channel_prefix };
-        size_t lens[5] = { rl->key_len, rl->queue_key_len, rl->timeouts_key_len, strlen(lk->owner),
-                           rl->channel_prefix_len };
+        const char *args[5] = { rl->k.key, rl->k.queue_key, rl->k.timeouts_key, lk->owner, rl->k.channel_prefix };
+        size_t lens[5] = { rl->k.key_len, rl->k.queue_key_len, rl->k.timeouts_key_len, strlen(lk->owner),
+                           rl->k.channel_prefix_len };
         int rc;
         redisReply *r = redis_script_run(&inst->pool, &inst->scripts, SCRIPT_LEAVE, 3, 5, args, lens, &rc);
         if (r)
@@ -435,7 +405,7 @@ static void redis_lock_fini(void *instance, struct dlock_provider_lock *lk)
     struct redis_instance *inst = instance;
     struct redis_lock *rl = lk->priv;
     unsubscribe(inst, rl);
-    free_keys(rl);
+    redis_lock_keys_free(&rl->k);
     memset(rl, 0, sizeof *rl);
 }
 

@@ -1,6 +1,8 @@
 /* backends/redis/redis_keys.c - see redis_keys.h */
 #include "redis_keys.h"
 
+#include <dlock/provider.h>
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,4 +30,28 @@ char *redis_key_for(const char *prefix, const char *name, size_t len, const char
     k[o] = 0;
     *out_len = o;
     return k;
+}
+
+int redis_lock_keys_init(struct redis_lock_keys *k, const char *prefix, const char *name, size_t len)
+{
+    k->key = redis_key_for(prefix, name, len, "", &k->key_len);
+    k->fence_key = redis_key_for(prefix, name, len, ":fence", &k->fence_key_len);
+    k->queue_key = redis_key_for(prefix, name, len, ":queue", &k->queue_key_len);
+    k->timeouts_key = redis_key_for(prefix, name, len, ":timeouts", &k->timeouts_key_len);
+    k->channel_prefix = redis_key_for(prefix, name, len, ":ch:", &k->channel_prefix_len);
+    if (!k->key || !k->fence_key || !k->queue_key || !k->timeouts_key || !k->channel_prefix) {
+        redis_lock_keys_free(k);
+        return dlock_seterr(DLOCK_ENOMEM, "redis: out of memory for key names");
+    }
+    return DLOCK_OK;
+}
+
+void redis_lock_keys_free(struct redis_lock_keys *k)
+{
+    free(k->key);
+    free(k->fence_key);
+    free(k->queue_key);
+    free(k->timeouts_key);
+    free(k->channel_prefix);
+    memset(k, 0, sizeof *k);
 }

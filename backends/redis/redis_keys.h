@@ -11,4 +11,19 @@
  * cannot pin or split slots. The prefix must not contain braces. */
 char *redis_key_for(const char *prefix, const char *name, size_t len, const char *suffix, size_t *out_len);
 
+/* Every key of one lock (the redis and redlock backends share the layout). */
+struct redis_lock_keys {
+    char *key;                  /* <prefix>{name}: the hash, owner -> reentry count */
+    char *fence_key;            /* <prefix>{name}:fence */
+    char *queue_key;            /* <prefix>{name}:queue: waiters in arrival order */
+    char *timeouts_key;         /* <prefix>{name}:timeouts: each waiter's deadline */
+    char *channel_prefix;       /* <prefix>{name}:ch: + owner: a waiter's own channel */
+    size_t key_len, fence_key_len, queue_key_len, timeouts_key_len, channel_prefix_len;
+};
+
+/* Fills k for a name (k->key NULL before); DLOCK_OK or DLOCK_ENOMEM with
+ * the detail set. */
+int redis_lock_keys_init(struct redis_lock_keys *k, const char *prefix, const char *name, size_t len);
+void redis_lock_keys_free(struct redis_lock_keys *k);
+
 #endif

@@ -44,8 +44,7 @@ struct redlock_instance {
 };
 
 struct redlock_lock {
-    char *key, *fence_key, *queue_key, *timeouts_key, *channel_prefix;
-    size_t key_len, fence_key_len, queue_key_len, timeouts_key_len, channel_prefix_len;
+    struct redis_lock_keys k;   /* the redis backend's keys, on every master */
 };
 
 static const struct dlock_setting_spec redlock_settings[] = {
@@ -61,31 +60,10 @@ static const struct dlock_setting_spec redlock_settings[] = {
 
 /* ---- keys ------------------------------------------------------------------------- */
 
-static void free_keys(struct redlock_lock *rl)
-{
-    free(rl->key);
-    free(rl->fence_key);
-    free(rl->queue_key);
-    free(rl->timeouts_key);
-    free(rl->channel_prefix);
-    memset(rl, 0, sizeof *rl);
-}
-
 static int ensure_keys(struct redlock_instance *inst, struct dlock_provider_lock *lk)
 {
     struct redlock_lock *rl = lk->priv;
-    if (rl->key)
-        return DLOCK_OK;
-    rl->key = redis_key_for(inst->prefix, lk->name, lk->name_len, "", &rl->key_len);
-    rl->fence_key = redis_key_for(inst->prefix, lk->name, lk->name_len, ":fence", &rl->fence_key_len);
-    rl->queue_key = redis_key_for(inst->prefix, lk->name, lk->name_len, ":queue", &rl->queue_key_len);
-    rl->timeouts_key = redis_key_for(inst->prefix, lk->name, lk->name_len, ":timeouts", &rl->timeouts_key_len);
-    rl->channel_prefix = redis_key_for(inst->prefix, lk->name, lk->name_len, ":ch:", &rl->channel_prefix_len);
-    if (!rl->key || !rl->fence_key || !rl->queue_key || !rl->timeouts_key || !rl->channel_prefix) {
-        free_keys(rl);
-        return dlock_seterr(DLOCK_ENOMEM, "redlock: out of memory for key names");
-    }
-    return DLOCK_OK;
+    return rl->k.key ? DLOCK_OK : redis_lock_keys_init(&rl->k, inst->prefix, lk->name, lk->name_len);
 }
 
 /* ---- one script on every master at once ---------------------------------------------- */
@@ -191,9 +169,9 @@ static int release_everywhere(struct redlock_instance *inst, struct dlock_provid
     struct redlock_lock *rl = lk->priv;
     char lease[24];
     int lease_len = snprintf(lease, sizeof lease, "%lld", (long long)lk->lease_ms);
-    const char *args[6] = { rl->key, rl->queue_key, rl->timeouts_key, lk->owner, rl->channel_prefix, lease };
-    size_t lens[6] = { rl->key_len, rl->queue_key_len, rl->timeouts_key_len, strlen(lk->owner),
-                       rl->channel_prefix_len, (size_t)lease_len };
+    const char *args[6] = { rl->k.key, rl->k.queue_key, rl->k.timeouts_key, lk->owner, rl->k.channel_prefix, lease };
+    size_t lens[6] = { rl->k.key_len, rl->k.queue_key_len, rl->k.timeouts_key_len, strlen(lk->owner),
+                       rl->k.channel_prefix_len, (size_t)lease_len };
     struct call call = { 3, 6, args, lens };
     redisReply *replies[REDLOCK_MAX_SERVERS];
     fan_out(inst, SCRIPT_RELEASE, &call, only, replies);
@@ -225,9 +203,9 @@ static int redlock_acquire(void *instance, struct dlock_provider_lock *lk, struc
     char lease[24], queue_timeout[24];
     int lease_len = snprintf(lease, sizeof lease, "%lld", (long long)lk->lease_ms);
     int qt_len = snprintf(queue_timeout, sizeof queue_timeout, "%lld", (long long)inst->waiter_timeout_ms);
-    const char *args[8] = { rl->key, rl->fence_key, rl->queue_key, rl->timeouts_key, lk->owner, lease,
+    const char *args[8] = { rl->k.key, rl->k.fence_key, rl->k.queue_key, rl->k.timeouts_key, lk->owner, lease,
                             queue_timeout, "0" };
-    size_t lens[8] = { rl->key_len, rl->fence_key_len, rl->queue_key_len, rl->timeouts_key_len,
+    size_t lens[8] = { rl->k.key_len, rl->k.fence_key_len, rl->k.queue_key_len, rl->k.timeouts_key_len,
                        strlen(lk->owner), (size_t)lease_len, (size_t)qt_len, 1 };
     struct call call = { 4, 8, args, lens };
     redisReply *replies[REDLOCK_MAX_SERVERS];
@@ -265,8 +243,8 @@ static int redlock_acquire(void *instance, struct dlock_provider_lock *lk, struc
         if (at_fence < inst->quorum) {
             char value[24];
             int value_len = snprintf(value, sizeof value, "%lld", fence);
-            const char *fargs[2] = { rl->fence_key, value };
-            size_t flens[2] = { rl->fence_key_len, (size_t)value_len };
+            const char *fargs[2] = { rl->k.fence_key, value };
+            size_t flens[2] = { rl->k.fence_key_len, (size_t)value_len };
             struct call raise = { 1, 2, fargs, flens };
             raised = fan_out(inst, SCRIPT_FENCE_RAISE, &raise, NULL, replies);
             free_replies(inst, replies);
@@ -311,8 +289,8 @@ static int redlock_renew(void *instance, struct dlock_provider_lock *lk)
     int64_t t0 = redis_now_ms();
     char lease[24];
     int lease_len = snprintf(lease, sizeof lease, "%lld", (long long)lk->lease_ms);
-    const char *args[3] = { rl->key, lk->owner, lease };
-    size_t lens[3] = { rl->key_len, strlen(lk->owner), (size_t)lease_len };
+    const char *args[3] = { rl->k.key, lk->owner, lease };
+    size_t lens[3] = { rl->k.key_len, strlen(lk->owner), (size_t)lease_len };
     struct call call = { 1, 3, args, lens };
     redisReply *replies[REDLOCK_MAX_SERVERS];
     int answered = fan_out(inst, SCRIPT_RENEW, &call, NULL, replies);
@@ -336,12 +314,12 @@ static void redlock_abandon(void *instance, struct dlock_provider_lock *lk)
 {
     struct redlock_instance *inst = instance;
     struct redlock_lock *rl = lk->priv;
-    if (!rl->key)
+    if (!rl->k.key)
         return;
     /* A busy answer registered us as a waiter on each master: leave. */
-    const char *args[5] = { rl->key, rl->queue_key, rl->timeouts_key, lk->owner, rl->channel_prefix };
-    size_t lens[5] = { rl->key_len, rl->queue_key_len, rl->timeouts_key_len, strlen(lk->owner),
-                       rl->channel_prefix_len };
+    const char *args[5] = { rl->k.key, rl->k.queue_key, rl->k.timeouts_key, lk->owner, rl->k.channel_prefix };
+    size_t lens[5] = { rl->k.key_len, rl->k.queue_key_len, rl->k.timeouts_key_len, strlen(lk->owner),
+                       rl->k.channel_prefix_len };
     struct call call = { 3, 5, args, lens };
     redisReply *replies[REDLOCK_MAX_SERVERS];
     fan_out(inst, SCRIPT_LEAVE, &call, NULL, replies);
@@ -351,7 +329,8 @@ static void redlock_abandon(void *instance, struct dlock_provider_lock *lk)
 static void redlock_lock_fini(void *instance, struct dlock_provider_lock *lk)
 {
     (void)instance;
-    free_keys(lk->priv);
+    struct redlock_lock *rl = lk->priv;
+    redis_lock_keys_free(&rl->k);
 }
 
 static void redlock_close(void *instance)

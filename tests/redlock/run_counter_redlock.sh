@@ -3,7 +3,6 @@
 # this script starts on private ports (and stops by PID): exactly 200, and
 # the fences handed to the runs strictly increase.
 . "${DLOCK_TEST_SRCDIR:-$(dirname "$0")/..}/cli/lib.sh"
-STEP=${DLOCK_TEST_SRCDIR:-$(dirname "$0")/..}/cli/counter_step.sh
 command -v redis-server > /dev/null || { not_ok "redis-server is not installed"; finish; exit 1; }
 base=$(( 20000 + $$ % 12000 )) # below the ephemeral port range
 servers=
@@ -28,27 +27,6 @@ stop_all() {
 trap stop_all EXIT
 printf 'backend = "redlock";\nredlock = { servers = (%s); };\n' "$servers" > "$T/dlock.conf"
 
-echo 0 > "$T/counter"
-pids=
-for w in 1 2 3 4 5 6 7 8; do
-    (
-        for i in $(seq 1 25); do
-            "$DLOCK" -c "$T/dlock.conf" run counter -- sh -c 'echo "$DLOCK_FENCE" >> "$1.fences"; sh "$2" "$1"' _ \
-                "$T/counter" "$STEP" || echo "run failed: $?" >&2
-        done
-    ) &
-    pids="$pids $!"
-done
-# shellcheck disable=SC2086
-wait $pids
-got=$(cat "$T/counter")
-[ "$got" = 200 ] && ok "8 x 25 increments through redlock (5 masters) end at 200" || not_ok "counter is $got, wanted 200"
-if [ "$(wc -l < "$T/counter.fences")" = 200 ] && sort -n -c "$T/counter.fences" 2>/dev/null \
-        && [ "$(sort -n -u "$T/counter.fences" | wc -l)" = 200 ]; then
-    ok "200 fences, strictly increasing in grant order"
-else
-    not_ok "fences not strictly increasing: $(head -c 300 "$T/counter.fences" | tr '\n' ' ')"
-fi
-"$DLOCK" -c "$T/dlock.conf" run --wait 0 counter -- true
-expect_status 0 $? "free afterwards"
+BACKEND_LABEL="redlock (5 masters)"
+. "${DLOCK_TEST_SRCDIR:-$(dirname "$0")/..}/cli/counter_run.sh"
 finish
