@@ -10,8 +10,6 @@
 #include <string.h>
 #include <time.h>
 
-#define MY_BACKOFF_MIN_MS 50
-#define MY_BACKOFF_MAX_MS 2000
 
 int64_t my_now_ms(void)
 {
@@ -252,79 +250,45 @@ stmt_error:;
 
 /* ---- the pool ------------------------------------------------------------------------- */
 
+static void *pool_connect(void *arg, int *rc)
+{
+    return my_connect(arg, rc);
+}
+
+static bool pool_reusable(void *conn)
+{
+    return !my_conn_broken(conn);
+}
+
+static void pool_close(void *conn)
+{
+    my_conn_close(conn);
+}
+
+static const struct conn_pool_ops my_pool_ops = { pool_connect, pool_reusable, pool_close };
+
 void my_pool_init(struct my_pool *pool, const struct my_server *srv, int max)
 {
-    memset(pool, 0, sizeof *pool);
     pool->server = srv;
-    pool->max = max < 1 ? 1 : max > MY_POOL_MAX ? MY_POOL_MAX : max;
-    pthread_mutex_init(&pool->mu, NULL);
-    pthread_cond_init(&pool->cv, NULL);
+    conn_pool_init(&pool->pool, &my_pool_ops, (void *)srv, max);
 }
 
 void my_pool_destroy(struct my_pool *pool)
 {
-    for (int i = 0; i < pool->nidle; i++)
-        my_conn_close(pool->idle[i]);
-    pool->nidle = pool->total = 0;
-    pthread_cond_destroy(&pool->cv);
-    pthread_mutex_destroy(&pool->mu);
+    conn_pool_destroy(&pool->pool);
 }
 
 int my_pool_get(struct my_pool *pool, struct my_conn **out)
 {
-    pthread_mutex_lock(&pool->mu);
-    while (pool->nidle == 0 && pool->total >= pool->max)
-        pthread_cond_wait(&pool->cv, &pool->mu);
-    if (pool->nidle > 0) {
-        *out = pool->idle[--pool->nidle];
-        pthread_mutex_unlock(&pool->mu);
-        return DLOCK_OK;
-    }
-    int64_t now = my_now_ms();
-    if (now < pool->retry_at_ms) {
-        int rc = dlock_seterr(DLOCK_EUNAVAILABLE, "%s (next attempt in %lld ms)", pool->last_error,
-                              (long long)(pool->retry_at_ms - now));
-        pthread_mutex_unlock(&pool->mu);
-        return rc;
-    }
-    pool->total++;
-    pthread_mutex_unlock(&pool->mu);
-
-    int rc;
-    struct my_conn *c = my_connect(pool->server, &rc);
-
-    pthread_mutex_lock(&pool->mu);
-    if (c) {
-        pool->backoff_ms = 0;
-        pool->retry_at_ms = 0;
-    } else {
-        pool->total--;
-        if (rc == DLOCK_EUNAVAILABLE) {
-            pool->backoff_ms = pool->backoff_ms ? pool->backoff_ms * 2 : MY_BACKOFF_MIN_MS;
-            if (pool->backoff_ms > MY_BACKOFF_MAX_MS)
-                pool->backoff_ms = MY_BACKOFF_MAX_MS;
-            pool->retry_at_ms = my_now_ms() + pool->backoff_ms;
-            snprintf(pool->last_error, sizeof pool->last_error, "%s", dlock_errmsg());
-        }
-        pthread_cond_signal(&pool->cv);
-    }
-    pthread_mutex_unlock(&pool->mu);
-    *out = c;
-    return c ? DLOCK_OK : rc;
+    void *conn = NULL;
+    int rc = conn_pool_get(&pool->pool, &conn, NULL);
+    *out = conn;
+    return rc;
 }
 
 void my_pool_put(struct my_pool *pool, struct my_conn *c)
 {
-    bool keep = !my_conn_broken(c);
-    if (c && !keep)
-        my_conn_close(c);
-    pthread_mutex_lock(&pool->mu);
-    if (keep)
-        pool->idle[pool->nidle++] = c;
-    else
-        pool->total--;
-    pthread_cond_signal(&pool->cv);
-    pthread_mutex_unlock(&pool->mu);
+    conn_pool_put(&pool->pool, c);
 }
 
 int my_pool_run(struct my_pool *pool, int which, const struct my_param *params, int n, int text_column,
@@ -332,20 +296,17 @@ int my_pool_run(struct my_pool *pool, int which, const struct my_param *params, 
 {
     int rc = DLOCK_EUNAVAILABLE;
     for (int attempt = 0; attempt < 2; attempt++) {
-        pthread_mutex_lock(&pool->mu);
-        bool had_idle = pool->nidle > 0;
-        pthread_mutex_unlock(&pool->mu);
-        struct my_conn *c;
-        rc = my_pool_get(pool, &c);
-        if (rc != DLOCK_OK)
+        void *c = NULL;
+        bool was_idle;
+        if ((rc = conn_pool_get(&pool->pool, &c, &was_idle)) != DLOCK_OK)
             return rc;
         int64_t t0 = my_now_ms();
         rc = my_run(pool->server, c, which, params, n, text_column, out);
         bool broken = my_conn_broken(c);
-        my_pool_put(pool, c);
+        conn_pool_put(&pool->pool, c);
         /* Only an idle connection that died at once (the server restarted
          * or dropped it) earns a second try; a timeout does not. */
-        if (rc == DLOCK_OK || !broken || !had_idle || my_now_ms() - t0 >= pool->server->command_timeout_ms)
+        if (rc == DLOCK_OK || !broken || !was_idle || my_now_ms() - t0 >= pool->server->command_timeout_ms)
             break;
     }
     return rc;

@@ -5,12 +5,14 @@
 #ifndef DLOCK_MY_CONN_H
 #define DLOCK_MY_CONN_H
 
+#include "../common/conn_pool.h"
+
 #include <dlock/provider.h>
 #include <mysql.h>
 #include <pthread.h>
 #include <stdbool.h>
 
-#define MY_POOL_MAX 64
+#define MY_POOL_MAX CONN_POOL_MAX
 #define MY_MAX_STATEMENTS 12
 
 struct my_server {
@@ -67,17 +69,10 @@ int my_run(const struct my_server *srv, struct my_conn *c, int which, const stru
 /* True when the connection can no longer be used. */
 bool my_conn_broken(const struct my_conn *c);
 
+/* Connections for lock statements (common/conn_pool.h, with libmariadb's). */
 struct my_pool {
     const struct my_server *server;
-    int max;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    struct my_conn *idle[MY_POOL_MAX];
-    int nidle;
-    int total;
-    int64_t retry_at_ms;
-    int64_t backoff_ms;
-    char last_error[512];
+    struct conn_pool pool;
 };
 
 void my_pool_init(struct my_pool *pool, const struct my_server *srv, int max);

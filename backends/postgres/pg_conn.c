@@ -11,8 +11,6 @@
 #include <string.h>
 #include <time.h>
 
-#define PG_BACKOFF_MIN_MS 50
-#define PG_BACKOFF_MAX_MS 2000
 
 int64_t pg_now_ms(void)
 {
@@ -336,102 +334,64 @@ int pg_result_check(const struct pg_server *srv, const PGresult *res, const char
 
 /* ---- the pool ---------------------------------------------------------------------- */
 
+static void *pool_connect(void *arg, int *rc)
+{
+    return pg_connect(arg, rc);
+}
+
+static bool pool_reusable(void *conn)
+{
+    return PQstatus(conn) == CONNECTION_OK && PQtransactionStatus(conn) == PQTRANS_IDLE;
+}
+
+static void pool_close(void *conn)
+{
+    PQfinish(conn);
+}
+
+static const struct conn_pool_ops pg_pool_ops = { pool_connect, pool_reusable, pool_close };
+
 void pg_pool_init(struct pg_pool *pool, const struct pg_server *srv, int max)
 {
-    memset(pool, 0, sizeof *pool);
     pool->server = srv;
-    pool->max = max < 1 ? 1 : max > PG_POOL_MAX ? PG_POOL_MAX : max;
-    pthread_mutex_init(&pool->mu, NULL);
-    pthread_cond_init(&pool->cv, NULL);
+    conn_pool_init(&pool->pool, &pg_pool_ops, (void *)srv, max);
 }
 
 void pg_pool_destroy(struct pg_pool *pool)
 {
-    for (int i = 0; i < pool->nidle; i++)
-        PQfinish(pool->idle[i]);
-    pool->nidle = pool->total = 0;
-    pthread_cond_destroy(&pool->cv);
-    pthread_mutex_destroy(&pool->mu);
+    conn_pool_destroy(&pool->pool);
 }
 
 int pg_pool_get(struct pg_pool *pool, PGconn **out)
 {
-    pthread_mutex_lock(&pool->mu);
-    while (pool->nidle == 0 && pool->total >= pool->max)
-        pthread_cond_wait(&pool->cv, &pool->mu);
-    if (pool->nidle > 0) {
-        *out = pool->idle[--pool->nidle];
-        pthread_mutex_unlock(&pool->mu);
-        return DLOCK_OK;
-    }
-    int64_t now = pg_now_ms();
-    if (now < pool->retry_at_ms) {
-        /* A server that just refused is not hammered by every caller: the
-         * last error is repeated until the backoff has passed. */
-        int rc = dlock_seterr(DLOCK_EUNAVAILABLE, "%s (next attempt in %lld ms)", pool->last_error,
-                              (long long)(pool->retry_at_ms - now));
-        pthread_mutex_unlock(&pool->mu);
-        return rc;
-    }
-    pool->total++;
-    pthread_mutex_unlock(&pool->mu);
-
-    int rc;
-    PGconn *conn = pg_connect(pool->server, &rc);
-
-    pthread_mutex_lock(&pool->mu);
-    if (conn) {
-        pool->backoff_ms = 0;
-        pool->retry_at_ms = 0;
-    } else {
-        pool->total--;
-        if (rc == DLOCK_EUNAVAILABLE) {
-            pool->backoff_ms = pool->backoff_ms ? pool->backoff_ms * 2 : PG_BACKOFF_MIN_MS;
-            if (pool->backoff_ms > PG_BACKOFF_MAX_MS)
-                pool->backoff_ms = PG_BACKOFF_MAX_MS;
-            pool->retry_at_ms = pg_now_ms() + pool->backoff_ms;
-            snprintf(pool->last_error, sizeof pool->last_error, "%s", dlock_errmsg());
-        }
-        pthread_cond_signal(&pool->cv);
-    }
-    pthread_mutex_unlock(&pool->mu);
+    void *conn = NULL;
+    int rc = conn_pool_get(&pool->pool, &conn, NULL);
     *out = conn;
-    return conn ? DLOCK_OK : rc;
+    return rc;
 }
 
 void pg_pool_put(struct pg_pool *pool, PGconn *conn)
 {
-    bool keep = conn && PQstatus(conn) == CONNECTION_OK && PQtransactionStatus(conn) == PQTRANS_IDLE;
-    if (conn && !keep)
-        PQfinish(conn);
-    pthread_mutex_lock(&pool->mu);
-    if (keep)
-        pool->idle[pool->nidle++] = conn;
-    else
-        pool->total--;
-    pthread_cond_signal(&pool->cv);
-    pthread_mutex_unlock(&pool->mu);
+    conn_pool_put(&pool->pool, conn);
 }
 
 PGresult *pg_pool_exec(struct pg_pool *pool, int which, int n, const char *const *values, const int *lengths,
                        const int *formats, int *rc)
 {
     for (int attempt = 0; attempt < 2; attempt++) {
-        pthread_mutex_lock(&pool->mu);
-        bool had_idle = pool->nidle > 0;
-        pthread_mutex_unlock(&pool->mu);
-        PGconn *conn;
-        *rc = pg_pool_get(pool, &conn);
-        if (*rc != DLOCK_OK)
+        void *c = NULL;
+        bool was_idle;
+        if ((*rc = conn_pool_get(&pool->pool, &c, &was_idle)) != DLOCK_OK)
             return NULL;
+        PGconn *conn = c;
         int64_t t0 = pg_now_ms();
         PGresult *res = pg_exec_prepared(pool->server, &conn, which, n, values, lengths, formats, rc);
-        pg_pool_put(pool, conn);
+        conn_pool_put(&pool->pool, conn);
         if (res)
             return res;
         /* Only an idle connection that died at once (the server restarted
          * or closed it) earns a second try; a timeout does not. */
-        if (!had_idle || pg_now_ms() - t0 >= pool->server->command_timeout_ms)
+        if (!was_idle || pg_now_ms() - t0 >= pool->server->command_timeout_ms)
             break;
     }
     return NULL;

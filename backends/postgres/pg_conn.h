@@ -5,12 +5,14 @@
 #ifndef DLOCK_PG_CONN_H
 #define DLOCK_PG_CONN_H
 
+#include "../common/conn_pool.h"
+
 #include <dlock/provider.h>
 #include <libpq-fe.h>
 #include <pthread.h>
 #include <stdbool.h>
 
-#define PG_POOL_MAX 64
+#define PG_POOL_MAX CONN_POOL_MAX
 #define PG_MAX_STATEMENTS 16
 
 struct pg_server {
@@ -30,17 +32,10 @@ void pg_server_free(struct pg_server *srv);
  * failure with the detail set (dlock_seterr) and *rc the code. */
 PGconn *pg_connect(const struct pg_server *srv, int *rc);
 
+/* Connections for lock statements (common/conn_pool.h, with libpq's). */
 struct pg_pool {
     const struct pg_server *server;
-    int max;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    PGconn *idle[PG_POOL_MAX];
-    int nidle;
-    int total;
-    int64_t retry_at_ms;        /* no new connection before this (backoff) */
-    int64_t backoff_ms;
-    char last_error[512];
+    struct conn_pool pool;
 };
 
 void pg_pool_init(struct pg_pool *pool, const struct pg_server *srv, int max);
