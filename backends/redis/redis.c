@@ -41,6 +41,8 @@ struct redis_instance {
     struct redis_subscriber *subscriber;
     char prefix[65];
     int64_t waiter_timeout_ms;  /* a waiter that stops retrying leaves the queue after this */
+    int64_t wait_replicas;      /* after a grant, WAIT for this many replicas (0: do not) */
+    int64_t wait_timeout_ms;
     void *log_handle;
 };
 
@@ -64,6 +66,10 @@ static const struct dlock_setting_spec redis_settings[] = {
     { "command_timeout_ms", DLOCK_SETTING_INT, 1, 600000 },
     { "pool_size", DLOCK_SETTING_INT, 1, REDIS_POOL_MAX },
     { "waiter_timeout_ms", DLOCK_SETTING_INT, 100, 600000 },
+    { "sentinels", DLOCK_SETTING_STRING_LIST, 0, 0 },
+    { "master", DLOCK_SETTING_STRING, 0, 0 },
+    { "wait_replicas", DLOCK_SETTING_INT, 0, 16 },
+    { "wait_timeout_ms", DLOCK_SETTING_INT, 1, 60000 },
     { NULL, 0, 0, 0 },
 };
 
@@ -148,6 +154,9 @@ static int redis_open(void **instance, const struct dlock_provider_env *env)
     dlock_settings_int(env->settings, "pool_size", &pool_size);
     inst->waiter_timeout_ms = 5000;
     dlock_settings_int(env->settings, "waiter_timeout_ms", &inst->waiter_timeout_ms);
+    inst->wait_timeout_ms = 100;
+    dlock_settings_int(env->settings, "wait_replicas", &inst->wait_replicas);
+    dlock_settings_int(env->settings, "wait_timeout_ms", &inst->wait_timeout_ms);
     if (rc != DLOCK_OK) {
         free(inst);
         return rc;
@@ -208,6 +217,55 @@ static int unexpected(struct redis_instance *inst, const char *what)
                         what);
 }
 
+/* The acquire script and WAIT in one pipeline, on one connection (WAIT
+ * counts the replicas that have that connection's writes). *acked gets
+ * WAIT's answer. Returns the script's reply, or NULL with *rc. */
+static redisReply *acquire_and_wait(struct redis_instance *inst, enum redis_script which, int nargs,
+                                    const char **args, const size_t *lens, long long *acked, int *rc)
+{
+    char sha[41], numkeys[] = "4", replicas[24], timeout[24];
+    snprintf(replicas, sizeof replicas, "%lld", (long long)inst->wait_replicas);
+    snprintf(timeout, sizeof timeout, "%lld", (long long)inst->wait_timeout_ms);
+    for (int attempt = 0; attempt < 2; attempt++) {
+        redis_script_sha(&inst->scripts, which, sha);
+        if (!sha[0] && (*rc = redis_scripts_preload(&inst->pool, &inst->scripts)) != DLOCK_OK)
+            return NULL;
+        redis_script_sha(&inst->scripts, which, sha);
+        const char *eval[12] = { "EVALSHA", sha, numkeys };
+        size_t eval_lens[12] = { 7, 40, 1 };
+        for (int i = 0; i < nargs; i++) {
+            eval[3 + i] = args[i];
+            eval_lens[3 + i] = lens[i];
+        }
+        const char *wait[3] = { "WAIT", replicas, timeout };
+        size_t wait_lens[3] = { 4, strlen(replicas), strlen(timeout) };
+        int argcs[2] = { 3 + nargs, 3 };
+        const char **argvs[2] = { eval, wait };
+        const size_t *lenses[2] = { eval_lens, wait_lens };
+        redisReply *replies[2];
+        if ((*rc = redis_pool_pipeline(&inst->pool, 2, argcs, argvs, lenses, replies)) != DLOCK_OK)
+            return NULL;
+        *acked = replies[1]->type == REDIS_REPLY_INTEGER ? replies[1]->integer : -1;
+        freeReplyObject(replies[1]);
+        redisReply *r = replies[0];
+        if (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOSCRIPT", 8) == 0 && attempt == 0) {
+            freeReplyObject(r);
+            if ((*rc = redis_scripts_preload(&inst->pool, &inst->scripts)) != DLOCK_OK)
+                return NULL;
+            continue;
+        }
+        if (r->type == REDIS_REPLY_ERROR) {
+            *rc = dlock_seterr(DLOCK_EUNAVAILABLE, "%s: lock script failed: %s", inst->pool.server.label, r->str);
+            freeReplyObject(r);
+            return NULL;
+        }
+        return r;
+    }
+    return NULL;
+}
+
+static int redis_release(void *instance, struct dlock_provider_lock *lk);
+
 /* One run of the acquire script: DLOCK_OK (granted), DLOCK_EBUSY, or a failure. */
 static int try_acquire(struct redis_instance *inst, struct dlock_provider_lock *lk, struct dlock_grant *g)
 {
@@ -221,8 +279,12 @@ static int try_acquire(struct redis_instance *inst, struct dlock_provider_lock *
     size_t lens[8] = { rl->k.key_len, rl->k.fence_key_len, rl->k.queue_key_len, rl->k.timeouts_key_len,
                        strlen(lk->owner), (size_t)lease_len, (size_t)qt_len, 1 };
     int rc;
-    redisReply *r = redis_script_run(&inst->pool, &inst->scripts, is_fair(lk) ? SCRIPT_ACQUIRE_FAIR : SCRIPT_ACQUIRE,
-                                     4, is_fair(lk) ? 7 : 8, args, lens, &rc);
+    long long acked = -1;
+    enum redis_script which = is_fair(lk) ? SCRIPT_ACQUIRE_FAIR : SCRIPT_ACQUIRE;
+    int nargs = is_fair(lk) ? 7 : 8;
+    redisReply *r = inst->wait_replicas > 0
+                        ? acquire_and_wait(inst, which, nargs, args, lens, &acked, &rc)
+                        : redis_script_run(&inst->pool, &inst->scripts, which, 4, nargs, args, lens, &rc);
     if (!r)
         return rc;
     if (!is_int_array(r, 2)) {
@@ -232,6 +294,16 @@ static int try_acquire(struct redis_instance *inst, struct dlock_provider_lock *
     long long granted = r->element[0]->integer, value = r->element[1]->integer;
     freeReplyObject(r);
     rl->registered = !granted; /* a busy answer put us in the queue; a grant took us out */
+    if (granted && inst->wait_replicas > 0 && acked < inst->wait_replicas) {
+        /* A failover now could promote a replica without this grant and hand
+         * the lock to someone else: give it back rather than hold it so. */
+        redis_release(inst, lk);
+        return dlock_seterr(DLOCK_EUNAVAILABLE,
+                            "%s: granted, but only %lld of the %lld replicas (redis.wait_replicas) confirmed it "
+                            "within %lld ms: given back",
+                            inst->pool.server.label, acked < 0 ? 0 : acked, (long long)inst->wait_replicas,
+                            (long long)inst->wait_timeout_ms);
+    }
     if (granted) {
         g->fence = (uint64_t)value;
         g->has_fence = 1;

@@ -62,7 +62,28 @@ int redis_server_from_settings(struct redis_server *srv, const dlock_settings *s
     if (srv->user[0] && !srv->password[0])
         return dlock_seterr(DLOCK_ECONFIG, "%s: redis.user needs redis.password",
                             dlock_settings_where(s, "user"));
-    if (srv->socket[0])
+    size_t nsent = dlock_settings_list_count(s, "sentinels");
+    bool has_master = dlock_settings_string(s, "master", &(const char *){ NULL });
+    if (nsent > REDIS_MAX_SENTINELS)
+        return dlock_seterr(DLOCK_ECONFIG, "%s: redis.sentinels lists more than %d sentinels",
+                            dlock_settings_where(s, "sentinels"), REDIS_MAX_SENTINELS);
+    if ((nsent > 0) != has_master)
+        return dlock_seterr(DLOCK_ECONFIG, "%s: redis.sentinels and redis.master go together",
+                            dlock_settings_where(s, nsent ? "sentinels" : "master"));
+    for (size_t i = 0; i < nsent; i++) {
+        const char *item = dlock_settings_list_item(s, "sentinels", i);
+        const char *colon = strrchr(item, ':');
+        if (!colon || colon == item || atoi(colon + 1) <= 0 || strlen(item) >= sizeof srv->sentinels[0])
+            return dlock_seterr(DLOCK_ECONFIG, "%s: redis.sentinels: \"%s\" is not \"host:port\"",
+                                dlock_settings_where(s, "sentinels"), item);
+        snprintf(srv->sentinels[i], sizeof srv->sentinels[i], "%s", item);
+    }
+    srv->nsentinels = (int)nsent;
+    if ((rc = copy_setting(s, "master", srv->master_name, sizeof srv->master_name)) != DLOCK_OK)
+        return rc;
+    if (srv->nsentinels)
+        snprintf(srv->label, sizeof srv->label, "redis sentinel master '%s'", srv->master_name);
+    else if (srv->socket[0])
         snprintf(srv->label, sizeof srv->label, "redis unix:%s", srv->socket);
     else
         snprintf(srv->label, sizeof srv->label, "redis %s:%d", srv->host, srv->port);
@@ -86,11 +107,12 @@ static int setup_command(redisContext *ctx, const struct redis_server *srv, cons
     return rc;
 }
 
-redisContext *redis_connect(const struct redis_server *srv, int *rc)
+/* Connects to host:port (or the socket when host is NULL) with srv's
+ * timeouts and credentials. */
+static redisContext *connect_to(const struct redis_server *srv, const char *host, int port, int *rc)
 {
     struct timeval ct = to_timeval(srv->connect_timeout_ms);
-    redisContext *ctx = srv->socket[0] ? redisConnectUnixWithTimeout(srv->socket, ct)
-                                       : redisConnectWithTimeout(srv->host, srv->port, ct);
+    redisContext *ctx = !host ? redisConnectUnixWithTimeout(srv->socket, ct) : redisConnectWithTimeout(host, port, ct);
     if (!ctx) {
         *rc = dlock_seterr(DLOCK_ENOMEM, "%s: out of memory for a connection", srv->label);
         return NULL;
@@ -104,7 +126,7 @@ redisContext *redis_connect(const struct redis_server *srv, int *rc)
      * inherit the connection. */
     fcntl(ctx->fd, F_SETFD, fcntl(ctx->fd, F_GETFD) | FD_CLOEXEC);
     redisSetTimeout(ctx, to_timeval(srv->command_timeout_ms));
-    if (!srv->socket[0])
+    if (host)
         redisEnableKeepAlive(ctx); /* TCP only: it fails, and poisons the context, on a unix socket */
     *rc = DLOCK_OK;
     if (srv->password[0]) {
@@ -124,6 +146,71 @@ redisContext *redis_connect(const struct redis_server *srv, int *rc)
         return NULL;
     }
     return ctx;
+}
+
+/* True when ctx's server says it is a master (ROLE), so that a sentinel's
+ * stale answer during a failover does not send writes to a replica. */
+static bool is_master(redisContext *ctx)
+{
+    redisReply *r = redisCommand(ctx, "ROLE");
+    bool master = r && r->type == REDIS_REPLY_ARRAY && r->elements > 0 &&
+                  r->element[0]->type == REDIS_REPLY_STRING && strcmp(r->element[0]->str, "master") == 0;
+    if (r)
+        freeReplyObject(r);
+    return master;
+}
+
+/* Asks each sentinel in turn where the master is, and connects there. */
+static redisContext *connect_via_sentinels(const struct redis_server *srv, int *rc)
+{
+    char why[300] = "no sentinel answered";
+    for (int i = 0; i < srv->nsentinels; i++) {
+        char host[128];
+        snprintf(host, sizeof host, "%s", srv->sentinels[i]);
+        char *colon = strrchr(host, ':');
+        *colon = '\0';
+        struct timeval ct = to_timeval(srv->connect_timeout_ms);
+        redisContext *sc = redisConnectWithTimeout(host, atoi(colon + 1), ct);
+        if (!sc || sc->err) {
+            snprintf(why, sizeof why, "sentinel %s: %s", srv->sentinels[i], sc ? sc->errstr : "out of memory");
+            if (sc)
+                redisFree(sc);
+            continue;
+        }
+        redisSetTimeout(sc, to_timeval(srv->command_timeout_ms));
+        redisReply *r = redisCommand(sc, "SENTINEL get-master-addr-by-name %s", srv->master_name);
+        redisFree(sc);
+        if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 2 || r->element[0]->type != REDIS_REPLY_STRING) {
+            snprintf(why, sizeof why, "sentinel %s does not know a master named '%s'", srv->sentinels[i],
+                     srv->master_name);
+            if (r)
+                freeReplyObject(r);
+            continue;
+        }
+        char mhost[128];
+        snprintf(mhost, sizeof mhost, "%s", r->element[0]->str);
+        int mport = atoi(r->element[1]->str);
+        freeReplyObject(r);
+        redisContext *ctx = connect_to(srv, mhost, mport, rc);
+        if (ctx && is_master(ctx))
+            return ctx;
+        if (ctx) {
+            redisFree(ctx);
+            snprintf(why, sizeof why, "%s:%d, named by sentinel %s, is not a master (failover under way?)", mhost,
+                     mport, srv->sentinels[i]);
+        } else {
+            snprintf(why, sizeof why, "%s", dlock_errmsg());
+        }
+    }
+    *rc = dlock_seterr(DLOCK_EUNAVAILABLE, "%s: %s", srv->label, why);
+    return NULL;
+}
+
+redisContext *redis_connect(const struct redis_server *srv, int *rc)
+{
+    if (srv->nsentinels)
+        return connect_via_sentinels(srv, rc);
+    return connect_to(srv, srv->socket[0] ? NULL : srv->host, srv->port, rc);
 }
 
 int redis_pool_init(struct redis_pool *pool, const struct redis_server *srv, int max)
@@ -227,6 +314,16 @@ redisReply *redis_pool_command(struct redis_pool *pool, int argc, const char **a
             return NULL;
         redisReply *r = redisCommandArgv(ctx, argc, argv, lens);
         int saved_errno = errno;
+        if (r && r->type == REDIS_REPLY_ERROR && strncmp(r->str, "READONLY", 8) == 0 && attempt == 0) {
+            /* The server became a replica (a failover): the command was
+             * refused, not run. Drop this server's connections, so the next
+             * one asks the sentinels again, and send it once more. */
+            freeReplyObject(r);
+            ctx->err = REDIS_ERR_OTHER; /* closed by redis_pool_put */
+            redis_pool_put(pool, ctx);
+            drop_idle(pool);
+            continue;
+        }
         if (r) {
             redis_pool_put(pool, ctx);
             *rc = DLOCK_OK;

@@ -12,6 +12,7 @@
 #include <stdbool.h>
 
 #define REDIS_POOL_MAX 64
+#define REDIS_MAX_SENTINELS 8
 
 struct redis_server {
     char host[256];
@@ -23,14 +24,21 @@ struct redis_server {
     int64_t connect_timeout_ms;
     int64_t command_timeout_ms;
     char label[300];            /* "redis 127.0.0.1:6379" or "redis unix:/path", for messages */
+    /* Sentinel: when nsentinels > 0, host and port are not used; every new
+     * connection asks the sentinels where master_name's master is now. */
+    char sentinels[REDIS_MAX_SENTINELS][128]; /* "host:port" */
+    int nsentinels;
+    char master_name[128];
 };
 
-/* Reads host, port, socket, user, password, db, connect_timeout_ms and
- * command_timeout_ms from a group (defaults: 127.0.0.1:6379, db 0, 2000 ms). */
+/* Reads host, port, socket, user, password, db, connect_timeout_ms,
+ * command_timeout_ms, sentinels and master from a group (defaults:
+ * 127.0.0.1:6379, db 0, 2000 ms, no sentinels). */
 int redis_server_from_settings(struct redis_server *srv, const dlock_settings *s);
 
-/* Opens one connection: connect, timeouts, AUTH, SELECT. NULL on failure
- * with the detail set (dlock_seterr) and *rc the code. */
+/* Opens one connection: connect, timeouts, AUTH, SELECT; with sentinels,
+ * to the master they name, checked with ROLE. NULL on failure with the
+ * detail set (dlock_seterr) and *rc the code. */
 redisContext *redis_connect(const struct redis_server *srv, int *rc);
 
 struct redis_pool {

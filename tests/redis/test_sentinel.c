@@ -1,0 +1,292 @@
+/* tests/redis/test_sentinel.c - the redis backend through Redis Sentinel: a
+ * master, a replica and a sentinel this program starts on private ports
+ * (and stops by PID); locks held and waited for across a forced failover. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "../support/redis_server.h"
+#include "../support/test_time.h"
+
+#include <dlock.h>
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static struct test_redis master, replica;
+static pid_t sentinel_pid;
+static int sentinel_port;
+static char sentinel_dir[128];
+
+static redisReply *sentinel_cmd(const char *fmt, ...)
+{
+    struct timeval tv = { 2, 0 };
+    redisContext *c = redisConnectWithTimeout("127.0.0.1", sentinel_port, tv);
+    if (!c || c->err) {
+        if (c)
+            redisFree(c);
+        return NULL;
+    }
+    va_list ap;
+    va_start(ap, fmt);
+    redisReply *r = redisvCommand(c, fmt, ap);
+    va_end(ap);
+    redisFree(c);
+    return r;
+}
+
+/* The port of the master the sentinel names now, 0 if none. */
+static int current_master_port(void)
+{
+    redisReply *r = sentinel_cmd("SENTINEL get-master-addr-by-name mymaster");
+    int port = r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 ? atoi(r->element[1]->str) : 0;
+    if (r)
+        freeReplyObject(r);
+    return port;
+}
+
+static int start_sentinel(void)
+{
+    snprintf(sentinel_dir, sizeof sentinel_dir, "/tmp/dlock-test-sentinel-XXXXXX");
+    if (!mkdtemp(sentinel_dir))
+        return -1;
+    sentinel_port = master.port + 7;
+    char conf[256];
+    snprintf(conf, sizeof conf, "%s/sentinel.conf", sentinel_dir);
+    FILE *f = fopen(conf, "w");
+    if (!f)
+        return -1;
+    fprintf(f,
+            "port %d\nbind 127.0.0.1\ndir %s\nlogfile %s/sentinel.log\n"
+            "sentinel monitor mymaster 127.0.0.1 %d 1\n"
+            "sentinel down-after-milliseconds mymaster 1000\n"
+            "sentinel failover-timeout mymaster 5000\n",
+            sentinel_port, sentinel_dir, sentinel_dir, master.port);
+    fclose(f);
+    sentinel_pid = fork();
+    if (sentinel_pid == 0) {
+        execlp("redis-sentinel", "redis-sentinel", conf, (char *)NULL);
+        fprintf(stderr, "cannot run redis-sentinel: %s (install redis-sentinel)\n", strerror(errno));
+        _exit(127);
+    }
+    for (int i = 0; i < 100; i++) {
+        if (current_master_port() == master.port)
+            return 0;
+        sleep_ms(50);
+    }
+    return -1;
+}
+
+static void stop_sentinel(void)
+{
+    if (sentinel_pid > 0) {
+        kill(sentinel_pid, SIGTERM);
+        waitpid(sentinel_pid, NULL, 0);
+        sentinel_pid = 0;
+    }
+    char cmd[200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", sentinel_dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", sentinel_dir);
+}
+
+static dlock_client *open_sentinel(const char *extra)
+{
+    char text[1024];
+    snprintf(text, sizeof text,
+             "backend = \"redis\";\nlease_ms = 3000;\nretry_base_ms = 5;\nretry_cap_ms = 100;\n"
+             "redis = { sentinels = (\"127.0.0.1:%d\"); master = \"mymaster\"; command_timeout_ms = 1000;"
+             " connect_timeout_ms = 1000; %s };\n",
+             sentinel_port, extra ? extra : "");
+    dlock_client *c = NULL;
+    int rc = dlock_client_open_string(&c, text);
+    if (rc != DLOCK_OK)
+        fail_msg("open: %s: %s", dlock_strerror(rc), dlock_errmsg());
+    return c;
+}
+
+static dlock_lock *named(dlock_client *c, const char *name)
+{
+    dlock_lock *l = NULL;
+    assert_int_equal(dlock_lock_new(c, name, strlen(name), NULL, &l), DLOCK_OK);
+    return l;
+}
+
+static void locks_through_the_sentinels_master(void **state)
+{
+    (void)state;
+    dlock_client *a = open_sentinel(NULL), *b = open_sentinel(NULL);
+    dlock_lock *la = named(a, "via-sentinel"), *lb = named(b, "via-sentinel");
+    assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
+    assert_int_equal(dlock_acquire(lb, 0), DLOCK_EBUSY);
+    redisReply *r = test_redis_cmd(&master, "EXISTS %s", "dlock:{via-sentinel}");
+    assert_int_equal(r->integer, 1);
+    freeReplyObject(r);
+    assert_int_equal(dlock_release(la), DLOCK_OK);
+    assert_int_equal(dlock_acquire(lb, 0), DLOCK_OK);
+    assert_int_equal(dlock_release(lb), DLOCK_OK);
+    dlock_lock_free(la);
+    dlock_lock_free(lb);
+    dlock_client_close(a);
+    dlock_client_close(b);
+}
+
+static void wait_replicas_confirms_grants_and_refuses_without_replicas(void **state)
+{
+    (void)state;
+    dlock_client *a = open_sentinel("wait_replicas = 1; wait_timeout_ms = 500;");
+    dlock_lock *l = named(a, "replicated");
+    assert_int_equal(dlock_acquire(l, 0), DLOCK_OK);
+    assert_int_equal(dlock_release(l), DLOCK_OK);
+    dlock_lock_free(l);
+    dlock_client_close(a);
+    /* Two replicas asked for, one exists: refused, and given back. */
+    a = open_sentinel("wait_replicas = 2; wait_timeout_ms = 200;");
+    l = named(a, "replicated");
+    int64_t t0 = now_ms();
+    assert_int_equal(dlock_acquire(l, 0), DLOCK_EUNAVAILABLE);
+    assert_true(now_ms() - t0 < 200 + 300);
+    assert_non_null(strstr(dlock_errmsg(), "only 1 of the 2 replicas"));
+    redisReply *r = test_redis_cmd(&master, "EXISTS %s", "dlock:{replicated}");
+    assert_int_equal(r->integer, 0);
+    freeReplyObject(r);
+    dlock_lock_free(l);
+    dlock_client_close(a);
+}
+
+struct waiter {
+    dlock_lock *lock;
+    int rc;
+};
+
+static void *wait_for_it(void *arg)
+{
+    struct waiter *w = arg;
+    int rc = dlock_acquire(w->lock, 15000);
+    /* Service during the failover may be refused for a moment: clear
+     * errors, then the lock. */
+    int64_t t0 = now_ms();
+    while (rc == DLOCK_EUNAVAILABLE && now_ms() - t0 < 10000) {
+        sleep_ms(100);
+        rc = dlock_acquire(w->lock, 15000);
+    }
+    if (rc == DLOCK_OK)
+        dlock_release(w->lock);
+    __atomic_store_n(&w->rc, rc, __ATOMIC_SEQ_CST);
+    return NULL;
+}
+
+static void a_forced_failover_gives_clear_errors_then_service(void **state)
+{
+    (void)state;
+    dlock_client *a = open_sentinel("wait_replicas = 1; wait_timeout_ms = 1000;"), *b = open_sentinel(NULL);
+    dlock_lock *la = named(a, "failover"), *lb = named(b, "failover"), *fresh = named(b, "after-failover");
+    assert_int_equal(dlock_acquire(la, 0), DLOCK_OK); /* confirmed by the replica: survives the failover */
+    struct waiter w = { lb, 99 };
+    pthread_t t;
+    pthread_create(&t, NULL, wait_for_it, &w);
+    sleep_ms(200);
+    int old = current_master_port();
+    redisReply *r = sentinel_cmd("SENTINEL failover mymaster");
+    assert_non_null(r);
+    freeReplyObject(r);
+    int64_t t0 = now_ms();
+    while (current_master_port() == old && now_ms() - t0 < 10000)
+        sleep_ms(50);
+    assert_int_not_equal(current_master_port(), old);
+    /* The holder keeps its hold on the promoted replica (it was replicated
+     * before the grant was answered): renewals come back within seconds. */
+    int rc;
+    t0 = now_ms();
+    while ((rc = dlock_renew(la)) != DLOCK_OK && now_ms() - t0 < 10000) {
+        assert_true(rc == DLOCK_EUNAVAILABLE); /* refused for a moment, never lost */
+        sleep_ms(100);
+    }
+    assert_int_equal(rc, DLOCK_OK);
+    /* New locks are served by the new master. */
+    t0 = now_ms();
+    while ((rc = dlock_acquire(fresh, 0)) != DLOCK_OK && now_ms() - t0 < 10000) {
+        assert_true(rc == DLOCK_EUNAVAILABLE);
+        sleep_ms(100);
+    }
+    assert_int_equal(rc, DLOCK_OK);
+    assert_int_equal(dlock_release(fresh), DLOCK_OK);
+    assert_int_equal(__atomic_load_n(&w.rc, __ATOMIC_SEQ_CST), 99); /* still waiting for la */
+    assert_int_equal(dlock_release(la), DLOCK_OK);
+    pthread_join(t, NULL);
+    assert_int_equal(w.rc, DLOCK_OK);
+    dlock_lock_free(la);
+    dlock_lock_free(lb);
+    dlock_lock_free(fresh);
+    dlock_client_close(a);
+    dlock_client_close(b);
+}
+
+static void bad_sentinel_settings_are_config_errors(void **state)
+{
+    (void)state;
+    const char *bad[] = {
+        "backend = \"redis\";\nredis = { sentinels = (\"127.0.0.1:1\"); };\n",
+        "backend = \"redis\";\nredis = { master = \"mymaster\"; };\n",
+        "backend = \"redis\";\nredis = { sentinels = (\"nohostport\"); master = \"m\"; };\n",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        dlock_client *c = NULL;
+        int rc = dlock_client_open_string(&c, bad[i]);
+        if (rc != DLOCK_ECONFIG)
+            fail_msg("case %zu: %s (%s)", i, dlock_strerror(rc), dlock_errmsg());
+        assert_non_null(strstr(dlock_errmsg(), "redis."));
+    }
+    char text[256];
+    snprintf(text, sizeof text, "backend = \"redis\";\nredis = { sentinels = (\"127.0.0.1:%d\"); master = \"nosuch\"; };\n",
+             sentinel_port);
+    dlock_client *c = NULL;
+    assert_int_equal(dlock_client_open_string(&c, text), DLOCK_EUNAVAILABLE);
+    assert_non_null(strstr(dlock_errmsg(), "does not know a master named 'nosuch'"));
+}
+
+int main(void)
+{
+    if (test_redis_start(&master) != 0)
+        return 1;
+    static char replicaof[32];
+    snprintf(replicaof, sizeof replicaof, "%d", master.port);
+    replica.extra[0] = "--replicaof";
+    replica.extra[1] = "127.0.0.1";
+    replica.extra[2] = replicaof;
+    if (test_redis_start(&replica) != 0 || start_sentinel() != 0) {
+        printf("[  FAILED  ] 1 test(s), listed below:\n[  FAILED  ] the sentinel set-up did not start\n");
+        test_redis_stop(&master);
+        test_redis_stop(&replica);
+        stop_sentinel();
+        return 1;
+    }
+    /* The replica must be in sync before the tests count on it. */
+    for (int i = 0; i < 100; i++) {
+        redisReply *r = test_redis_cmd(&master, "WAIT 1 100");
+        int n = r && r->type == REDIS_REPLY_INTEGER ? (int)r->integer : 0;
+        if (r)
+            freeReplyObject(r);
+        if (n == 1)
+            break;
+        sleep_ms(50);
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(locks_through_the_sentinels_master),
+        cmocka_unit_test(wait_replicas_confirms_grants_and_refuses_without_replicas),
+        cmocka_unit_test(bad_sentinel_settings_are_config_errors),
+        cmocka_unit_test(a_forced_failover_gives_clear_errors_then_service),
+    };
+    int failed = cmocka_run_group_tests_name("redis sentinel", tests, NULL, NULL);
+    stop_sentinel();
+    test_redis_stop(&master);
+    test_redis_stop(&replica);
+    return failed ? 1 : 0;
+}
