@@ -52,35 +52,49 @@ static int current_master_port(void)
     return port;
 }
 
+/* Starts redis-sentinel on a free port, watching master; a port taken in
+ * the meantime (or a slow start) is retried. 0, or -1 with its log shown. */
 static int start_sentinel(void)
 {
     snprintf(sentinel_dir, sizeof sentinel_dir, "/tmp/dlock-test-sentinel-XXXXXX");
     if (!mkdtemp(sentinel_dir))
         return -1;
-    sentinel_port = master.port + 7;
-    char conf[256];
+    char conf[256], log[256];
     snprintf(conf, sizeof conf, "%s/sentinel.conf", sentinel_dir);
-    FILE *f = fopen(conf, "w");
-    if (!f)
-        return -1;
-    fprintf(f,
-            "port %d\nbind 127.0.0.1\ndir %s\nlogfile %s/sentinel.log\n"
-            "sentinel monitor mymaster 127.0.0.1 %d 1\n"
-            "sentinel down-after-milliseconds mymaster 1000\n"
-            "sentinel failover-timeout mymaster 5000\n",
-            sentinel_port, sentinel_dir, sentinel_dir, master.port);
-    fclose(f);
-    sentinel_pid = fork();
-    if (sentinel_pid == 0) {
-        execlp("redis-sentinel", "redis-sentinel", conf, (char *)NULL);
-        fprintf(stderr, "cannot run redis-sentinel: %s (install redis-sentinel)\n", strerror(errno));
-        _exit(127);
+    snprintf(log, sizeof log, "%s/sentinel.log", sentinel_dir);
+    for (int attempt = 0; attempt < 3; attempt++) {
+        sentinel_port = test_free_port();
+        FILE *f = fopen(conf, "w");
+        if (!f)
+            return -1;
+        fprintf(f,
+                "port %d\nbind 127.0.0.1\ndir %s\nlogfile %s\n"
+                "sentinel monitor mymaster 127.0.0.1 %d 1\n"
+                "sentinel down-after-milliseconds mymaster 1000\n"
+                "sentinel failover-timeout mymaster 5000\n",
+                sentinel_port, sentinel_dir, log, master.port);
+        fclose(f);
+        sentinel_pid = fork();
+        if (sentinel_pid == 0) {
+            execlp("redis-sentinel", "redis-sentinel", conf, (char *)NULL);
+            fprintf(stderr, "cannot run redis-sentinel: %s (install redis-sentinel)\n", strerror(errno));
+            _exit(127);
+        }
+        for (int i = 0; i < 200; i++) {
+            if (current_master_port() == master.port)
+                return 0;
+            if (waitpid(sentinel_pid, NULL, WNOHANG) == sentinel_pid)
+                break; /* exited: the port was taken, most likely */
+            sleep_ms(50);
+        }
+        kill(sentinel_pid, SIGKILL);
+        waitpid(sentinel_pid, NULL, 0);
+        sentinel_pid = 0;
     }
-    for (int i = 0; i < 100; i++) {
-        if (current_master_port() == master.port)
-            return 0;
-        sleep_ms(50);
-    }
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "tail -20 '%s' >&2", log);
+    if (system(cmd) != 0)
+        fprintf(stderr, "no sentinel log\n");
     return -1;
 }
 
@@ -261,8 +275,10 @@ int main(void)
     replica.extra[0] = "--replicaof";
     replica.extra[1] = "127.0.0.1";
     replica.extra[2] = replicaof;
-    if (test_redis_start(&replica) != 0 || start_sentinel() != 0) {
-        printf("[  FAILED  ] 1 test(s), listed below:\n[  FAILED  ] the sentinel set-up did not start\n");
+    int replica_rc = test_redis_start(&replica), sentinel_rc = replica_rc == 0 ? start_sentinel() : -1;
+    if (replica_rc != 0 || sentinel_rc != 0) {
+        printf("[  FAILED  ] 1 test(s), listed below:\n[  FAILED  ] the %s did not start\n",
+               replica_rc != 0 ? "replica" : "sentinel");
         test_redis_stop(&master);
         test_redis_stop(&replica);
         stop_sentinel();

@@ -13,7 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
-static int free_port(void)
+int test_free_port(void)
 {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK), .sin_port = 0 };
@@ -54,7 +54,7 @@ int test_redis_start(struct test_redis *r)
     }
     for (int attempt = 0; attempt < 5; attempt++) {
         if (!r->port || attempt > 0)
-            r->port = free_port();
+            r->port = test_free_port();
         char port[16];
         snprintf(port, sizeof port, "%d", r->port);
         const char *argv[32] = { "redis-server", "--port", port, "--bind", "127.0.0.1", "--dir", r->dir,

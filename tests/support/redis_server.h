@@ -15,6 +15,8 @@ struct test_redis {
     const char *extra[8];   /* extra redis-server arguments, NULL-terminated */
 };
 
+/* A port on 127.0.0.1 that was free a moment ago (-1 if none). */
+int test_free_port(void);
 /* Starts it (port 0: pick one). Returns 0, or -1 with a message on stderr. */
 int test_redis_start(struct test_redis *r);
 /* SIGKILL (hard) or SIGTERM, then waitpid. Keeps the dir for a restart. */
