@@ -799,8 +799,16 @@ static void apply_renewal(dlock_client *c, struct dlock__entry *e, int rc, int64
         if (retry > lease / 6)
             retry = lease / 6;
         due = now + (retry < 10 ? 10 : retry);
-        dlock__logf(&c->log, DLOCK_LOG_WARN, "lock '%s': renewal failed (%s); retrying in %lld ms",
-                    show(e), dlock_errmsg(), (long long)(due - now));
+        /* A retry that fails as slowly as this one did would end after the
+         * validity: the holder would hear of the loss only then, possibly
+         * after another client was granted the lock. Wake at the validity
+         * end instead, where the hold is declared lost without asking. */
+        int64_t took = now - t_send;
+        if (due + took >= e->valid_until_ms)
+            due = e->valid_until_ms;
+        dlock__logf(&c->log, DLOCK_LOG_WARN, "lock '%s': renewal failed (%s); %s in %lld ms", show(e),
+                    dlock_errmsg(), due == e->valid_until_ms ? "lost unless renewed" : "retrying",
+                    (long long)(due - now));
     }
     pthread_mutex_unlock(&e->mu);
     dlock__watchdog_schedule(c, e, due);
@@ -850,6 +858,17 @@ void dlock__entry_on_timer(dlock_client *c, struct dlock__entry **due, size_t n)
         pthread_mutex_lock(&e->mu);
         if (e->count == 0 || e->lost) {
             pthread_mutex_unlock(&e->mu);
+            continue;
+        }
+        if (e->renewed_by_watchdog && now >= e->valid_until_ms) {
+            /* Renewals kept failing until the validity ran out: lost now,
+             * before anyone else can be granted it (the server's TTL ends
+             * no earlier than this, measured from before each renewal). */
+            bool notify = mark_lost(c, e, "renewals failed until the lease ran out");
+            struct lost_call call = lost_call_of(e);
+            pthread_mutex_unlock(&e->mu);
+            if (notify)
+                call.fn(call.handle, call.arg);
             continue;
         }
         if (e->renewed_by_watchdog) {

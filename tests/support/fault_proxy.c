@@ -1,0 +1,211 @@
+/* tests/support/fault_proxy.c - see fault_proxy.h. */
+#define _GNU_SOURCE 1 /* accept4, pipe2 */
+#include "fault_proxy.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_PAIRS 64
+
+struct pair {
+    int client, server;        /* -1 when closed */
+};
+
+struct fault_proxy {
+    int listen_fd;
+    int target_port;
+    int wake[2];               /* a pipe: the control side pokes the loop */
+    pthread_t thread;
+    pthread_mutex_t mu;
+    enum fault_mode mode;
+    int64_t delay_ms;
+    bool stop;
+    struct pair pairs[MAX_PAIRS];
+};
+
+static void close_pair(struct pair *p)
+{
+    if (p->client >= 0)
+        close(p->client);
+    if (p->server >= 0)
+        close(p->server);
+    p->client = p->server = -1;
+}
+
+static int connect_target(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+    if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    return fd;
+}
+
+static void sleep_ms(int64_t ms)
+{
+    struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
+}
+
+/* Moves one chunk from `from` to `to`; false when either side is done. */
+static bool forward(int from, int to, int64_t delay_ms)
+{
+    char buf[16384];
+    ssize_t n = read(from, buf, sizeof buf);
+    if (n <= 0)
+        return false;
+    if (delay_ms > 0)
+        sleep_ms(delay_ms);
+    for (ssize_t off = 0; off < n;) {
+        ssize_t w = write(to, buf + off, (size_t)(n - off));
+        if (w <= 0)
+            return false;
+        off += w;
+    }
+    return true;
+}
+
+static void *serve(void *arg)
+{
+    struct fault_proxy *p = arg;
+    for (;;) {
+        pthread_mutex_lock(&p->mu);
+        bool stop = p->stop;
+        enum fault_mode mode = p->mode;
+        int64_t delay = p->delay_ms;
+        pthread_mutex_unlock(&p->mu);
+        if (stop)
+            break;
+        /* Reset closes everything; outside a black hole, connections it
+         * accepted but never connected are closed (their clients retry). */
+        for (int i = 0; i < MAX_PAIRS; i++)
+            if (mode == FAULT_RESET || (mode != FAULT_BLACKHOLE && p->pairs[i].client >= 0 && p->pairs[i].server < 0))
+                close_pair(&p->pairs[i]);
+        struct pollfd fds[2 + 2 * MAX_PAIRS];
+        int idx[2 + 2 * MAX_PAIRS];
+        int n = 0;
+        fds[n] = (struct pollfd){ .fd = p->wake[0], .events = POLLIN };
+        idx[n++] = -1;
+        fds[n] = (struct pollfd){ .fd = p->listen_fd, .events = POLLIN };
+        idx[n++] = -2;
+        /* A black hole reads nothing: the bytes wait in the kernel, as they
+         * would behind a partition, and flow again when it heals. */
+        for (int i = 0; mode != FAULT_BLACKHOLE && i < MAX_PAIRS; i++) {
+            if (p->pairs[i].client < 0 || p->pairs[i].server < 0)
+                continue;
+            fds[n] = (struct pollfd){ .fd = p->pairs[i].client, .events = POLLIN };
+            idx[n++] = 2 * i;
+            fds[n] = (struct pollfd){ .fd = p->pairs[i].server, .events = POLLIN };
+            idx[n++] = 2 * i + 1;
+        }
+        if (poll(fds, (nfds_t)n, 100) <= 0)
+            continue;
+        for (int k = 0; k < n; k++) {
+            if (!(fds[k].revents & (POLLIN | POLLHUP | POLLERR)))
+                continue;
+            if (idx[k] == -1) {
+                char c[64];
+                ssize_t ignored = read(p->wake[0], c, sizeof c);
+                (void)ignored;
+            } else if (idx[k] == -2) {
+                int c = accept4(p->listen_fd, NULL, NULL, SOCK_CLOEXEC);
+                if (c < 0)
+                    continue;
+                if (mode == FAULT_RESET) {
+                    close(c);
+                    continue;
+                }
+                int slot = -1;
+                for (int i = 0; i < MAX_PAIRS && slot < 0; i++)
+                    if (p->pairs[i].client < 0 && p->pairs[i].server < 0)
+                        slot = i;
+                int s = slot >= 0 && mode != FAULT_BLACKHOLE ? connect_target(p->target_port) : -1;
+                if (slot < 0 || (s < 0 && mode != FAULT_BLACKHOLE)) {
+                    close(c);
+                    continue;
+                }
+                p->pairs[slot].client = c;
+                p->pairs[slot].server = s; /* -1 in a black hole: never connected */
+            } else {
+                struct pair *pr = &p->pairs[idx[k] / 2];
+                if (pr->client < 0 || pr->server < 0)
+                    continue;
+                bool ok = idx[k] % 2 == 0 ? forward(pr->client, pr->server, delay)
+                                          : forward(pr->server, pr->client, delay);
+                if (!ok)
+                    close_pair(pr);
+            }
+        }
+    }
+    for (int i = 0; i < MAX_PAIRS; i++)
+        close_pair(&p->pairs[i]);
+    return NULL;
+}
+
+struct fault_proxy *fault_proxy_start(int target_port, int *port)
+{
+    struct fault_proxy *p = calloc(1, sizeof *p);
+    if (!p)
+        return NULL;
+    for (int i = 0; i < MAX_PAIRS; i++)
+        p->pairs[i].client = p->pairs[i].server = -1;
+    p->target_port = target_port;
+    p->listen_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+    socklen_t len = sizeof a;
+    if (p->listen_fd < 0 || bind(p->listen_fd, (struct sockaddr *)&a, sizeof a) != 0 ||
+        listen(p->listen_fd, 64) != 0 || getsockname(p->listen_fd, (struct sockaddr *)&a, &len) != 0 ||
+        pipe2(p->wake, O_CLOEXEC) != 0) {
+        if (p->listen_fd >= 0)
+            close(p->listen_fd);
+        free(p);
+        return NULL;
+    }
+    *port = ntohs(a.sin_port);
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_create(&p->thread, NULL, serve, p);
+    return p;
+}
+
+void fault_proxy_set(struct fault_proxy *p, enum fault_mode mode, int64_t delay_ms)
+{
+    pthread_mutex_lock(&p->mu);
+    p->mode = mode;
+    p->delay_ms = mode == FAULT_DELAY ? delay_ms : 0;
+    pthread_mutex_unlock(&p->mu);
+    ssize_t ignored = write(p->wake[1], "x", 1);
+    (void)ignored;
+}
+
+void fault_proxy_stop(struct fault_proxy *p)
+{
+    pthread_mutex_lock(&p->mu);
+    p->stop = true;
+    pthread_mutex_unlock(&p->mu);
+    ssize_t ignored = write(p->wake[1], "x", 1);
+    (void)ignored;
+    pthread_join(p->thread, NULL);
+    close(p->listen_fd);
+    close(p->wake[0]);
+    close(p->wake[1]);
+    pthread_mutex_destroy(&p->mu);
+    free(p);
+}

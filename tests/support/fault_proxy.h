@@ -1,0 +1,29 @@
+/* tests/support/fault_proxy.h - a TCP proxy of the project's own that can
+ * delay, black-hole and cut connections (the kernel here has no netem).
+ *
+ * It listens on 127.0.0.1 (a free port) and forwards each connection to one
+ * target. One thread serves every connection; the fault in force applies to
+ * bytes in both directions from the moment it is set:
+ *   FAULT_PASS       forward at once;
+ *   FAULT_DELAY      hold each chunk delay_ms before forwarding it;
+ *   FAULT_BLACKHOLE  keep connections open but forward nothing (a partition
+ *                    or a stopped peer, as TCP sees it), and accept new ones
+ *                    without connecting them anywhere;
+ *   FAULT_RESET      close every connection, and new ones at once. */
+#ifndef TEST_FAULT_PROXY_H
+#define TEST_FAULT_PROXY_H
+
+#include <stdint.h>
+
+enum fault_mode { FAULT_PASS, FAULT_DELAY, FAULT_BLACKHOLE, FAULT_RESET };
+
+struct fault_proxy;
+
+/* Starts a proxy to 127.0.0.1:target_port; NULL on failure. *port gets
+ * the port to connect to. */
+struct fault_proxy *fault_proxy_start(int target_port, int *port);
+void fault_proxy_set(struct fault_proxy *p, enum fault_mode mode, int64_t delay_ms);
+/* Stops it and closes every connection. */
+void fault_proxy_stop(struct fault_proxy *p);
+
+#endif
