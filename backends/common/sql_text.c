@@ -3,8 +3,11 @@
 
 #include "sql_text.h"
 
+#include "name_digest.h"
+
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 bool sql_valid_table(const char *name, size_t max_len)
@@ -27,4 +30,55 @@ char *sql_format(const char *fmt, ...)
         out = NULL;
     va_end(ap);
     return out;
+}
+
+int sql_settings_read(const dlock_settings *s, const char *group, const char *default_prefix, size_t table_max,
+                      size_t prefix_max, struct sql_settings *out)
+{
+    const char *mode = "lease";
+    int create = 1;
+    out->table = "dlock_locks";
+    out->prefix = default_prefix;
+    out->pool_size = 4;
+    dlock_settings_string(s, "table", &out->table);
+    dlock_settings_string(s, "mode", &mode);
+    dlock_settings_string(s, "prefix", &out->prefix);
+    dlock_settings_bool(s, "create_table", &create);
+    dlock_settings_int(s, "pool_size", &out->pool_size);
+    out->create_table = create != 0;
+    out->session_mode = strcmp(mode, "session") == 0;
+    if (!sql_valid_table(out->table, table_max))
+        return dlock_seterr(DLOCK_ECONFIG, "%s: %s.table must be 1 to %zu letters, digits or underscores, "
+                            "not starting with a digit",
+                            dlock_settings_where(s, "table"), group, table_max);
+    if (strcmp(mode, "lease") != 0 && !out->session_mode)
+        return dlock_seterr(DLOCK_ECONFIG, "%s: %s.mode must be \"lease\" or \"session\", not \"%s\"",
+                            dlock_settings_where(s, "mode"), group, mode);
+    if (strlen(out->prefix) > prefix_max)
+        return dlock_seterr(DLOCK_ECONFIG, "%s: %s.prefix must be at most %zu bytes",
+                            dlock_settings_where(s, "prefix"), group, prefix_max);
+    return DLOCK_OK;
+}
+
+int sql_lock_key_init(struct sql_lock_key *k, const char *prefix, const char *name, size_t len)
+{
+    size_t plen = strlen(prefix);
+    k->key = malloc(plen + len + 1);
+    if (!k->key)
+        return dlock_seterr(DLOCK_ENOMEM, "out of memory for a lock key");
+    memcpy(k->key, prefix, plen);
+    memcpy(k->key + plen, name, len);
+    k->key[plen + len] = '\0';
+    k->key_len = plen + len;
+    k->digest = dlock_name_digest(k->key, k->key_len, NULL, 0);
+    char hex[17];
+    dlock_name_digest_hex(k->digest, hex);
+    snprintf(k->tag, sizeof k->tag, "dlock_%s", hex);
+    return DLOCK_OK;
+}
+
+void sql_lock_key_free(struct sql_lock_key *k)
+{
+    free(k->key);
+    memset(k, 0, sizeof *k);
 }

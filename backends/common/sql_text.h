@@ -5,8 +5,10 @@
 #ifndef DLOCK_SQL_TEXT_H
 #define DLOCK_SQL_TEXT_H
 
+#include <dlock/provider.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 /* True when name is 1..max_len letters, digits and underscores, not
  * starting with a digit: quoted, it is one identifier in every dialect. */
@@ -14,5 +16,31 @@ bool sql_valid_table(const char *name, size_t max_len);
 
 /* A malloc'ed printf result, or NULL when out of memory. */
 char *sql_format(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* The settings both SQL groups share, read and checked (the table, the
+ * mode, the key prefix, create_table, pool_size). Strings point into the
+ * settings: valid during open() only. group names the backend in messages. */
+struct sql_settings {
+    const char *table;
+    bool session_mode;
+    const char *prefix;
+    bool create_table;
+    int64_t pool_size;
+};
+int sql_settings_read(const dlock_settings *s, const char *group, const char *default_prefix, size_t table_max,
+                      size_t prefix_max, struct sql_settings *out);
+
+/* A lock's key (prefix + name, the row's name) and the digest that stands
+ * for it where a short identifier is needed: tag is "dlock_" + 16 hex digits
+ * (a PostgreSQL channel, a MySQL GET_LOCK name), digest the 64-bit value (a
+ * PostgreSQL advisory key). */
+struct sql_lock_key {
+    char *key;                  /* NULL until initialised */
+    size_t key_len;
+    uint64_t digest;
+    char tag[24];
+};
+int sql_lock_key_init(struct sql_lock_key *k, const char *prefix, const char *name, size_t len);
+void sql_lock_key_free(struct sql_lock_key *k);
 
 #endif

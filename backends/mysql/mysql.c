@@ -19,7 +19,7 @@
  * lease runs out (the busy answer carries the remaining time). */
 #include "config.h"
 
-#include "../common/name_digest.h"
+#include "../common/sql_text.h"
 #include "my_conn.h"
 #include "my_sql.h"
 
@@ -43,9 +43,7 @@ struct my_instance {
 };
 
 struct my_lock {
-    char *key;                   /* prefix + name: the row's name */
-    size_t key_len;
-    char lock_name[24];          /* session mode: "dlock_" + 16 hex digits */
+    struct sql_lock_key k;       /* the row's name; k.tag the session-mode GET_LOCK name */
     uint64_t generation;         /* session mode: holder connection of the hold */
 };
 
@@ -69,19 +67,7 @@ static const struct dlock_setting_spec my_settings[] = {
 static int ensure_key(struct my_instance *inst, struct dlock_provider_lock *lk)
 {
     struct my_lock *ml = lk->priv;
-    if (ml->key)
-        return DLOCK_OK;
-    size_t plen = strlen(inst->prefix);
-    ml->key = malloc(plen + lk->name_len + 1);
-    if (!ml->key)
-        return dlock_seterr(DLOCK_ENOMEM, "mysql: out of memory");
-    memcpy(ml->key, inst->prefix, plen);
-    memcpy(ml->key + plen, lk->name, lk->name_len + 1);
-    ml->key_len = plen + lk->name_len;
-    char hex[17];
-    dlock_name_digest_hex(dlock_name_digest(ml->key, ml->key_len, NULL, 0), hex);
-    snprintf(ml->lock_name, sizeof ml->lock_name, "dlock_%s", hex);
-    return DLOCK_OK;
+    return ml->k.key ? DLOCK_OK : sql_lock_key_init(&ml->k, inst->prefix, lk->name, lk->name_len);
 }
 
 static struct my_param bytes(const void *p, size_t len)
@@ -99,7 +85,7 @@ static struct my_param integer(long long v)
 static int lease_try(struct my_instance *inst, struct dlock_provider_lock *lk, struct dlock_grant *g)
 {
     struct my_lock *ml = lk->priv;
-    struct my_param p[3] = { bytes(ml->key, ml->key_len), bytes(lk->owner, strlen(lk->owner)),
+    struct my_param p[3] = { bytes(ml->k.key, ml->k.key_len), bytes(lk->owner, strlen(lk->owner)),
                              integer(lk->lease_ms) };
     struct my_outcome o;
     int rc = my_pool_run(&inst->pool, MY_ACQUIRE, p, 3, -1, &o);
@@ -120,7 +106,7 @@ static int lease_try(struct my_instance *inst, struct dlock_provider_lock *lk, s
 static int lease_renew(struct my_instance *inst, struct dlock_provider_lock *lk)
 {
     struct my_lock *ml = lk->priv;
-    struct my_param p[3] = { integer(lk->lease_ms), bytes(ml->key, ml->key_len),
+    struct my_param p[3] = { integer(lk->lease_ms), bytes(ml->k.key, ml->k.key_len),
                              bytes(lk->owner, strlen(lk->owner)) };
     struct my_outcome o;
     int rc = my_pool_run(&inst->pool, MY_RENEW, p, 3, -1, &o);
@@ -133,7 +119,7 @@ static int lease_renew(struct my_instance *inst, struct dlock_provider_lock *lk)
 static int lease_release(struct my_instance *inst, struct dlock_provider_lock *lk)
 {
     struct my_lock *ml = lk->priv;
-    struct my_param p[2] = { bytes(ml->key, ml->key_len), bytes(lk->owner, strlen(lk->owner)) };
+    struct my_param p[2] = { bytes(ml->k.key, ml->k.key_len), bytes(lk->owner, strlen(lk->owner)) };
     struct my_outcome o;
     int rc = my_pool_run(&inst->pool, MY_RELEASE, p, 2, -1, &o);
     if (rc == DLOCK_OK && o.affected != 1)
@@ -180,7 +166,7 @@ static bool session_still_ours(struct my_instance *inst, const struct my_lock *m
 static int session_try(struct my_instance *inst, struct dlock_provider_lock *lk, struct dlock_grant *g)
 {
     struct my_lock *ml = lk->priv;
-    struct my_param p[1] = { bytes(ml->lock_name, strlen(ml->lock_name)) };
+    struct my_param p[1] = { bytes(ml->k.tag, strlen(ml->k.tag)) };
     struct my_outcome o;
     uint64_t generation = 0;
     int rc = holder_run(inst, MY_SESSION_ACQUIRE, p, 1, &o, &generation);
@@ -201,7 +187,7 @@ static int session_fence(struct my_instance *inst, struct dlock_provider_lock *l
     if (!session_still_ours(inst, ml))
         return dlock_seterr(DLOCK_ELOST, "%s: the connection that held lock '%s' ended", inst->server.label,
                             lk->name);
-    struct my_param p[2] = { bytes(ml->key, ml->key_len), bytes(ml->lock_name, strlen(ml->lock_name)) };
+    struct my_param p[2] = { bytes(ml->k.key, ml->k.key_len), bytes(ml->k.tag, strlen(ml->k.tag)) };
     struct my_outcome o;
     uint64_t generation = 0;
     int rc = holder_run(inst, MY_SESSION_FENCE, p, 2, &o, &generation);
@@ -220,7 +206,7 @@ static int session_renew(struct my_instance *inst, struct dlock_provider_lock *l
     if (!session_still_ours(inst, ml))
         return dlock_seterr(DLOCK_ELOST, "%s: the connection that held lock '%s' ended", inst->server.label,
                             lk->name);
-    struct my_param p[1] = { bytes(ml->lock_name, strlen(ml->lock_name)) };
+    struct my_param p[1] = { bytes(ml->k.tag, strlen(ml->k.tag)) };
     struct my_outcome o;
     uint64_t generation = 0;
     int rc = holder_run(inst, MY_SESSION_CHECK, p, 1, &o, &generation);
@@ -236,7 +222,7 @@ static int session_release(struct my_instance *inst, struct dlock_provider_lock 
     struct my_lock *ml = lk->priv;
     if (!session_still_ours(inst, ml))
         return DLOCK_ENOTOWNER;
-    struct my_param p[1] = { bytes(ml->lock_name, strlen(ml->lock_name)) };
+    struct my_param p[1] = { bytes(ml->k.tag, strlen(ml->k.tag)) };
     struct my_outcome o;
     uint64_t generation = 0;
     int rc = holder_run(inst, MY_SESSION_RELEASE, p, 1, &o, &generation);
@@ -291,7 +277,7 @@ static void my_lock_fini(void *instance, struct dlock_provider_lock *lk)
 {
     (void)instance;
     struct my_lock *ml = lk->priv;
-    free(ml->key);
+    sql_lock_key_free(&ml->k);
     memset(ml, 0, sizeof *ml);
 }
 
@@ -310,14 +296,14 @@ static int my_status(struct my_instance *inst, struct dlock_ctl_status *arg)
     out->holder[0] = '\0';
     struct my_outcome o;
     if (inst->session_mode) {
-        struct my_param p[1] = { bytes(ml.lock_name, strlen(ml.lock_name)) };
+        struct my_param p[1] = { bytes(ml.k.tag, strlen(ml.k.tag)) };
         rc = my_pool_run(&inst->pool, MY_SESSION_STATUS, p, 1, -1, &o);
         if (rc == DLOCK_OK && o.has_row && !o.nulls[0]) {
             out->held = 1;
             snprintf(out->holder, sizeof out->holder, "server connection %lld", o.ints[0]);
         }
     } else {
-        struct my_param p[1] = { bytes(ml.key, ml.key_len) };
+        struct my_param p[1] = { bytes(ml.k.key, ml.k.key_len) };
         rc = my_pool_run(&inst->pool, MY_STATUS, p, 1, 0, &o);
         if (rc == DLOCK_OK && o.has_row) {
             out->fence = (uint64_t)o.ints[1];
@@ -328,7 +314,7 @@ static int my_status(struct my_instance *inst, struct dlock_ctl_status *arg)
             }
         }
     }
-    free(ml.key);
+    sql_lock_key_free(&ml.k);
     return rc;
 }
 
@@ -382,25 +368,8 @@ static int my_open(void **instance, const struct dlock_provider_env *env)
     if (!inst)
         return dlock_seterr(DLOCK_ENOMEM, "mysql: out of memory");
     pthread_mutex_init(&inst->holder_mu, NULL);
-    const char *table = "dlock_locks", *mode = "lease", *prefix = env->prefix;
-    int create = 1;
-    int64_t pool_size = 4;
-    dlock_settings_string(s, "table", &table);
-    dlock_settings_string(s, "mode", &mode);
-    dlock_settings_string(s, "prefix", &prefix);
-    dlock_settings_bool(s, "create_table", &create);
-    dlock_settings_int(s, "pool_size", &pool_size);
-    int rc = DLOCK_OK;
-    if (!my_sql_valid_table(table))
-        rc = dlock_seterr(DLOCK_ECONFIG, "%s: mysql.table must be 1 to %d letters, digits or underscores, "
-                          "not starting with a digit",
-                          dlock_settings_where(s, "table"), MY_TABLE_MAX);
-    else if (strcmp(mode, "lease") != 0 && strcmp(mode, "session") != 0)
-        rc = dlock_seterr(DLOCK_ECONFIG, "%s: mysql.mode must be \"lease\" or \"session\", not \"%s\"",
-                          dlock_settings_where(s, "mode"), mode);
-    else if (strlen(prefix) >= sizeof inst->prefix)
-        rc = dlock_seterr(DLOCK_ECONFIG, "%s: mysql.prefix must be at most %zu bytes",
-                          dlock_settings_where(s, "prefix"), sizeof inst->prefix - 1);
+    struct sql_settings set;
+    int rc = sql_settings_read(s, "mysql", env->prefix, MY_TABLE_MAX, sizeof inst->prefix - 1, &set);
     if (rc == DLOCK_OK)
         rc = my_server_from_settings(&inst->server, s);
     if (rc != DLOCK_OK) {
@@ -408,22 +377,22 @@ static int my_open(void **instance, const struct dlock_provider_env *env)
         free(inst);
         return rc;
     }
-    inst->session_mode = strcmp(mode, "session") == 0;
-    snprintf(inst->prefix, sizeof inst->prefix, "%s", prefix);
+    inst->session_mode = set.session_mode;
+    snprintf(inst->prefix, sizeof inst->prefix, "%s", set.prefix);
     inst->log_handle = env->log_handle;
-    my_pool_init(&inst->pool, &inst->server, (int)pool_size);
-    rc = my_sql_init(&inst->sql, table);
+    my_pool_init(&inst->pool, &inst->server, (int)set.pool_size);
+    rc = my_sql_init(&inst->sql, set.table);
     for (int i = 0; rc == DLOCK_OK && i < MY_STATEMENT_COUNT; i++)
         inst->server.statements[i] = inst->sql.text[i];
     /* Connect now, so a wrong address or password is reported at open. */
     if (rc == DLOCK_OK)
-        rc = prepare_schema(inst, create);
+        rc = prepare_schema(inst, set.create_table);
     if (rc != DLOCK_OK) {
         my_close(inst);
         return rc;
     }
-    dlock_provider_log(env->log_handle, DLOCK_LOG_DEBUG, "%s: ready, %s mode, table `%s`", inst->server.label, mode,
-                       table);
+    dlock_provider_log(env->log_handle, DLOCK_LOG_DEBUG, "%s: ready, %s mode, table `%s`", inst->server.label,
+                       set.session_mode ? "session" : "lease", set.table);
     *instance = inst;
     return DLOCK_OK;
 }

@@ -27,7 +27,7 @@
  * covered by retrying after the holder's remaining lease. */
 #include "config.h"
 
-#include "../common/name_digest.h"
+#include "../common/sql_text.h"
 #include "pg_conn.h"
 #include "pg_sql.h"
 
@@ -56,10 +56,8 @@ struct pg_instance {
 };
 
 struct pg_lock {
-    char *key;                   /* prefix + name: the row's name, digested for the rest */
-    size_t key_len;
-    char channel[24];            /* "dlock_" + 16 hex digits */
-    char advisory[24];           /* the session-mode key, as decimal text */
+    struct sql_lock_key k;       /* the row's name; k.tag is the NOTIFY channel */
+    char advisory[24];           /* the session-mode key (k.digest), as decimal text */
     PGconn *listener;            /* while LISTENing on channel */
     bool last_busy;              /* the last attempt found the lock held */
     uint64_t generation;         /* session mode: holder connection the hold was taken on */
@@ -87,21 +85,12 @@ static const struct dlock_setting_spec pg_settings[] = {
 static int ensure_key(struct pg_instance *inst, struct dlock_provider_lock *lk)
 {
     struct pg_lock *pl = lk->priv;
-    if (pl->key)
+    if (pl->k.key)
         return DLOCK_OK;
-    size_t plen = strlen(inst->prefix);
-    pl->key = malloc(plen + lk->name_len + 1);
-    if (!pl->key)
-        return dlock_seterr(DLOCK_ENOMEM, "postgres: out of memory");
-    memcpy(pl->key, inst->prefix, plen);
-    memcpy(pl->key + plen, lk->name, lk->name_len + 1);
-    pl->key_len = plen + lk->name_len;
-    uint64_t d = dlock_name_digest(pl->key, pl->key_len, NULL, 0);
-    char hex[17];
-    dlock_name_digest_hex(d, hex);
-    snprintf(pl->channel, sizeof pl->channel, "dlock_%s", hex);
-    snprintf(pl->advisory, sizeof pl->advisory, "%" PRId64, (int64_t)d);
-    return DLOCK_OK;
+    int rc = sql_lock_key_init(&pl->k, inst->prefix, lk->name, lk->name_len);
+    if (rc == DLOCK_OK)
+        snprintf(pl->advisory, sizeof pl->advisory, "%" PRId64, (int64_t)pl->k.digest);
+    return rc;
 }
 
 /* ---- waiting: LISTEN on a connection of the lock's own ------------------------------- */
@@ -131,7 +120,7 @@ static int start_listening(struct pg_instance *inst, struct pg_lock *pl)
     if (rc != DLOCK_OK)
         return rc;
     char sql[48];
-    snprintf(sql, sizeof sql, "LISTEN \"%s\"", pl->channel);
+    snprintf(sql, sizeof sql, "LISTEN \"%s\"", pl->k.tag);
     PGresult *res = pg_exec(&inst->server, &pl->listener, sql, 0, NULL, NULL, NULL, &rc);
     if (res) {
         rc = pg_result_check(&inst->server, res, "LISTEN");
@@ -164,8 +153,8 @@ static int lease_try(struct pg_instance *inst, struct dlock_provider_lock *lk, s
     struct pg_lock *pl = lk->priv;
     char lease[24];
     snprintf(lease, sizeof lease, "%" PRId64, lk->lease_ms);
-    const char *values[3] = { pl->key, lk->owner, lease };
-    int lengths[3] = { (int)pl->key_len, 0, 0 }, formats[3] = { 1, 0, 0 };
+    const char *values[3] = { pl->k.key, lk->owner, lease };
+    int lengths[3] = { (int)pl->k.key_len, 0, 0 }, formats[3] = { 1, 0, 0 };
     int rc;
     PGresult *res;
     if (!pl->last_busy) {
@@ -211,8 +200,8 @@ static int lease_renew(struct pg_instance *inst, struct dlock_provider_lock *lk)
     struct pg_lock *pl = lk->priv;
     char lease[24];
     snprintf(lease, sizeof lease, "%" PRId64, lk->lease_ms);
-    const char *values[3] = { pl->key, lk->owner, lease };
-    int lengths[3] = { (int)pl->key_len, 0, 0 }, formats[3] = { 1, 0, 0 };
+    const char *values[3] = { pl->k.key, lk->owner, lease };
+    int lengths[3] = { (int)pl->k.key_len, 0, 0 }, formats[3] = { 1, 0, 0 };
     int rc;
     PGresult *res = pg_pool_exec(&inst->pool, PG_RENEW, 3, values, lengths, formats, &rc);
     if (!res)
@@ -228,8 +217,8 @@ static int lease_renew(struct pg_instance *inst, struct dlock_provider_lock *lk)
 static int lease_release(struct pg_instance *inst, struct dlock_provider_lock *lk)
 {
     struct pg_lock *pl = lk->priv;
-    const char *values[3] = { pl->key, lk->owner, pl->channel };
-    int lengths[3] = { (int)pl->key_len, 0, 0 }, formats[3] = { 1, 0, 0 };
+    const char *values[3] = { pl->k.key, lk->owner, pl->k.tag };
+    int lengths[3] = { (int)pl->k.key_len, 0, 0 }, formats[3] = { 1, 0, 0 };
     int rc;
     PGresult *res = pg_pool_exec(&inst->pool, PG_RELEASE, 3, values, lengths, formats, &rc);
     if (!res)
@@ -350,7 +339,7 @@ static int session_release(struct pg_instance *inst, struct dlock_provider_lock 
     struct pg_lock *pl = lk->priv;
     if (!session_still_ours(inst, pl))
         return DLOCK_ENOTOWNER;
-    const char *values[2] = { pl->advisory, pl->channel };
+    const char *values[2] = { pl->advisory, pl->k.tag };
     uint64_t generation;
     int rc;
     PGresult *res = holder_exec(inst, PG_SESSION_RELEASE, 2, values, &generation, &rc);
@@ -465,7 +454,7 @@ static void pg_lock_fini(void *instance, struct dlock_provider_lock *lk)
 {
     struct pg_lock *pl = lk->priv;
     stop_listening(instance, pl);
-    free(pl->key);
+    sql_lock_key_free(&pl->k);
     memset(pl, 0, sizeof *pl);
 }
 
@@ -492,8 +481,8 @@ static int pg_status(struct pg_instance *inst, struct dlock_ctl_status *arg)
             snprintf(out->holder, sizeof out->holder, "server backend pid %s", PQgetvalue(res, 0, 0));
         }
     } else {
-        const char *values[1] = { pl.key };
-        int lengths[1] = { (int)pl.key_len }, formats[1] = { 1 };
+        const char *values[1] = { pl.k.key };
+        int lengths[1] = { (int)pl.k.key_len }, formats[1] = { 1 };
         res = pg_pool_exec(&inst->pool, PG_STATUS, 1, values, lengths, formats, &rc);
         if (res && (rc = pg_result_check(&inst->server, res, "status")) == DLOCK_OK && PQntuples(res) > 0) {
             out->fence = strtoull(PQgetvalue(res, 0, 1), NULL, 10);
@@ -505,7 +494,7 @@ static int pg_status(struct pg_instance *inst, struct dlock_ctl_status *arg)
         }
     }
     PQclear(res);
-    free(pl.key);
+    sql_lock_key_free(&pl.k);
     return rc;
 }
 
@@ -577,25 +566,8 @@ static int pg_open(void **instance, const struct dlock_provider_env *env)
     if (!inst)
         return dlock_seterr(DLOCK_ENOMEM, "postgres: out of memory");
     pthread_mutex_init(&inst->holder_mu, NULL);
-    const char *table = "dlock_locks", *mode = "lease", *prefix = env->prefix;
-    int create = 1;
-    int64_t pool_size = 4;
-    dlock_settings_string(s, "table", &table);
-    dlock_settings_string(s, "mode", &mode);
-    dlock_settings_string(s, "prefix", &prefix);
-    dlock_settings_bool(s, "create_table", &create);
-    dlock_settings_int(s, "pool_size", &pool_size);
-    int rc = DLOCK_OK;
-    if (!pg_sql_valid_table(table))
-        rc = dlock_seterr(DLOCK_ECONFIG, "%s: postgres.table must be 1 to %d letters, digits or underscores, "
-                          "not starting with a digit",
-                          dlock_settings_where(s, "table"), PG_TABLE_MAX);
-    else if (strcmp(mode, "lease") != 0 && strcmp(mode, "session") != 0)
-        rc = dlock_seterr(DLOCK_ECONFIG, "%s: postgres.mode must be \"lease\" or \"session\", not \"%s\"",
-                          dlock_settings_where(s, "mode"), mode);
-    else if (strlen(prefix) >= sizeof inst->prefix)
-        rc = dlock_seterr(DLOCK_ECONFIG, "%s: postgres.prefix must be at most %zu bytes",
-                          dlock_settings_where(s, "prefix"), sizeof inst->prefix - 1);
+    struct sql_settings set;
+    int rc = sql_settings_read(s, "postgres", env->prefix, PG_TABLE_MAX, sizeof inst->prefix - 1, &set);
     if (rc == DLOCK_OK)
         rc = pg_server_from_settings(&inst->server, s);
     if (rc != DLOCK_OK) {
@@ -603,24 +575,24 @@ static int pg_open(void **instance, const struct dlock_provider_env *env)
         free(inst);
         return rc;
     }
-    inst->session_mode = strcmp(mode, "session") == 0;
-    snprintf(inst->prefix, sizeof inst->prefix, "%s", prefix);
+    inst->session_mode = set.session_mode;
+    snprintf(inst->prefix, sizeof inst->prefix, "%s", set.prefix);
     inst->log_handle = env->log_handle;
-    pg_pool_init(&inst->pool, &inst->server, (int)pool_size);
+    pg_pool_init(&inst->pool, &inst->server, (int)set.pool_size);
     pg_pool_init(&inst->listeners, &inst->server, PG_POOL_MAX);
-    rc = pg_sql_init(&inst->sql, table);
+    rc = pg_sql_init(&inst->sql, set.table);
     for (int i = 0; rc == DLOCK_OK && i < PG_STATEMENT_COUNT; i++)
         inst->server.statements[i] = inst->sql.text[i];
     /* Connect now, so a wrong address or password is reported at open, and
      * make sure the table exists. */
     if (rc == DLOCK_OK)
-        rc = prepare_schema(inst, create);
+        rc = prepare_schema(inst, set.create_table);
     if (rc != DLOCK_OK) {
         pg_close(inst);
         return rc;
     }
     dlock_provider_log(env->log_handle, DLOCK_LOG_DEBUG, "%s: ready, %s mode, table \"%s\"", inst->server.label,
-                       mode, table);
+                       set.session_mode ? "session" : "lease", set.table);
     *instance = inst;
     return DLOCK_OK;
 }

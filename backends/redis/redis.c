@@ -223,27 +223,29 @@ static int unexpected(struct redis_instance *inst, const char *what)
 static redisReply *acquire_and_wait(struct redis_instance *inst, enum redis_script which, int nargs,
                                     const char **args, const size_t *lens, long long *acked, int *rc)
 {
-    char sha[41], numkeys[] = "4", replicas[24], timeout[24];
+    char replicas[24], timeout[24];
     snprintf(replicas, sizeof replicas, "%lld", (long long)inst->wait_replicas);
     snprintf(timeout, sizeof timeout, "%lld", (long long)inst->wait_timeout_ms);
     for (int attempt = 0; attempt < 2; attempt++) {
-        redis_script_sha(&inst->scripts, which, sha);
-        if (!sha[0] && (*rc = redis_scripts_preload(&inst->pool, &inst->scripts)) != DLOCK_OK)
+        struct redis_evalsha e;
+        if ((*rc = redis_evalsha_build(&e, &inst->scripts, which, 4, nargs, args, lens)) != DLOCK_OK)
             return NULL;
-        redis_script_sha(&inst->scripts, which, sha);
-        const char *eval[12] = { "EVALSHA", sha, numkeys };
-        size_t eval_lens[12] = { 7, 40, 1 };
-        for (int i = 0; i < nargs; i++) {
-            eval[3 + i] = args[i];
-            eval_lens[3 + i] = lens[i];
+        if (!e.sha[0]) { /* not loaded yet: load, then build again with the SHA1 */
+            redis_evalsha_free(&e);
+            if ((*rc = redis_scripts_preload(&inst->pool, &inst->scripts)) != DLOCK_OK)
+                return NULL;
+            if ((*rc = redis_evalsha_build(&e, &inst->scripts, which, 4, nargs, args, lens)) != DLOCK_OK)
+                return NULL;
         }
         const char *wait[3] = { "WAIT", replicas, timeout };
         size_t wait_lens[3] = { 4, strlen(replicas), strlen(timeout) };
-        int argcs[2] = { 3 + nargs, 3 };
-        const char **argvs[2] = { eval, wait };
-        const size_t *lenses[2] = { eval_lens, wait_lens };
+        int argcs[2] = { e.argc, 3 };
+        const char **argvs[2] = { e.argv, wait };
+        const size_t *lenses[2] = { e.lens, wait_lens };
         redisReply *replies[2];
-        if ((*rc = redis_pool_pipeline(&inst->pool, 2, argcs, argvs, lenses, replies)) != DLOCK_OK)
+        *rc = redis_pool_pipeline(&inst->pool, 2, argcs, argvs, lenses, replies);
+        redis_evalsha_free(&e);
+        if (*rc != DLOCK_OK)
             return NULL;
         *acked = replies[1]->type == REDIS_REPLY_INTEGER ? replies[1]->integer : -1;
         freeReplyObject(replies[1]);

@@ -189,60 +189,70 @@ int redis_scripts_preload(struct redis_pool *pool, struct redis_scripts *s)
     return DLOCK_OK;
 }
 
-void redis_script_sha(struct redis_scripts *s, enum redis_script which, char sha[41])
+int redis_evalsha_build(struct redis_evalsha *e, struct redis_scripts *s, enum redis_script which, int nkeys,
+                        int nargs, const char **args, const size_t *lens)
 {
     pthread_mutex_lock(&s->mu);
-    memcpy(sha, s->sha[which], 41);
+    memcpy(e->sha, s->sha[which], sizeof e->sha);
     pthread_mutex_unlock(&s->mu);
+    snprintf(e->numkeys, sizeof e->numkeys, "%d", nkeys);
+    e->argc = nargs + 3;
+    e->argv = e->small_argv;
+    e->lens = e->small_lens;
+    if (e->argc > 16) { /* a renewal batch */
+        e->argv = malloc((size_t)e->argc * sizeof *e->argv);
+        e->lens = malloc((size_t)e->argc * sizeof *e->lens);
+        if (!e->argv || !e->lens) {
+            free(e->argv);
+            free(e->lens);
+            e->argv = NULL;
+            e->lens = NULL;
+            return dlock_seterr(DLOCK_ENOMEM, "redis: out of memory for a script call");
+        }
+    }
+    e->argv[0] = "EVALSHA";
+    e->lens[0] = 7;
+    e->argv[1] = e->sha;
+    e->lens[1] = 40;
+    e->argv[2] = e->numkeys;
+    e->lens[2] = strlen(e->numkeys);
+    for (int i = 0; i < nargs; i++) {
+        e->argv[3 + i] = args[i];
+        e->lens[3 + i] = lens[i];
+    }
+    return DLOCK_OK;
+}
+
+void redis_evalsha_free(struct redis_evalsha *e)
+{
+    if (e->argv != e->small_argv) {
+        free(e->argv);
+        free(e->lens);
+    }
+    e->argv = NULL;
+    e->lens = NULL;
 }
 
 redisReply *redis_script_run(struct redis_pool *pool, struct redis_scripts *s, enum redis_script which,
                              int nkeys, int nargs, const char **args, const size_t *lens, int *rc)
 {
-    char sha[41];
-    pthread_mutex_lock(&s->mu);
-    memcpy(sha, s->sha[which], sizeof sha);
-    pthread_mutex_unlock(&s->mu);
-    if (!sha[0] && (*rc = load(pool, s, which, sha)) != DLOCK_OK)
+    struct redis_evalsha e;
+    if ((*rc = redis_evalsha_build(&e, s, which, nkeys, nargs, args, lens)) != DLOCK_OK)
         return NULL;
-
-    /* EVALSHA sha numkeys args...: build argv on the stack for small calls. */
-    const char *small_argv[16];
-    size_t small_lens[16];
-    const char **argv = small_argv;
-    size_t *alens = small_lens;
-    if (nargs + 3 > 16) {
-        argv = malloc((size_t)(nargs + 3) * sizeof *argv);
-        alens = malloc((size_t)(nargs + 3) * sizeof *alens);
-        if (!argv || !alens) {
-            free(argv);
-            free(alens);
-            *rc = dlock_seterr(DLOCK_ENOMEM, "redis: out of memory for a script call");
-            return NULL;
-        }
-    }
-    char numkeys[16];
-    snprintf(numkeys, sizeof numkeys, "%d", nkeys);
-    argv[0] = "EVALSHA";
-    alens[0] = 7;
-    argv[1] = sha;
-    alens[1] = 40;
-    argv[2] = numkeys;
-    alens[2] = strlen(numkeys);
-    for (int i = 0; i < nargs; i++) {
-        argv[3 + i] = args[i];
-        alens[3 + i] = lens[i];
+    if (!e.sha[0] && (*rc = load(pool, s, which, e.sha)) != DLOCK_OK) {
+        redis_evalsha_free(&e);
+        return NULL;
     }
     redisReply *r = NULL;
     for (int attempt = 0; attempt < 2; attempt++) {
-        r = redis_pool_command(pool, nargs + 3, argv, alens, rc);
+        r = redis_pool_command(pool, e.argc, e.argv, e.lens, rc);
         if (!r)
             break;
         if (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOSCRIPT", 8) == 0 && attempt == 0) {
             /* The server lost its script cache: load again and retry once. */
             freeReplyObject(r);
             r = NULL;
-            if ((*rc = load(pool, s, which, sha)) != DLOCK_OK)
+            if ((*rc = load(pool, s, which, e.sha)) != DLOCK_OK)
                 break;
             continue;
         }
@@ -260,9 +270,6 @@ redisReply *redis_script_run(struct redis_pool *pool, struct redis_scripts *s, e
         }
         break;
     }
-    if (argv != small_argv) {
-        free(argv);
-        free(alens);
-    }
+    redis_evalsha_free(&e);
     return r;
 }

@@ -39,8 +39,23 @@ void redis_scripts_destroy(struct redis_scripts *s);
  * are known before a caller sends EVALSHA itself (Redlock's fan-out). */
 int redis_scripts_preload(struct redis_pool *pool, struct redis_scripts *s);
 
-/* The SHA1 of a loaded script into sha[41] ("" if not loaded yet). */
-void redis_script_sha(struct redis_scripts *s, enum redis_script which, char sha[41]);
+/* "EVALSHA sha numkeys args...", ready for redisCommandArgv or
+ * redisAppendCommandArgv (the fan-outs of redlock and WAIT pipelines send
+ * it themselves). argv points into args and into the struct. */
+struct redis_evalsha {
+    char sha[41];               /* "" when the script is not loaded yet */
+    char numkeys[16];
+    int argc;
+    const char **argv;
+    size_t *lens;
+    const char *small_argv[16];
+    size_t small_lens[16];
+};
+
+/* Builds it; DLOCK_OK or DLOCK_ENOMEM. Free with redis_evalsha_free. */
+int redis_evalsha_build(struct redis_evalsha *e, struct redis_scripts *s, enum redis_script which, int nkeys,
+                        int nargs, const char **args, const size_t *lens);
+void redis_evalsha_free(struct redis_evalsha *e);
 
 /* EVALSHA script with nkeys keys then the remaining args. Returns the reply
  * (caller frees) or NULL with *rc; an error reply other than NOSCRIPT is

@@ -82,25 +82,13 @@ struct call {
 static int fan_out(struct redlock_instance *inst, enum redis_script which, const struct call *call,
                    const bool *only, redisReply **replies)
 {
-    char sha[41];
-    redis_script_sha(&inst->scripts, which, sha);
-    char numkeys[16];
-    snprintf(numkeys, sizeof numkeys, "%d", call->nkeys);
-    int argc = call->nargs + 3;
-    const char *argv[64];
-    size_t argvlen[64];
-    if (argc > 64)
+    struct redis_evalsha e;
+    if (redis_evalsha_build(&e, &inst->scripts, which, call->nkeys, call->nargs, call->args, call->lens) != DLOCK_OK) {
+        for (int i = 0; i < inst->n; i++)
+            replies[i] = NULL;
         return 0;
-    argv[0] = "EVALSHA";
-    argvlen[0] = 7;
-    argv[1] = sha;
-    argvlen[1] = 40;
-    argv[2] = numkeys;
-    argvlen[2] = strlen(numkeys);
-    for (int i = 0; i < call->nargs; i++) {
-        argv[3 + i] = call->args[i];
-        argvlen[3 + i] = call->lens[i];
     }
+    const char *sha = e.sha;
     redisContext *ctx[REDLOCK_MAX_SERVERS] = { 0 };
     for (int i = 0; i < inst->n; i++) {
         replies[i] = NULL;
@@ -109,7 +97,7 @@ static int fan_out(struct redlock_instance *inst, enum redis_script which, const
             continue;
         }
         int done = sha[0] ? 0 : 1; /* not loaded anywhere yet: the slow path below loads it */
-        if (sha[0] && redisAppendCommandArgv(ctx[i], argc, argv, argvlen) == REDIS_OK) {
+        if (sha[0] && redisAppendCommandArgv(ctx[i], e.argc, e.argv, e.lens) == REDIS_OK) {
             while (!done && redisBufferWrite(ctx[i], &done) == REDIS_OK)
                 ;
         }
@@ -146,6 +134,7 @@ static int fan_out(struct redlock_instance *inst, enum redis_script which, const
         }
         answered += replies[i] != NULL;
     }
+    redis_evalsha_free(&e);
     return answered;
 }
 

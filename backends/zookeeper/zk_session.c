@@ -210,15 +210,6 @@ void zk_session_put(struct zk_session *s)
     pthread_rwlock_unlock(&s->handle_lock);
 }
 
-int64_t zk_session_id(struct zk_session *s)
-{
-    pthread_rwlock_rdlock(&s->handle_lock);
-    const clientid_t *id = s->zh ? zoo_client_id(s->zh) : NULL;
-    int64_t sid = id ? id->client_id : 0;
-    pthread_rwlock_unlock(&s->handle_lock);
-    return sid;
-}
-
 void zk_session_add_waiter(struct zk_session *s, struct zk_waiter *w)
 {
     pthread_mutex_lock(&s->mu);

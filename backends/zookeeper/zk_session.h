@@ -58,9 +58,6 @@ void zk_session_close(struct zk_session *s);
 int zk_session_get(struct zk_session *s, zhandle_t **zh, uint64_t *generation);
 void zk_session_put(struct zk_session *s);
 
-/* The session id of the current handle (0 if none). */
-int64_t zk_session_id(struct zk_session *s);
-
 void zk_session_add_waiter(struct zk_session *s, struct zk_waiter *w);
 void zk_session_remove_waiter(struct zk_session *s, struct zk_waiter *w);
 
