@@ -20,6 +20,7 @@
  * timeout, which keeps its place and covers a lost message. */
 #include "config.h"
 
+#include "redis_cluster.h"
 #include "redis_conn.h"
 #include "redis_keys.h"
 #include "redis_scripts.h"
@@ -36,9 +37,11 @@
 #include <unistd.h>
 
 struct redis_instance {
-    struct redis_pool pool;
+    struct redis_pool pool;     /* one server (or the sentinels' master); unused in a cluster */
+    struct redis_cluster *cluster;  /* NULL unless redis.cluster is set */
+    const char *publish;        /* "publish", or "spublish" in a cluster with sharded Pub/Sub */
     struct redis_scripts scripts;
-    struct redis_subscriber *subscriber;
+    struct redis_subscriber *subscriber;  /* one server only; a cluster has one per node */
     char prefix[65];
     int64_t waiter_timeout_ms;  /* a waiter that stops retrying leaves the queue after this */
     int64_t wait_replicas;      /* after a grant, WAIT for this many replicas (0: do not) */
@@ -49,6 +52,7 @@ struct redis_instance {
 struct redis_lock {
     struct redis_lock_keys k;   /* k.key NULL until first use */
     char *sub_channel;          /* the channel subscribed, while notify_fd */
+    struct redis_subscriber *sub;   /* where it is subscribed */
     size_t sub_channel_len;
     int notify_fd;              /* eventfd + 1 while subscribed, else 0 */
     bool registered;            /* the owner is in the waiter queue */
@@ -70,6 +74,7 @@ static const struct dlock_setting_spec redis_settings[] = {
     { "master", DLOCK_SETTING_STRING, 0, 0 },
     { "wait_replicas", DLOCK_SETTING_INT, 0, 16 },
     { "wait_timeout_ms", DLOCK_SETTING_INT, 1, 60000 },
+    { "cluster", DLOCK_SETTING_STRING_LIST, 0, 0 },
     { NULL, 0, 0, 0 },
 };
 
@@ -84,6 +89,39 @@ static int ensure_keys(struct redis_instance *inst, struct dlock_provider_lock *
 {
     struct redis_lock *rl = lk->priv;
     return rl->k.key ? DLOCK_OK : redis_lock_keys_init(&rl->k, inst->prefix, lk->name, lk->name_len);
+}
+
+/* ---- routing: one server, or the node of the lock's slot -------------------------- */
+
+static const char *label(const struct redis_instance *inst)
+{
+    return inst->cluster ? redis_cluster_label(inst->cluster) : inst->pool.server.label;
+}
+
+/* A script whose first key (args[0]) is a key of one lock. */
+static redisReply *run_script(struct redis_instance *inst, enum redis_script which, int nkeys, int nargs,
+                              const char **args, const size_t *lens, int *rc)
+{
+    if (inst->cluster)
+        return redis_cluster_script_run(inst->cluster, &inst->scripts, which, nkeys, nargs, args, lens, rc);
+    return redis_script_run(&inst->pool, &inst->scripts, which, nkeys, nargs, args, lens, rc);
+}
+
+/* n commands on keys of one lock (key is one of them), in one pipeline. */
+static int run_pipeline(struct redis_instance *inst, const char *key, size_t key_len, size_t n, int *argcs,
+                        const char ***argvs, const size_t **lenses, redisReply **replies)
+{
+    if (inst->cluster)
+        return redis_cluster_pipeline(inst->cluster, &inst->scripts, key, key_len, n, argcs, argvs, lenses,
+                                      replies);
+    return redis_pool_pipeline(&inst->pool, n, argcs, argvs, lenses, replies);
+}
+
+static int preload_scripts(struct redis_instance *inst, const char *key, size_t key_len)
+{
+    if (inst->cluster)
+        return redis_cluster_preload(inst->cluster, &inst->scripts, key, key_len);
+    return redis_scripts_preload(&inst->pool, &inst->scripts);
 }
 
 /* ---- subscription ---------------------------------------------------------------- */
@@ -105,7 +143,13 @@ static int subscribe(struct redis_instance *inst, struct dlock_provider_lock *lk
         free(channel);
         return dlock_seterr(DLOCK_EUNAVAILABLE, "redis: cannot create an eventfd: %s", strerror(errno));
     }
-    int rc = redis_subscriber_add(inst->subscriber, channel, len, fd, inst->pool.server.command_timeout_ms);
+    int rc;
+    if (inst->cluster) {
+        rc = redis_cluster_subscribe(inst->cluster, channel, len, fd, inst->pool.server.command_timeout_ms, &rl->sub);
+    } else {
+        rc = redis_subscriber_add(inst->subscriber, channel, len, fd, inst->pool.server.command_timeout_ms);
+        rl->sub = inst->subscriber;
+    }
     if (rc != DLOCK_OK) {
         close(fd);
         free(channel);
@@ -121,7 +165,8 @@ static void unsubscribe(struct redis_instance *inst, struct redis_lock *rl)
 {
     if (!rl->notify_fd)
         return;
-    redis_subscriber_remove(inst->subscriber, rl->sub_channel, rl->sub_channel_len);
+    (void)inst;
+    redis_subscriber_remove(rl->sub, rl->sub_channel, rl->sub_channel_len);
     close(rl->notify_fd - 1);
     rl->notify_fd = 0;
     free(rl->sub_channel);
@@ -157,14 +202,35 @@ static int redis_open(void **instance, const struct dlock_provider_env *env)
     inst->wait_timeout_ms = 100;
     dlock_settings_int(env->settings, "wait_replicas", &inst->wait_replicas);
     dlock_settings_int(env->settings, "wait_timeout_ms", &inst->wait_timeout_ms);
+    char seeds[REDIS_CLUSTER_MAX_SEEDS][128];
+    int nseeds = rc == DLOCK_OK ? redis_cluster_seeds_from_settings(env->settings, &srv, seeds, &rc) : 0;
     if (rc != DLOCK_OK) {
         free(inst);
         return rc;
     }
     snprintf(inst->prefix, sizeof inst->prefix, "%s", prefix);
     inst->log_handle = env->log_handle;
+    inst->publish = "publish";
     redis_pool_init(&inst->pool, &srv, (int)pool_size);
     redis_scripts_init(&inst->scripts);
+
+    if (nseeds > 0) {
+        /* A cluster: the map is read (and every node's AUTH checked on
+         * first use) now; waiters subscribe on each slot's node. */
+        rc = redis_cluster_open(&inst->cluster, &srv, seeds, nseeds, (int)pool_size, env->log_handle);
+        if (rc == DLOCK_OK && redis_cluster_sharded_pubsub(inst->cluster))
+            inst->publish = "spublish";
+        if (rc != DLOCK_OK) {
+            redis_scripts_destroy(&inst->scripts);
+            redis_pool_destroy(&inst->pool);
+            free(inst);
+            return rc;
+        }
+        dlock_provider_log(env->log_handle, DLOCK_LOG_DEBUG, "%s: slot map read, key prefix '%s'",
+                           redis_cluster_label(inst->cluster), inst->prefix);
+        *instance = inst;
+        return DLOCK_OK;
+    }
 
     /* Connect and PING now, so a wrong address or a missing password is
      * reported at open, in the server's own words, not at the first lock. */
@@ -178,7 +244,7 @@ static int redis_open(void **instance, const struct dlock_provider_env *env)
         freeReplyObject(r);
     }
     if (rc == DLOCK_OK)
-        rc = redis_subscriber_start(&inst->subscriber, &srv, env->log_handle);
+        rc = redis_subscriber_start(&inst->subscriber, &srv, false, env->log_handle);
     if (rc != DLOCK_OK) {
         redis_scripts_destroy(&inst->scripts);
         redis_pool_destroy(&inst->pool);
@@ -194,6 +260,7 @@ static void redis_close(void *instance)
 {
     struct redis_instance *inst = instance;
     redis_subscriber_stop(inst->subscriber);
+    redis_cluster_close(inst->cluster);
     redis_scripts_destroy(&inst->scripts);
     redis_pool_destroy(&inst->pool);
     free(inst);
@@ -213,8 +280,7 @@ static bool is_int_array(const redisReply *r, size_t n)
 
 static int unexpected(struct redis_instance *inst, const char *what)
 {
-    return dlock_seterr(DLOCK_EPROTOCOL, "%s: the %s script answered something unexpected", inst->pool.server.label,
-                        what);
+    return dlock_seterr(DLOCK_EPROTOCOL, "%s: the %s script answered something unexpected", label(inst), what);
 }
 
 /* The acquire script and WAIT in one pipeline, on one connection (WAIT
@@ -232,7 +298,7 @@ static redisReply *acquire_and_wait(struct redis_instance *inst, enum redis_scri
             return NULL;
         if (!e.sha[0]) { /* not loaded yet: load, then build again with the SHA1 */
             redis_evalsha_free(&e);
-            if ((*rc = redis_scripts_preload(&inst->pool, &inst->scripts)) != DLOCK_OK)
+            if ((*rc = preload_scripts(inst, args[0], lens[0])) != DLOCK_OK)
                 return NULL;
             if ((*rc = redis_evalsha_build(&e, &inst->scripts, which, 4, nargs, args, lens)) != DLOCK_OK)
                 return NULL;
@@ -243,7 +309,7 @@ static redisReply *acquire_and_wait(struct redis_instance *inst, enum redis_scri
         const char **argvs[2] = { e.argv, wait };
         const size_t *lenses[2] = { e.lens, wait_lens };
         redisReply *replies[2];
-        *rc = redis_pool_pipeline(&inst->pool, 2, argcs, argvs, lenses, replies);
+        *rc = run_pipeline(inst, args[0], lens[0], 2, argcs, argvs, lenses, replies);
         redis_evalsha_free(&e);
         if (*rc != DLOCK_OK)
             return NULL;
@@ -252,12 +318,12 @@ static redisReply *acquire_and_wait(struct redis_instance *inst, enum redis_scri
         redisReply *r = replies[0];
         if (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOSCRIPT", 8) == 0 && attempt == 0) {
             freeReplyObject(r);
-            if ((*rc = redis_scripts_preload(&inst->pool, &inst->scripts)) != DLOCK_OK)
+            if ((*rc = preload_scripts(inst, args[0], lens[0])) != DLOCK_OK)
                 return NULL;
             continue;
         }
         if (r->type == REDIS_REPLY_ERROR) {
-            *rc = dlock_seterr(DLOCK_EUNAVAILABLE, "%s: lock script failed: %s", inst->pool.server.label, r->str);
+            *rc = redis_script_error(label(inst), r->str);
             freeReplyObject(r);
             return NULL;
         }
@@ -286,7 +352,7 @@ static int try_acquire(struct redis_instance *inst, struct dlock_provider_lock *
     int nargs = is_fair(lk) ? 7 : 8;
     redisReply *r = inst->wait_replicas > 0
                         ? acquire_and_wait(inst, which, nargs, args, lens, &acked, &rc)
-                        : redis_script_run(&inst->pool, &inst->scripts, which, 4, nargs, args, lens, &rc);
+                        : run_script(inst, which, 4, nargs, args, lens, &rc);
     if (!r)
         return rc;
     if (!is_int_array(r, 2)) {
@@ -303,7 +369,7 @@ static int try_acquire(struct redis_instance *inst, struct dlock_provider_lock *
         return dlock_seterr(DLOCK_EUNAVAILABLE,
                             "%s: granted, but only %lld of the %lld replicas (redis.wait_replicas) confirmed it "
                             "within %lld ms: given back",
-                            inst->pool.server.label, acked < 0 ? 0 : acked, (long long)inst->wait_replicas,
+                            label(inst), acked < 0 ? 0 : acked, (long long)inst->wait_replicas,
                             (long long)inst->wait_timeout_ms);
     }
     if (granted) {
@@ -357,7 +423,7 @@ static int redis_acquire(void *instance, struct dlock_provider_lock *lk, struct 
         else
             dlock_provider_log(inst->log_handle, DLOCK_LOG_WARN,
                                "%s: cannot subscribe (%s); waiting on the holder's TTL instead",
-                               inst->pool.server.label, dlock_errmsg());
+                               label(inst), dlock_errmsg());
     }
     /* A subscription is kept after a grant: a lock that was contended will
      * most likely be again, and re-subscribing costs two round trips each
@@ -375,10 +441,11 @@ static int redis_release(void *instance, struct dlock_provider_lock *lk)
         return rc;
     char lease[24];
     int lease_len = snprintf(lease, sizeof lease, "%lld", (long long)lk->lease_ms);
-    const char *args[6] = { rl->k.key, rl->k.queue_key, rl->k.timeouts_key, lk->owner, rl->k.channel_prefix, lease };
-    size_t lens[6] = { rl->k.key_len, rl->k.queue_key_len, rl->k.timeouts_key_len, strlen(lk->owner),
-                       rl->k.channel_prefix_len, (size_t)lease_len };
-    redisReply *r = redis_script_run(&inst->pool, &inst->scripts, SCRIPT_RELEASE, 3, 6, args, lens, &rc);
+    const char *args[7] = { rl->k.key, rl->k.queue_key, rl->k.timeouts_key, lk->owner, rl->k.channel_prefix, lease,
+                            inst->publish };
+    size_t lens[7] = { rl->k.key_len, rl->k.queue_key_len, rl->k.timeouts_key_len, strlen(lk->owner),
+                       rl->k.channel_prefix_len, (size_t)lease_len, strlen(inst->publish) };
+    redisReply *r = run_script(inst, SCRIPT_RELEASE, 3, 7, args, lens, &rc);
     if (!r)
         return rc;
     if (r->type != REDIS_REPLY_INTEGER) {
@@ -390,34 +457,34 @@ static int redis_release(void *instance, struct dlock_provider_lock *lk)
     return left < 0 ? DLOCK_ENOTOWNER : DLOCK_OK;
 }
 
-static int redis_renew_batch(void *instance, struct dlock_provider_lock *const *locks, size_t n, int *results)
+/* One renew script over locks[idx[0]], ..., locks[idx[m - 1]] (keys
+ * ready): results filled, or a failure for all of them. */
+static int renew_group(struct redis_instance *inst, struct dlock_provider_lock *const *locks, const size_t *idx,
+                       size_t m, int *results)
 {
-    struct redis_instance *inst = instance;
-    const char **args = malloc(3 * n * sizeof *args);
-    size_t *lens = malloc(3 * n * sizeof *lens);
-    char (*leases)[24] = malloc(n * sizeof *leases);
+    const char **args = malloc(3 * m * sizeof *args);
+    size_t *lens = malloc(3 * m * sizeof *lens);
+    char (*leases)[24] = malloc(m * sizeof *leases);
     int rc = DLOCK_OK;
     if (!args || !lens || !leases)
         rc = dlock_seterr(DLOCK_ENOMEM, "redis: out of memory for a renewal batch");
-    for (size_t i = 0; rc == DLOCK_OK && i < n; i++) {
-        rc = ensure_keys(inst, locks[i]);
-        if (rc != DLOCK_OK)
-            break;
-        struct redis_lock *rl = locks[i]->priv;
-        args[i] = rl->k.key;
-        lens[i] = rl->k.key_len;
-        args[n + 2 * i] = locks[i]->owner;
-        lens[n + 2 * i] = strlen(locks[i]->owner);
-        lens[n + 2 * i + 1] = (size_t)snprintf(leases[i], sizeof leases[i], "%lld", (long long)locks[i]->lease_ms);
-        args[n + 2 * i + 1] = leases[i];
+    for (size_t j = 0; rc == DLOCK_OK && j < m; j++) {
+        const struct dlock_provider_lock *lk = locks[idx[j]];
+        struct redis_lock *rl = lk->priv;
+        args[j] = rl->k.key;
+        lens[j] = rl->k.key_len;
+        args[m + 2 * j] = lk->owner;
+        lens[m + 2 * j] = strlen(lk->owner);
+        lens[m + 2 * j + 1] = (size_t)snprintf(leases[j], sizeof leases[j], "%lld", (long long)lk->lease_ms);
+        args[m + 2 * j + 1] = leases[j];
     }
     redisReply *r = NULL;
     if (rc == DLOCK_OK)
-        r = redis_script_run(&inst->pool, &inst->scripts, SCRIPT_RENEW, (int)n, (int)(3 * n), args, lens, &rc);
+        r = run_script(inst, SCRIPT_RENEW, (int)m, (int)(3 * m), args, lens, &rc);
     if (r) {
-        if (is_int_array(r, n)) {
-            for (size_t i = 0; i < n; i++)
-                results[i] = r->element[i]->integer == 1 ? DLOCK_OK : DLOCK_ELOST;
+        if (is_int_array(r, m)) {
+            for (size_t j = 0; j < m; j++)
+                results[idx[j]] = r->element[j]->integer == 1 ? DLOCK_OK : DLOCK_ELOST;
         } else {
             rc = unexpected(inst, "renew");
         }
@@ -426,6 +493,56 @@ static int redis_renew_batch(void *instance, struct dlock_provider_lock *const *
     free(args);
     free(lens);
     free(leases);
+    return rc;
+}
+
+struct slot_index {
+    unsigned slot;
+    size_t i;
+};
+
+static int by_slot(const void *a, const void *b)
+{
+    const struct slot_index *x = a, *y = b;
+    return x->slot != y->slot ? (x->slot < y->slot ? -1 : 1) : (x->i < y->i ? -1 : x->i > y->i);
+}
+
+/* One script for all holds on one server. In a cluster a script may only
+ * touch one slot, so holds are grouped by slot, one script per group; a
+ * group that fails (its node is down) fails only its own holds. */
+static int redis_renew_batch(void *instance, struct dlock_provider_lock *const *locks, size_t n, int *results)
+{
+    struct redis_instance *inst = instance;
+    size_t *idx = malloc(n * sizeof *idx);
+    struct slot_index *order = inst->cluster ? malloc(n * sizeof *order) : NULL;
+    int rc = DLOCK_OK;
+    if (!idx || (inst->cluster && !order))
+        rc = dlock_seterr(DLOCK_ENOMEM, "redis: out of memory for a renewal batch");
+    for (size_t i = 0; rc == DLOCK_OK && i < n; i++) {
+        rc = ensure_keys(inst, locks[i]);
+        idx[i] = i;
+    }
+    if (rc == DLOCK_OK && !inst->cluster) {
+        rc = renew_group(inst, locks, idx, n, results);
+    } else if (rc == DLOCK_OK) {
+        for (size_t i = 0; i < n; i++) {
+            const struct redis_lock *rl = locks[i]->priv;
+            order[i].slot = redis_cluster_slot(rl->k.key, rl->k.key_len);
+            order[i].i = i;
+        }
+        qsort(order, n, sizeof *order, by_slot);
+        for (size_t i = 0; i < n; i++)
+            idx[i] = order[i].i;
+        for (size_t first = 0, end; first < n; first = end) {
+            for (end = first + 1; end < n && order[end].slot == order[first].slot; end++)
+                ;
+            int group_rc = renew_group(inst, locks, idx + first, end - first, results);
+            for (size_t j = first; group_rc != DLOCK_OK && j < end; j++)
+                results[idx[j]] = group_rc;
+        }
+    }
+    free(idx);
+    free(order);
     return rc;
 }
 
@@ -462,11 +579,12 @@ static void redis_abandon(void *instance, struct dlock_provider_lock *lk)
     if (rl->registered && rl->k.key) {
         /* Out of the queue now, so the waiters behind do not wait for our
          * deadline to pass. */
-        const char *args[5] = { rl->k.key, rl->k.queue_key, rl->k.timeouts_key, lk->owner, rl->k.channel_prefix };
-        size_t lens[5] = { rl->k.key_len, rl->k.queue_key_len, rl->k.timeouts_key_len, strlen(lk->owner),
-                           rl->k.channel_prefix_len };
+        const char *args[6] = { rl->k.key, rl->k.queue_key, rl->k.timeouts_key, lk->owner, rl->k.channel_prefix,
+                                inst->publish };
+        size_t lens[6] = { rl->k.key_len, rl->k.queue_key_len, rl->k.timeouts_key_len, strlen(lk->owner),
+                           rl->k.channel_prefix_len, strlen(inst->publish) };
         int rc;
-        redisReply *r = redis_script_run(&inst->pool, &inst->scripts, SCRIPT_LEAVE, 3, 5, args, lens, &rc);
+        redisReply *r = run_script(inst, SCRIPT_LEAVE, 3, 6, args, lens, &rc);
         if (r)
             freeReplyObject(r);
         rl->registered = false;
@@ -498,7 +616,7 @@ static int redis_status(struct redis_instance *inst, struct dlock_ctl_status *ar
     const size_t *lenses[3] = { l1, l2, l3 };
     redisReply *r[3];
     if (rc == DLOCK_OK)
-        rc = redis_pool_pipeline(&inst->pool, 3, argcs, argvs, lenses, r);
+        rc = run_pipeline(inst, key, key_len, 3, argcs, argvs, lenses, r);
     if (rc == DLOCK_OK) {
         dlock_status_info *out = arg->out;
         out->held = r[0]->type == REDIS_REPLY_ARRAY && r[0]->elements >= 2;

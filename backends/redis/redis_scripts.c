@@ -104,7 +104,7 @@ static const char *const script_text[SCRIPT_COUNT] = {
     "while head do\n"
     "  local dl = redis.call('zscore', KEYS[3], head)\n"
     "  if dl and tonumber(dl) > now then\n"
-    "    redis.call('publish', ARGV[2] .. head, 'released')\n"
+    "    redis.call(ARGV[4], ARGV[2] .. head, 'released')\n"
     "    return 0\n"
     "  end\n"
     "  redis.call('lpop', KEYS[2])\n"
@@ -132,7 +132,7 @@ static const char *const script_text[SCRIPT_COUNT] = {
     "redis.call('zrem', KEYS[3], ARGV[1])\n"
     "if was_head and redis.call('exists', KEYS[1]) == 0 then\n"
     "  local head = redis.call('lindex', KEYS[2], 0)\n"
-    "  if head then redis.call('publish', ARGV[2] .. head, 'released') end\n"
+    "  if head then redis.call(ARGV[3], ARGV[2] .. head, 'released') end\n"
     "end\n"
     "return 0\n",
 
@@ -233,6 +233,19 @@ void redis_evalsha_free(struct redis_evalsha *e)
     e->lens = NULL;
 }
 
+int redis_script_error(const char *label, const char *text)
+{
+    /* A server that is loading, a replica after a failover, one stuck in a
+     * script, one that lost our AUTH, or a cluster between two states: all
+     * "try again later", not a protocol problem of ours. */
+    bool transient = strncmp(text, "LOADING", 7) == 0 || strncmp(text, "READONLY", 8) == 0 ||
+                     strncmp(text, "MASTERDOWN", 10) == 0 || strncmp(text, "BUSY", 4) == 0 ||
+                     strncmp(text, "NOAUTH", 6) == 0 || strncmp(text, "TRYAGAIN", 8) == 0 ||
+                     strncmp(text, "CLUSTERDOWN", 11) == 0 || strncmp(text, "MOVED", 5) == 0 ||
+                     strncmp(text, "ASK", 3) == 0;
+    return dlock_seterr(transient ? DLOCK_EUNAVAILABLE : DLOCK_EPROTOCOL, "%s: lock script failed: %s", label, text);
+}
+
 redisReply *redis_script_run(struct redis_pool *pool, struct redis_scripts *s, enum redis_script which,
                              int nkeys, int nargs, const char **args, const size_t *lens, int *rc)
 {
@@ -257,14 +270,7 @@ redisReply *redis_script_run(struct redis_pool *pool, struct redis_scripts *s, e
             continue;
         }
         if (r->type == REDIS_REPLY_ERROR) {
-            /* A server that is loading, a replica after a failover, one
-             * stuck in a script, or one that lost our AUTH: all "try again
-             * later", not a protocol problem of ours. */
-            bool transient = strncmp(r->str, "LOADING", 7) == 0 || strncmp(r->str, "READONLY", 8) == 0 ||
-                             strncmp(r->str, "MASTERDOWN", 10) == 0 || strncmp(r->str, "BUSY", 4) == 0 ||
-                             strncmp(r->str, "NOAUTH", 6) == 0 || strncmp(r->str, "TRYAGAIN", 8) == 0;
-            *rc = dlock_seterr(transient ? DLOCK_EUNAVAILABLE : DLOCK_EPROTOCOL, "%s: lock script failed: %s",
-                               pool->server.label, r->str);
+            *rc = redis_script_error(pool->server.label, r->str);
             freeReplyObject(r);
             r = NULL;
         }

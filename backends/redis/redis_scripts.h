@@ -14,12 +14,14 @@ enum redis_script {
     SCRIPT_ACQUIRE,
     /* same, first come first served */
     SCRIPT_ACQUIRE_FAIR,
-    /* KEYS: lock, queue, timeouts; ARGV: owner, channel prefix, lease -> count
-     * left, -1 not owner; at zero, wakes the first live waiter only */
+    /* KEYS: lock, queue, timeouts; ARGV: owner, channel prefix, lease, publish
+     * command ("publish", or "spublish" in a sharded cluster) -> count left,
+     * -1 not owner; at zero, wakes the first live waiter only */
     SCRIPT_RELEASE,
     /* KEYS: lock...; ARGV: (owner, lease)... -> {1|0, ...} */
     SCRIPT_RENEW,
-    /* KEYS: lock, queue, timeouts; ARGV: owner, channel prefix: stop waiting */
+    /* KEYS: lock, queue, timeouts; ARGV: owner, channel prefix, publish
+     * command: stop waiting */
     SCRIPT_LEAVE,
     /* KEYS: fence; ARGV: value -> the counter, raised to value if lower
      * (Redlock: a majority agrees on the highest token handed out) */
@@ -62,5 +64,11 @@ void redis_evalsha_free(struct redis_evalsha *e);
  * turned into DLOCK_EPROTOCOL with the server's text. */
 redisReply *redis_script_run(struct redis_pool *pool, struct redis_scripts *s, enum redis_script which,
                              int nkeys, int nargs, const char **args, const size_t *lens, int *rc);
+
+/* Turns a script's error reply into a code with the detail set:
+ * DLOCK_EUNAVAILABLE for the "try again later" answers (LOADING, READONLY,
+ * MASTERDOWN, BUSY, NOAUTH, TRYAGAIN, CLUSTERDOWN, a redirection),
+ * DLOCK_EPROTOCOL otherwise. label names the server. */
+int redis_script_error(const char *label, const char *text);
 
 #endif

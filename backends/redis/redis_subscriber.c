@@ -36,6 +36,7 @@ struct subscription {
 
 struct redis_subscriber {
     struct redis_server server;
+    bool sharded;               /* SSUBSCRIBE/SUNSUBSCRIBE, "smessage" (a cluster node) */
     void *log_handle;
     pthread_t thread;
     pthread_mutex_t mu;
@@ -101,13 +102,13 @@ static void append_changes(struct redis_subscriber *sub, redisContext *ctx)
         const char *argv[2] = { NULL, s->channel };
         size_t lens[2] = { 0, s->len };
         if (s->state == SUB_WANTED) {
-            argv[0] = "SUBSCRIBE";
-            lens[0] = 9;
+            argv[0] = sub->sharded ? "SSUBSCRIBE" : "SUBSCRIBE";
+            lens[0] = strlen(argv[0]);
             redisAppendCommandArgv(ctx, 2, argv, lens);
             s->state = SUB_SENT;
         } else if (s->state == SUB_DROPPED) {
-            argv[0] = "UNSUBSCRIBE";
-            lens[0] = 11;
+            argv[0] = sub->sharded ? "SUNSUBSCRIBE" : "UNSUBSCRIBE";
+            lens[0] = strlen(argv[0]);
             redisAppendCommandArgv(ctx, 2, argv, lens);
             unlink_sub(sub, s);
         }
@@ -124,6 +125,9 @@ static void handle_reply(struct redis_subscriber *sub, redisReply *r)
     struct subscription *s = find(sub, r->element[1]->str, r->element[1]->len);
     if (!s)
         return;
+    /* The sharded kinds carry an 's' in front: "smessage", "ssubscribe". */
+    if (sub->sharded && kind[0] == 's')
+        kind++;
     if (strcmp(kind, "message") == 0) {
         uint64_t one = 1;
         ssize_t ignored = write(s->notify_fd, &one, sizeof one);
@@ -132,6 +136,13 @@ static void handle_reply(struct redis_subscriber *sub, redisReply *r)
         s->state = SUB_ACTIVE;
         s->conn_gen = sub->conn_gen;
         pthread_cond_broadcast(&sub->cv);
+    } else if (strcmp(kind, "unsubscribe") == 0 && sub->sharded && s->state == SUB_ACTIVE) {
+        /* The node gave the slot away (resharding, or it became a replica)
+         * and dropped the subscription. The waiter falls back on the
+         * holder's TTL; wake it now so that it tries at once. */
+        uint64_t one = 1;
+        ssize_t ignored = write(s->notify_fd, &one, sizeof one);
+        (void)ignored;
     }
 }
 
@@ -239,12 +250,14 @@ static void *subscriber_main(void *arg)
 
 /* ---- the API --------------------------------------------------------------- */
 
-int redis_subscriber_start(struct redis_subscriber **out, const struct redis_server *srv, void *log_handle)
+int redis_subscriber_start(struct redis_subscriber **out, const struct redis_server *srv, bool sharded,
+                           void *log_handle)
 {
     struct redis_subscriber *sub = calloc(1, sizeof *sub);
     if (!sub)
         return dlock_seterr(DLOCK_ENOMEM, "redis: out of memory for the subscriber");
     sub->server = *srv;
+    sub->sharded = sharded;
     sub->log_handle = log_handle;
     pthread_mutex_init(&sub->mu, NULL);
     pthread_cond_init(&sub->cv, NULL);

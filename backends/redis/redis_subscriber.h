@@ -12,8 +12,10 @@
 
 struct redis_subscriber;
 
-/* Starts the thread (it connects lazily, on the first subscription). */
-int redis_subscriber_start(struct redis_subscriber **out, const struct redis_server *srv, void *log_handle);
+/* Starts the thread (it connects lazily, on the first subscription).
+ * sharded: SSUBSCRIBE on a cluster node (Redis 7.0+) instead of SUBSCRIBE. */
+int redis_subscriber_start(struct redis_subscriber **out, const struct redis_server *srv, bool sharded,
+                           void *log_handle);
 void redis_subscriber_stop(struct redis_subscriber *sub);
 
 /* Subscribes channel (len bytes) and arranges for notify_fd (an eventfd) to

@@ -158,10 +158,11 @@ static int release_everywhere(struct redlock_instance *inst, struct dlock_provid
     struct redlock_lock *rl = lk->priv;
     char lease[24];
     int lease_len = snprintf(lease, sizeof lease, "%lld", (long long)lk->lease_ms);
-    const char *args[6] = { rl->k.key, rl->k.queue_key, rl->k.timeouts_key, lk->owner, rl->k.channel_prefix, lease };
-    size_t lens[6] = { rl->k.key_len, rl->k.queue_key_len, rl->k.timeouts_key_len, strlen(lk->owner),
-                       rl->k.channel_prefix_len, (size_t)lease_len };
-    struct call call = { 3, 6, args, lens };
+    const char *args[7] = { rl->k.key, rl->k.queue_key, rl->k.timeouts_key, lk->owner, rl->k.channel_prefix, lease,
+                            "publish" };
+    size_t lens[7] = { rl->k.key_len, rl->k.queue_key_len, rl->k.timeouts_key_len, strlen(lk->owner),
+                       rl->k.channel_prefix_len, (size_t)lease_len, 7 };
+    struct call call = { 3, 7, args, lens };
     redisReply *replies[REDLOCK_MAX_SERVERS];
     fan_out(inst, SCRIPT_RELEASE, &call, only, replies);
     int held = 0;
@@ -306,10 +307,11 @@ static void redlock_abandon(void *instance, struct dlock_provider_lock *lk)
     if (!rl->k.key)
         return;
     /* A busy answer registered us as a waiter on each master: leave. */
-    const char *args[5] = { rl->k.key, rl->k.queue_key, rl->k.timeouts_key, lk->owner, rl->k.channel_prefix };
-    size_t lens[5] = { rl->k.key_len, rl->k.queue_key_len, rl->k.timeouts_key_len, strlen(lk->owner),
-                       rl->k.channel_prefix_len };
-    struct call call = { 3, 5, args, lens };
+    const char *args[6] = { rl->k.key, rl->k.queue_key, rl->k.timeouts_key, lk->owner, rl->k.channel_prefix,
+                            "publish" };
+    size_t lens[6] = { rl->k.key_len, rl->k.queue_key_len, rl->k.timeouts_key_len, strlen(lk->owner),
+                       rl->k.channel_prefix_len, 7 };
+    struct call call = { 3, 6, args, lens };
     redisReply *replies[REDLOCK_MAX_SERVERS];
     fan_out(inst, SCRIPT_LEAVE, &call, NULL, replies);
     free_replies(inst, replies);

@@ -9,6 +9,7 @@
 
 #include "../support/redis_server.h"
 #include "../support/test_time.h"
+#include "../support/test_client.h"
 
 #include <dlock.h>
 #include <errno.h>
@@ -119,25 +120,14 @@ static dlock_client *open_sentinel(const char *extra)
              "redis = { sentinels = (\"127.0.0.1:%d\"); master = \"mymaster\"; command_timeout_ms = 1000;"
              " connect_timeout_ms = 1000; %s };\n",
              sentinel_port, extra ? extra : "");
-    dlock_client *c = NULL;
-    int rc = dlock_client_open_string(&c, text);
-    if (rc != DLOCK_OK)
-        fail_msg("open: %s: %s", dlock_strerror(rc), dlock_errmsg());
-    return c;
-}
-
-static dlock_lock *named(dlock_client *c, const char *name)
-{
-    dlock_lock *l = NULL;
-    assert_int_equal(dlock_lock_new(c, name, strlen(name), NULL, &l), DLOCK_OK);
-    return l;
+    return test_client_open(text);
 }
 
 static void locks_through_the_sentinels_master(void **state)
 {
     (void)state;
     dlock_client *a = open_sentinel(NULL), *b = open_sentinel(NULL);
-    dlock_lock *la = named(a, "via-sentinel"), *lb = named(b, "via-sentinel");
+    dlock_lock *la = test_lock_named(a, "via-sentinel"), *lb = test_lock_named(b, "via-sentinel");
     assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
     assert_int_equal(dlock_acquire(lb, 0), DLOCK_EBUSY);
     redisReply *r = test_redis_cmd(&master, "EXISTS %s", "dlock:{via-sentinel}");
@@ -156,14 +146,14 @@ static void wait_replicas_confirms_grants_and_refuses_without_replicas(void **st
 {
     (void)state;
     dlock_client *a = open_sentinel("wait_replicas = 1; wait_timeout_ms = 500;");
-    dlock_lock *l = named(a, "replicated");
+    dlock_lock *l = test_lock_named(a, "replicated");
     assert_int_equal(dlock_acquire(l, 0), DLOCK_OK);
     assert_int_equal(dlock_release(l), DLOCK_OK);
     dlock_lock_free(l);
     dlock_client_close(a);
     /* Two replicas asked for, one exists: refused, and given back. */
     a = open_sentinel("wait_replicas = 2; wait_timeout_ms = 200;");
-    l = named(a, "replicated");
+    l = test_lock_named(a, "replicated");
     int64_t t0 = now_ms();
     assert_int_equal(dlock_acquire(l, 0), DLOCK_EUNAVAILABLE);
     assert_true(now_ms() - t0 < 200 + 300);
@@ -201,7 +191,7 @@ static void a_forced_failover_gives_clear_errors_then_service(void **state)
 {
     (void)state;
     dlock_client *a = open_sentinel("wait_replicas = 1; wait_timeout_ms = 1000;"), *b = open_sentinel(NULL);
-    dlock_lock *la = named(a, "failover"), *lb = named(b, "failover"), *fresh = named(b, "after-failover");
+    dlock_lock *la = test_lock_named(a, "failover"), *lb = test_lock_named(b, "failover"), *fresh = test_lock_named(b, "after-failover");
     assert_int_equal(dlock_acquire(la, 0), DLOCK_OK); /* confirmed by the replica: survives the failover */
     struct waiter w = { lb, 99 };
     pthread_t t;

@@ -11,6 +11,7 @@
 #include "../conformance/conformance.h"
 #include "../support/redis_server.h"
 #include "../support/test_time.h"
+#include "../support/test_client.h"
 
 #include <dlock.h>
 #include <signal.h>
@@ -59,18 +60,7 @@ static dlock_client *open_ok(int lease_ms)
 {
     char text[1024];
     write_config(text, sizeof text, lease_ms, 50);
-    dlock_client *c = NULL;
-    int rc = dlock_client_open_string(&c, text);
-    if (rc != DLOCK_OK)
-        fail_msg("open: %s: %s", dlock_strerror(rc), dlock_errmsg());
-    return c;
-}
-
-static dlock_lock *named(dlock_client *c, const char *name)
-{
-    dlock_lock *l = NULL;
-    assert_int_equal(dlock_lock_new(c, name, strlen(name), NULL, &l), DLOCK_OK);
-    return l;
+    return test_client_open(text);
 }
 
 static int holders_of(const char *name)
@@ -101,7 +91,7 @@ static void granted_on_every_master_and_released_everywhere(void **state)
 {
     (void)state;
     dlock_client *a = open_ok(30000);
-    dlock_lock *l = named(a, "everywhere");
+    dlock_lock *l = test_lock_named(a, "everywhere");
     assert_int_equal(dlock_acquire(l, 0), DLOCK_OK);
     assert_int_equal(holders_of("everywhere"), MASTERS);
     assert_int_equal(dlock_release(l), DLOCK_OK);
@@ -114,7 +104,7 @@ static void two_masters_down_still_grant_and_exclude(void **state)
 {
     (void)state;
     dlock_client *a = open_ok(30000), *b = open_ok(30000);
-    dlock_lock *la = named(a, "two-down"), *lb = named(b, "two-down");
+    dlock_lock *la = test_lock_named(a, "two-down"), *lb = test_lock_named(b, "two-down");
     assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
     uint64_t before;
     assert_int_equal(dlock_fence(la, &before), DLOCK_OK);
@@ -143,7 +133,7 @@ static void three_masters_down_is_no_quorum_quickly_then_recovery(void **state)
 {
     (void)state;
     dlock_client *a = open_ok(30000);
-    dlock_lock *l = named(a, "three-down");
+    dlock_lock *l = test_lock_named(a, "three-down");
     for (int i = 0; i < 3; i++)
         test_redis_kill(&masters[i], 1);
     int64_t t0 = now_ms();
@@ -173,7 +163,7 @@ static void fences_survive_a_minority_losing_its_counters(void **state)
 {
     (void)state;
     dlock_client *a = open_ok(30000);
-    dlock_lock *l = named(a, "counters");
+    dlock_lock *l = test_lock_named(a, "counters");
     uint64_t last = 0;
     for (int round = 0; round < 3; round++) {
         for (int i = 0; i < 5; i++) {
@@ -200,7 +190,7 @@ static void a_stopped_master_costs_one_timeout_not_the_lock(void **state)
 {
     (void)state;
     dlock_client *a = open_ok(30000);
-    dlock_lock *l = named(a, "stopped");
+    dlock_lock *l = test_lock_named(a, "stopped");
     kill(masters[4].pid, SIGSTOP);
     int64_t t0 = now_ms();
     int rc = dlock_acquire(l, 0);

@@ -11,6 +11,7 @@
 #include "../conformance/conformance.h"
 #include "../support/service.h"
 #include "../support/test_time.h"
+#include "../support/test_client.h"
 
 #include <dlock.h>
 #include <mysql.h>
@@ -102,20 +103,13 @@ static dlock_client *open_ok(const char *extra)
     return c;
 }
 
-static dlock_lock *named(dlock_client *c, const char *name)
-{
-    dlock_lock *l = NULL;
-    assert_int_equal(dlock_lock_new(c, name, strlen(name), NULL, &l), DLOCK_OK);
-    return l;
-}
-
 /* ---- particular to mysql ---------------------------------------------------------------- */
 
 static void the_row_holds_owner_fence_and_server_expiry(void **state)
 {
     (void)state;
     dlock_client *a = open_ok("");
-    dlock_lock *l = named(a, "layout");
+    dlock_lock *l = test_lock_named(a, "layout");
     assert_int_equal(dlock_acquire(l, 0), DLOCK_OK);
     assert_string_equal(admin("SELECT count(*) FROM dlock_locks WHERE name = 'dlock:layout' AND owner LIKE '%:%'"
                               " AND fence = 1 AND expires_at - CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)"
@@ -147,7 +141,7 @@ static void busy_answer_carries_the_holders_remaining_lease(void **state)
     dlock_client *a = open_ok(""), *b = open_ok("");
     dlock_lock_options o = DLOCK_LOCK_OPTIONS_INIT;
     o.lease_ms = 400;
-    dlock_lock *la = NULL, *lb = named(b, "hint");
+    dlock_lock *la = NULL, *lb = test_lock_named(b, "hint");
     assert_int_equal(dlock_lock_new(a, "hint", 4, &o, &la), DLOCK_OK);
     assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
     /* B is told when the lease ends instead of backing off past it. */
@@ -167,7 +161,7 @@ static void lease_hold_survives_a_killed_connection(void **state)
 {
     (void)state;
     dlock_client *a = open_ok(""), *b = open_ok("");
-    dlock_lock *la = named(a, "survivor"), *lb = named(b, "survivor");
+    dlock_lock *la = test_lock_named(a, "survivor"), *lb = test_lock_named(b, "survivor");
     assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
     /* Kill every other connection: the hold is the row, not the session. */
     char sql[128];
@@ -192,7 +186,7 @@ static void session_hold_is_lost_with_its_connection(void **state)
 {
     (void)state;
     dlock_client *a = open_ok("mode = \"session\";"), *b = open_ok("mode = \"session\";");
-    dlock_lock *la = named(a, "sess"), *lb = named(b, "sess");
+    dlock_lock *la = test_lock_named(a, "sess"), *lb = test_lock_named(b, "sess");
     assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
     dlock_status_info st;
     assert_int_equal(dlock_status(b, "sess", 4, &st), DLOCK_OK);
@@ -234,7 +228,7 @@ static void a_least_privilege_user_is_enough(void **state)
     int rc = dlock_client_open_string(&c, text);
     if (rc != DLOCK_OK)
         fail_msg("open as dlock_app: %s", dlock_errmsg());
-    dlock_lock *l = named(c, "least");
+    dlock_lock *l = test_lock_named(c, "least");
     assert_int_equal(dlock_acquire(l, 0), DLOCK_OK);
     assert_int_equal(dlock_renew(l), DLOCK_OK);
     assert_int_equal(dlock_release(l), DLOCK_OK);
@@ -290,7 +284,7 @@ static void stopped_server_times_out_then_recovers(void **state)
 {
     (void)state;
     dlock_client *a = open_ok("");
-    dlock_lock *l = named(a, "frozen");
+    dlock_lock *l = test_lock_named(a, "frozen");
     assert_int_equal(dlock_acquire(l, 0), DLOCK_OK);
     assert_int_equal(dlock_release(l), DLOCK_OK);
     test_service_signal(&server, SIGSTOP);

@@ -5,6 +5,7 @@
 # `start` waits until it answers and prints its PID (kept in DIR/server.pid,
 # since mysqld deletes its own pid file at shutdown); `stop` stops that PID.
 set -eu
+. "$(dirname "$0")/stop_pid.sh"
 cmd=$1
 dir=$2
 case $cmd in
@@ -34,13 +35,7 @@ start)
     echo "$pid"
     ;;
 stop)
-    [ -f "$dir/server.pid" ] || exit 0
-    pid=$(cat "$dir/server.pid")
-    kill "$pid" 2> /dev/null || exit 0
-    i=0
-    while [ -d "/proc/$pid" ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
-    [ -d "/proc/$pid" ] && kill -9 "$pid" 2> /dev/null
-    rm -f "$dir/server.pid"
+    stop_pid_file "$dir/server.pid"
     ;;
 *)
     echo "usage: mariadb.sh start DIR PORT | stop DIR" >&2

@@ -86,6 +86,23 @@ static long parent_of(long pid)
     return ppid;
 }
 
+/* The state letter of pid (field 3 of /proc/PID/stat), '?' if gone. */
+static char state_of(long pid)
+{
+    char path[64], line[512];
+    snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+    FILE *f = fopen(path, "r");
+    char state = '?';
+    if (f && fgets(line, sizeof line, f)) {
+        char *close = strrchr(line, ')');
+        if (close)
+            sscanf(close + 1, " %c", &state);
+    }
+    if (f)
+        fclose(f);
+    return state;
+}
+
 void test_service_signal(const struct test_service *s, int sig)
 {
     if (!s->pid)
@@ -100,4 +117,8 @@ void test_service_signal(const struct test_service *s, int sig)
     if (d)
         closedir(d);
     kill(s->pid, sig);
+    /* kill() returns before the target has stopped: a request sent at once
+     * could still be served. Wait (up to 2 s) until it shows as stopped. */
+    for (int i = 0; sig == SIGSTOP && i < 400 && state_of(s->pid) != 'T' && state_of(s->pid) != 't'; i++)
+        usleep(5000);
 }

@@ -20,7 +20,8 @@ struct test_service {
  * script's message on stderr. Call before the process has threads. */
 int test_service_start(struct test_service *s);
 /* Sends sig to the server and to every process it started (PostgreSQL
- * serves each connection from a child process). */
+ * serves each connection from a child process). For SIGSTOP, returns once
+ * the server shows as stopped. */
 void test_service_signal(const struct test_service *s, int sig);
 /* Stops it by PID and removes its directory. */
 void test_service_stop(struct test_service *s);

@@ -8,6 +8,7 @@
 # until every server reports its mode and prints the PIDs on one line;
 # `stop` stops those PIDs; `mode PORT` prints standalone, leader or follower.
 set -eu
+. "$(dirname "$0")/stop_pid.sh"
 jars=/usr/share/java
 cp="$jars/zookeeper.jar:$jars/zookeeper-jute.jar:$jars/slf4j-api.jar:$jars/slf4j-log4j12.jar:$jars/log4j-1.2.jar"
 mode_of() {
@@ -73,15 +74,7 @@ start)
     echo $pids
     ;;
 stop)
-    for f in "$2"/*/pid; do
-        [ -f "$f" ] || continue
-        pid=$(cat "$f")
-        kill "$pid" 2>/dev/null || continue
-        t=0
-        while [ -d "/proc/$pid" ] && [ $t -lt 50 ]; do sleep 0.1; t=$((t + 1)); done
-        [ -d "/proc/$pid" ] && kill -9 "$pid" 2>/dev/null
-        rm -f "$f"
-    done
+    for f in "$2"/*/pid; do stop_pid_file "$f"; done
     ;;
 mode)
     mode_of "$2"

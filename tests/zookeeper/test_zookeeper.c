@@ -11,6 +11,7 @@
 #include "../conformance/conformance.h"
 #include "../support/service.h"
 #include "../support/test_time.h"
+#include "../support/test_client.h"
 
 #define THREADED 1
 #include <zookeeper/zookeeper.h>
@@ -104,13 +105,6 @@ static dlock_client *open_ok(const char *extra, int lease_ms)
     return c;
 }
 
-static dlock_lock *named(dlock_client *c, const char *name)
-{
-    dlock_lock *l = NULL;
-    assert_int_equal(dlock_lock_new(c, name, strlen(name), NULL, &l), DLOCK_OK);
-    return l;
-}
-
 /* ---- particular to zookeeper ------------------------------------------------------------ */
 
 struct queued {
@@ -142,7 +136,7 @@ static void waiters_are_granted_in_arrival_order(void **state)
     (void)state;
     enum { N = 5 };
     dlock_client *holder = open_ok("", 30000);
-    dlock_lock *h = named(holder, "fifo");
+    dlock_lock *h = test_lock_named(holder, "fifo");
     assert_int_equal(dlock_acquire(h, 0), DLOCK_OK);
     struct queued q[N];
     pthread_t t[N];
@@ -150,7 +144,7 @@ static void waiters_are_granted_in_arrival_order(void **state)
     pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
     for (int i = 0; i < N; i++) {
         q[i] = (struct queued){ open_ok("", 30000), NULL, i, order, &next, &mu, 99 };
-        q[i].lock = named(q[i].client, "fifo");
+        q[i].lock = test_lock_named(q[i].client, "fifo");
         pthread_create(&t[i], NULL, queue_and_take, &q[i]);
         sleep_ms(100); /* each queues before the next arrives */
     }
@@ -177,7 +171,7 @@ static void the_fence_is_the_nodes_czxid(void **state)
 {
     (void)state;
     dlock_client *a = open_ok("", 30000);
-    dlock_lock *l = named(a, "czxid");
+    dlock_lock *l = test_lock_named(a, "czxid");
     assert_int_equal(dlock_acquire(l, 0), DLOCK_OK);
     uint64_t fence;
     assert_int_equal(dlock_fence(l, &fence), DLOCK_OK);
@@ -265,7 +259,7 @@ static void expired_session_fires_on_lost_and_frees_the_lock(void **state)
     char ch;
     assert_int_equal(read(held[0], &ch, 1), 1);
     dlock_client *b = open_ok("", 30000);
-    dlock_lock *l = named(b, "expiry");
+    dlock_lock *l = test_lock_named(b, "expiry");
     assert_int_equal(dlock_acquire(l, 0), DLOCK_EBUSY);
     kill(pid, SIGSTOP);
     int64_t t0 = now_ms();
@@ -296,7 +290,7 @@ static void digest_auth_guards_the_nodes(void **state)
 {
     (void)state;
     dlock_client *a = open_ok("root = \"/dlock-secure\"; auth = \"digest:app:app-secret\";", 30000);
-    dlock_lock *l = named(a, "guarded");
+    dlock_lock *l = test_lock_named(a, "guarded");
     assert_int_equal(dlock_acquire(l, 0), DLOCK_OK);
     /* Someone without the identity can neither list, queue nor delete. */
     zhandle_t *zh = admin_connect(standalone_hosts());
@@ -310,14 +304,14 @@ static void digest_auth_guards_the_nodes(void **state)
     int rc;
     dlock_client *bad = open_with("root = \"/dlock-secure\"; auth = \"digest:app:wrong\";", 30000, &rc);
     assert_int_equal(rc, DLOCK_OK); /* ZooKeeper accepts any digest; the ACL refuses it */
-    dlock_lock *bl = named(bad, "guarded");
+    dlock_lock *bl = test_lock_named(bad, "guarded");
     assert_int_equal(dlock_acquire(bl, 0), DLOCK_ECONFIG);
     assert_non_null(strstr(dlock_errmsg(), "zookeeper.auth"));
     dlock_lock_free(bl);
     dlock_client_close(bad);
     /* The same identity from another client queues behind the holder. */
     dlock_client *b = open_ok("root = \"/dlock-secure\"; auth = \"digest:app:app-secret\";", 30000);
-    dlock_lock *lb = named(b, "guarded");
+    dlock_lock *lb = test_lock_named(b, "guarded");
     assert_int_equal(dlock_acquire(lb, 0), DLOCK_EBUSY);
     assert_int_equal(dlock_release(l), DLOCK_OK);
     assert_int_equal(dlock_acquire(lb, 0), DLOCK_OK);
@@ -384,7 +378,7 @@ static void holds_survive_the_leader_being_killed(void **state)
     dlock_client *a = NULL, *b = NULL;
     assert_int_equal(dlock_client_open_string(&a, text), DLOCK_OK);
     assert_int_equal(dlock_client_open_string(&b, text), DLOCK_OK);
-    dlock_lock *la = named(a, "ensemble"), *lb = named(b, "ensemble"), *other = named(b, "after");
+    dlock_lock *la = test_lock_named(a, "ensemble"), *lb = test_lock_named(b, "ensemble"), *other = test_lock_named(b, "after");
     assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
     uint64_t before;
     assert_int_equal(dlock_fence(la, &before), DLOCK_OK);
