@@ -1,6 +1,7 @@
 #!/bin/sh
 # scripts/bench.sh [--quick] [--out DIR] [BUILDDIR] - the comparative benchmark:
-# starts throwaway servers on private ports (redis-server, and PostgreSQL,
+# starts throwaway servers on private ports (redis-server, a 3-master Redis
+# Cluster, and PostgreSQL,
 # MariaDB and ZooKeeper when their backends are built), writes one config per backend and
 # mode, runs
 # dlock-bench over all of them in one interleaved run (each beside its own
@@ -29,6 +30,7 @@ stop() {
     [ -d "$work/pg" ] && sh tests/support/postgres.sh stop "$work/pg"
     [ -d "$work/my" ] && sh tests/support/mariadb.sh stop "$work/my"
     [ -d "$work/zk" ] && bash tests/support/zookeeper.sh stop "$work/zk"
+    [ -d "$work/cluster" ] && bash tests/support/redis_cluster.sh stop "$work/cluster"
     sleep 0.2
     rm -rf "$work"
 }
@@ -42,6 +44,15 @@ mkdir -p "$work/locks" "$out"
 printf 'backend = "local";\nlease_ms = 3000;\nlocal = { dir = "%s/locks"; };\n' "$work" > "$work/local.conf"
 printf 'backend = "redis";\nlease_ms = 3000;\nredis = { port = %d; };\n' $port > "$work/redis.conf"
 set -- -c "$work/local.conf" -c "$work/redis.conf"
+# A Redis Cluster of 3 masters (no replicas, like the single server above),
+# compared with that single server: what routing by slot costs.
+bash tests/support/redis_cluster.sh start "$work/cluster" $((port + 10)) 3 > /dev/null
+printf 'backend = "redis";
+lease_ms = 3000;
+redis = { cluster = ("127.0.0.1:%d"); };
+' $((port + 10)) \
+    > "$work/redis-cluster.conf"
+set -- "$@" -c "$work/redis-cluster.conf"
 # The SQL servers run with fsync off (as in the tests): both libdlock and the
 # plain loop beside it commit the same way, so the ratio is fair.
 if [ -f "$B/backends/postgres/.libs/dlock_postgres.so" ]; then

@@ -457,18 +457,13 @@ static int redis_release(void *instance, struct dlock_provider_lock *lk)
     return left < 0 ? DLOCK_ENOTOWNER : DLOCK_OK;
 }
 
-/* One renew script over locks[idx[0]], ..., locks[idx[m - 1]] (keys
- * ready): results filled, or a failure for all of them. */
-static int renew_group(struct redis_instance *inst, struct dlock_provider_lock *const *locks, const size_t *idx,
-                       size_t m, int *results)
+/* The renew script's arguments for locks[idx[0]], ..., locks[idx[m - 1]]
+ * (keys ready): m keys, then (owner, lease) pairs, in args/lens (3 m each),
+ * the leases' text in leases (m). */
+static void renew_args(struct dlock_provider_lock *const *locks, const size_t *idx, size_t m, const char **args,
+                       size_t *lens, char (*leases)[24])
 {
-    const char **args = malloc(3 * m * sizeof *args);
-    size_t *lens = malloc(3 * m * sizeof *lens);
-    char (*leases)[24] = malloc(m * sizeof *leases);
-    int rc = DLOCK_OK;
-    if (!args || !lens || !leases)
-        rc = dlock_seterr(DLOCK_ENOMEM, "redis: out of memory for a renewal batch");
-    for (size_t j = 0; rc == DLOCK_OK && j < m; j++) {
+    for (size_t j = 0; j < m; j++) {
         const struct dlock_provider_lock *lk = locks[idx[j]];
         struct redis_lock *rl = lk->priv;
         args[j] = rl->k.key;
@@ -478,22 +473,17 @@ static int renew_group(struct redis_instance *inst, struct dlock_provider_lock *
         lens[m + 2 * j + 1] = (size_t)snprintf(leases[j], sizeof leases[j], "%lld", (long long)lk->lease_ms);
         args[m + 2 * j + 1] = leases[j];
     }
-    redisReply *r = NULL;
-    if (rc == DLOCK_OK)
-        r = run_script(inst, SCRIPT_RENEW, (int)m, (int)(3 * m), args, lens, &rc);
-    if (r) {
-        if (is_int_array(r, m)) {
-            for (size_t j = 0; j < m; j++)
-                results[idx[j]] = r->element[j]->integer == 1 ? DLOCK_OK : DLOCK_ELOST;
-        } else {
-            rc = unexpected(inst, "renew");
-        }
-        freeReplyObject(r);
-    }
-    free(args);
-    free(lens);
-    free(leases);
-    return rc;
+}
+
+/* Reads the renew script's answer for m holds into results[idx[j]]. */
+static int renew_results(struct redis_instance *inst, const redisReply *r, const size_t *idx, size_t m,
+                         int *results)
+{
+    if (!is_int_array(r, m))
+        return unexpected(inst, "renew");
+    for (size_t j = 0; j < m; j++)
+        results[idx[j]] = r->element[j]->integer == 1 ? DLOCK_OK : DLOCK_ELOST;
+    return DLOCK_OK;
 }
 
 struct slot_index {
@@ -507,42 +497,116 @@ static int by_slot(const void *a, const void *b)
     return x->slot != y->slot ? (x->slot < y->slot ? -1 : 1) : (x->i < y->i ? -1 : x->i > y->i);
 }
 
-/* One script for all holds on one server. In a cluster a script may only
- * touch one slot, so holds are grouped by slot, one script per group; a
- * group that fails (its node is down) fails only its own holds. */
-static int redis_renew_batch(void *instance, struct dlock_provider_lock *const *locks, size_t n, int *results)
+/* In a cluster a script may only touch one slot: one renew script per slot,
+ * all those of one node in one pipeline (redis_cluster_scatter). A group
+ * whose node is down fails only its own holds. */
+static void renew_in_cluster(struct redis_instance *inst, struct dlock_provider_lock *const *locks, size_t n,
+                             size_t *idx, const char **args, size_t *lens, char (*leases)[24], int *results)
 {
-    struct redis_instance *inst = instance;
-    size_t *idx = malloc(n * sizeof *idx);
-    struct slot_index *order = inst->cluster ? malloc(n * sizeof *order) : NULL;
+    struct slot_index *order = malloc(n * sizeof *order);
+    size_t *group_start = malloc((n + 1) * sizeof *group_start);
+    struct redis_evalsha *calls = calloc(n, sizeof *calls);
+    const char **keys = malloc(n * sizeof *keys);
+    size_t *key_lens = malloc(n * sizeof *key_lens);
+    int *argcs = malloc(n * sizeof *argcs), *rcs = malloc(n * sizeof *rcs);
+    const char ***argvs = malloc(n * sizeof *argvs);
+    const size_t **lenses = malloc(n * sizeof *lenses);
+    redisReply **replies = malloc(n * sizeof *replies);
+    size_t ngroups = 0, built = 0;
     int rc = DLOCK_OK;
-    if (!idx || (inst->cluster && !order))
+    if (!order || !group_start || !calls || !keys || !key_lens || !argcs || !rcs || !argvs || !lenses || !replies)
         rc = dlock_seterr(DLOCK_ENOMEM, "redis: out of memory for a renewal batch");
-    for (size_t i = 0; rc == DLOCK_OK && i < n; i++) {
-        rc = ensure_keys(inst, locks[i]);
-        idx[i] = i;
-    }
-    if (rc == DLOCK_OK && !inst->cluster) {
-        rc = renew_group(inst, locks, idx, n, results);
-    } else if (rc == DLOCK_OK) {
+    if (rc == DLOCK_OK) {
         for (size_t i = 0; i < n; i++) {
             const struct redis_lock *rl = locks[i]->priv;
             order[i].slot = redis_cluster_slot(rl->k.key, rl->k.key_len);
             order[i].i = i;
         }
         qsort(order, n, sizeof *order, by_slot);
-        for (size_t i = 0; i < n; i++)
+        for (size_t i = 0; i < n; i++) {
             idx[i] = order[i].i;
-        for (size_t first = 0, end; first < n; first = end) {
-            for (end = first + 1; end < n && order[end].slot == order[first].slot; end++)
-                ;
-            int group_rc = renew_group(inst, locks, idx + first, end - first, results);
-            for (size_t j = first; group_rc != DLOCK_OK && j < end; j++)
-                results[idx[j]] = group_rc;
+            if (i == 0 || order[i].slot != order[i - 1].slot)
+                group_start[ngroups++] = i;
+        }
+        group_start[ngroups] = n;
+        /* The SHA1 must be known before EVALSHAs are built by hand. */
+        const struct redis_lock *rl0 = locks[idx[0]]->priv;
+        rc = preload_scripts(inst, rl0->k.key, rl0->k.key_len);
+    }
+    /* Group g's arguments sit at args + 3 * group_start[g]. */
+    for (size_t g = 0; rc == DLOCK_OK && g < ngroups; g++, built++) {
+        size_t first = group_start[g], m = group_start[g + 1] - first;
+        renew_args(locks, idx + first, m, args + 3 * first, lens + 3 * first, leases + first);
+        rc = redis_evalsha_build(&calls[g], &inst->scripts, SCRIPT_RENEW, (int)m, (int)(3 * m), args + 3 * first,
+                                 lens + 3 * first);
+        keys[g] = args[3 * first];
+        key_lens[g] = lens[3 * first];
+        argcs[g] = calls[g].argc;
+        argvs[g] = calls[g].argv;
+        lenses[g] = calls[g].lens;
+    }
+    if (rc == DLOCK_OK)
+        redis_cluster_scatter(inst->cluster, &inst->scripts, ngroups, keys, key_lens, argcs, argvs, lenses, replies,
+                              rcs);
+    for (size_t g = 0; g < ngroups; g++) {
+        size_t first = group_start[g], m = group_start[g + 1] - first;
+        int group_rc = rc;
+        if (rc == DLOCK_OK && rcs[g] == DLOCK_OK && replies[g]->type == REDIS_REPLY_ERROR)
+            group_rc = redis_script_error(label(inst), replies[g]->str);
+        else if (rc == DLOCK_OK && rcs[g] == DLOCK_OK)
+            group_rc = renew_results(inst, replies[g], idx + first, m, results);
+        else if (rc == DLOCK_OK)
+            group_rc = rcs[g];
+        if (rc == DLOCK_OK && replies[g])
+            freeReplyObject(replies[g]);
+        for (size_t j = first; group_rc != DLOCK_OK && j < first + m; j++)
+            results[idx[j]] = group_rc;
+    }
+    for (size_t g = 0; g < built; g++)
+        redis_evalsha_free(&calls[g]);
+    for (size_t i = 0; ngroups == 0 && i < n; i++) /* failed before grouping */
+        results[i] = rc;
+    free(order);
+    free(group_start);
+    free(calls);
+    free(keys);
+    free(key_lens);
+    free(argcs);
+    free(rcs);
+    free(argvs);
+    free(lenses);
+    free(replies);
+}
+
+/* One script for every hold on one server; per slot in a cluster. */
+static int redis_renew_batch(void *instance, struct dlock_provider_lock *const *locks, size_t n, int *results)
+{
+    struct redis_instance *inst = instance;
+    size_t *idx = malloc(n * sizeof *idx);
+    const char **args = malloc(3 * n * sizeof *args);
+    size_t *lens = malloc(3 * n * sizeof *lens);
+    char (*leases)[24] = malloc(n * sizeof *leases);
+    int rc = DLOCK_OK;
+    if (!idx || !args || !lens || !leases)
+        rc = dlock_seterr(DLOCK_ENOMEM, "redis: out of memory for a renewal batch");
+    for (size_t i = 0; rc == DLOCK_OK && i < n; i++) {
+        rc = ensure_keys(inst, locks[i]);
+        idx[i] = i;
+    }
+    if (rc == DLOCK_OK && inst->cluster) {
+        renew_in_cluster(inst, locks, n, idx, args, lens, leases, results);
+    } else if (rc == DLOCK_OK) {
+        renew_args(locks, idx, n, args, lens, leases);
+        redisReply *r = run_script(inst, SCRIPT_RENEW, (int)n, (int)(3 * n), args, lens, &rc);
+        if (r) {
+            rc = renew_results(inst, r, idx, n, results);
+            freeReplyObject(r);
         }
     }
     free(idx);
-    free(order);
+    free(args);
+    free(lens);
+    free(leases);
     return rc;
 }
 

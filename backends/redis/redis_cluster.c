@@ -478,6 +478,76 @@ int redis_cluster_pipeline(struct redis_cluster *c, struct redis_scripts *s, con
                         slot, MAX_HOPS, text);
 }
 
+/* True when r must be sent again on its own (the map was wrong for it, or
+ * the node lacks the script). */
+static bool needs_resend(const redisReply *r)
+{
+    if (r->type != REDIS_REPLY_ERROR)
+        return false;
+    static const char *const again[] = { "MOVED ", "ASK ", "TRYAGAIN", "CLUSTERDOWN", "NOSCRIPT" };
+    for (size_t i = 0; i < sizeof again / sizeof again[0]; i++)
+        if (strncmp(r->str, again[i], strlen(again[i])) == 0)
+            return true;
+    return false;
+}
+
+void redis_cluster_scatter(struct redis_cluster *c, struct redis_scripts *s, size_t n, const char **keys,
+                           const size_t *key_lens, int *argcs, const char ***argvs, const size_t **lenses,
+                           redisReply **replies, int *rcs)
+{
+    struct cluster_node **node = calloc(n, sizeof *node);
+    size_t *pick = malloc(n * sizeof *pick);
+    int *a = malloc(n * sizeof *a);
+    const char ***v = malloc(n * sizeof *v);
+    const size_t **l = malloc(n * sizeof *l);
+    redisReply **r = malloc(n * sizeof *r);
+    bool *done = calloc(n, sizeof *done);
+    bool batched = node && pick && a && v && l && r && done;
+    for (size_t i = 0; batched && i < n; i++)
+        node[i] = node_for_slot(c, redis_cluster_slot(keys[i], key_lens[i]));
+    /* One pipeline per node, over the commands the map sends there. */
+    for (size_t first = 0; batched && first < n; first++) {
+        if (done[first] || !node[first])
+            continue;
+        size_t m = 0;
+        for (size_t i = first; i < n; i++)
+            if (!done[i] && node[i] == node[first]) {
+                pick[m] = i;
+                a[m] = argcs[i];
+                v[m] = argvs[i];
+                l[m] = lenses[i];
+                m++;
+            }
+        bool ok = redis_pool_pipeline(&node[first]->pool, m, a, v, l, r) == DLOCK_OK;
+        for (size_t j = 0; j < m; j++) {
+            size_t i = pick[j];
+            if (ok && !needs_resend(r[j])) {
+                replies[i] = r[j];
+                rcs[i] = DLOCK_OK;
+                done[i] = true;
+            } else if (ok) {
+                freeReplyObject(r[j]);
+            }
+            node[i] = NULL; /* not again in this loop: alone, below */
+        }
+    }
+    /* The rest (out of memory, node failed, redirected) one by one. */
+    for (size_t i = 0; i < n; i++) {
+        if (done && done[i])
+            continue;
+        rcs[i] = redis_cluster_pipeline(c, s, keys[i], key_lens[i], 1, &argcs[i], &argvs[i], &lenses[i], &replies[i]);
+        if (rcs[i] != DLOCK_OK)
+            replies[i] = NULL;
+    }
+    free(node);
+    free(pick);
+    free(a);
+    free(v);
+    free(l);
+    free(r);
+    free(done);
+}
+
 int redis_cluster_preload(struct redis_cluster *c, struct redis_scripts *s, const char *key, size_t key_len)
 {
     struct cluster_node *node = node_for_slot(c, redis_cluster_slot(key, key_len));

@@ -59,6 +59,16 @@ redisReply *redis_cluster_script_run(struct redis_cluster *c, struct redis_scrip
 int redis_cluster_pipeline(struct redis_cluster *c, struct redis_scripts *s, const char *key, size_t key_len,
                            size_t n, int *argcs, const char ***argvs, const size_t **lenses, redisReply **replies);
 
+/* n single commands, each on keys of its own slot (keys[i] is one of
+ * command i's keys), in as few round trips as the map allows: one pipeline
+ * per node. A command answered with a redirection, NOSCRIPT, or on a node
+ * that failed is sent again alone through redis_cluster_pipeline. rcs[i]
+ * gets DLOCK_OK with replies[i] set (caller frees), or a failure with
+ * replies[i] NULL. */
+void redis_cluster_scatter(struct redis_cluster *c, struct redis_scripts *s, size_t n, const char **keys,
+                           const size_t *key_lens, int *argcs, const char ***argvs, const size_t **lenses,
+                           redisReply **replies, int *rcs);
+
 /* Loads every script on the node serving key's slot (see
  * redis_scripts_preload). */
 int redis_cluster_preload(struct redis_cluster *c, struct redis_scripts *s, const char *key, size_t key_len);

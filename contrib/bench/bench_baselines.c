@@ -36,6 +36,12 @@ static redisContext *redis_connect_for(const struct bench_config *cfg)
         config_destroy(&c);
         return NULL;
     }
+    if (config_lookup(&c, "redis.cluster")) {
+        /* A cluster is measured against the single server (its own row),
+         * not against a plain loop of its own. */
+        config_destroy(&c);
+        return NULL;
+    }
     int port = 6379, db = 0;
     config_lookup_int(&c, "redis.port", &port);
     config_lookup_int(&c, "redis.db", &db);

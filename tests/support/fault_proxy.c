@@ -20,6 +20,7 @@
 
 struct pair {
     int client, server;        /* -1 when closed */
+    bool half_closed;          /* the client has been sent FIN */
 };
 
 struct fault_proxy {
@@ -41,6 +42,14 @@ static void close_pair(struct pair *p)
     if (p->server >= 0)
         close(p->server);
     p->client = p->server = -1;
+    p->half_closed = false;
+}
+
+static void half_close(struct pair *p)
+{
+    if (!p->half_closed && p->client >= 0)
+        shutdown(p->client, SHUT_WR);
+    p->half_closed = true;
 }
 
 static int connect_target(int port)
@@ -96,9 +105,12 @@ static void *serve(void *arg)
             break;
         /* Reset closes everything; outside a black hole, connections it
          * accepted but never connected are closed (their clients retry). */
-        for (int i = 0; i < MAX_PAIRS; i++)
+        for (int i = 0; i < MAX_PAIRS; i++) {
             if (mode == FAULT_RESET || (mode != FAULT_BLACKHOLE && p->pairs[i].client >= 0 && p->pairs[i].server < 0))
                 close_pair(&p->pairs[i]);
+            else if (mode == FAULT_HALF_CLOSE && p->pairs[i].client >= 0)
+                half_close(&p->pairs[i]);
+        }
         struct pollfd fds[2 + 2 * MAX_PAIRS];
         int idx[2 + 2 * MAX_PAIRS];
         int n = 0;
@@ -144,12 +156,21 @@ static void *serve(void *arg)
                 }
                 p->pairs[slot].client = c;
                 p->pairs[slot].server = s; /* -1 in a black hole: never connected */
+                if (mode == FAULT_HALF_CLOSE)
+                    half_close(&p->pairs[slot]);
             } else {
                 struct pair *pr = &p->pairs[idx[k] / 2];
                 if (pr->client < 0 || pr->server < 0)
                     continue;
-                bool ok = idx[k] % 2 == 0 ? forward(pr->client, pr->server, delay)
-                                          : forward(pr->server, pr->client, delay);
+                bool ok;
+                if (idx[k] % 2 == 0) {
+                    ok = forward(pr->client, pr->server, delay);
+                } else if (pr->half_closed) { /* the client cannot hear any more: drop */
+                    char drop[16384];
+                    ok = read(pr->server, drop, sizeof drop) > 0;
+                } else {
+                    ok = forward(pr->server, pr->client, delay);
+                }
                 if (!ok)
                     close_pair(pr);
             }

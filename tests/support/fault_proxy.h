@@ -9,13 +9,17 @@
  *   FAULT_BLACKHOLE  keep connections open but forward nothing (a partition
  *                    or a stopped peer, as TCP sees it), and accept new ones
  *                    without connecting them anywhere;
- *   FAULT_RESET      close every connection, and new ones at once. */
+ *   FAULT_RESET      close every connection, and new ones at once;
+ *   FAULT_HALF_CLOSE half-close every connection towards the client (it
+ *                    reads end-of-file; what it sends still reaches the
+ *                    server, whose answers are dropped), new ones as soon
+ *                    as they are accepted. */
 #ifndef TEST_FAULT_PROXY_H
 #define TEST_FAULT_PROXY_H
 
 #include <stdint.h>
 
-enum fault_mode { FAULT_PASS, FAULT_DELAY, FAULT_BLACKHOLE, FAULT_RESET };
+enum fault_mode { FAULT_PASS, FAULT_DELAY, FAULT_BLACKHOLE, FAULT_RESET, FAULT_HALF_CLOSE };
 
 struct fault_proxy;
 

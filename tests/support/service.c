@@ -16,6 +16,9 @@ static const char *srcdir(void)
     return d ? d : "tests";
 }
 
+/* Services this process started: the next one starts from other ports. */
+static int started;
+
 int test_service_start(struct test_service *s)
 {
     snprintf(s->dir, sizeof s->dir, "/tmp/dlock-test-%s-XXXXXX", s->script);
@@ -33,7 +36,7 @@ int test_service_start(struct test_service *s)
     char cmd[512];
     for (int attempt = 0; attempt < (chosen ? 1 : 4) && (got != 1 || status != 0 || pid <= 0); attempt++) {
         if (!chosen)
-            s->port = 20000 + (int)((getpid() * 7 + attempt * 1009) % 12000);
+            s->port = 20000 + (int)((getpid() * 7 + (attempt + started * 4) * 1009) % 12000);
         snprintf(s->data, sizeof s->data, "%s/%d", s->dir, attempt);
         snprintf(cmd, sizeof cmd, "bash '%s/support/%s.sh' start '%s' %d %d", srcdir(), s->script, s->data, s->port,
                  s->nodes > 0 ? s->nodes : 1);
@@ -53,6 +56,7 @@ int test_service_start(struct test_service *s)
         return -1;
     }
     s->pid = (pid_t)pid;
+    started++;
     return 0;
 }
 

@@ -1,0 +1,167 @@
+/* tests/faults/fault_run.c - see fault_run.h */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "fault_run.h"
+
+#include "fenced_counter.h"
+
+#include <errno.h>
+#include <libgen.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+int64_t fault_now_us(void)
+{
+    return fenced_now_us();
+}
+
+void fault_sleep_ms(int64_t ms)
+{
+    struct timespec ts = { (time_t)(ms / 1000), (long)(ms % 1000) * 1000000L };
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
+}
+
+int fault_run_scale(void)
+{
+    const char *v = getenv("DLOCK_FAULTS_LONG");
+    int n = v ? atoi(v) : 1;
+    return n < 1 ? 1 : n;
+}
+
+/* fault_worker sits beside this program (both are built in tests/faults;
+ * under libtool the real binaries are in .libs, the wrappers one up). */
+static void worker_path(char *out, size_t size)
+{
+    char self[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0) {
+        snprintf(out, size, "tests/faults/fault_worker");
+        return;
+    }
+    self[n] = 0;
+    char *dir = dirname(self);
+    snprintf(out, size, "%s/fault_worker", dir);
+    if (access(out, X_OK) != 0)
+        snprintf(out, size, "%s/../fault_worker", dir);
+}
+
+void fault_run_start(struct fault_run *run, const char *config_text, int nworkers, int duration_ms, int hold_ms)
+{
+    memset(run, 0, sizeof *run);
+    assert_true(nworkers > 0 && nworkers <= FAULT_RUN_MAX_WORKERS);
+    snprintf(run->dir, sizeof run->dir, "/tmp/dlock-faults-XXXXXX");
+    assert_non_null(mkdtemp(run->dir));
+    char config[256], worker[PATH_MAX + 32], id[16], duration[24], hold[24];
+    snprintf(config, sizeof config, "%s/dlock.conf", run->dir);
+    FILE *f = fopen(config, "w");
+    assert_non_null(f);
+    fputs(config_text, f);
+    fclose(f);
+    assert_int_equal(fenced_counter_init(run->dir), 0);
+    worker_path(worker, sizeof worker);
+    if (access(worker, X_OK) != 0)
+        fail_msg("cannot find the fault_worker program (looked for %s)", worker);
+    run->nworkers = nworkers;
+    run->duration_ms = duration_ms;
+    snprintf(duration, sizeof duration, "%d", duration_ms);
+    snprintf(hold, sizeof hold, "%d", hold_ms);
+    run->started_us = fault_now_us();
+    for (int i = 0; i < nworkers; i++) {
+        snprintf(id, sizeof id, "%d", i);
+        pid_t pid = fork();
+        assert_true(pid >= 0);
+        if (pid == 0) {
+            execl(worker, worker, config, "fault-suite-lock", run->dir, id, duration, hold, (char *)NULL);
+            fprintf(stderr, "cannot run %s: %s\n", worker, strerror(errno));
+            _exit(127);
+        }
+        run->pids[i] = pid;
+    }
+}
+
+pid_t fault_run_holder(const struct fault_run *run, int wait_ms)
+{
+    char path[256];
+    snprintf(path, sizeof path, "%s/holder", run->dir);
+    int64_t end = fault_now_us() + (int64_t)wait_ms * 1000;
+    do {
+        FILE *f = fopen(path, "r");
+        int pid = 0;
+        if (f) {
+            if (fscanf(f, "%d", &pid) != 1)
+                pid = 0;
+            fclose(f);
+        }
+        if (pid > 0)
+            return (pid_t)pid;
+        fault_sleep_ms(5);
+    } while (fault_now_us() < end);
+    return 0;
+}
+
+static void reap(struct fault_run *run)
+{
+    /* Every worker ends on its own after its duration plus one acquire
+     * wait; give them that and a margin, then stop the rest. */
+    int64_t deadline = run->started_us + ((int64_t)run->duration_ms + 8000) * 1000;
+    for (int i = 0; i < run->nworkers; i++) {
+        if (run->pids[i] <= 0)
+            continue;
+        kill(run->pids[i], SIGCONT);
+        int status;
+        while (waitpid(run->pids[i], &status, WNOHANG) == 0) {
+            if (fault_now_us() > deadline) {
+                kill(run->pids[i], SIGKILL);
+                waitpid(run->pids[i], &status, 0);
+                break;
+            }
+            fault_sleep_ms(20);
+        }
+        run->pids[i] = 0;
+    }
+}
+
+static void finish(struct fault_run *run, const char *scenario, struct history_report *r, bool overlap_ok)
+{
+    reap(run);
+    int violations = history_check(run->dir, run->nworkers, r);
+    if (overlap_ok)
+        violations -= r->overlaps;
+    printf("# %s: %d grants, %d increments admitted, %d stale writes and %d stale reads refused, "
+           "%d losses reported (%d on_lost), counter %lld, %d overlapping holds%s, violations %d\n",
+           scenario, r->grants, r->writes_admitted, r->writes_refused, r->reads_refused,
+           r->lost_notes + r->invalid_checks, r->lost_notes, r->counter, r->overlaps,
+           overlap_ok ? " (documented for this fault)" : "", violations);
+    fflush(stdout);
+    if (violations)
+        fail_msg("%s: %d violation(s) in %s; the first: %s", scenario, violations, run->dir, r->first_violation);
+    /* A run in which nobody ever held the lock proves nothing. */
+    if (r->grants == 0)
+        fail_msg("%s: no worker was ever granted the lock (see %s/worker-*.log)", scenario, run->dir);
+    char cmd[200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", run->dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", run->dir);
+}
+
+void fault_run_finish(struct fault_run *run, const char *scenario, struct history_report *r)
+{
+    finish(run, scenario, r, false);
+}
+
+void fault_run_finish_overlap_documented(struct fault_run *run, const char *scenario, struct history_report *r)
+{
+    finish(run, scenario, r, true);
+}

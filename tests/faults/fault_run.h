@@ -1,0 +1,58 @@
+/* tests/faults/fault_run.h - one run of the fault suite: N fault_worker
+ * processes contending for one lock under a configuration, a fault
+ * injected by the caller while they run, then the checker over their logs.
+ *
+ *   struct fault_run run;
+ *   fault_run_start(&run, config_text, 4, 5000, 40);   // workers, ms, hold ms
+ *   ... inject a fault (fault_run_holder() names the current holder) ...
+ *   fault_run_finish(&run, "redis: holder SIGKILL", &report);  // 0 violations?
+ *
+ * The suite's length is scaled by DLOCK_FAULTS_LONG (a factor, default 1):
+ * CI runs the short form, `DLOCK_FAULTS_LONG=10 make check` the long one. */
+#ifndef TEST_FAULT_RUN_H
+#define TEST_FAULT_RUN_H
+
+#include "history_check.h"
+
+#include <stdint.h>
+#include <sys/types.h>
+
+#define FAULT_RUN_MAX_WORKERS 16
+
+struct fault_run {
+    char dir[128];          /* logs, the fenced counter, the config */
+    int nworkers;
+    int duration_ms;
+    pid_t pids[FAULT_RUN_MAX_WORKERS];
+    int64_t started_us;
+};
+
+/* The DLOCK_FAULTS_LONG factor (>= 1). */
+int fault_run_scale(void);
+
+/* Writes config_text to a fresh temp dir and starts the workers. Fails the
+ * cmocka case if fault_worker cannot be found or started. */
+void fault_run_start(struct fault_run *run, const char *config_text, int nworkers, int duration_ms, int hold_ms);
+
+/* The PID of the worker holding the lock now, waiting up to wait_ms for
+ * one; 0 if none. */
+pid_t fault_run_holder(const struct fault_run *run, int wait_ms);
+
+/* Waits for the workers (a stopped one is continued, one that overruns is
+ * killed), runs the checker, prints one line of figures as a cmocka
+ * comment, and fails the case on any violation. The report is kept for
+ * the scenario's own pass figures; the dir is removed unless it failed. */
+void fault_run_finish(struct fault_run *run, const char *scenario, struct history_report *report);
+
+/* The same for a fault after which the backend documents that two holders
+ * may overlap (a Redis restart without persistence): overlaps are counted
+ * and printed, not failed; the fence guard must still have refused every
+ * stale write, and no increment may be lost. */
+void fault_run_finish_overlap_documented(struct fault_run *run, const char *scenario,
+                                         struct history_report *report);
+
+/* CLOCK_MONOTONIC in microseconds (the workers' clock). */
+int64_t fault_now_us(void);
+void fault_sleep_ms(int64_t ms);
+
+#endif

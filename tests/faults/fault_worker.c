@@ -1,0 +1,141 @@
+/* tests/faults/fault_worker.c CONFIG NAME DIR WORKER DURATION_MS HOLD_MS
+ *
+ * One contender of the fault suite: for DURATION_MS, takes the lock NAME
+ * (waiting up to 2 s), and under it does a read-sleep-write increment of the
+ * fenced counter in DIR with the hold's fence token, then releases. While it
+ * holds, DIR/holder names its PID (for the harness to stop or kill it).
+ * Every step goes to DIR/worker-<WORKER>.log, one line each:
+ *   <t_us> invoke                       an acquire starts
+ *   <t_us> grant <fence> <deadline_us>  granted; valid until deadline
+ *   <t_us> fail <code>                  not granted (busy, timeout, error)
+ *   <t_us> valid <deadline_us>          checked before the write: still valid
+ *   <t_us> invalid <code>               checked: no longer valid
+ *   <t_us> lost                         on_lost fired
+ *   <t_us> releasing                    about to release
+ *   <t_us> release <code>               released (or what release said)
+ * Read and write outcomes are in the resource's own log. A worker stopped
+ * mid-hold resumes and carries on as a real process would: its late write is
+ * what the fence guard must refuse. */
+#include "fenced_counter.h"
+
+#include <dlock.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static FILE *log_file;
+
+static void note(const char *fmt, ...)
+{
+    char line[200];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    /* One write per line on an O_APPEND stream: the checker may read it
+     * while we run, and a SIGKILL leaves whole lines. */
+    fprintf(log_file, "%" PRId64 " %s\n", fenced_now_us(), line);
+    fflush(log_file);
+}
+
+static void on_lost(dlock_lock *l, void *arg)
+{
+    (void)l;
+    (void)arg;
+    note("lost");
+}
+
+static void sleep_us(int64_t us)
+{
+    struct timespec ts = { (time_t)(us / 1000000), (long)(us % 1000000) * 1000 };
+    while (nanosleep(&ts, &ts) != 0)
+        ;
+}
+
+static void set_holder(const char *dir, pid_t pid)
+{
+    char path[512], tmp[520], text[32];
+    snprintf(path, sizeof path, "%s/holder", dir);
+    snprintf(tmp, sizeof tmp, "%s.%d", path, (int)getpid());
+    int n = snprintf(text, sizeof text, "%d\n", (int)pid);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd >= 0) {
+        if (write(fd, text, (size_t)n) == n)
+            rename(tmp, path);
+        close(fd);
+    }
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 7) {
+        fprintf(stderr, "usage: fault_worker CONFIG NAME DIR WORKER DURATION_MS HOLD_MS\n");
+        return 2;
+    }
+    const char *config = argv[1], *name = argv[2], *dir = argv[3];
+    int worker = atoi(argv[4]);
+    int64_t duration_us = atoll(argv[5]) * 1000, hold_us = atoll(argv[6]) * 1000;
+    char path[512];
+    snprintf(path, sizeof path, "%s/worker-%d.log", dir, worker);
+    log_file = fopen(path, "a");
+    if (!log_file)
+        return 1;
+    dlock_client *c = NULL;
+    int rc = dlock_client_open(&c, config);
+    if (rc != DLOCK_OK) {
+        note("fail %d open: %s", rc, dlock_errmsg());
+        return 1;
+    }
+    dlock_lock_options o = DLOCK_LOCK_OPTIONS_INIT;
+    o.on_lost = on_lost;
+    dlock_lock *l = NULL;
+    if (dlock_lock_new(c, name, strlen(name), &o, &l) != DLOCK_OK)
+        return 1;
+    srand((unsigned)getpid());
+    int64_t end = fenced_now_us() + duration_us;
+    while (fenced_now_us() < end) {
+        note("invoke");
+        rc = dlock_acquire(l, 2000);
+        if (rc != DLOCK_OK) {
+            note("fail %d", rc);
+            sleep_us(10000 + rand() % 20000); /* a server down: do not spin */
+            continue;
+        }
+        uint64_t fence = 0;
+        dlock_fence(l, &fence);
+        int64_t now = fenced_now_us(), valid = dlock_validity_ms(l);
+        /* The deadline is measured after the call, so it is never later
+         * than what the library promised. */
+        note("grant %" PRIu64 " %" PRId64, fence, valid > 0 ? now + valid * 1000 : now);
+        set_holder(dir, getpid());
+        int64_t value;
+        if (fenced_counter_read(dir, worker, fence, &value) == 1) {
+            sleep_us(hold_us / 2 + rand() % (hold_us / 2 + 1));
+            now = fenced_now_us();
+            valid = dlock_validity_ms(l);
+            if (valid > 0)
+                note("valid %" PRId64, now + valid * 1000);
+            else
+                note("invalid %" PRId64, valid);
+            /* Written even when no longer valid: a process cannot check and
+             * write atomically (it may be paused in between), and the guard
+             * is what must catch it. */
+            fenced_counter_write(dir, worker, fence, value + 1);
+        }
+        set_holder(dir, 0);
+        /* From here the next holder may be granted (before our release
+         * returns): the window this hold claims ends now. */
+        note("releasing");
+        note("release %d", dlock_release(l));
+        sleep_us(rand() % 3000);
+    }
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    fclose(log_file);
+    return 0;
+}

@@ -1,0 +1,244 @@
+/* tests/faults/history_check.c - see history_check.h */
+#include "history_check.h"
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct hold {
+    int worker;
+    unsigned long long fence;
+    long long start, end;   /* us */
+};
+
+struct hold_list {
+    struct hold *v;
+    size_t n, cap;
+};
+
+static void violation(struct history_report *r, const char *fmt, ...)
+{
+    if (r->first_violation[0])
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(r->first_violation, sizeof r->first_violation, fmt, ap);
+    va_end(ap);
+}
+
+static bool push(struct hold_list *l, struct hold h)
+{
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? 2 * l->cap : 256;
+        struct hold *v = realloc(l->v, cap * sizeof *v);
+        if (!v)
+            return false;
+        l->v = v;
+        l->cap = cap;
+    }
+    l->v[l->n++] = h;
+    return true;
+}
+
+static FILE *open_worker_log(const char *dir, int worker)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/worker-%d.log", dir, worker);
+    return fopen(path, "r");
+}
+
+/* Builds the holds of one worker from its log. */
+static void read_worker(const char *dir, int worker, struct hold_list *holds, struct history_report *r)
+{
+    FILE *f = open_worker_log(dir, worker);
+    if (!f)
+        return; /* a worker that never started has no holds */
+    char line[256], what[32];
+    long long t, a;
+    unsigned long long fence;
+    bool open_hold = false;
+    struct hold h = { 0 };
+    while (fgets(line, sizeof line, f)) {
+        if (sscanf(line, "%lld %31s", &t, what) != 2)
+            continue; /* a line cut by SIGKILL */
+        if (strcmp(what, "grant") == 0 && sscanf(line, "%*s %*s %llu %lld", &fence, &a) == 2) {
+            if (open_hold)
+                push(holds, h);
+            h = (struct hold){ worker, fence, t, a };
+            open_hold = true;
+            r->grants++;
+            if (t > r->last_grant_us)
+                r->last_grant_us = t;
+        } else if (strcmp(what, "valid") == 0 && open_hold && sscanf(line, "%*s %*s %lld", &a) == 1) {
+            if (a > h.end)
+                h.end = a;
+        } else if (strcmp(what, "releasing") == 0 && open_hold) {
+            /* The next holder may be granted from now on. */
+            if (t < h.end)
+                h.end = t;
+        } else if ((strcmp(what, "release") == 0 || strcmp(what, "lost") == 0) && open_hold) {
+            /* Released (or told it is lost) at t: held no longer than t. */
+            if (t < h.end)
+                h.end = t;
+            r->lost_notes += what[0] == 'l';
+            if (what[0] == 'r') {
+                push(holds, h);
+                open_hold = false;
+            }
+        } else if (strcmp(what, "lost") == 0) {
+            r->lost_notes++;
+        } else if (strcmp(what, "invalid") == 0) {
+            r->invalid_checks++;
+        } else if (strcmp(what, "fail") == 0) {
+            r->failed_acquires++;
+        }
+    }
+    if (open_hold) /* killed while holding: its window is what it was promised */
+        push(holds, h);
+    fclose(f);
+}
+
+static int by_start(const void *a, const void *b)
+{
+    const struct hold *x = a, *y = b;
+    return x->start < y->start ? -1 : x->start > y->start;
+}
+
+static void check_overlaps(struct hold_list *holds, struct history_report *r)
+{
+    qsort(holds->v, holds->n, sizeof *holds->v, by_start);
+    /* Sweep: the hold reaching furthest so far; a later start before its
+     * end by another worker is an overlap. */
+    const struct hold *reach = NULL;
+    for (size_t i = 0; i < holds->n; i++) {
+        const struct hold *h = &holds->v[i];
+        if (reach && reach->worker != h->worker && h->start < reach->end) {
+            r->overlaps++;
+            violation(r, "overlap: worker %d (fence %llu) held until %lld us, worker %d (fence %llu) granted at %lld us",
+                      reach->worker, reach->fence, reach->end, h->worker, h->fence, h->start);
+        }
+        if (!reach || h->end > reach->end)
+            reach = h;
+    }
+}
+
+/* The resource's log, in its own order. */
+static void check_resource(const char *dir, struct history_report *r)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/resource.log", dir);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return;
+    char line[256], op[8], verdict[8];
+    long long seq, t, before, after;
+    int worker, last_worker = -1;
+    unsigned long long token, highest = 0, last_token = 0;
+    /* The value each worker read last (with its token), for lost updates. */
+    enum { MAX_WORKERS = 64 };
+    long long read_value[MAX_WORKERS];
+    unsigned long long read_token[MAX_WORKERS];
+    memset(read_token, 0, sizeof read_token);
+    while (fgets(line, sizeof line, f)) {
+        if (sscanf(line, "%lld %lld %7s %d %llu %7s %lld %lld", &seq, &t, op, &worker, &token, verdict, &before,
+                   &after) != 8 ||
+            worker < 0 || worker >= MAX_WORKERS) {
+            r->unreadable++;
+            violation(r, "unreadable resource log line: %s", line);
+            continue;
+        }
+        bool admitted = strcmp(verdict, "ok") == 0, write = strcmp(op, "write") == 0;
+        if (admitted && token < highest) {
+            r->stale_admitted++;
+            violation(r, "stale %s admitted: worker %d token %llu after token %llu (seq %lld)", op, worker, token,
+                      highest, seq);
+        }
+        if (!admitted && token >= highest) {
+            r->fence_disorder++;
+            violation(r, "the guard refused worker %d's current token %llu (highest %llu, seq %lld)", worker, token,
+                      highest, seq);
+        }
+        if (admitted) {
+            if (last_worker >= 0 && worker != last_worker && token <= last_token) {
+                r->fence_disorder++;
+                violation(r, "token %llu admitted for worker %d after token %llu of worker %d (seq %lld)", token,
+                          worker, last_token, last_worker, seq);
+            }
+            last_worker = worker;
+            last_token = token;
+            if (token > highest)
+                highest = token;
+        }
+        if (!write) {
+            r->reads_refused += !admitted;
+            if (admitted) {
+                read_value[worker] = before;
+                read_token[worker] = token;
+            }
+            continue;
+        }
+        if (!admitted) {
+            r->writes_refused++;
+            continue;
+        }
+        r->writes_admitted++;
+        r->counter = after;
+        if (read_token[worker] != token || read_value[worker] != before || after != before + 1) {
+            r->lost_updates++;
+            violation(r, "lost update: worker %d (token %llu) read %lld but replaced %lld with %lld (seq %lld)", worker,
+                      token, read_value[worker], before, after, seq);
+        }
+    }
+    fclose(f);
+    if (r->counter != r->writes_admitted) {
+        r->lost_updates++;
+        violation(r, "the counter is %lld after %d admitted increments", r->counter, r->writes_admitted);
+    }
+}
+
+int history_check(const char *dir, int nworkers, struct history_report *r)
+{
+    memset(r, 0, sizeof *r);
+    struct hold_list holds = { 0 };
+    for (int w = 0; w < nworkers; w++)
+        read_worker(dir, w, &holds, r);
+    check_overlaps(&holds, r);
+    check_resource(dir, r);
+    free(holds.v);
+    return r->overlaps + r->fence_disorder + r->stale_admitted + r->lost_updates + r->unreadable;
+}
+
+static long long scan(const char *dir, int nworkers, long long from, long long to, bool count_grants)
+{
+    long long found = count_grants ? 0 : -1;
+    for (int w = 0; w < nworkers; w++) {
+        FILE *f = open_worker_log(dir, w);
+        if (!f)
+            continue;
+        char line[256], what[32];
+        long long t;
+        while (fgets(line, sizeof line, f)) {
+            if (sscanf(line, "%lld %31s", &t, what) != 2 || t < from)
+                continue;
+            if (count_grants && t < to && strcmp(what, "grant") == 0)
+                found++;
+            if (!count_grants && (strcmp(what, "lost") == 0 || strcmp(what, "invalid") == 0) &&
+                (found < 0 || t < found))
+                found = t;
+        }
+        fclose(f);
+    }
+    return found;
+}
+
+int history_grants_between(const char *dir, int nworkers, long long from_us, long long to_us)
+{
+    return (int)scan(dir, nworkers, from_us, to_us, true);
+}
+
+long long history_first_loss_after(const char *dir, int nworkers, long long from_us)
+{
+    return scan(dir, nworkers, from_us, 0, false);
+}

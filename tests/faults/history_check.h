@@ -1,0 +1,42 @@
+/* tests/faults/history_check.h - the fault suite's checker: reads the
+ * workers' logs and the fenced counter's log from one run (see
+ * fault_worker.c and fenced_counter.h) and verifies what a lock service
+ * promises, whatever faults were injected:
+ *
+ *  1. no overlap: the windows in which two different workers believed they
+ *     held the lock never intersect. A hold's window runs from its grant to
+ *     the latest validity deadline the library gave it (at the grant or at a
+ *     check), cut short when it starts its release or by on_lost;
+ *  2. fences: the tokens the resource admitted never decrease, a token is
+ *     never admitted for two workers, and strictly grows from one worker's
+ *     hold to the next;
+ *  3. stale writes: every write whose token is below one already admitted
+ *     was refused;
+ *  4. no lost update: every admitted write replaced exactly the value its
+ *     worker had read (read-sleep-write increments), so the counter equals
+ *     the number of admitted writes. */
+#ifndef TEST_HISTORY_CHECK_H
+#define TEST_HISTORY_CHECK_H
+
+struct history_report {
+    /* what happened */
+    int grants, failed_acquires, writes_admitted, writes_refused, reads_refused, lost_notes, invalid_checks;
+    long long counter;
+    /* violations: all must be 0 */
+    int overlaps, fence_disorder, stale_admitted, lost_updates, unreadable;
+    char first_violation[400];
+    /* the last grant's time (CLOCK_MONOTONIC us), for liveness checks */
+    long long last_grant_us;
+};
+
+/* Checks the run in dir with workers 0..nworkers-1. Returns the number of
+ * violations (0: the run is correct), overlaps included. */
+int history_check(const char *dir, int nworkers, struct history_report *r);
+
+/* Grants whose time falls in [from_us, to_us). */
+int history_grants_between(const char *dir, int nworkers, long long from_us, long long to_us);
+
+/* The first "lost" or "invalid" line at or after from_us, -1 if none. */
+long long history_first_loss_after(const char *dir, int nworkers, long long from_us);
+
+#endif
