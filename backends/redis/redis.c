@@ -411,6 +411,11 @@ static int redis_acquire(void *instance, struct dlock_provider_lock *lk, struct 
         return rc;
     if (rl->notify_fd && !subscribed_for(rl, lk))
         unsubscribe(inst, rl);
+    /* In a cluster the slot may have moved since (resharding, failover):
+     * subscribe again on the node that serves it now. */
+    if (rl->notify_fd && inst->cluster &&
+        rl->sub != redis_cluster_subscriber_of(inst->cluster, rl->sub_channel, rl->sub_channel_len))
+        unsubscribe(inst, rl);
     /* A message from before this attempt says nothing about after it; one
      * that arrives from now on will wake the wait. */
     drain_notifications(rl);

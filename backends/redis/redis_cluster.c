@@ -584,12 +584,26 @@ redisReply *redis_cluster_script_run(struct redis_cluster *c, struct redis_scrip
 
 /* ---- waiting -------------------------------------------------------------------- */
 
+/* Sharded: the node that serves the channel's slot. Otherwise a PUBLISH
+ * reaches every node of the cluster, so the first one will do. */
+static struct cluster_node *node_for_channel(struct redis_cluster *c, const char *channel, size_t len)
+{
+    return c->sharded ? node_for_slot(c, redis_cluster_slot(channel, len)) : c->nodes[0];
+}
+
+struct redis_subscriber *redis_cluster_subscriber_of(struct redis_cluster *c, const char *channel, size_t len)
+{
+    struct cluster_node *node = node_for_channel(c, channel, len);
+    pthread_mutex_lock(&c->sub_mu);
+    struct redis_subscriber *sub = node ? node->sub : NULL;
+    pthread_mutex_unlock(&c->sub_mu);
+    return sub;
+}
+
 int redis_cluster_subscribe(struct redis_cluster *c, const char *channel, size_t len, int notify_fd,
                             int64_t timeout_ms, struct redis_subscriber **used)
 {
-    /* Sharded: the node that serves the channel's slot. Otherwise a PUBLISH
-     * reaches every node of the cluster, so the first one will do. */
-    struct cluster_node *node = c->sharded ? node_for_slot(c, redis_cluster_slot(channel, len)) : c->nodes[0];
+    struct cluster_node *node = node_for_channel(c, channel, len);
     if (!node)
         return dlock_seterr(DLOCK_EUNAVAILABLE, "%s: no node serves the slot of this channel", c->label);
     pthread_mutex_lock(&c->sub_mu);

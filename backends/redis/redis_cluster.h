@@ -80,6 +80,11 @@ int redis_cluster_preload(struct redis_cluster *c, struct redis_scripts *s, cons
 int redis_cluster_subscribe(struct redis_cluster *c, const char *channel, size_t len, int notify_fd,
                             int64_t timeout_ms, struct redis_subscriber **used);
 
+/* The subscriber serving channel's slot now, NULL if none is started. A
+ * lock subscribed on another one (its slot moved, or its node failed over)
+ * should unsubscribe there and subscribe again. */
+struct redis_subscriber *redis_cluster_subscriber_of(struct redis_cluster *c, const char *channel, size_t len);
+
 /* "redis cluster (seed host:port, ...)", for messages. */
 const char *redis_cluster_label(const struct redis_cluster *c);
 

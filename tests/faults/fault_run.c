@@ -140,9 +140,10 @@ static void finish(struct fault_run *run, const char *scenario, struct history_r
     if (overlap_ok)
         violations -= r->overlaps;
     printf("# %s: %d grants, %d increments admitted, %d stale writes and %d stale reads refused, "
-           "%d losses reported (%d on_lost), counter %lld, %d overlapping holds%s, violations %d\n",
+           "%d losses reported (%d on_lost, %d by release), counter %lld, %d overlapping holds%s, violations %d\n",
            scenario, r->grants, r->writes_admitted, r->writes_refused, r->reads_refused,
-           r->lost_notes + r->invalid_checks, r->lost_notes, r->counter, r->overlaps,
+           r->lost_notes + r->invalid_checks + r->releases_refused, r->lost_notes, r->releases_refused, r->counter,
+           r->overlaps,
            overlap_ok ? " (documented for this fault)" : "", violations);
     fflush(stdout);
     if (violations)
@@ -150,6 +151,10 @@ static void finish(struct fault_run *run, const char *scenario, struct history_r
     /* A run in which nobody ever held the lock proves nothing. */
     if (r->grants == 0)
         fail_msg("%s: no worker was ever granted the lock (see %s/worker-*.log)", scenario, run->dir);
+    if (getenv("DLOCK_FAULTS_KEEP")) { /* for a look at the logs of a passing run */
+        printf("# logs kept in %s\n", run->dir);
+        return;
+    }
     char cmd[200];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", run->dir);
     if (system(cmd) != 0)

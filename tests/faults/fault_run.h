@@ -8,7 +8,8 @@
  *   fault_run_finish(&run, "redis: holder SIGKILL", &report);  // 0 violations?
  *
  * The suite's length is scaled by DLOCK_FAULTS_LONG (a factor, default 1):
- * CI runs the short form, `DLOCK_FAULTS_LONG=10 make check` the long one. */
+ * CI runs the short form, `DLOCK_FAULTS_LONG=10 make check` the long one.
+ * DLOCK_FAULTS_KEEP=1 keeps every run's logs (a failing run's always are). */
 #ifndef TEST_FAULT_RUN_H
 #define TEST_FAULT_RUN_H
 
@@ -45,8 +46,8 @@ pid_t fault_run_holder(const struct fault_run *run, int wait_ms);
 void fault_run_finish(struct fault_run *run, const char *scenario, struct history_report *report);
 
 /* The same for a fault after which the backend documents that two holders
- * may overlap (a Redis restart without persistence): overlaps are counted
- * and printed, not failed; the fence guard must still have refused every
+ * may overlap (a Redis restart without persistence, a session lock whose
+ * session an operator ended): overlaps are counted and printed, not failed; the fence guard must still have refused every
  * stale write, and no increment may be lost. */
 void fault_run_finish_overlap_documented(struct fault_run *run, const char *scenario,
                                          struct history_report *report);

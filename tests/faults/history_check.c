@@ -1,6 +1,8 @@
 /* tests/faults/history_check.c - see history_check.h */
 #include "history_check.h"
 
+#include <dlock.h>
+
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -83,6 +85,10 @@ static void read_worker(const char *dir, int worker, struct hold_list *holds, st
             if (t < h.end)
                 h.end = t;
             r->lost_notes += what[0] == 'l';
+            int code = 0;
+            if (what[0] == 'r' && sscanf(line, "%*s %*s %d", &code) == 1 &&
+                (code == DLOCK_ELOST || code == DLOCK_ENOTOWNER))
+                r->releases_refused++; /* told at release time that the hold was gone */
             if (what[0] == 'r') {
                 push(holds, h);
                 open_hold = false;

@@ -21,6 +21,7 @@
 struct history_report {
     /* what happened */
     int grants, failed_acquires, writes_admitted, writes_refused, reads_refused, lost_notes, invalid_checks;
+    int releases_refused;   /* release answered DLOCK_ELOST or DLOCK_ENOTOWNER */
     long long counter;
     /* violations: all must be 0 */
     int overlaps, fence_disorder, stale_admitted, lost_updates, unreadable;

@@ -2,8 +2,9 @@
  * mysql backends in session mode (holds tied to a connection): 4 worker
  * processes contend for one lock and increment the fenced counter
  * (fault_worker) while an operator ends their sessions (pg_terminate_backend,
- * KILL). The holder must report the loss, and the checker proves no
- * overlap, growing fences, stale writes refused and no lost increment. */
+ * KILL). The holder must report the loss, and the checker proves growing
+ * fences, stale writes refused and no lost increment; overlapping beliefs
+ * are counted (the documented window of session mode). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -65,8 +66,14 @@ static void run_with_sessions_ended(const char *scenario, const char *config, vo
     int64_t ended_at = fault_now_us();
     fault_sleep_ms(4000);
     int after = history_grants_between(run.dir, WORKERS, ended_at, fault_now_us());
-    fault_run_finish(&run, scenario, &r);
-    assert_true(r.lost_notes + r.invalid_checks >= 1); /* the holder was told */
+    /* The server frees a session lock the moment the session ends, while
+     * the holder believes in its validity until its next renewal tells it
+     * (docs/correctness.md, session mode): the next holder may be granted
+     * in between. Counted, not failed; the fence guard must still refuse
+     * every stale write, and no increment may be lost. */
+    fault_run_finish_overlap_documented(&run, scenario, &r);
+    /* The holder was told: by on_lost, a validity check, or its release. */
+    assert_true(r.lost_notes + r.invalid_checks + r.releases_refused >= 1);
     assert_true(after >= 1);                            /* and service went on */
 }
 

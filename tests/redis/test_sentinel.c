@@ -1,12 +1,14 @@
 /* tests/redis/test_sentinel.c - the redis backend through Redis Sentinel: a
  * master, a replica and a sentinel this program starts on private ports
- * (and stops by PID); locks held and waited for across a forced failover. */
+ * (and stops by PID): the conformance suite through the sentinel, then
+ * locks held and waited for across a forced failover. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "../conformance/conformance.h"
 #include "../support/redis_server.h"
 #include "../support/test_time.h"
 #include "../support/test_client.h"
@@ -110,6 +112,41 @@ static void stop_sentinel(void)
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", sentinel_dir);
     if (system(cmd) != 0)
         fprintf(stderr, "could not remove %s\n", sentinel_dir);
+}
+
+/* Runs a command on whichever server the sentinel names as master now. */
+static void on_master(const char *fmt, const char *arg)
+{
+    struct timeval tv = { 2, 0 };
+    redisContext *c = redisConnectWithTimeout("127.0.0.1", current_master_port(), tv);
+    if (c && !c->err) {
+        redisReply *r = redisCommand(c, fmt, arg);
+        if (r)
+            freeReplyObject(r);
+    }
+    if (c)
+        redisFree(c);
+}
+
+static void conformance_config(char *buf, size_t size, int lease_ms, int retry_cap_ms)
+{
+    snprintf(buf, size,
+             "backend = \"redis\";\nlease_ms = %d;\nretry_base_ms = 5;\nretry_cap_ms = %d;\n"
+             "redis = { sentinels = (\"127.0.0.1:%d\"); master = \"mymaster\"; command_timeout_ms = 1000;"
+             " connect_timeout_ms = 1000; };\n",
+             lease_ms, retry_cap_ms, sentinel_port);
+}
+
+static void break_hold(const char *name)
+{
+    char key[300];
+    snprintf(key, sizeof key, "dlock:{%s}", name);
+    on_master("DEL %s", key);
+}
+
+static void flush_master(void)
+{
+    on_master("FLUSHALL", NULL);
 }
 
 static dlock_client *open_sentinel(const char *extra)
@@ -284,13 +321,16 @@ int main(void)
             break;
         sleep_ms(50);
     }
+    static const struct conformance_target target = { "redis sentinel conformance (master, replica, sentinel)",
+                                                      conformance_config, break_hold, flush_master };
+    int failed = conformance_run(&target);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(locks_through_the_sentinels_master),
         cmocka_unit_test(wait_replicas_confirms_grants_and_refuses_without_replicas),
         cmocka_unit_test(bad_sentinel_settings_are_config_errors),
         cmocka_unit_test(a_forced_failover_gives_clear_errors_then_service),
     };
-    int failed = cmocka_run_group_tests_name("redis sentinel", tests, NULL, NULL);
+    failed += cmocka_run_group_tests_name("redis sentinel", tests, NULL, NULL);
     stop_sentinel();
     test_redis_stop(&master);
     test_redis_stop(&replica);

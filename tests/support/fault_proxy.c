@@ -18,9 +18,18 @@
 
 #define MAX_PAIRS 64
 
+/* Bytes read from one side, to be written to the other at due_ms. */
+struct chunk {
+    struct chunk *next;
+    int64_t due_ms;
+    size_t len;
+    char data[];
+};
+
 struct pair {
     int client, server;        /* -1 when closed */
     bool half_closed;          /* the client has been sent FIN */
+    struct chunk *queue[2];    /* [0] client -> server, [1] server -> client, oldest first */
 };
 
 struct fault_proxy {
@@ -35,8 +44,19 @@ struct fault_proxy {
     struct pair pairs[MAX_PAIRS];
 };
 
+static void free_queue(struct chunk **q)
+{
+    while (*q) {
+        struct chunk *c = *q;
+        *q = c->next;
+        free(c);
+    }
+}
+
 static void close_pair(struct pair *p)
 {
+    free_queue(&p->queue[0]);
+    free_queue(&p->queue[1]);
     if (p->client >= 0)
         close(p->client);
     if (p->server >= 0)
@@ -67,27 +87,65 @@ static int connect_target(int port)
     return fd;
 }
 
-static void sleep_ms(int64_t ms)
+static int64_t now_ms(void)
 {
-    struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-        ;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/* Moves one chunk from `from` to `to`; false when either side is done. */
-static bool forward(int from, int to, int64_t delay_ms)
+static bool write_all(int fd, const char *buf, size_t n)
+{
+    for (size_t off = 0; off < n;) {
+        ssize_t w = write(fd, buf + off, n - off);
+        if (w <= 0)
+            return false;
+        off += (size_t)w;
+    }
+    return true;
+}
+
+/* Reads one chunk from `from` and queues it to leave at now + delay_ms:
+ * each connection and direction keeps its own order and its own delay, so
+ * a delay is a latency, not a queue behind every other connection. False
+ * when the side is done. */
+static bool take(struct pair *p, int dir, int from, int64_t delay_ms)
 {
     char buf[16384];
     ssize_t n = read(from, buf, sizeof buf);
     if (n <= 0)
         return false;
-    if (delay_ms > 0)
-        sleep_ms(delay_ms);
-    for (ssize_t off = 0; off < n;) {
-        ssize_t w = write(to, buf + off, (size_t)(n - off));
-        if (w <= 0)
-            return false;
-        off += w;
+    struct chunk *c = malloc(sizeof *c + (size_t)n);
+    if (!c)
+        return false;
+    c->next = NULL;
+    c->due_ms = now_ms() + delay_ms;
+    c->len = (size_t)n;
+    memcpy(c->data, buf, (size_t)n);
+    struct chunk **tail = &p->queue[dir];
+    while (*tail)
+        tail = &(*tail)->next;
+    *tail = c;
+    return true;
+}
+
+/* Writes every chunk that is due; returns false when a write failed, and
+ * lowers *next_due_ms to the earliest chunk still waiting. */
+static bool flush_due(struct pair *p, int64_t now, int64_t *next_due_ms)
+{
+    for (int dir = 0; dir < 2; dir++) {
+        int to = dir == 0 ? p->server : p->client;
+        while (p->queue[dir] && p->queue[dir]->due_ms <= now) {
+            struct chunk *c = p->queue[dir];
+            p->queue[dir] = c->next;
+            /* Towards a half-closed client nothing can go: drop it. */
+            bool ok = (dir == 1 && p->half_closed) || write_all(to, c->data, c->len);
+            free(c);
+            if (!ok)
+                return false;
+        }
+        if (p->queue[dir] && p->queue[dir]->due_ms < *next_due_ms)
+            *next_due_ms = p->queue[dir]->due_ms;
     }
     return true;
 }
@@ -128,7 +186,13 @@ static void *serve(void *arg)
             fds[n] = (struct pollfd){ .fd = p->pairs[i].server, .events = POLLIN };
             idx[n++] = 2 * i + 1;
         }
-        if (poll(fds, (nfds_t)n, 100) <= 0)
+        /* Chunks whose time has come leave first; poll no longer than
+         * until the next one is due. */
+        int64_t now = now_ms(), next_due = now + 100;
+        for (int i = 0; i < MAX_PAIRS; i++)
+            if (p->pairs[i].client >= 0 && p->pairs[i].server >= 0 && !flush_due(&p->pairs[i], now, &next_due))
+                close_pair(&p->pairs[i]);
+        if (poll(fds, (nfds_t)n, (int)(next_due > now ? next_due - now : 0)) <= 0)
             continue;
         for (int k = 0; k < n; k++) {
             if (!(fds[k].revents & (POLLIN | POLLHUP | POLLERR)))
@@ -162,15 +226,7 @@ static void *serve(void *arg)
                 struct pair *pr = &p->pairs[idx[k] / 2];
                 if (pr->client < 0 || pr->server < 0)
                     continue;
-                bool ok;
-                if (idx[k] % 2 == 0) {
-                    ok = forward(pr->client, pr->server, delay);
-                } else if (pr->half_closed) { /* the client cannot hear any more: drop */
-                    char drop[16384];
-                    ok = read(pr->server, drop, sizeof drop) > 0;
-                } else {
-                    ok = forward(pr->server, pr->client, delay);
-                }
+                bool ok = idx[k] % 2 == 0 ? take(pr, 0, pr->client, delay) : take(pr, 1, pr->server, delay);
                 if (!ok)
                     close_pair(pr);
             }
