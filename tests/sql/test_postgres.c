@@ -12,6 +12,7 @@
 #include "../support/service.h"
 #include "../support/test_time.h"
 #include "../support/test_client.h"
+#include "fence_guard_case.h"
 
 #include <dlock.h>
 #include <libpq-fe.h>
@@ -237,6 +238,21 @@ static void unreachable_server_is_a_clear_error(void **state)
     assert_non_null(strstr(dlock_errmsg(), "postgres 127.0.0.1:"));
 }
 
+static dlock_client *open_lease(void)
+{
+    return open_ok("");
+}
+
+/* The SQL fence guard of libdlock(3), FENCING (tests/sql/fence_guard_case.c). */
+static void sql_fence_guard_refuses_the_stale_holder(void **state)
+{
+    (void)state;
+    static const struct sql_fence_guard_target target = {
+        admin, open_lease, "INSERT INTO accounts VALUES (1, '', 0) ON CONFLICT (id) DO UPDATE SET owner = '', fence = 0"
+    };
+    sql_fence_guard_case(&target);
+}
+
 static void stopped_server_times_out_then_recovers(void **state)
 {
     (void)state;
@@ -283,6 +299,7 @@ int main(void)
         cmocka_unit_test(a_least_privilege_role_is_enough),
         cmocka_unit_test(bad_settings_are_config_errors),
         cmocka_unit_test(unreachable_server_is_a_clear_error),
+        cmocka_unit_test(sql_fence_guard_refuses_the_stale_holder),
         cmocka_unit_test(stopped_server_times_out_then_recovers),
     };
     failed += cmocka_run_group_tests_name("postgres", particular, NULL, NULL);
