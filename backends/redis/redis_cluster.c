@@ -215,7 +215,11 @@ static int read_slots_from(struct redis_cluster *c, struct cluster_node *node)
  * first, then the seeds), unless one was done less than min_gap_ms ago. */
 static int refresh(struct redis_cluster *c, int64_t min_gap_ms)
 {
-    pthread_mutex_lock(&c->refresh_mu);
+    /* One refresh at a time; a caller that finds one under way goes on
+     * with the map it has (a stopped node can hold a refresh for a whole
+     * command timeout, and nobody else should wait for that). */
+    if (min_gap_ms > 0 ? pthread_mutex_trylock(&c->refresh_mu) != 0 : pthread_mutex_lock(&c->refresh_mu) != 0)
+        return DLOCK_OK;
     int64_t now = redis_now_ms();
     if (c->last_refresh_ms && now - c->last_refresh_ms < min_gap_ms) {
         pthread_mutex_unlock(&c->refresh_mu);
