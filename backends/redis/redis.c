@@ -161,11 +161,10 @@ static int subscribe(struct redis_instance *inst, struct dlock_provider_lock *lk
     return DLOCK_OK;
 }
 
-static void unsubscribe(struct redis_instance *inst, struct redis_lock *rl)
+static void unsubscribe(struct redis_lock *rl)
 {
     if (!rl->notify_fd)
         return;
-    (void)inst;
     redis_subscriber_remove(rl->sub, rl->sub_channel, rl->sub_channel_len);
     close(rl->notify_fd - 1);
     rl->notify_fd = 0;
@@ -410,12 +409,12 @@ static int redis_acquire(void *instance, struct dlock_provider_lock *lk, struct 
     if (rc != DLOCK_OK)
         return rc;
     if (rl->notify_fd && !subscribed_for(rl, lk))
-        unsubscribe(inst, rl);
+        unsubscribe(rl);
     /* In a cluster the slot may have moved since (resharding, failover):
      * subscribe again on the node that serves it now. */
     if (rl->notify_fd && inst->cluster &&
         rl->sub != redis_cluster_subscriber_of(inst->cluster, rl->sub_channel, rl->sub_channel_len))
-        unsubscribe(inst, rl);
+        unsubscribe(rl);
     /* A message from before this attempt says nothing about after it; one
      * that arrives from now on will wake the wait. */
     drain_notifications(rl);
@@ -658,14 +657,14 @@ static void redis_abandon(void *instance, struct dlock_provider_lock *lk)
             freeReplyObject(r);
         rl->registered = false;
     }
-    unsubscribe(inst, rl);
+    unsubscribe(rl);
 }
 
 static void redis_lock_fini(void *instance, struct dlock_provider_lock *lk)
 {
-    struct redis_instance *inst = instance;
+    (void)instance;
     struct redis_lock *rl = lk->priv;
-    unsubscribe(inst, rl);
+    unsubscribe(rl);
     redis_lock_keys_free(&rl->k);
     memset(rl, 0, sizeof *rl);
 }
