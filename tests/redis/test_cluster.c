@@ -13,6 +13,7 @@
 
 #include "../../backends/redis/redis_cluster.h"
 #include "../conformance/conformance.h"
+#include "../support/redis_server.h"
 #include "../support/service.h"
 #include "../support/test_time.h"
 #include "../support/test_client.h"
@@ -49,28 +50,9 @@ static redisContext *node_connect(int port)
     return c;
 }
 
-static redisReply *node_vcmd(int port, const char *fmt, va_list ap)
-{
-    redisContext *c = node_connect(port);
-    if (!c)
-        return NULL;
-    redisReply *r = redisvCommand(c, fmt, ap);
-    redisFree(c);
-    return r;
-}
-
-static redisReply *node_cmd(int port, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    redisReply *r = node_vcmd(port, fmt, ap);
-    va_end(ap);
-    return r;
-}
-
 static long long node_int(int port, const char *fmt, const char *arg)
 {
-    redisReply *r = node_cmd(port, fmt, arg);
+    redisReply *r = test_redis_cmd_at(port, fmt, arg);
     long long v = r && r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
     if (r)
         freeReplyObject(r);
@@ -80,7 +62,7 @@ static long long node_int(int port, const char *fmt, const char *arg)
 /* The node's id (CLUSTER MYID) into id[41]. */
 static void node_id(int port, char id[41])
 {
-    redisReply *r = node_cmd(port, "CLUSTER MYID");
+    redisReply *r = test_redis_cmd_at(port, "CLUSTER MYID");
     assert_non_null(r);
     assert_int_equal(r->type, REDIS_REPLY_STRING);
     snprintf(id, 41, "%s", r->str);
@@ -89,7 +71,7 @@ static void node_id(int port, char id[41])
 
 static bool is_master(int port)
 {
-    redisReply *r = node_cmd(port, "ROLE");
+    redisReply *r = test_redis_cmd_at(port, "ROLE");
     bool yes = r && r->type == REDIS_REPLY_ARRAY && r->elements > 0 && strcmp(r->element[0]->str, "master") == 0;
     if (r)
         freeReplyObject(r);
@@ -103,7 +85,7 @@ static int master_of_slot(unsigned slot)
     for (int i = 0; i < NODES; i++) {
         if (node_killed[i])
             continue;
-        redisReply *r = node_cmd(node_port(i), "CLUSTER SLOTS");
+        redisReply *r = test_redis_cmd_at(node_port(i), "CLUSTER SLOTS");
         int port = 0;
         for (size_t j = 0; r && r->type == REDIS_REPLY_ARRAY && j < r->elements; j++) {
             redisReply *range = r->element[j];
@@ -137,7 +119,7 @@ static redisReply *key_cmd(const char *key, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    redisReply *r = node_vcmd(master_of_slot(server_slot(key)), fmt, ap);
+    redisReply *r = test_redis_vcmd_at(master_of_slot(server_slot(key)), fmt, ap);
     va_end(ap);
     return r;
 }
@@ -177,7 +159,7 @@ static void flush_masters(void)
 {
     for (int i = 0; i < NODES; i++)
         if (!node_killed[i] && is_master(node_port(i))) {
-            redisReply *r = node_cmd(node_port(i), "FLUSHALL");
+            redisReply *r = test_redis_cmd_at(node_port(i), "FLUSHALL");
             if (r)
                 freeReplyObject(r);
         }
@@ -298,7 +280,7 @@ static void set_slot_everywhere(unsigned slot, const char *node)
     for (int i = 0; i < NODES; i++) {
         if (node_killed[i] || !is_master(node_port(i)))
             continue;
-        redisReply *r = node_cmd(node_port(i), "CLUSTER SETSLOT %u NODE %s", slot, node);
+        redisReply *r = test_redis_cmd_at(node_port(i), "CLUSTER SETSLOT %u NODE %s", slot, node);
         if (r)
             freeReplyObject(r);
     }
@@ -325,10 +307,10 @@ static void a_held_lock_follows_its_slot_to_another_master(void **state)
     char src_id[41], dst_id[41];
     node_id(src, src_id);
     node_id(dst, dst_id);
-    redisReply *r = node_cmd(dst, "CLUSTER SETSLOT %u IMPORTING %s", slot, src_id);
+    redisReply *r = test_redis_cmd_at(dst, "CLUSTER SETSLOT %u IMPORTING %s", slot, src_id);
     assert_int_equal(r->type, REDIS_REPLY_STATUS);
     freeReplyObject(r);
-    r = node_cmd(src, "CLUSTER SETSLOT %u MIGRATING %s", slot, dst_id);
+    r = test_redis_cmd_at(src, "CLUSTER SETSLOT %u MIGRATING %s", slot, dst_id);
     assert_int_equal(r->type, REDIS_REPLY_STATUS);
     freeReplyObject(r);
 
@@ -351,11 +333,11 @@ static void a_held_lock_follows_its_slot_to_another_master(void **state)
 
     /* Move the rest of the slot, then hand it over. */
     for (;;) {
-        r = node_cmd(src, "CLUSTER GETKEYSINSLOT %u 100", slot);
+        r = test_redis_cmd_at(src, "CLUSTER GETKEYSINSLOT %u 100", slot);
         assert_non_null(r);
         size_t n = r->elements;
         for (size_t i = 0; i < n; i++) {
-            redisReply *m = node_cmd(src, "MIGRATE 127.0.0.1 %d %s 0 5000", dst, r->element[i]->str);
+            redisReply *m = test_redis_cmd_at(src, "MIGRATE 127.0.0.1 %d %s 0 5000", dst, r->element[i]->str);
             assert_non_null(m);
             if (m->type == REDIS_REPLY_ERROR)
                 fail_msg("MIGRATE %s: %s", r->element[i]->str, m->str);
@@ -398,7 +380,7 @@ static int replica_of(int master_port)
     for (int i = 0; i < NODES; i++) {
         if (node_killed[i] || node_port(i) == master_port)
             continue;
-        redisReply *r = node_cmd(node_port(i), "INFO replication");
+        redisReply *r = test_redis_cmd_at(node_port(i), "INFO replication");
         char want[64];
         snprintf(want, sizeof want, "master_port:%d\r", master_port);
         bool yes = r && r->type == REDIS_REPLY_STRING && strstr(r->str, want) != NULL;
@@ -442,7 +424,7 @@ static void a_manual_failover_keeps_holds_and_waiters(void **state)
     pthread_t t;
     pthread_create(&t, NULL, wait_for_lock, &w);
     usleep(200 * 1000);
-    r = node_cmd(replica, "CLUSTER FAILOVER");
+    r = test_redis_cmd_at(replica, "CLUSTER FAILOVER");
     assert_non_null(r);
     assert_int_equal(r->type, REDIS_REPLY_STATUS);
     freeReplyObject(r);
@@ -476,7 +458,7 @@ static void a_killed_master_is_replaced_and_its_slots_serve_again(void **state)
     int replica = replica_of(master);
     assert_true(replica > 0);
     long long pid = -1;
-    redisReply *r = node_cmd(master, "INFO server");
+    redisReply *r = test_redis_cmd_at(master, "INFO server");
     const char *p = r ? strstr(r->str, "process_id:") : NULL;
     if (p)
         pid = atoll(p + 11);

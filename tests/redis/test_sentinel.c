@@ -28,27 +28,10 @@ static pid_t sentinel_pid;
 static int sentinel_port;
 static char sentinel_dir[128];
 
-static redisReply *sentinel_cmd(const char *fmt, ...)
-{
-    struct timeval tv = { 2, 0 };
-    redisContext *c = redisConnectWithTimeout("127.0.0.1", sentinel_port, tv);
-    if (!c || c->err) {
-        if (c)
-            redisFree(c);
-        return NULL;
-    }
-    va_list ap;
-    va_start(ap, fmt);
-    redisReply *r = redisvCommand(c, fmt, ap);
-    va_end(ap);
-    redisFree(c);
-    return r;
-}
-
 /* The port of the master the sentinel names now, 0 if none. */
 static int current_master_port(void)
 {
-    redisReply *r = sentinel_cmd("SENTINEL get-master-addr-by-name mymaster");
+    redisReply *r = test_redis_cmd_at(sentinel_port, "SENTINEL get-master-addr-by-name mymaster");
     int port = r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 ? atoi(r->element[1]->str) : 0;
     if (r)
         freeReplyObject(r);
@@ -117,15 +100,9 @@ static void stop_sentinel(void)
 /* Runs a command on whichever server the sentinel names as master now. */
 static void on_master(const char *fmt, const char *arg)
 {
-    struct timeval tv = { 2, 0 };
-    redisContext *c = redisConnectWithTimeout("127.0.0.1", current_master_port(), tv);
-    if (c && !c->err) {
-        redisReply *r = redisCommand(c, fmt, arg);
-        if (r)
-            freeReplyObject(r);
-    }
-    if (c)
-        redisFree(c);
+    redisReply *r = test_redis_cmd_at(current_master_port(), fmt, arg);
+    if (r)
+        freeReplyObject(r);
 }
 
 static void conformance_config(char *buf, size_t size, int lease_ms, int retry_cap_ms)
@@ -235,7 +212,7 @@ static void a_forced_failover_gives_clear_errors_then_service(void **state)
     pthread_create(&t, NULL, wait_for_it, &w);
     sleep_ms(200);
     int old = current_master_port();
-    redisReply *r = sentinel_cmd("SENTINEL failover mymaster");
+    redisReply *r = test_redis_cmd_at(sentinel_port, "SENTINEL failover mymaster");
     assert_non_null(r);
     freeReplyObject(r);
     int64_t t0 = now_ms();

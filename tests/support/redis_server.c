@@ -110,19 +110,34 @@ void test_redis_stop(struct test_redis *r)
     r->dir[0] = 0;
 }
 
-redisReply *test_redis_cmd(const struct test_redis *r, const char *fmt, ...)
+redisReply *test_redis_vcmd_at(int port, const char *fmt, va_list ap)
 {
     struct timeval tv = { 2, 0 };
-    redisContext *c = redisConnectWithTimeout("127.0.0.1", r->port, tv);
+    redisContext *c = redisConnectWithTimeout("127.0.0.1", port, tv);
     if (!c || c->err) {
         if (c)
             redisFree(c);
         return NULL;
     }
+    redisReply *rep = redisvCommand(c, fmt, ap);
+    redisFree(c);
+    return rep;
+}
+
+redisReply *test_redis_cmd_at(int port, const char *fmt, ...)
+{
     va_list ap;
     va_start(ap, fmt);
-    redisReply *rep = redisvCommand(c, fmt, ap);
+    redisReply *rep = test_redis_vcmd_at(port, fmt, ap);
     va_end(ap);
-    redisFree(c);
+    return rep;
+}
+
+redisReply *test_redis_cmd(const struct test_redis *r, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    redisReply *rep = test_redis_vcmd_at(r->port, fmt, ap);
+    va_end(ap);
     return rep;
 }

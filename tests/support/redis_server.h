@@ -5,6 +5,7 @@
 #define TEST_REDIS_SERVER_H
 
 #include <hiredis/hiredis.h>
+#include <stdarg.h>
 #include <sys/types.h>
 
 struct test_redis {
@@ -25,5 +26,9 @@ void test_redis_kill(struct test_redis *r, int hard);
 void test_redis_stop(struct test_redis *r);
 /* Runs a command on a fresh connection; the caller frees the reply. */
 redisReply *test_redis_cmd(const struct test_redis *r, const char *fmt, ...);
+/* The same on any server (a sentinel, a cluster node) by its port on
+ * 127.0.0.1; NULL if it cannot be reached. */
+redisReply *test_redis_cmd_at(int port, const char *fmt, ...);
+redisReply *test_redis_vcmd_at(int port, const char *fmt, va_list ap);
 
 #endif
