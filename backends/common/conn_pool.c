@@ -97,3 +97,15 @@ void conn_pool_put(struct conn_pool *pool, void *conn)
     pthread_cond_signal(&pool->cv);
     pthread_mutex_unlock(&pool->mu);
 }
+
+void conn_pool_drop_idle(struct conn_pool *pool)
+{
+    pthread_mutex_lock(&pool->mu);
+    for (int i = 0; i < pool->nidle; i++) {
+        pool->ops->close(pool->idle[i]);
+        pool->total--;
+    }
+    pool->nidle = 0;
+    pthread_cond_broadcast(&pool->cv);
+    pthread_mutex_unlock(&pool->mu);
+}

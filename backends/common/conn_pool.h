@@ -1,6 +1,6 @@
 /* backends/common/conn_pool.h - a small thread-safe pool of connections to
  * one server, for backends whose client libraries have no pool of their own
- * (libpq, libmariadb). Connections are opaque here: the backend passes how
+ * (libpq, libmariadb, hiredis). Connections are opaque here: the backend passes how
  * to open one, whether one can be reused, and how to close it.
  *
  * After a failed connect, new connections are not tried again before a
@@ -48,6 +48,10 @@ int conn_pool_get(struct conn_pool *pool, void **out, bool *was_idle);
 /* Gives a connection back: kept if reusable, else closed. NULL is allowed
  * (a connection the caller closed itself). */
 void conn_pool_put(struct conn_pool *pool, void *conn);
+
+/* Closes every idle connection: after one was found dead, the others to
+ * the same server most likely are too. */
+void conn_pool_drop_idle(struct conn_pool *pool);
 
 int64_t conn_pool_now_ms(void);
 

@@ -11,9 +11,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#define BACKOFF_FIRST_MS 50
-#define BACKOFF_MAX_MS 2000
-
 int64_t redis_now_ms(void)
 {
     struct timespec ts;
@@ -213,95 +210,46 @@ redisContext *redis_connect(const struct redis_server *srv, int *rc)
     return connect_to(srv, srv->socket[0] ? NULL : srv->host, srv->port, rc);
 }
 
+static void *pool_connect(void *server, int *rc)
+{
+    return redis_connect(server, rc);
+}
+
+static bool pool_reusable(void *ctx)
+{
+    return ((redisContext *)ctx)->err == 0;
+}
+
+static void pool_close(void *ctx)
+{
+    redisFree(ctx);
+}
+
+static const struct conn_pool_ops pool_ops = { pool_connect, pool_reusable, pool_close };
+
 int redis_pool_init(struct redis_pool *pool, const struct redis_server *srv, int max)
 {
-    memset(pool, 0, sizeof *pool);
     pool->server = *srv;
-    pool->max = max < 1 ? 1 : max > REDIS_POOL_MAX ? REDIS_POOL_MAX : max;
-    pthread_mutex_init(&pool->mu, NULL);
-    pthread_cond_init(&pool->cv, NULL);
+    conn_pool_init(&pool->conns, &pool_ops, &pool->server, max);
     return DLOCK_OK;
 }
 
 void redis_pool_destroy(struct redis_pool *pool)
 {
-    for (int i = 0; i < pool->nidle; i++)
-        redisFree(pool->idle[i]);
-    pool->nidle = pool->total = 0;
-    pthread_cond_destroy(&pool->cv);
-    pthread_mutex_destroy(&pool->mu);
+    conn_pool_destroy(&pool->conns);
 }
 
 int redis_pool_get(struct redis_pool *pool, redisContext **out)
 {
-    pthread_mutex_lock(&pool->mu);
-    for (;;) {
-        if (pool->nidle > 0) {
-            *out = pool->idle[--pool->nidle];
-            pthread_mutex_unlock(&pool->mu);
-            return DLOCK_OK;
-        }
-        if (pool->total < pool->max)
-            break;
-        pthread_cond_wait(&pool->cv, &pool->mu);
-    }
-    int64_t now = redis_now_ms();
-    if (now < pool->retry_at_ms) {
-        /* Backing off after failed connects: fail fast with the last reason. */
-        int64_t left = pool->retry_at_ms - now;
-        int rc = dlock_seterr(DLOCK_EUNAVAILABLE, "%s (reconnecting; next attempt in %lld ms)", pool->last_error,
-                              (long long)left);
-        pthread_mutex_unlock(&pool->mu);
-        return rc;
-    }
-    pool->total++;
-    pthread_mutex_unlock(&pool->mu);
-
-    int rc;
-    redisContext *ctx = redis_connect(&pool->server, &rc);
-    pthread_mutex_lock(&pool->mu);
-    if (!ctx) {
-        pool->total--;
-        pool->backoff_ms = pool->backoff_ms ? pool->backoff_ms * 2 : BACKOFF_FIRST_MS;
-        if (pool->backoff_ms > BACKOFF_MAX_MS)
-            pool->backoff_ms = BACKOFF_MAX_MS;
-        pool->retry_at_ms = redis_now_ms() + pool->backoff_ms;
-        snprintf(pool->last_error, sizeof pool->last_error, "%s", dlock_errmsg());
-        pthread_cond_signal(&pool->cv);
-    } else {
-        pool->backoff_ms = 0;
-        pool->retry_at_ms = 0;
-    }
-    pthread_mutex_unlock(&pool->mu);
+    void *ctx = NULL;
+    int rc = conn_pool_get(&pool->conns, &ctx, NULL);
     *out = ctx;
-    return ctx ? DLOCK_OK : rc;
+    return rc;
 }
 
 void redis_pool_put(struct redis_pool *pool, redisContext *ctx)
 {
-    pthread_mutex_lock(&pool->mu);
-    if (ctx->err || pool->nidle == REDIS_POOL_MAX) {
-        redisFree(ctx);
-        pool->total--;
-    } else {
-        pool->idle[pool->nidle++] = ctx;
-    }
-    pthread_cond_signal(&pool->cv);
-    pthread_mutex_unlock(&pool->mu);
-}
-
-/* Closes every idle connection: after one failed, the others (same server,
- * same moment) are most likely dead too. */
-static void drop_idle(struct redis_pool *pool)
-{
-    pthread_mutex_lock(&pool->mu);
-    for (int i = 0; i < pool->nidle; i++) {
-        redisFree(pool->idle[i]);
-        pool->total--;
-    }
-    pool->nidle = 0;
-    pthread_cond_broadcast(&pool->cv);
-    pthread_mutex_unlock(&pool->mu);
+    conn_pool_put(&pool->conns, ctx);
 }
 
 redisReply *redis_pool_command(struct redis_pool *pool, int argc, const char **argv, const size_t *lens,
@@ -321,7 +269,7 @@ redisReply *redis_pool_command(struct redis_pool *pool, int argc, const char **a
             freeReplyObject(r);
             ctx->err = REDIS_ERR_OTHER; /* closed by redis_pool_put */
             redis_pool_put(pool, ctx);
-            drop_idle(pool);
+            conn_pool_drop_idle(&pool->conns);
             continue;
         }
         if (r) {
@@ -332,7 +280,7 @@ redisReply *redis_pool_command(struct redis_pool *pool, int argc, const char **a
         *rc = dlock_seterr(DLOCK_EUNAVAILABLE, "%s: %s failed: %s", pool->server.label, argv[0], ctx->errstr);
         bool timed_out = ctx->err == REDIS_ERR_IO && (saved_errno == EAGAIN || saved_errno == EWOULDBLOCK);
         redis_pool_put(pool, ctx);
-        drop_idle(pool);
+        conn_pool_drop_idle(&pool->conns);
         /* A timeout may mean the command ran: do not send it twice. */
         if (timed_out)
             return NULL;
@@ -364,6 +312,6 @@ int redis_pool_pipeline(struct redis_pool *pool, size_t n, int *argcs, const cha
     }
     redis_pool_put(pool, ctx);
     if (rc != DLOCK_OK)
-        drop_idle(pool);
+        conn_pool_drop_idle(&pool->conns);
     return rc;
 }

@@ -5,13 +5,15 @@
 #ifndef DLOCK_REDIS_CONN_H
 #define DLOCK_REDIS_CONN_H
 
+#include "../common/conn_pool.h"
+
 #include <dlock/provider.h>
 #include <hiredis/hiredis.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdbool.h>
 
-#define REDIS_POOL_MAX 64
+#define REDIS_POOL_MAX CONN_POOL_MAX
 #define REDIS_MAX_SENTINELS 8
 
 struct redis_server {
@@ -41,19 +43,15 @@ int redis_server_from_settings(struct redis_server *srv, const dlock_settings *s
  * detail set (dlock_seterr) and *rc the code. */
 redisContext *redis_connect(const struct redis_server *srv, int *rc);
 
+/* Connections to one server: the shared pool of backends/common (reuse,
+ * a cap, reconnection backoff) over redisContexts opened by redis_connect. */
 struct redis_pool {
     struct redis_server server;
-    int max;                    /* connections at most */
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    redisContext *idle[REDIS_POOL_MAX];
-    int nidle;
-    int total;                  /* idle + in use */
-    int64_t retry_at_ms;        /* no new connection before this (backoff) */
-    int64_t backoff_ms;
-    char last_error[512];
+    struct conn_pool conns;     /* of redisContext *; its connect argument is &server */
 };
 
+/* The pool must stay where it is until destroyed (the pool points at its
+ * server). */
 int redis_pool_init(struct redis_pool *pool, const struct redis_server *srv, int max);
 void redis_pool_destroy(struct redis_pool *pool);
 
