@@ -111,6 +111,38 @@ pid_t fault_run_holder(const struct fault_run *run, int wait_ms)
     return 0;
 }
 
+pid_t fault_run_pause_holder(const struct fault_run *run, int wait_ms)
+{
+    int64_t end = fault_now_us() + (int64_t)wait_ms * 1000;
+    while (fault_now_us() < end) {
+        pid_t pid = fault_run_holder(run, (int)((end - fault_now_us()) / 1000) + 1);
+        if (pid <= 0)
+            return 0;
+        if (kill(pid, SIGSTOP) != 0)
+            continue;
+        /* The workers are our children: WUNTRACED reports the stop itself,
+         * so the holder file read below is what the stopped worker left. */
+        int status;
+        if (waitpid(pid, &status, WUNTRACED) != pid || !WIFSTOPPED(status))
+            return 0;
+        if (fault_run_holder(run, 0) == pid)
+            return pid;
+        kill(pid, SIGCONT);
+    }
+    return 0;
+}
+
+int fault_run_await_grant(const struct fault_run *run, int64_t since_us, int max_ms)
+{
+    int64_t end = fault_now_us() + (int64_t)max_ms * 1000;
+    for (;;) {
+        int n = history_grants_between(run->dir, run->nworkers, since_us, fault_now_us());
+        if (n > 0 || fault_now_us() >= end)
+            return n;
+        fault_sleep_ms(20);
+    }
+}
+
 static void reap(struct fault_run *run)
 {
     /* Every worker ends on its own after its duration plus one acquire

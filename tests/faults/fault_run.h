@@ -39,6 +39,21 @@ void fault_run_start(struct fault_run *run, const char *config_text, int nworker
  * one; 0 if none. */
 pid_t fault_run_holder(const struct fault_run *run, int wait_ms);
 
+/* Stops (SIGSTOP) the worker holding the lock in the middle of its hold,
+ * waiting up to wait_ms for one: it is stopped, then the holder file is
+ * read again, and a worker that had already left its hold when the signal
+ * landed is continued and the next holder tried. Returns the stopped PID
+ * (the caller sends SIGCONT), or 0 if no holder could be caught. Without
+ * this, a short hold often ends between reading the holder file and the
+ * signal, and the pause then tests nothing. */
+pid_t fault_run_pause_holder(const struct fault_run *run, int wait_ms);
+
+/* Grants made since since_us, waiting up to max_ms for the first one; 0 if
+ * none came. A paused holder is resumed only after the next holder's grant
+ * (plus a margin for its read): resumed earlier, its late write could land
+ * before anyone holds a newer token, and be admitted rightly. */
+int fault_run_await_grant(const struct fault_run *run, int64_t since_us, int max_ms);
+
 /* Waits for the workers (a stopped one is continued, one that overruns is
  * killed), runs the checker, prints one line of figures as a cmocka
  * comment, and fails the case on any violation. The report is kept for

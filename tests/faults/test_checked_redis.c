@@ -78,7 +78,7 @@ enum fault_kind { HOLDER_STOPPED, SERVER_STOPPED, NETWORK_DELAY, NETWORK_PARTITI
 static void fault_begin(enum fault_kind kind, pid_t holder)
 {
     switch (kind) {
-    case HOLDER_STOPPED: kill(holder, SIGSTOP); break;
+    case HOLDER_STOPPED: break; /* stopped mid-hold by fault_run_pause_holder */
     case SERVER_STOPPED: kill(server.pid, SIGSTOP); break;
     case NETWORK_DELAY: fault_proxy_set(proxy, FAULT_DELAY, 100); break;
     case NETWORK_PARTITION: fault_proxy_set(proxy, FAULT_BLACKHOLE, 0); break;
@@ -99,10 +99,15 @@ static void run_with_fault(const char *scenario, enum fault_kind kind, int ms, s
 {
     struct fault_run run;
     start(&run, LONG_HOLD_MS);
-    pid_t holder = fault_run_holder(&run, 2000);
+    pid_t holder = kind == HOLDER_STOPPED ? fault_run_pause_holder(&run, 2000) : fault_run_holder(&run, 2000);
     assert_true(holder > 0);
+    int64_t began = fault_now_us();
     fault_begin(kind, holder);
     fault_sleep_ms(ms);
+    if (kind == HOLDER_STOPPED) { /* resumed after the next holder's grant and read */
+        fault_run_await_grant(&run, began, ms);
+        fault_sleep_ms(300);
+    }
     fault_end(kind, holder);
     int64_t healed = fault_now_us();
     fault_sleep_ms(2500);
@@ -118,7 +123,7 @@ static void holder_paused_past_its_lease(void **state)
     struct history_report r;
     int after;
     run_with_fault("redis, holder SIGSTOPped for 1.5 leases", HOLDER_STOPPED, LEASE_MS * 3 / 2, &r, &after);
-    assert_true(r.writes_refused >= 1);
+    assert_true(r.writes_refused + r.reads_refused >= 1); /* its late read or write */
     assert_true(r.lost_notes + r.invalid_checks >= 1);
 }
 
