@@ -18,6 +18,7 @@
 #include "../common/sql_text.h"
 
 #include <dlock/provider.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -67,6 +68,14 @@ int pg_sql_init(struct pg_sql *sql, const char *table)
     q[PG_RENEW] = sql_format("UPDATE \"%s\" SET expires_at = now() + $3::bigint * interval '1 millisecond'\n"
                          "WHERE name = $1 AND owner = $2 AND expires_at >= now()",
                          t);
+    /* Every watchdog hold due together in one statement: the arrays are
+     * zipped by unnest, and the positions of the rows still ours come back
+     * (the others expired or were taken). */
+    q[PG_RENEW_BATCH] = sql_format("UPDATE \"%s\" AS t SET expires_at = now() + u.lease * interval '1 millisecond'\n"
+                               "FROM unnest($1::bytea[], $2::text[], $3::bigint[]) WITH ORDINALITY AS u(name, owner, lease, i)\n"
+                               "WHERE t.name = u.name AND t.owner = u.owner AND t.expires_at >= now()\n"
+                               "RETURNING u.i",
+                               t);
     q[PG_RELEASE] = sql_format("WITH r AS (UPDATE \"%s\" SET owner = NULL, expires_at = now()\n"
                            "  WHERE name = $1 AND owner = $2 AND expires_at >= now() RETURNING 1)\n"
                            "SELECT pg_notify($3, '') FROM r",
@@ -101,4 +110,54 @@ void pg_sql_free(struct pg_sql *sql)
     for (int i = 0; i < PG_STATEMENT_COUNT; i++)
         free(sql->text[i]);
     memset(sql, 0, sizeof *sql);
+}
+
+int pg_sql_renew_batch_arrays(size_t n, const char *const *keys, const size_t *key_lens, const char *const *owners,
+                              const int64_t *leases, char *out[3])
+{
+    static const char hex[] = "0123456789abcdef";
+    /* Sizes first: each key is "\\x<hex>" in quotes ('\\' is how an array
+     * literal spells a backslash, and bytea reads "\x<hex>"), each owner is
+     * quoted, each lease at most 20 digits; plus commas and braces. */
+    size_t klen = 3, olen = 3, llen = 3;
+    for (size_t i = 0; i < n; i++) {
+        klen += 2 * key_lens[i] + 6;
+        olen += strlen(owners[i]) + 3;
+        llen += 22;
+    }
+    out[0] = malloc(klen);
+    out[1] = malloc(olen);
+    out[2] = malloc(llen);
+    if (!out[0] || !out[1] || !out[2]) {
+        for (int j = 0; j < 3; j++) {
+            free(out[j]);
+            out[j] = NULL;
+        }
+        return dlock_seterr(DLOCK_ENOMEM, "postgres: out of memory for a renewal batch of %zu", n);
+    }
+    char *k = out[0], *o = out[1], *l = out[2];
+    *k++ = '{';
+    *o++ = '{';
+    *l++ = '{';
+    for (size_t i = 0; i < n; i++) {
+        if (i > 0) {
+            *k++ = ',';
+            *o++ = ',';
+            *l++ = ',';
+        }
+        memcpy(k, "\"\\\\x", 4);
+        k += 4;
+        for (size_t j = 0; j < key_lens[i]; j++) {
+            unsigned char b = (unsigned char)keys[i][j];
+            *k++ = hex[b >> 4];
+            *k++ = hex[b & 15];
+        }
+        *k++ = '"';
+        o += sprintf(o, "\"%s\"", owners[i]);
+        l += sprintf(l, "%" PRId64, leases[i]);
+    }
+    strcpy(k, "}");
+    strcpy(o, "}");
+    strcpy(l, "}");
+    return DLOCK_OK;
 }

@@ -5,6 +5,8 @@
 #define DLOCK_PG_SQL_H
 
 #include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
 
 #define PG_TABLE_MAX 50
 
@@ -16,6 +18,8 @@ enum pg_statement {
     PG_TAKE,             /* the fast path: -> fence when the existing row was taken, else no row */
     PG_ACQUIRE,          /* -> (fence or NULL when busy, holder's ms left or NULL) */
     PG_RENEW,            /* -> 1 row updated while still ours */
+    PG_RENEW_BATCH,      /* $1 keys (bytea[]), $2 owners (text[]), $3 leases (bigint[]) -> the
+                          * 1-based positions of the holds still ours */
     PG_RELEASE,          /* $3 channel -> one row when released */
     PG_STATUS,           /* $1 key -> owner, fence, ms left, valid */
     /* session mode: $1 advisory key (bigint) */
@@ -39,5 +43,12 @@ bool pg_sql_valid_table(const char *name);
 /* Builds every statement for table. DLOCK_OK or DLOCK_ENOMEM. */
 int pg_sql_init(struct pg_sql *sql, const char *table);
 void pg_sql_free(struct pg_sql *sql);
+
+/* The three array parameters of PG_RENEW_BATCH, as PostgreSQL's text form of
+ * bytea[], text[] and bigint[]: keys[i] (key_lens[i] bytes, any byte),
+ * owners[i] (printable, no quote or backslash) and leases[i]. Stores three
+ * malloc'd strings in out (free them); DLOCK_OK or DLOCK_ENOMEM. */
+int pg_sql_renew_batch_arrays(size_t n, const char *const *keys, const size_t *key_lens, const char *const *owners,
+                              const int64_t *leases, char *out[3]);
 
 #endif

@@ -214,6 +214,49 @@ static int lease_renew(struct pg_instance *inst, struct dlock_provider_lock *lk)
     return rc;
 }
 
+/* Every hold due together in one statement; results[i] as lease_renew. */
+static int lease_renew_batch(struct pg_instance *inst, struct dlock_provider_lock *const *locks, size_t n,
+                             int *results)
+{
+    const char **keys = malloc(n * sizeof *keys), **owners = malloc(n * sizeof *owners);
+    size_t *key_lens = malloc(n * sizeof *key_lens);
+    int64_t *leases = malloc(n * sizeof *leases);
+    char *arrays[3] = { NULL, NULL, NULL };
+    int rc = DLOCK_OK;
+    if (!keys || !owners || !key_lens || !leases)
+        rc = dlock_seterr(DLOCK_ENOMEM, "postgres: out of memory for a renewal batch of %zu", n);
+    for (size_t i = 0; rc == DLOCK_OK && i < n; i++) {
+        const struct pg_lock *pl = locks[i]->priv;
+        keys[i] = pl->k.key;
+        key_lens[i] = pl->k.key_len;
+        owners[i] = locks[i]->owner;
+        leases[i] = locks[i]->lease_ms;
+    }
+    if (rc == DLOCK_OK)
+        rc = pg_sql_renew_batch_arrays(n, keys, key_lens, owners, leases, arrays);
+    PGresult *res = NULL;
+    if (rc == DLOCK_OK)
+        res = pg_pool_exec(&inst->pool, PG_RENEW_BATCH, 3, (const char *const *)arrays, NULL, NULL, &rc);
+    if (res) {
+        rc = pg_result_check(&inst->server, res, "renew");
+        for (size_t i = 0; rc == DLOCK_OK && i < n; i++)
+            results[i] = DLOCK_ELOST;
+        for (int r = 0; rc == DLOCK_OK && r < PQntuples(res); r++) {
+            long long at = strtoll(PQgetvalue(res, r, 0), NULL, 10);
+            if (at >= 1 && (size_t)at <= n)
+                results[at - 1] = DLOCK_OK;
+        }
+        PQclear(res);
+    }
+    for (int j = 0; j < 3; j++)
+        free(arrays[j]);
+    free(keys);
+    free(owners);
+    free(key_lens);
+    free(leases);
+    return rc;
+}
+
 static int lease_release(struct pg_instance *inst, struct dlock_provider_lock *lk)
 {
     struct pg_lock *pl = lk->priv;
@@ -315,23 +358,38 @@ static bool session_still_ours(struct pg_instance *inst, const struct pg_lock *p
     return ours;
 }
 
-static int session_renew(struct pg_instance *inst, struct dlock_provider_lock *lk)
+/* One round trip proves the session alive for every hold taken on it. */
+static int session_renew_batch(struct pg_instance *inst, struct dlock_provider_lock *const *locks, size_t n,
+                               int *results)
 {
-    struct pg_lock *pl = lk->priv;
-    if (!session_still_ours(inst, pl))
-        return dlock_seterr(DLOCK_ELOST, "%s: the session that held lock '%s' ended", inst->server.label, lk->name);
+    bool any_ours = false;
+    for (size_t i = 0; i < n && !any_ours; i++)
+        any_ours = session_still_ours(inst, locks[i]->priv);
     /* A round trip proves the session alive; an advisory lock cannot be
      * taken from a live session by anyone else. */
-    uint64_t generation;
-    int rc;
-    PGresult *res = holder_exec(inst, PG_SESSION_CHECK, 0, NULL, &generation, &rc);
+    uint64_t generation = 0;
+    int rc = DLOCK_ELOST;
+    PGresult *res = any_ours ? holder_exec(inst, PG_SESSION_CHECK, 0, NULL, &generation, &rc) : NULL;
     if (res) {
         rc = pg_result_check(&inst->server, res, "session check");
         PQclear(res);
     }
-    if (!session_still_ours(inst, pl) || generation != pl->generation)
+    /* A hold on an earlier session is lost whatever the check said; on the
+     * current one it shares the check's fate. */
+    for (size_t i = 0; i < n; i++) {
+        const struct pg_lock *pl = locks[i]->priv;
+        results[i] = !session_still_ours(inst, pl) || (res && generation != pl->generation) ? DLOCK_ELOST : rc;
+    }
+    return DLOCK_OK;
+}
+
+static int session_renew(struct pg_instance *inst, struct dlock_provider_lock *lk)
+{
+    int result;
+    session_renew_batch(inst, &lk, 1, &result);
+    if (result == DLOCK_ELOST)
         return dlock_seterr(DLOCK_ELOST, "%s: the session that held lock '%s' ended", inst->server.label, lk->name);
-    return rc;
+    return result;
 }
 
 static int session_release(struct pg_instance *inst, struct dlock_provider_lock *lk)
@@ -387,6 +445,18 @@ static int pg_release(void *instance, struct dlock_provider_lock *lk)
     if (rc != DLOCK_OK)
         return rc;
     return inst->session_mode ? session_release(inst, lk) : lease_release(inst, lk);
+}
+
+static int pg_renew_batch(void *instance, struct dlock_provider_lock *const *locks, size_t n, int *results)
+{
+    struct pg_instance *inst = instance;
+    for (size_t i = 0; i < n; i++) {
+        int rc = ensure_key(inst, locks[i]);
+        if (rc != DLOCK_OK)
+            return rc;
+    }
+    return inst->session_mode ? session_renew_batch(inst, locks, n, results)
+                              : lease_renew_batch(inst, locks, n, results);
 }
 
 static int pg_renew(void *instance, struct dlock_provider_lock *lk)
@@ -610,6 +680,7 @@ static const struct dlock_provider pg_provider = {
     .release = pg_release,
     .renew = pg_renew,
     .fence = pg_fence,
+    .renew_batch = pg_renew_batch,
     .wait = pg_wait,
     .lock_fini = pg_lock_fini,
     .ctl = pg_ctl,

@@ -8,6 +8,7 @@
 
 #include "../conformance/conformance.h"
 #include "../support/redis_server.h"
+#include "../support/test_client.h"
 #include "../support/test_time.h"
 
 #include <dlock.h>
@@ -232,18 +233,6 @@ static void *wait_forever(void *arg)
     return NULL;
 }
 
-static long long metric(dlock_client *c, const char *name)
-{
-    char *text;
-    assert_int_equal(dlock_client_metrics(c, &text), DLOCK_OK);
-    char needle[128];
-    snprintf(needle, sizeof needle, "%s{backend=\"redis\"} ", name);
-    const char *at = strstr(text, needle);
-    long long v = at ? atoll(at + strlen(needle)) : -1;
-    free(text);
-    return v;
-}
-
 static void release_wakes_the_waiter_at_once(void **state)
 {
     (void)state;
@@ -262,7 +251,7 @@ static void release_wakes_the_waiter_at_once(void **state)
     assert_int_equal(w.rc, DLOCK_OK);
     assert_true(w.granted_at - released_at < 50);
     /* busy, busy again after subscribing, granted after the message */
-    assert_true(metric(b, "dlock_acquire_attempts_total") <= 3);
+    assert_true(test_client_metric(b, "dlock_acquire_attempts_total") <= 3);
     dlock_lock_free(la);
     dlock_lock_free(lb);
     dlock_client_close(a);

@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static struct test_service server = { .script = "postgres" };
 
@@ -165,6 +166,128 @@ static void session_hold_is_lost_with_its_session(void **state)
     dlock_client_close(b);
 }
 
+/* ---- batched renewals ------------------------------------------------------------------ */
+
+enum { BATCH_HOLDS = 100, BATCH_LEASE_MS = 900 };
+
+static void count_loss(dlock_lock *l, void *arg)
+{
+    (void)l;
+    __atomic_add_fetch((int *)arg, 1, __ATOMIC_SEQ_CST);
+}
+
+/* BATCH_HOLDS watchdog holds "batch-<i>" on one client of the given mode;
+ * lost[i] counts the on_lost calls of hold i. */
+static dlock_client *hold_many(const char *extra, dlock_lock **locks, int *lost)
+{
+    char text[2048];
+    write_config(text, sizeof text, BATCH_LEASE_MS, 100, extra);
+    dlock_client *c = test_client_open(text);
+    for (int i = 0; i < BATCH_HOLDS; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "batch-%d", i);
+        dlock_lock_options o = DLOCK_LOCK_OPTIONS_INIT;
+        o.on_lost = count_loss;
+        o.on_lost_arg = &lost[i];
+        assert_int_equal(dlock_lock_new(c, name, strlen(name), &o, &locks[i]), DLOCK_OK);
+        assert_int_equal(dlock_acquire(locks[i], 0), DLOCK_OK);
+    }
+    return c;
+}
+
+/* Through 3 leases every hold stays valid and is renewed about 9 times
+ * (lease/3); returns how many renewals the client made. */
+static long long all_renewed(dlock_client *c, dlock_lock **locks, const int *lost)
+{
+    usleep(3 * BATCH_LEASE_MS * 1000);
+    for (int i = 0; i < BATCH_HOLDS; i++) {
+        assert_true(dlock_validity_ms(locks[i]) > 0);
+        assert_int_equal(__atomic_load_n(&lost[i], __ATOMIC_SEQ_CST), 0);
+    }
+    long long renewals = test_client_metric(c, "dlock_renewals_total");
+    assert_true(renewals >= BATCH_HOLDS * 6);
+    return renewals;
+}
+
+/* A statement-level trigger counts the UPDATE statements on the lock table
+ * from now on: the server's own count of round trips that renew. */
+static void count_update_statements(void)
+{
+    admin("CREATE TABLE IF NOT EXISTS update_statements (n bigint NOT NULL);"
+          "TRUNCATE update_statements; INSERT INTO update_statements VALUES (0);"
+          "CREATE OR REPLACE FUNCTION count_update_statement() RETURNS trigger LANGUAGE plpgsql AS"
+          "  $$BEGIN UPDATE update_statements SET n = n + 1; RETURN NULL; END$$;"
+          "CREATE OR REPLACE TRIGGER count_updates AFTER UPDATE ON dlock_locks"
+          "  FOR EACH STATEMENT EXECUTE FUNCTION count_update_statement()");
+}
+
+static long long update_statements_counted(void)
+{
+    long long n = atoll(admin("SELECT n FROM update_statements"));
+    admin("DROP TRIGGER count_updates ON dlock_locks; DROP TABLE update_statements;"
+          "DROP FUNCTION count_update_statement()");
+    return n;
+}
+
+static void release_all(dlock_client *c, dlock_lock **locks)
+{
+    for (int i = 0; i < BATCH_HOLDS; i++)
+        dlock_lock_free(locks[i]);
+    dlock_client_close(c);
+}
+
+/* Lease mode: the holds due together are renewed by one statement; a row
+ * taken over is reported lost for that hold alone, and the batch goes on
+ * renewing the others. */
+static void lease_holds_renew_in_batches(void **state)
+{
+    (void)state;
+    dlock_lock *locks[BATCH_HOLDS];
+    int lost[BATCH_HOLDS] = { 0 };
+    dlock_client *c = hold_many("", locks, lost);
+    count_update_statements();
+    long long renewals = all_renewed(c, locks, lost);
+    long long statements = update_statements_counted();
+    print_message("# %lld renewals in %lld UPDATE statements\n", renewals, statements);
+    /* One statement per hold would be 1:1. Holds fall due in 20 ms windows,
+     * so even acquires spread over the whole 300 ms tick (a slow sanitizer
+     * build) make at most 15 statements a tick: >= 6 renewals each. */
+    assert_true(statements >= 1 && renewals >= 3 * statements);
+    steal_row("batch-7");
+    usleep(BATCH_LEASE_MS * 1000);
+    for (int i = 0; i < BATCH_HOLDS; i++) {
+        assert_int_equal(__atomic_load_n(&lost[i], __ATOMIC_SEQ_CST), i == 7);
+        if (i == 7)
+            assert_int_equal(dlock_validity_ms(locks[i]), DLOCK_ELOST);
+        else
+            assert_true(dlock_validity_ms(locks[i]) > 0);
+    }
+    for (int i = 0; i < BATCH_HOLDS; i++)
+        assert_int_equal(dlock_release(locks[i]), i == 7 ? DLOCK_ELOST : DLOCK_OK);
+    assert_string_equal(admin("SELECT count(*) FROM dlock_locks WHERE name::text LIKE '%batch%'"
+                              " AND owner IS NOT NULL AND owner <> 'someone-else:1'"),
+                        "0");
+    release_all(c, locks);
+}
+
+/* Session mode: one check per round proves the session for every hold;
+ * when the session is terminated, every hold is lost, each reported once. */
+static void session_holds_renew_in_batches(void **state)
+{
+    (void)state;
+    dlock_lock *locks[BATCH_HOLDS];
+    int lost[BATCH_HOLDS] = { 0 };
+    dlock_client *c = hold_many("mode = \"session\";", locks, lost);
+    all_renewed(c, locks, lost);
+    terminate_holder_sessions(NULL);
+    usleep(BATCH_LEASE_MS * 1000);
+    for (int i = 0; i < BATCH_HOLDS; i++) {
+        assert_int_equal(__atomic_load_n(&lost[i], __ATOMIC_SEQ_CST), 1);
+        assert_int_equal(dlock_release(locks[i]), DLOCK_ELOST);
+    }
+    release_all(c, locks);
+}
+
 static void missing_table_without_create_is_a_config_error(void **state)
 {
     (void)state;
@@ -295,6 +418,8 @@ int main(void)
         cmocka_unit_test(the_row_holds_owner_fence_and_server_expiry),
         cmocka_unit_test(lease_hold_survives_a_terminated_connection),
         cmocka_unit_test(session_hold_is_lost_with_its_session),
+        cmocka_unit_test(lease_holds_renew_in_batches),
+        cmocka_unit_test(session_holds_renew_in_batches),
         cmocka_unit_test(missing_table_without_create_is_a_config_error),
         cmocka_unit_test(a_least_privilege_role_is_enough),
         cmocka_unit_test(bad_settings_are_config_errors),
