@@ -72,7 +72,8 @@ int pg_sql_init(struct pg_sql *sql, const char *table)
      * zipped by unnest, and the positions of the rows still ours come back
      * (the others expired or were taken). */
     q[PG_RENEW_BATCH] = sql_format("UPDATE \"%s\" AS t SET expires_at = now() + u.lease * interval '1 millisecond'\n"
-                               "FROM unnest($1::bytea[], $2::text[], $3::bigint[]) WITH ORDINALITY AS u(name, owner, lease, i)\n"
+                               "FROM unnest($1::bytea[], $2::text[], $3::bigint[])\n"
+                               "  WITH ORDINALITY AS u(name, owner, lease, i)\n"
                                "WHERE t.name = u.name AND t.owner = u.owner AND t.expires_at >= now()\n"
                                "RETURNING u.i",
                                t);

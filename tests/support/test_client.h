@@ -27,6 +27,51 @@ static inline dlock_lock *test_lock_named(dlock_client *c, const char *name)
     return l;
 }
 
+/* on_lost that counts its calls in the int at arg (atomically). */
+static inline void test_count_loss(dlock_lock *l, void *arg)
+{
+    (void)l;
+    __atomic_add_fetch((int *)arg, 1, __ATOMIC_SEQ_CST);
+}
+
+/* Takes n locks "<stem>-<i>" on c (one try each; a refusal fails the case),
+ * each with an on_lost that counts into lost[i]. */
+static inline void test_hold_many(dlock_client *c, const char *stem, int n, dlock_lock **locks, int *lost)
+{
+    for (int i = 0; i < n; i++) {
+        char name[64];
+        snprintf(name, sizeof name, "%s-%d", stem, i);
+        dlock_lock_options o = DLOCK_LOCK_OPTIONS_INIT;
+        o.on_lost = test_count_loss;
+        o.on_lost_arg = &lost[i];
+        assert_int_equal(dlock_lock_new(c, name, strlen(name), &o, &locks[i]), DLOCK_OK);
+        assert_int_equal(dlock_acquire(locks[i], 0), DLOCK_OK);
+    }
+}
+
+/* Checks that of the n holds only hold `gone` (-1: none) is lost, reported
+ * once, and every other one is still valid and never reported lost. */
+static inline void test_only_this_hold_lost(dlock_lock **locks, const int *lost, int n, int gone)
+{
+    for (int i = 0; i < n; i++) {
+        assert_int_equal(__atomic_load_n(&lost[i], __ATOMIC_SEQ_CST), i == gone);
+        if (i == gone)
+            assert_int_equal(dlock_validity_ms(locks[i]), DLOCK_ELOST);
+        else
+            assert_true(dlock_validity_ms(locks[i]) > 0);
+    }
+}
+
+/* Releases and frees the n holds: DLOCK_ELOST expected for hold `gone`
+ * (-1: none), DLOCK_OK for the others. */
+static inline void test_release_many(dlock_lock **locks, int n, int gone)
+{
+    for (int i = 0; i < n; i++) {
+        assert_int_equal(dlock_release(locks[i]), i == gone ? DLOCK_ELOST : DLOCK_OK);
+        dlock_lock_free(locks[i]);
+    }
+}
+
 /* The value of the client's metric NAME (e.g. "dlock_renewals_total") from
  * dlock_client_metrics(), -1 if it is not there. */
 static inline long long test_client_metric(dlock_client *c, const char *name)

@@ -422,6 +422,28 @@ static void holds_survive_the_leader_being_killed(void **state)
     dlock_client_close(b);
 }
 
+enum { BATCH_HOLDS = 100, BATCH_LEASE_MS = 1200 };
+
+/* 100 holds on one session are renewed together (pipelined checks of
+ * their nodes) through 3 leases; a node deleted by an operator loses that
+ * hold alone, reported once. */
+static void many_holds_renew_together(void **state)
+{
+    (void)state;
+    dlock_client *c = open_ok("", BATCH_LEASE_MS);
+    dlock_lock *locks[BATCH_HOLDS];
+    int lost[BATCH_HOLDS] = { 0 };
+    test_hold_many(c, "zbatch", BATCH_HOLDS, locks, lost);
+    sleep_ms(3 * BATCH_LEASE_MS);
+    test_only_this_hold_lost(locks, lost, BATCH_HOLDS, -1);
+    assert_true(test_client_metric(c, "dlock_renewals_total") >= BATCH_HOLDS * 6);
+    delete_holder_node("zbatch-7");
+    sleep_ms(BATCH_LEASE_MS);
+    test_only_this_hold_lost(locks, lost, BATCH_HOLDS, 7);
+    test_release_many(locks, BATCH_HOLDS, 7);
+    dlock_client_close(c);
+}
+
 int main(void)
 {
     if (test_service_start(&server) != 0) {
@@ -435,6 +457,7 @@ int main(void)
         cmocka_unit_test(the_fence_is_the_nodes_czxid),
         cmocka_unit_test(names_never_leave_their_parent),
         cmocka_unit_test(expired_session_fires_on_lost_and_frees_the_lock),
+        cmocka_unit_test(many_holds_renew_together),
         cmocka_unit_test(digest_auth_guards_the_nodes),
         cmocka_unit_test(bad_settings_are_config_errors),
         cmocka_unit_test(unreachable_ensemble_is_a_clear_error),
