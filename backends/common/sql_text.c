@@ -82,3 +82,42 @@ void sql_lock_key_free(struct sql_lock_key *k)
     free(k->key);
     memset(k, 0, sizeof *k);
 }
+
+int sql_renew_batch_init(struct sql_renew_batch *b, struct dlock_provider_lock *const *locks, size_t n)
+{
+    b->n = n;
+    b->keys = malloc(n * sizeof *b->keys);
+    b->owners = malloc(n * sizeof *b->owners);
+    b->leases = malloc(n * sizeof *b->leases);
+    if (!b->keys || !b->owners || !b->leases) {
+        sql_renew_batch_free(b);
+        return dlock_seterr(DLOCK_ENOMEM, "out of memory for a renewal batch of %zu", n);
+    }
+    for (size_t i = 0; i < n; i++) {
+        b->keys[i] = locks[i]->priv;
+        b->owners[i] = locks[i]->owner;
+        b->leases[i] = locks[i]->lease_ms;
+    }
+    return DLOCK_OK;
+}
+
+void sql_renew_batch_free(struct sql_renew_batch *b)
+{
+    free(b->keys);
+    free(b->owners);
+    free(b->leases);
+    b->keys = NULL;
+    b->owners = NULL;
+    b->leases = NULL;
+}
+
+char *sql_hex(char *out, const char *p, size_t len)
+{
+    static const char digits[] = "0123456789abcdef";
+    for (size_t i = 0; i < len; i++) {
+        unsigned char b = (unsigned char)p[i];
+        *out++ = digits[b >> 4];
+        *out++ = digits[b & 15];
+    }
+    return out;
+}

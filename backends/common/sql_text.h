@@ -43,4 +43,21 @@ struct sql_lock_key {
 int sql_lock_key_init(struct sql_lock_key *k, const char *prefix, const char *name, size_t len);
 void sql_lock_key_free(struct sql_lock_key *k);
 
+/* The holds of one renewal batch as parallel arrays, for a statement that
+ * renews them all at once. Every lock's priv must begin with its
+ * initialised struct sql_lock_key (the backends' per-lock state does). */
+struct sql_renew_batch {
+    size_t n;
+    const struct sql_lock_key **keys;
+    const char **owners;
+    int64_t *leases;
+};
+/* DLOCK_OK, or DLOCK_ENOMEM with the detail set (nothing to free). */
+int sql_renew_batch_init(struct sql_renew_batch *b, struct dlock_provider_lock *const *locks, size_t n);
+void sql_renew_batch_free(struct sql_renew_batch *b);
+
+/* Writes the len bytes at p as 2 * len lowercase hex digits at out (no
+ * NUL); returns the end. */
+char *sql_hex(char *out, const char *p, size_t len);
+
 #endif

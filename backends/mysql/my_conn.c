@@ -302,6 +302,8 @@ int my_pool_run(struct my_pool *pool, int which, const struct my_param *params, 
             return rc;
         int64_t t0 = my_now_ms();
         rc = my_run(pool->server, c, which, params, n, text_column, out);
+        if (rc != DLOCK_OK)
+            out->server_errno = ((struct my_conn *)c)->last_errno;
         bool broken = my_conn_broken(c);
         conn_pool_put(&pool->pool, c);
         /* Only an idle connection that died at once (the server restarted

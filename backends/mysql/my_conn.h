@@ -57,6 +57,7 @@ struct my_outcome {
     long long ints[4];          /* integer columns of the first row */
     bool nulls[4];
     char text[128];             /* the first row's string column, if asked */
+    unsigned server_errno;      /* on failure: the server's (or client's) error number, else 0 */
 };
 
 /* Runs statement `which` with params on c. For a query, the first row's

@@ -20,6 +20,7 @@
 #include "../common/sql_text.h"
 
 #include <dlock/provider.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,6 +59,16 @@ int my_sql_init(struct my_sql *sql, const char *table)
     sql->text[MY_RENEW] = sql_format("UPDATE `%s` SET expires_at = " NOW_MS " + ?\n"
                                  "WHERE name = ? AND owner = ? AND expires_at >= " NOW_MS,
                                  t);
+    /* Every watchdog hold due together in one statement, the holds given as
+     * a JSON array joined through JSON_TABLE; the rows found are the holds
+     * still ours (the client counts found rows, not changed ones). */
+    sql->text[MY_RENEW_BATCH] = sql_format(
+        "UPDATE `%s` AS t JOIN JSON_TABLE(?, '$[*]' COLUMNS (\n"
+        "    k VARCHAR(1200) PATH '$[0]', o VARCHAR(100) PATH '$[1]', ms BIGINT PATH '$[2]')) AS u\n"
+        "  ON t.name = UNHEX(u.k) AND t.owner = u.o\n"
+        "SET t.expires_at = " NOW_MS " + u.ms\n"
+        "WHERE t.expires_at >= " NOW_MS,
+        t);
     sql->text[MY_RELEASE] = sql_format("UPDATE `%s` SET owner = NULL, expires_at = " NOW_MS "\n"
                                    "WHERE name = ? AND owner = ? AND expires_at >= " NOW_MS,
                                    t);
@@ -94,4 +105,24 @@ void my_sql_free(struct my_sql *sql)
     for (int i = 0; i < MY_STATEMENT_COUNT; i++)
         free(sql->text[i]);
     memset(sql, 0, sizeof *sql);
+}
+
+char *my_sql_renew_batch_json(const struct sql_renew_batch *b)
+{
+    size_t size = 3;
+    for (size_t i = 0; i < b->n; i++) /* ,["<hex>","<owner>",<20 digits>] */
+        size += 2 * b->keys[i]->key_len + strlen(b->owners[i]) + 32;
+    char *json = malloc(size), *p = json;
+    if (!json) {
+        dlock_seterr(DLOCK_ENOMEM, "mysql: out of memory for a renewal batch of %zu", b->n);
+        return NULL;
+    }
+    *p++ = '[';
+    for (size_t i = 0; i < b->n; i++) {
+        p += sprintf(p, "%s[\"", i > 0 ? "," : "");
+        p = sql_hex(p, b->keys[i]->key, b->keys[i]->key_len);
+        p += sprintf(p, "\",\"%s\",%" PRId64 "]", b->owners[i], b->leases[i]);
+    }
+    strcpy(p, "]");
+    return json;
 }

@@ -4,6 +4,8 @@
 #ifndef DLOCK_MY_SQL_H
 #define DLOCK_MY_SQL_H
 
+#include "../common/sql_text.h"
+
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -16,6 +18,8 @@
 enum my_statement {
     MY_ACQUIRE,          /* key, owner, lease ms -> insert id: fence, or MY_BUSY_MARK + ms */
     MY_RENEW,            /* lease ms, key, owner -> 1 row found when still ours */
+    MY_RENEW_BATCH,      /* JSON [[hex key, owner, lease ms], ...] -> rows found still ours
+                          * (needs JSON_TABLE: MariaDB >= 10.6, MySQL >= 8.0.4) */
     MY_RELEASE,          /* key, owner -> 1 row found when released */
     MY_STATUS,           /* key -> owner, fence, ms left, valid */
     MY_SESSION_ACQUIRE,  /* lock name -> 1 granted, 0 busy */
@@ -37,5 +41,10 @@ bool my_sql_valid_table(const char *name);
 
 int my_sql_init(struct my_sql *sql, const char *table);
 void my_sql_free(struct my_sql *sql);
+
+/* The JSON parameter of MY_RENEW_BATCH for the holds of b: keys in hex,
+ * owners (printable, no quote or backslash), leases. malloc'd (free it),
+ * or NULL with DLOCK_ENOMEM set. */
+char *my_sql_renew_batch_json(const struct sql_renew_batch *b);
 
 #endif

@@ -24,6 +24,8 @@
 #include "my_sql.h"
 
 #include <dlock/provider.h>
+#include <mysqld_error.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,12 +42,16 @@ struct my_instance {
     uint64_t holder_generation;  /* bumped at each new holder connection */
     char prefix[65];
     void *log_handle;
+    bool no_batch;               /* the server cannot run MY_RENEW_BATCH (no JSON_TABLE) */
 };
 
 struct my_lock {
     struct sql_lock_key k;       /* the row's name; k.tag the session-mode GET_LOCK name */
     uint64_t generation;         /* session mode: holder connection of the hold */
 };
+/* sql_renew_batch_init reads the key at the start of each lock's state. */
+_Static_assert(offsetof(struct my_lock, k) == 0, "the sql_lock_key comes first");
+
 
 static const struct dlock_setting_spec my_settings[] = {
     { "host", DLOCK_SETTING_STRING, 0, 0 },
@@ -113,6 +119,49 @@ static int lease_renew(struct my_instance *inst, struct dlock_provider_lock *lk)
     if (rc == DLOCK_OK && o.affected != 1)
         rc = dlock_seterr(DLOCK_ELOST, "%s: the row of lock '%s' is no longer ours (expired or taken)",
                           inst->server.label, lk->name);
+    return rc;
+}
+
+/* Every hold due together in one statement. The statement counts the
+ * rows still ours; when that is all of them (the usual case) every hold is
+ * renewed, otherwise each is renewed on its own to learn which were lost
+ * (renewing a hold twice is harmless). */
+static int lease_renew_batch(struct my_instance *inst, struct dlock_provider_lock *const *locks, size_t n,
+                             int *results)
+{
+    struct sql_renew_batch b;
+    char *json = NULL;
+    int rc = sql_renew_batch_init(&b, locks, n);
+    if (rc != DLOCK_OK)
+        return rc;
+    if (!(json = my_sql_renew_batch_json(&b)))
+        rc = DLOCK_ENOMEM;
+    sql_renew_batch_free(&b);
+    bool one_by_one = true;
+    if (rc == DLOCK_OK) {
+        struct my_param p[1] = { bytes(json, strlen(json)) };
+        struct my_outcome o;
+        rc = my_pool_run(&inst->pool, MY_RENEW_BATCH, p, 1, -1, &o);
+        if (rc == DLOCK_OK && o.affected == n) {
+            for (size_t i = 0; i < n; i++)
+                results[i] = DLOCK_OK;
+            one_by_one = false;
+        } else if (rc != DLOCK_OK && (o.server_errno == ER_PARSE_ERROR || o.server_errno == ER_NOT_SUPPORTED_YET)) {
+            /* A server without JSON_TABLE: renew one by one from now on. */
+            __atomic_store_n(&inst->no_batch, true, __ATOMIC_RELAXED);
+            dlock_provider_log(inst->log_handle, DLOCK_LOG_INFO,
+                               "%s: the server cannot batch renewals (%s); renewing one lock per statement",
+                               inst->server.label, dlock_errmsg());
+        } else if (rc != DLOCK_OK) {
+            one_by_one = false; /* the server is not answering: that goes for all */
+        }
+    }
+    if (rc != DLOCK_ENOMEM && one_by_one) {
+        rc = DLOCK_OK;
+        for (size_t i = 0; i < n; i++)
+            results[i] = lease_renew(inst, locks[i]);
+    }
+    free(json);
     return rc;
 }
 
@@ -262,6 +311,22 @@ static int my_renew(void *instance, struct dlock_provider_lock *lk)
     return inst->session_mode ? session_renew(inst, lk) : lease_renew(inst, lk);
 }
 
+static int my_renew_batch(void *instance, struct dlock_provider_lock *const *locks, size_t n, int *results)
+{
+    struct my_instance *inst = instance;
+    for (size_t i = 0; i < n; i++) {
+        int rc = ensure_key(inst, locks[i]);
+        if (rc != DLOCK_OK)
+            return rc;
+    }
+    if (!inst->session_mode && !__atomic_load_n(&inst->no_batch, __ATOMIC_RELAXED))
+        return lease_renew_batch(inst, locks, n, results);
+    /* Session mode checks each named lock on the holder connection. */
+    for (size_t i = 0; i < n; i++)
+        results[i] = inst->session_mode ? session_renew(inst, locks[i]) : lease_renew(inst, locks[i]);
+    return DLOCK_OK;
+}
+
 static int my_fence(void *instance, struct dlock_provider_lock *lk, uint64_t *out)
 {
     struct my_instance *inst = instance;
@@ -408,6 +473,7 @@ static const struct dlock_provider my_provider = {
     .acquire = my_acquire,
     .release = my_release,
     .renew = my_renew,
+    .renew_batch = my_renew_batch,
     .fence = my_fence,
     .lock_fini = my_lock_fini,
     .ctl = my_ctl,

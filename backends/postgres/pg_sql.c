@@ -113,17 +113,15 @@ void pg_sql_free(struct pg_sql *sql)
     memset(sql, 0, sizeof *sql);
 }
 
-int pg_sql_renew_batch_arrays(size_t n, const char *const *keys, const size_t *key_lens, const char *const *owners,
-                              const int64_t *leases, char *out[3])
+int pg_sql_renew_batch_arrays(const struct sql_renew_batch *b, char *out[3])
 {
-    static const char hex[] = "0123456789abcdef";
     /* Sizes first: each key is "\\x<hex>" in quotes ('\\' is how an array
      * literal spells a backslash, and bytea reads "\x<hex>"), each owner is
      * quoted, each lease at most 20 digits; plus commas and braces. */
     size_t klen = 3, olen = 3, llen = 3;
-    for (size_t i = 0; i < n; i++) {
-        klen += 2 * key_lens[i] + 6;
-        olen += strlen(owners[i]) + 3;
+    for (size_t i = 0; i < b->n; i++) {
+        klen += 2 * b->keys[i]->key_len + 6;
+        olen += strlen(b->owners[i]) + 3;
         llen += 22;
     }
     out[0] = malloc(klen);
@@ -134,28 +132,23 @@ int pg_sql_renew_batch_arrays(size_t n, const char *const *keys, const size_t *k
             free(out[j]);
             out[j] = NULL;
         }
-        return dlock_seterr(DLOCK_ENOMEM, "postgres: out of memory for a renewal batch of %zu", n);
+        return dlock_seterr(DLOCK_ENOMEM, "postgres: out of memory for a renewal batch of %zu", b->n);
     }
     char *k = out[0], *o = out[1], *l = out[2];
     *k++ = '{';
     *o++ = '{';
     *l++ = '{';
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; i < b->n; i++) {
         if (i > 0) {
             *k++ = ',';
             *o++ = ',';
             *l++ = ',';
         }
         memcpy(k, "\"\\\\x", 4);
-        k += 4;
-        for (size_t j = 0; j < key_lens[i]; j++) {
-            unsigned char b = (unsigned char)keys[i][j];
-            *k++ = hex[b >> 4];
-            *k++ = hex[b & 15];
-        }
+        k = sql_hex(k + 4, b->keys[i]->key, b->keys[i]->key_len);
         *k++ = '"';
-        o += sprintf(o, "\"%s\"", owners[i]);
-        l += sprintf(l, "%" PRId64, leases[i]);
+        o += sprintf(o, "\"%s\"", b->owners[i]);
+        l += sprintf(l, "%" PRId64, b->leases[i]);
     }
     strcpy(k, "}");
     strcpy(o, "}");

@@ -4,9 +4,9 @@
 #ifndef DLOCK_PG_SQL_H
 #define DLOCK_PG_SQL_H
 
+#include "../common/sql_text.h"
+
 #include <stdbool.h>
-#include <stddef.h>
-#include <stdint.h>
 
 #define PG_TABLE_MAX 50
 
@@ -44,11 +44,10 @@ bool pg_sql_valid_table(const char *name);
 int pg_sql_init(struct pg_sql *sql, const char *table);
 void pg_sql_free(struct pg_sql *sql);
 
-/* The three array parameters of PG_RENEW_BATCH, as PostgreSQL's text form of
- * bytea[], text[] and bigint[]: keys[i] (key_lens[i] bytes, any byte),
- * owners[i] (printable, no quote or backslash) and leases[i]. Stores three
+/* The three array parameters of PG_RENEW_BATCH for the holds of b, as
+ * PostgreSQL's text form of bytea[] (keys in hex), text[] (owners:
+ * printable, no quote or backslash) and bigint[] (leases). Stores three
  * malloc'd strings in out (free them); DLOCK_OK or DLOCK_ENOMEM. */
-int pg_sql_renew_batch_arrays(size_t n, const char *const *keys, const size_t *key_lens, const char *const *owners,
-                              const int64_t *leases, char *out[3]);
+int pg_sql_renew_batch_arrays(const struct sql_renew_batch *b, char *out[3]);
 
 #endif

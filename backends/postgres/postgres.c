@@ -36,6 +36,7 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <poll.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,6 +63,9 @@ struct pg_lock {
     bool last_busy;              /* the last attempt found the lock held */
     uint64_t generation;         /* session mode: holder connection the hold was taken on */
 };
+/* sql_renew_batch_init reads the key at the start of each lock's state. */
+_Static_assert(offsetof(struct pg_lock, k) == 0, "the sql_lock_key comes first");
+
 
 static const struct dlock_setting_spec pg_settings[] = {
     { "conninfo", DLOCK_SETTING_STRING, 0, 0 },
@@ -218,22 +222,13 @@ static int lease_renew(struct pg_instance *inst, struct dlock_provider_lock *lk)
 static int lease_renew_batch(struct pg_instance *inst, struct dlock_provider_lock *const *locks, size_t n,
                              int *results)
 {
-    const char **keys = malloc(n * sizeof *keys), **owners = malloc(n * sizeof *owners);
-    size_t *key_lens = malloc(n * sizeof *key_lens);
-    int64_t *leases = malloc(n * sizeof *leases);
+    struct sql_renew_batch b;
     char *arrays[3] = { NULL, NULL, NULL };
-    int rc = DLOCK_OK;
-    if (!keys || !owners || !key_lens || !leases)
-        rc = dlock_seterr(DLOCK_ENOMEM, "postgres: out of memory for a renewal batch of %zu", n);
-    for (size_t i = 0; rc == DLOCK_OK && i < n; i++) {
-        const struct pg_lock *pl = locks[i]->priv;
-        keys[i] = pl->k.key;
-        key_lens[i] = pl->k.key_len;
-        owners[i] = locks[i]->owner;
-        leases[i] = locks[i]->lease_ms;
-    }
-    if (rc == DLOCK_OK)
-        rc = pg_sql_renew_batch_arrays(n, keys, key_lens, owners, leases, arrays);
+    int rc = sql_renew_batch_init(&b, locks, n);
+    if (rc != DLOCK_OK)
+        return rc;
+    rc = pg_sql_renew_batch_arrays(&b, arrays);
+    sql_renew_batch_free(&b);
     PGresult *res = NULL;
     if (rc == DLOCK_OK)
         res = pg_pool_exec(&inst->pool, PG_RENEW_BATCH, 3, (const char *const *)arrays, NULL, NULL, &rc);
@@ -250,10 +245,6 @@ static int lease_renew_batch(struct pg_instance *inst, struct dlock_provider_loc
     }
     for (int j = 0; j < 3; j++)
         free(arrays[j]);
-    free(keys);
-    free(owners);
-    free(key_lens);
-    free(leases);
     return rc;
 }
 

@@ -169,6 +169,7 @@ static void session_hold_is_lost_with_its_session(void **state)
 /* ---- batched renewals ------------------------------------------------------------------ */
 
 enum { BATCH_HOLDS = 100, BATCH_LEASE_MS = 900 };
+#define ODD_NAME "odd \xff\"{,}\\'\x01"
 
 /* BATCH_HOLDS watchdog holds "batch-<i>" on one client of the given mode;
  * lost[i] counts the on_lost calls of hold i. */
@@ -221,8 +222,15 @@ static void lease_holds_renew_in_batches(void **state)
     dlock_lock *locks[BATCH_HOLDS];
     int lost[BATCH_HOLDS] = { 0 };
     dlock_client *c = hold_many("", locks, lost);
+    /* A name with every byte an array literal or bytea treats specially
+     * rides in the same batches (keys go as hex). */
+    dlock_lock *odd = test_lock_named(c, ODD_NAME);
+    assert_int_equal(dlock_acquire(odd, 0), DLOCK_OK);
     count_update_statements();
     long long renewals = all_renewed(c, locks, lost);
+    assert_true(dlock_validity_ms(odd) > 0);
+    assert_int_equal(dlock_release(odd), DLOCK_OK);
+    dlock_lock_free(odd);
     long long statements = update_statements_counted();
     print_message("# %lld renewals in %lld UPDATE statements\n", renewals, statements);
     /* One statement per hold would be 1:1. Holds fall due in 20 ms windows,
