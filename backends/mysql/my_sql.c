@@ -87,6 +87,9 @@ int my_sql_init(struct my_sql *sql, const char *table)
                                          "ON DUPLICATE KEY UPDATE fence = LAST_INSERT_ID(fence + 1)",
                                          t);
     sql->text[MY_SESSION_CHECK] = sql_format("SELECT IS_USED_LOCK(?) = CONNECTION_ID()");
+    sql->text[MY_SESSION_CHECK_BATCH] = sql_format(
+        "SELECT COUNT(*) FROM JSON_TABLE(?, '$[*]' COLUMNS (n VARCHAR(64) PATH '$')) AS u\n"
+        "WHERE IS_USED_LOCK(u.n) = CONNECTION_ID()");
     sql->text[MY_SESSION_RELEASE] = sql_format("SELECT RELEASE_LOCK(?)");
     sql->text[MY_SESSION_STATUS] = sql_format("SELECT IS_USED_LOCK(?)");
     bool ok = sql->create_table != NULL;
@@ -123,6 +126,23 @@ char *my_sql_renew_batch_json(const struct sql_renew_batch *b)
         p = sql_hex(p, b->keys[i]->key, b->keys[i]->key_len);
         p += sprintf(p, "\",\"%s\",%" PRId64 "]", b->owners[i], b->leases[i]);
     }
+    strcpy(p, "]");
+    return json;
+}
+
+char *my_sql_tags_json(const char *const *tags, size_t n)
+{
+    size_t size = 3;
+    for (size_t i = 0; i < n; i++)
+        size += strlen(tags[i]) + 3;
+    char *json = malloc(size), *p = json;
+    if (!json) {
+        dlock_seterr(DLOCK_ENOMEM, "mysql: out of memory for a renewal batch of %zu", n);
+        return NULL;
+    }
+    *p++ = '[';
+    for (size_t i = 0; i < n; i++)
+        p += sprintf(p, "%s\"%s\"", i > 0 ? "," : "", tags[i]);
     strcpy(p, "]");
     return json;
 }

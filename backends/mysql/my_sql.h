@@ -25,6 +25,7 @@ enum my_statement {
     MY_SESSION_ACQUIRE,  /* lock name -> 1 granted, 0 busy */
     MY_SESSION_FENCE,    /* key, lock name -> rows > 0 while held here; insert id: fence */
     MY_SESSION_CHECK,    /* lock name -> 1 while this connection holds it */
+    MY_SESSION_CHECK_BATCH, /* JSON [lock name, ...] -> how many this connection holds */
     MY_SESSION_RELEASE,  /* lock name -> 1 released, 0 not ours, NULL not held */
     MY_SESSION_STATUS,   /* lock name -> holder connection id or NULL */
     MY_STATEMENT_COUNT
@@ -46,5 +47,10 @@ void my_sql_free(struct my_sql *sql);
  * owners (printable, no quote or backslash), leases. malloc'd (free it),
  * or NULL with DLOCK_ENOMEM set. */
 char *my_sql_renew_batch_json(const struct sql_renew_batch *b);
+
+/* The JSON parameter of MY_SESSION_CHECK_BATCH: the n lock names (tags of
+ * struct sql_lock_key, which need no escaping). malloc'd, or NULL with
+ * DLOCK_ENOMEM set. */
+char *my_sql_tags_json(const char *const *tags, size_t n);
 
 #endif

@@ -122,6 +122,19 @@ static int lease_renew(struct my_instance *inst, struct dlock_provider_lock *lk)
     return rc;
 }
 
+/* True when a batch statement failed because the server lacks JSON_TABLE
+ * (before MariaDB 10.6 / MySQL 8.0.4): renewals go one by one from now on. */
+static bool batch_refused(struct my_instance *inst, const struct my_outcome *o)
+{
+    if (o->server_errno != ER_PARSE_ERROR && o->server_errno != ER_NOT_SUPPORTED_YET)
+        return false;
+    __atomic_store_n(&inst->no_batch, true, __ATOMIC_RELAXED);
+    dlock_provider_log(inst->log_handle, DLOCK_LOG_INFO,
+                       "%s: the server cannot batch renewals (%s); renewing one lock per statement",
+                       inst->server.label, dlock_errmsg());
+    return true;
+}
+
 /* Every hold due together in one statement. The statement counts the
  * rows still ours; when that is all of them (the usual case) every hold is
  * renewed, otherwise each is renewed on its own to learn which were lost
@@ -146,13 +159,7 @@ static int lease_renew_batch(struct my_instance *inst, struct dlock_provider_loc
             for (size_t i = 0; i < n; i++)
                 results[i] = DLOCK_OK;
             one_by_one = false;
-        } else if (rc != DLOCK_OK && (o.server_errno == ER_PARSE_ERROR || o.server_errno == ER_NOT_SUPPORTED_YET)) {
-            /* A server without JSON_TABLE: renew one by one from now on. */
-            __atomic_store_n(&inst->no_batch, true, __ATOMIC_RELAXED);
-            dlock_provider_log(inst->log_handle, DLOCK_LOG_INFO,
-                               "%s: the server cannot batch renewals (%s); renewing one lock per statement",
-                               inst->server.label, dlock_errmsg());
-        } else if (rc != DLOCK_OK) {
+        } else if (rc != DLOCK_OK && !batch_refused(inst, &o)) {
             one_by_one = false; /* the server is not answering: that goes for all */
         }
     }
@@ -192,6 +199,8 @@ static int holder_run(struct my_instance *inst, int which, const struct my_param
     if (inst->holder) {
         *generation = inst->holder_generation;
         rc = my_run(&inst->server, inst->holder, which, p, n, -1, o);
+        if (rc != DLOCK_OK)
+            o->server_errno = inst->holder->last_errno;
         if (my_conn_broken(inst->holder)) {
             dlock_provider_log(inst->log_handle, DLOCK_LOG_WARN,
                                "%s: the connection holding this client's named locks ended: they are lost",
@@ -266,6 +275,57 @@ static int session_renew(struct my_instance *inst, struct dlock_provider_lock *l
     return rc;
 }
 
+/* The holds on the holder connection checked by one query that counts the
+ * named locks this connection holds; when that is all of them every hold is
+ * renewed, otherwise each is checked on its own to learn which were lost. */
+static int session_renew_batch(struct my_instance *inst, struct dlock_provider_lock *const *locks, size_t n,
+                               int *results)
+{
+    const char **tags = malloc(n * sizeof *tags);
+    size_t *which = malloc(n * sizeof *which), m = 0;
+    char *json = NULL;
+    int rc = DLOCK_OK;
+    if (!tags || !which)
+        rc = dlock_seterr(DLOCK_ENOMEM, "mysql: out of memory for a renewal batch of %zu", n);
+    for (size_t i = 0; rc == DLOCK_OK && i < n; i++) {
+        const struct my_lock *ml = locks[i]->priv;
+        results[i] = DLOCK_ELOST; /* unless checked below */
+        if (session_still_ours(inst, ml)) {
+            which[m] = i;
+            tags[m++] = ml->k.tag;
+        }
+    }
+    if (rc == DLOCK_OK && m > 0 && !(json = my_sql_tags_json(tags, m)))
+        rc = DLOCK_ENOMEM;
+    if (json) {
+        struct my_param p[1] = { bytes(json, strlen(json)) };
+        struct my_outcome o;
+        uint64_t generation = 0;
+        rc = holder_run(inst, MY_SESSION_CHECK_BATCH, p, 1, &o, &generation);
+        bool all = rc == DLOCK_OK && o.has_row && !o.nulls[0] && o.ints[0] == (long long)m;
+        for (size_t j = 0; all && j < m; j++)
+            all = ((const struct my_lock *)locks[which[j]]->priv)->generation == generation;
+        if (all) {
+            for (size_t j = 0; j < m; j++)
+                results[which[j]] = DLOCK_OK;
+        } else if (rc != DLOCK_OK && !batch_refused(inst, &o)) {
+            /* The connection failed: if it is gone, every hold on it went
+             * with it; if it is still there (a timeout), the failure goes
+             * for all of them alike. */
+            for (size_t j = 0; j < m; j++)
+                results[which[j]] = session_still_ours(inst, locks[which[j]]->priv) ? rc : DLOCK_ELOST;
+        } else {
+            for (size_t j = 0; j < m; j++)
+                results[which[j]] = session_renew(inst, locks[which[j]]);
+        }
+        rc = DLOCK_OK;
+    }
+    free(json);
+    free(tags);
+    free(which);
+    return rc;
+}
+
 static int session_release(struct my_instance *inst, struct dlock_provider_lock *lk)
 {
     struct my_lock *ml = lk->priv;
@@ -319,9 +379,9 @@ static int my_renew_batch(void *instance, struct dlock_provider_lock *const *loc
         if (rc != DLOCK_OK)
             return rc;
     }
-    if (!inst->session_mode && !__atomic_load_n(&inst->no_batch, __ATOMIC_RELAXED))
-        return lease_renew_batch(inst, locks, n, results);
-    /* Session mode checks each named lock on the holder connection. */
+    if (!__atomic_load_n(&inst->no_batch, __ATOMIC_RELAXED))
+        return inst->session_mode ? session_renew_batch(inst, locks, n, results)
+                                  : lease_renew_batch(inst, locks, n, results);
     for (size_t i = 0; i < n; i++)
         results[i] = inst->session_mode ? session_renew(inst, locks[i]) : lease_renew(inst, locks[i]);
     return DLOCK_OK;

@@ -264,11 +264,7 @@ static void session_holds_renew_in_batches(void **state)
     all_renewed(c, locks, lost);
     terminate_holder_sessions(NULL);
     usleep(BATCH_LEASE_MS * 1000);
-    for (int i = 0; i < BATCH_HOLDS; i++) {
-        assert_int_equal(__atomic_load_n(&lost[i], __ATOMIC_SEQ_CST), 1);
-        assert_int_equal(dlock_release(locks[i]), DLOCK_ELOST);
-        dlock_lock_free(locks[i]);
-    }
+    test_every_hold_lost(locks, lost, BATCH_HOLDS);
     dlock_client_close(c);
 }
 

@@ -72,6 +72,17 @@ static inline void test_release_many(dlock_lock **locks, int n, int gone)
     }
 }
 
+/* Checks that each of the n holds was reported lost exactly once, then
+ * releases (DLOCK_ELOST each) and frees them. */
+static inline void test_every_hold_lost(dlock_lock **locks, const int *lost, int n)
+{
+    for (int i = 0; i < n; i++) {
+        assert_int_equal(__atomic_load_n(&lost[i], __ATOMIC_SEQ_CST), 1);
+        assert_int_equal(dlock_release(locks[i]), DLOCK_ELOST);
+        dlock_lock_free(locks[i]);
+    }
+}
+
 /* The value of the client's metric NAME (e.g. "dlock_renewals_total") from
  * dlock_client_metrics(), -1 if it is not there. */
 static inline long long test_client_metric(dlock_client *c, const char *name)
