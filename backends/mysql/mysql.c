@@ -52,7 +52,6 @@ struct my_lock {
 /* sql_renew_batch_init reads the key at the start of each lock's state. */
 _Static_assert(offsetof(struct my_lock, k) == 0, "the sql_lock_key comes first");
 
-
 static const struct dlock_setting_spec my_settings[] = {
     { "host", DLOCK_SETTING_STRING, 0, 0 },
     { "port", DLOCK_SETTING_INT, 1, 65535 },
@@ -153,7 +152,7 @@ static int lease_renew_batch(struct my_instance *inst, struct dlock_provider_loc
     bool one_by_one = true;
     if (rc == DLOCK_OK) {
         struct my_param p[1] = { bytes(json, strlen(json)) };
-        struct my_outcome o;
+        struct my_outcome o = { .affected = 0 }; /* untouched when no connection could be had */
         rc = my_pool_run(&inst->pool, MY_RENEW_BATCH, p, 1, -1, &o);
         if (rc == DLOCK_OK && o.affected == n) {
             for (size_t i = 0; i < n; i++)
@@ -299,7 +298,7 @@ static int session_renew_batch(struct my_instance *inst, struct dlock_provider_l
         rc = DLOCK_ENOMEM;
     if (json) {
         struct my_param p[1] = { bytes(json, strlen(json)) };
-        struct my_outcome o;
+        struct my_outcome o = { .affected = 0 }; /* untouched when no connection could be had */
         uint64_t generation = 0;
         rc = holder_run(inst, MY_SESSION_CHECK_BATCH, p, 1, &o, &generation);
         bool all = rc == DLOCK_OK && o.has_row && !o.nulls[0] && o.ints[0] == (long long)m;

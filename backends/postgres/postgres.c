@@ -66,7 +66,6 @@ struct pg_lock {
 /* sql_renew_batch_init reads the key at the start of each lock's state. */
 _Static_assert(offsetof(struct pg_lock, k) == 0, "the sql_lock_key comes first");
 
-
 static const struct dlock_setting_spec pg_settings[] = {
     { "conninfo", DLOCK_SETTING_STRING, 0, 0 },
     { "host", DLOCK_SETTING_STRING, 0, 0 },
