@@ -382,7 +382,7 @@ static int my_renew_batch(void *instance, struct dlock_provider_lock *const *loc
         return inst->session_mode ? session_renew_batch(inst, locks, n, results)
                                   : lease_renew_batch(inst, locks, n, results);
     for (size_t i = 0; i < n; i++)
-        results[i] = inst->session_mode ? session_renew(inst, locks[i]) : lease_renew(inst, locks[i]);
+        results[i] = my_renew(instance, locks[i]);
     return DLOCK_OK;
 }
 

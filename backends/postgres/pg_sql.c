@@ -65,12 +65,9 @@ int pg_sql_init(struct pg_sql *sql, const char *table)
         "SELECT (SELECT fence FROM up),\n"
         "       (SELECT greatest(0, ceil(extract(epoch FROM expires_at - now()) * 1000))::bigint FROM prev)",
         t, t);
-    q[PG_RENEW] = sql_format("UPDATE \"%s\" SET expires_at = now() + $3::bigint * interval '1 millisecond'\n"
-                         "WHERE name = $1 AND owner = $2 AND expires_at >= now()",
-                         t);
-    /* Every watchdog hold due together in one statement: the arrays are
-     * zipped by unnest, and the positions of the rows still ours come back
-     * (the others expired or were taken). */
+    /* Renewals, of one hold or of every hold due together, in one
+     * statement: the arrays are zipped by unnest, and the positions of the
+     * rows still ours come back (the others expired or were taken). */
     q[PG_RENEW_BATCH] = sql_format("UPDATE \"%s\" AS t SET expires_at = now() + u.lease * interval '1 millisecond'\n"
                                "FROM unnest($1::bytea[], $2::text[], $3::bigint[])\n"
                                "  WITH ORDINALITY AS u(name, owner, lease, i)\n"

@@ -17,7 +17,6 @@ enum pg_statement {
     /* lease mode: $1 key (bytea), $2 owner, $3 lease ms */
     PG_TAKE,             /* the fast path: -> fence when the existing row was taken, else no row */
     PG_ACQUIRE,          /* -> (fence or NULL when busy, holder's ms left or NULL) */
-    PG_RENEW,            /* -> 1 row updated while still ours */
     PG_RENEW_BATCH,      /* $1 keys (bytea[]), $2 owners (text[]), $3 leases (bigint[]) -> the
                           * 1-based positions of the holds still ours */
     PG_RELEASE,          /* $3 channel -> one row when released */

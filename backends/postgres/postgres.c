@@ -198,26 +198,8 @@ static int lease_try(struct pg_instance *inst, struct dlock_provider_lock *lk, s
     return rc;
 }
 
-static int lease_renew(struct pg_instance *inst, struct dlock_provider_lock *lk)
-{
-    struct pg_lock *pl = lk->priv;
-    char lease[24];
-    snprintf(lease, sizeof lease, "%" PRId64, lk->lease_ms);
-    const char *values[3] = { pl->k.key, lk->owner, lease };
-    int lengths[3] = { (int)pl->k.key_len, 0, 0 }, formats[3] = { 1, 0, 0 };
-    int rc;
-    PGresult *res = pg_pool_exec(&inst->pool, PG_RENEW, 3, values, lengths, formats, &rc);
-    if (!res)
-        return rc;
-    rc = pg_result_check(&inst->server, res, "renew");
-    if (rc == DLOCK_OK && strcmp(PQcmdTuples(res), "1") != 0)
-        rc = dlock_seterr(DLOCK_ELOST, "%s: the row of lock '%s' is no longer ours (expired or taken)",
-                          inst->server.label, lk->name);
-    PQclear(res);
-    return rc;
-}
-
-/* Every hold due together in one statement; results[i] as lease_renew. */
+/* Every hold due together in one statement: the rows still ours come back
+ * by position, the others expired or were taken (DLOCK_ELOST). */
 static int lease_renew_batch(struct pg_instance *inst, struct dlock_provider_lock *const *locks, size_t n,
                              int *results)
 {
@@ -245,6 +227,13 @@ static int lease_renew_batch(struct pg_instance *inst, struct dlock_provider_loc
     for (int j = 0; j < 3; j++)
         free(arrays[j]);
     return rc;
+}
+
+static int lease_renew(struct pg_instance *inst, struct dlock_provider_lock *lk)
+{
+    int result;
+    int rc = lease_renew_batch(inst, &lk, 1, &result);
+    return rc == DLOCK_OK ? result : rc;
 }
 
 static int lease_release(struct pg_instance *inst, struct dlock_provider_lock *lk)

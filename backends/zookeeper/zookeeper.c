@@ -383,34 +383,6 @@ static int zk_release(void *instance, struct dlock_provider_lock *lk)
     return rc;
 }
 
-static int zk_renew(void *instance, struct dlock_provider_lock *lk)
-{
-    struct zk_instance *inst = instance;
-    struct zk_lock *zl = lk->priv;
-    zhandle_t *zh;
-    uint64_t generation;
-    int rc = zk_session_get(&inst->session, &zh, &generation);
-    if (rc != DLOCK_OK)
-        return rc;
-    if (!zl->node || zl->generation != generation) {
-        rc = dlock_seterr(DLOCK_ELOST, "zookeeper %s: the session that held '%s' expired", inst->session.hosts,
-                          lk->name);
-    } else {
-        /* The session keeps the node alive; a renewal proves that it still
-         * exists and is still this session's. */
-        struct Stat st;
-        int zrc = zoo_exists(zh, zl->node, 0, &st);
-        if (zrc == ZOK && st.ephemeralOwner == zoo_client_id(zh)->client_id)
-            rc = DLOCK_OK;
-        else if (zrc == ZOK || zrc == ZNONODE)
-            rc = dlock_seterr(DLOCK_ELOST, "zookeeper %s: the node of '%s' is gone", inst->session.hosts, lk->name);
-        else
-            rc = zk_error(&inst->session, zrc, "checking", zl->node);
-    }
-    zk_session_put(&inst->session);
-    return rc;
-}
-
 /* The replies of one pipelined renewal batch, filled by the client's
  * completion thread. */
 struct renew_batch {
@@ -438,9 +410,10 @@ static void renew_completion(int zrc, const struct Stat *st, const void *data)
     pthread_mutex_unlock(&b->mu);
 }
 
-/* Every hold's node checked as zk_renew does, but all the requests sent
- * before the first reply is awaited: one round trip for the batch, not one
- * per hold. The client calls every completion, also on connection loss or
+/* A renewal proves that each hold's node still exists and is still this
+ * session's (the session keeps it alive). All the requests are sent before
+ * the first reply is awaited: one round trip for the batch, not one per
+ * hold. The client calls every completion, also on connection loss or
  * session end (with an error), so waiting for all of them is bounded. */
 static int zk_renew_batch(void *instance, struct dlock_provider_lock *const *locks, size_t n, int *results)
 {
@@ -502,6 +475,13 @@ static int zk_renew_batch(void *instance, struct dlock_provider_lock *const *loc
     free(b.zrcs);
     free(b.owners);
     return rc;
+}
+
+static int zk_renew(void *instance, struct dlock_provider_lock *lk)
+{
+    int result;
+    int rc = zk_renew_batch(instance, &lk, 1, &result);
+    return rc == DLOCK_OK ? result : rc;
 }
 
 static int zk_wait(void *instance, struct dlock_provider_lock *lk, int64_t timeout_ms, int wake_fd)

@@ -6,6 +6,7 @@
 #include <cmocka.h>
 
 #include "conformance.h"
+#include "../support/test_client.h"
 #include "../support/test_time.h"
 
 #include <dirent.h>
@@ -249,12 +250,6 @@ static void watchdog_keeps_a_hold_past_three_leases(void **state)
 
 static int lost_calls;
 
-static void count_lost(dlock_lock *l, void *arg)
-{
-    (void)l;
-    (void)arg;
-    __atomic_add_fetch(&lost_calls, 1, __ATOMIC_SEQ_CST);
-}
 
 static void lost_hold_is_reported_once(void **state)
 {
@@ -264,7 +259,7 @@ static void lost_hold_is_reported_once(void **state)
         /* Nothing outside can take this backend's hold (the local kernel
          * lock): lose it the one way there is, an explicit lease. */
         dlock_client *a = open_client(30000, 100);
-        dlock_lock *l = lock_of(a, "conf-lost", 9, 200, count_lost, NULL);
+        dlock_lock *l = lock_of(a, "conf-lost", 9, 200, test_count_loss, &lost_calls);
         assert_int_equal(dlock_acquire(l, 0), DLOCK_OK);
         int64_t t0 = now_ms();
         while (__atomic_load_n(&lost_calls, __ATOMIC_SEQ_CST) == 0 && now_ms() - t0 < 2000)
@@ -280,7 +275,7 @@ static void lost_hold_is_reported_once(void **state)
         return;
     }
     dlock_client *a = open_client(600, 100);
-    dlock_lock *l = lock_of(a, "conf-lost", 9, 0, count_lost, NULL);
+    dlock_lock *l = lock_of(a, "conf-lost", 9, 0, test_count_loss, &lost_calls);
     assert_int_equal(dlock_acquire(l, 0), DLOCK_OK);
     target->break_hold("conf-lost");
     /* The watchdog renews at lease/3: the loss shows within one interval
