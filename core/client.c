@@ -1,7 +1,7 @@
 /* core/client.c - opening and closing clients, and the client-wide queries. */
 #include "config.h"
 
-#include "internal.h"
+#include "entry.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -80,6 +80,7 @@ static int client_open(dlock_client **out, const char *path, const char *text)
     }
     pthread_mutex_init(&c->entries_mu, NULL);
     dlock__watchdog_init(c);
+    dlock__expiry_init(c);
     dlock__logf(&c->log, DLOCK_LOG_INFO, "client %s opened with backend %s", c->client_id, c->provider->name);
     *out = c;
     return DLOCK_OK;
@@ -92,6 +93,8 @@ int dlock_client_open(dlock_client **out, const char *config_path)
 
 int dlock_client_open_string(dlock_client **out, const char *config_text)
 {
+    if (out)
+        *out = NULL;
     if (!config_text)
         return dlock_seterr(DLOCK_EINVAL, "dlock_client_open_string: config_text is NULL");
     return client_open(out, NULL, config_text);
@@ -101,6 +104,7 @@ void dlock_client_close(dlock_client *c)
 {
     if (dlock__client_usable(c) != DLOCK_OK)
         return;
+    dlock__expiry_stop(c);
     dlock__watchdog_stop(c);
     dlock__entries_close_all(c);
     c->provider->close(c->instance);

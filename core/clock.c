@@ -1,6 +1,8 @@
-/* core/clock.c - CLOCK_MONOTONIC helpers. The core measures deadlines and
- * validity only on the monotonic clock, so wall-clock steps (NTP, an admin's
- * date -s) cannot stretch or shrink a lease. */
+/* core/clock.c - the core's two clocks, neither of them the wall clock, so
+ * steps (NTP, an admin's date -s) cannot stretch or shrink a lease:
+ * CLOCK_MONOTONIC for wait deadlines and timers (condition variables can
+ * wait on it), CLOCK_BOOTTIME for validity, because it keeps counting while
+ * the host is suspended, as the servers' expiry clocks do. */
 #include "config.h"
 
 #include "internal.h"
@@ -19,6 +21,21 @@ int64_t dlock__now_us(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+static int64_t boot_offset_ms; /* added by dlock__clock_test_suspend() */
+
+int64_t dlock__boot_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_BOOTTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000 +
+           __atomic_load_n(&boot_offset_ms, __ATOMIC_RELAXED);
+}
+
+void dlock__clock_test_suspend(int64_t ms)
+{
+    __atomic_add_fetch(&boot_offset_ms, ms, __ATOMIC_RELAXED);
 }
 
 int64_t dlock__deadline_after(int64_t now_ms, int64_t wait_ms)

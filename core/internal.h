@@ -21,9 +21,17 @@
 int dlock__seterrv(int code, const char *fmt, va_list ap);
 
 /* ---- clock.c ----------------------------------------------------------------- */
-/* Milliseconds on CLOCK_MONOTONIC; never the wall clock. */
+/* Milliseconds on CLOCK_MONOTONIC; never the wall clock. For deadlines and
+ * timers, which stop while the host is suspended. */
 int64_t dlock__now_ms(void);
 int64_t dlock__now_us(void);
+/* Milliseconds on CLOCK_BOOTTIME, which counts suspended time too: every
+ * validity (lease end) is measured on it, since servers keep expiring
+ * leases while a client's host sleeps. */
+int64_t dlock__boot_ms(void);
+/* For tests only: makes dlock__boot_ms() run ms ahead of CLOCK_BOOTTIME, as
+ * if the host had been suspended that long. */
+void dlock__clock_test_suspend(int64_t ms);
 /* Adds without overflowing past DLOCK__INFINITE. */
 int64_t dlock__deadline_after(int64_t now_ms, int64_t wait_ms);
 /* Converts an absolute CLOCK_MONOTONIC ms time to a timespec for
@@ -163,7 +171,18 @@ struct dlock__watchdog {
     bool started;
     bool stopping;
     int64_t sleeping_until;         /* when the thread will look again (INFINITE: no timer) */
-    uint64_t rounds;                /* renewal/expiry rounds run */
+    uint64_t rounds;                /* renewal rounds run */
+};
+
+/* The expiry thread's state (core/expiry.c); timers on the boot clock. */
+struct dlock__expiry {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    struct dlock__timer_heap heap;
+    pthread_t thread;
+    bool started;
+    bool stopping;
+    int64_t sleeping_until;         /* boot-clock time it will look again */
 };
 
 struct dlock_client {
@@ -176,6 +195,7 @@ struct dlock_client {
     struct dlock__log log;
     struct dlock__metrics metrics;
     struct dlock__watchdog watchdog;
+    struct dlock__expiry expiry;
 
     pthread_mutex_t entries_mu;     /* guards the name table and handle list */
     struct dlock__entry **buckets;
@@ -186,6 +206,7 @@ struct dlock_client {
 struct dlock_lock {
     struct dlock__entry *entry;
     dlock_lock_options options;
+    unsigned lost_calls_running;    /* on_lost calls in flight with this handle (entry->mu) */
     struct dlock_lock *prev, *next; /* in client->handles */
 };
 
@@ -196,7 +217,7 @@ uint64_t dlock__fork_generation(void);
 /* Checks the fork guard and NULL; sets the detail. DLOCK_OK or DLOCK_EINVAL. */
 int dlock__client_usable(const dlock_client *client);
 
-/* Watchdog: schedules renewals (watchdog holds) and expiry (fixed leases). */
+/* Watchdog: renews watchdog holds and gives back lost ones. */
 int dlock__watchdog_schedule(dlock_client *client, struct dlock__entry *entry, int64_t due_ms);
 /* Takes entry's timer out, after waiting until the watchdog is not working on
  * it (unless called from the watchdog thread). Returns the due time it had,
@@ -204,16 +225,10 @@ int dlock__watchdog_schedule(dlock_client *client, struct dlock__entry *entry, i
 int64_t dlock__watchdog_cancel(dlock_client *client, struct dlock__entry *entry);
 void dlock__watchdog_init(dlock_client *client);
 void dlock__watchdog_stop(dlock_client *client);
-/* The entry's "watchdog is working on it" flag (watchdog mutex held). */
-bool dlock__entry_watchdog_busy(const struct dlock__entry *entry);
-void dlock__entry_set_watchdog_busy(struct dlock__entry *entry, bool busy);
 /* Most timers handled (and renewals sent) in one go. */
 #define DLOCK__WATCHDOG_BATCH_MAX 512
 /* Runs the due work for entries (called by the watchdog thread, n <= BATCH_MAX). */
 void dlock__entry_on_timer(dlock_client *client, struct dlock__entry **due, size_t n);
-/* The timer embedded in an entry, and back. */
-struct dlock__timer *dlock__entry_timer(struct dlock__entry *entry);
-struct dlock__entry *dlock__timer_entry(struct dlock__timer *timer);
 /* Releases every hold and frees every handle (client close). */
 void dlock__entries_close_all(dlock_client *client);
 

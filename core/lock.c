@@ -11,7 +11,7 @@
  * neither held; the watchdog's mutex is never held while taking these. */
 #include "config.h"
 
-#include "internal.h"
+#include "entry.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -22,41 +22,6 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
-
-struct dlock__entry {
-    struct dlock__timer timer;      /* guarded by the watchdog mutex */
-    bool watchdog_busy;             /* the watchdog is working on it (watchdog mutex) */
-    dlock_client *client;
-    struct dlock__entry *next_in_bucket;
-    unsigned handles;               /* guarded by client->entries_mu */
-    uint64_t hash;
-    char *name;
-    size_t name_len;
-
-    pthread_mutex_t mu;             /* guards everything below up to op_mu */
-    pthread_cond_t cv;              /* hold released, contender done, cancel */
-    unsigned count;                 /* reentry count of the hold, 0 = free here */
-    uint64_t holder;                /* thread number of the holder */
-    bool contending;                /* a thread of ours is asking the backend */
-    int contender_wake_fd;          /* the contender's eventfd, -1 if none */
-    unsigned waiters;
-    uint64_t cancel_gen;
-    bool lost, lost_notified;
-    char lost_reason[160];
-    uint64_t fence;
-    bool has_fence;
-    bool renewed_by_watchdog;
-    int64_t valid_until_ms, granted_at_ms;
-    dlock_lost_fn on_lost;
-    void *on_lost_arg;
-    dlock_lock *on_lost_handle;
-
-    pthread_mutex_t op_mu;          /* one provider operation at a time */
-    bool provider_touched;          /* lock_fini is due */
-    struct dlock_provider_lock plock;
-    char owner[64];
-    /* provider private state follows */
-};
 
 /* ---- thread identity and wake-up fd --------------------------------------- */
 
@@ -166,26 +131,6 @@ static const char *show(const struct dlock__entry *e)
     return buf;
 }
 
-struct dlock__timer *dlock__entry_timer(struct dlock__entry *entry)
-{
-    return &entry->timer;
-}
-
-bool dlock__entry_watchdog_busy(const struct dlock__entry *entry)
-{
-    return entry->watchdog_busy;
-}
-
-void dlock__entry_set_watchdog_busy(struct dlock__entry *entry, bool busy)
-{
-    entry->watchdog_busy = busy;
-}
-
-struct dlock__entry *dlock__timer_entry(struct dlock__timer *timer)
-{
-    return (struct dlock__entry *)((char *)timer - offsetof(struct dlock__entry, timer));
-}
-
 static uint64_t hash_name(const char *name, size_t len)
 {
     uint64_t h = 1469598103934665603ULL; /* FNV-1a */
@@ -262,6 +207,7 @@ static struct dlock__entry *entry_new(dlock_client *c, const char *name, size_t 
     e->hash = h;
     e->client = c;
     e->timer.heap_index = SIZE_MAX;
+    e->expiry.heap_index = SIZE_MAX;
     e->contender_wake_fd = -1;
     pthread_mutex_init(&e->mu, NULL);
     pthread_mutex_init(&e->op_mu, NULL);
@@ -296,6 +242,7 @@ static void entry_maybe_destroy(dlock_client *c, struct dlock__entry *e)
     pthread_mutex_unlock(&e->mu);
     pthread_mutex_unlock(&c->entries_mu);
     if (idle) {
+        dlock__expiry_disarm(c, e);
         dlock__watchdog_cancel(c, e);
         entry_destroy(c, e);
     }
@@ -420,6 +367,12 @@ void dlock_lock_free(dlock_lock *lock)
     bool held_by_me = e->count > 0 && e->holder == thread_no();
     pthread_mutex_unlock(&e->mu);
     pthread_mutex_unlock(&c->entries_mu);
+    /* An on_lost call already under way may use this handle until it
+     * returns (dlock.h allows it any call but close and free). */
+    pthread_mutex_lock(&e->mu);
+    while (lock->lost_calls_running > 0)
+        pthread_cond_wait(&e->cv, &e->mu);
+    pthread_mutex_unlock(&e->mu);
     free(lock);
 
     if (last && held_by_me)
@@ -441,31 +394,40 @@ static bool renewed_by_watchdog(const dlock_client *c, const dlock_lock *h)
            (c->provider->capabilities & DLOCK_CAP_RENEW);
 }
 
-/* Records a grant; called by the contender. Returns DLOCK_OK, or an error if
- * the hold cannot be looked after (then it has been given back). */
-static int record_grant(dlock_client *c, struct dlock__entry *e, dlock_lock *h, uint64_t self,
-                        int64_t t_send, const struct dlock_grant *g)
+/* The lease the server grants: what was asked, or less if it said so. */
+static int64_t granted_lease(const struct dlock__entry *e, const struct dlock_grant *g)
 {
-    int64_t lease = e->plock.lease_ms;
-    int64_t now = dlock__now_ms();
+    return g->lease_ms > 0 && g->lease_ms < e->plock.lease_ms ? g->lease_ms : e->plock.lease_ms;
+}
+
+/* Records a grant of a request sent at t_send; called by the contender.
+ * Returns DLOCK_OK, or an error if the hold cannot be looked after (then it
+ * has been given back). */
+static int record_grant(dlock_client *c, struct dlock__entry *e, dlock_lock *h, uint64_t self,
+                        struct dlock__stamp t_send, const struct dlock_grant *g)
+{
+    int64_t lease = granted_lease(e, g);
     bool watchdog = renewed_by_watchdog(c, h);
     pthread_mutex_lock(&e->mu);
     e->count = 1;
     e->holder = self;
-    e->lost = e->lost_notified = false;
+    e->lost = e->lost_notified = e->give_back_due = false;
     e->lost_reason[0] = 0;
     e->fence = g->fence;
     e->has_fence = g->has_fence != 0;
     e->renewed_by_watchdog = watchdog;
-    e->valid_until_ms = t_send + lease - dlock__drift_ms(lease);
-    e->granted_at_ms = now;
+    e->lease_ms = lease;
+    e->valid_until_ms = t_send.boot_ms + lease - dlock__drift_ms(lease);
+    e->granted_at_ms = dlock__now_ms();
     e->on_lost = h->options.on_lost;
     e->on_lost_arg = h->options.on_lost_arg;
     e->on_lost_handle = h;
-    int64_t due = watchdog ? t_send + lease / 3 : e->valid_until_ms;
+    int64_t valid_until = e->valid_until_ms;
     pthread_mutex_unlock(&e->mu);
 
-    int rc = dlock__watchdog_schedule(c, e, due);
+    int rc = dlock__expiry_arm(c, e, valid_until);
+    if (rc == DLOCK_OK && watchdog)
+        rc = dlock__watchdog_schedule(c, e, t_send.mono_ms + lease / 3);
     if (rc != DLOCK_OK) {
         char why[256];
         snprintf(why, sizeof why, "%s", dlock_errmsg());
@@ -518,6 +480,10 @@ static int queue_locally(struct dlock__entry *e, int64_t wait_ms, int64_t deadli
             pthread_cond_timedwait(&e->cv, &e->mu, &ts);
         }
     }
+    /* Woken because the contender stepped down, which it does when it was
+     * cancelled too: a cancel that came meanwhile is for us as well. */
+    if (e->cancel_gen != gen)
+        return dlock_seterr(DLOCK_ECANCELLED, "lock '%s': acquire cancelled", show(e));
     return DLOCK_OK;
 }
 
@@ -547,7 +513,7 @@ static int contend_loop(dlock_client *c, struct dlock__entry *e, dlock_lock *h, 
 {
     for (unsigned attempt = 0;; attempt++) {
         struct dlock_grant g = { .fence = 0, .has_fence = 0, .retry_hint_ms = -1 };
-        int64_t t_send = dlock__now_ms();
+        struct dlock__stamp t_send = dlock__stamp_now();
         pthread_mutex_lock(&e->op_mu);
         e->provider_touched = true;
         int rc = c->provider->acquire(c->instance, &e->plock, &g);
@@ -656,15 +622,21 @@ int dlock_acquire(dlock_lock *h, int64_t wait_ms)
 static int release_hold(dlock_client *c, struct dlock__entry *e)
 {
     dlock__watchdog_cancel(c, e);
+    dlock__expiry_disarm(c, e);
     pthread_mutex_lock(&e->mu);
     bool lost = e->lost;
+    /* A loss the client declared whose give-back the watchdog has not sent
+     * yet: send it here, owner-checked, so the server forgets the hold now
+     * rather than at its own expiry (or, for a session, never). */
+    bool give_back = e->give_back_due;
+    e->give_back_due = false;
     int64_t granted_at = e->granted_at_ms;
     char reason[sizeof e->lost_reason];
     memcpy(reason, e->lost_reason, sizeof reason);
     pthread_mutex_unlock(&e->mu);
 
     int rc = DLOCK_OK;
-    if (!lost) {
+    if (!lost || give_back) {
         pthread_mutex_lock(&e->op_mu);
         rc = c->provider->release(c->instance, &e->plock);
         pthread_mutex_unlock(&e->op_mu);
@@ -673,7 +645,7 @@ static int release_hold(dlock_client *c, struct dlock__entry *e)
     pthread_mutex_lock(&e->mu);
     e->count = 0;
     e->holder = 0;
-    e->lost = e->lost_notified = false;
+    e->lost = e->lost_notified = e->give_back_due = false;
     e->on_lost = NULL;
     e->on_lost_handle = NULL;
     pthread_cond_broadcast(&e->cv);
@@ -736,14 +708,17 @@ int dlock_release(dlock_lock *h)
     return release_hold(e->client, e);
 }
 
-/* Marks e lost (e->mu held). Returns true if on_lost should now be called. */
+/* Marks e lost (e->mu held) and notes that the backend should be told, in
+ * case it still keeps the hold (a session that outlived the client's
+ * decision, a key whose renewal reply never came). Returns true if on_lost
+ * should now be called. */
 static bool mark_lost(dlock_client *c, struct dlock__entry *e, const char *why)
 {
     if (!e->lost) {
         e->lost = true;
+        e->give_back_due = true;
         snprintf(e->lost_reason, sizeof e->lost_reason, "%s", why);
         dlock__metric_inc(&c->metrics.losses);
-        dlock__logf(&c->log, DLOCK_LOG_WARN, "lock '%s' lost: %s", show(e), why);
     }
     if (e->lost_notified || !e->on_lost)
         return false;
@@ -751,66 +726,93 @@ static bool mark_lost(dlock_client *c, struct dlock__entry *e, const char *why)
     return true;
 }
 
+/* An on_lost call to make once e->mu is dropped. The handle is pinned (its
+ * dlock_lock_free() waits) from lost_call_take() until lost_call_run(). */
 struct lost_call {
     dlock_lost_fn fn;
     dlock_lock *handle;
     void *arg;
 };
 
-static struct lost_call lost_call_of(const struct dlock__entry *e)
+static struct lost_call lost_call_take(struct dlock__entry *e)
 {
     struct lost_call call = { e->on_lost, e->on_lost_handle, e->on_lost_arg };
+    if (call.fn)
+        call.handle->lost_calls_running++;
     return call;
 }
 
-/* Applies the answer to a renewal sent at t_send (e->mu not held). */
-static void apply_renewal(dlock_client *c, struct dlock__entry *e, int rc, int64_t t_send,
-                          struct lost_call *call)
+static void lost_call_run(struct dlock__entry *e, struct lost_call *call)
 {
+    if (!call->fn)
+        return;
+    call->fn(call->handle, call->arg);
+    pthread_mutex_lock(&e->mu);
+    call->handle->lost_calls_running--;
+    pthread_cond_broadcast(&e->cv);
+    pthread_mutex_unlock(&e->mu);
     call->fn = NULL;
-    int64_t now = dlock__now_ms();
+}
+
+/* After a loss: logs it (outside e->mu, as the log sink may be slow), calls
+ * on_lost, and has the watchdog give the hold back. */
+static void after_loss(dlock_client *c, struct dlock__entry *e, bool notify, struct lost_call *call,
+                       const char *why)
+{
+    dlock__logf(&c->log, DLOCK_LOG_WARN, "lock '%s' lost: %s", show(e), why);
+    if (notify)
+        lost_call_run(e, call);
+    dlock__watchdog_schedule(c, e, dlock__now_ms());
+}
+
+/* Applies the answer to a renewal sent at t_send (e->mu not held). */
+static void apply_renewal(dlock_client *c, struct dlock__entry *e, int rc, struct dlock__stamp t_send)
+{
+    struct dlock__stamp now = dlock__stamp_now();
     pthread_mutex_lock(&e->mu);
     if (e->count == 0 || e->lost) {
         pthread_mutex_unlock(&e->mu);
         return;
     }
-    int64_t lease = e->plock.lease_ms;
+    int64_t lease = e->lease_ms;
     int64_t due;
     if (rc == DLOCK_OK) {
-        e->valid_until_ms = t_send + lease - dlock__drift_ms(lease);
+        e->valid_until_ms = t_send.boot_ms + lease - dlock__drift_ms(lease);
+        int64_t valid_until = e->valid_until_ms;
+        bool watchdog = e->renewed_by_watchdog;
+        pthread_mutex_unlock(&e->mu);
         dlock__metric_inc(&c->metrics.renewals);
-        due = e->renewed_by_watchdog ? t_send + lease / 3 : e->valid_until_ms;
-    } else {
-        dlock__metric_inc(&c->metrics.renewal_failures);
-        if (rc == DLOCK_ELOST || rc == DLOCK_ENOTOWNER) {
-            if (mark_lost(c, e, "the backend no longer has it (expired or taken over)"))
-                *call = lost_call_of(e);
-            pthread_mutex_unlock(&e->mu);
-            return;
-        }
-        if (now >= e->valid_until_ms) {
-            if (mark_lost(c, e, "renewals failed until the lease ran out"))
-                *call = lost_call_of(e);
-            pthread_mutex_unlock(&e->mu);
-            return;
-        }
-        /* Transient failure: try again soon, well before validity ends. */
-        int64_t retry = (e->valid_until_ms - now) / 3;
-        if (retry > lease / 6)
-            retry = lease / 6;
-        due = now + (retry < 10 ? 10 : retry);
-        /* A retry that fails as slowly as this one did would end after the
-         * validity: the holder would hear of the loss only then, possibly
-         * after another client was granted the lock. Wake at the validity
-         * end instead, where the hold is declared lost without asking. */
-        int64_t took = now - t_send;
-        if (due + took >= e->valid_until_ms)
-            due = e->valid_until_ms;
-        dlock__logf(&c->log, DLOCK_LOG_WARN, "lock '%s': renewal failed (%s); %s in %lld ms", show(e),
-                    dlock_errmsg(), due == e->valid_until_ms ? "lost unless renewed" : "retrying",
-                    (long long)(due - now));
+        dlock__expiry_arm(c, e, valid_until);
+        if (watchdog)
+            dlock__watchdog_schedule(c, e, t_send.mono_ms + lease / 3);
+        return;
     }
+    dlock__metric_inc(&c->metrics.renewal_failures);
+    const char *why = NULL;
+    if (rc == DLOCK_ELOST || rc == DLOCK_ENOTOWNER)
+        why = "the backend no longer has it (expired or taken over)";
+    else if (now.boot_ms >= e->valid_until_ms)
+        why = "renewals failed until the lease ran out";
+    if (why) {
+        bool notify = mark_lost(c, e, why);
+        struct lost_call call = notify ? lost_call_take(e) : (struct lost_call){ 0 };
+        pthread_mutex_unlock(&e->mu);
+        after_loss(c, e, notify, &call, why);
+        return;
+    }
+    /* Transient failure: try again soon, well before validity ends. The
+     * expiry thread declares the loss at the validity end if no retry gets
+     * through, however long a retry takes. */
+    int64_t left = e->valid_until_ms - now.boot_ms;
+    int64_t retry = left / 3;
+    if (retry > lease / 6)
+        retry = lease / 6;
+    due = now.mono_ms + (retry < 10 ? 10 : retry);
     pthread_mutex_unlock(&e->mu);
+    char detail[256];
+    snprintf(detail, sizeof detail, "%s", dlock_errmsg());
+    dlock__logf(&c->log, DLOCK_LOG_WARN, "lock '%s': renewal failed (%s); retrying in %lld ms, lost in %lld ms "
+                "unless renewed", show(e), detail, (long long)(due - now.mono_ms), (long long)left);
     dlock__watchdog_schedule(c, e, due);
 }
 
@@ -830,14 +832,11 @@ int dlock_renew(dlock_lock *h)
     /* Out of the watchdog's hands while we renew; apply_renewal schedules
      * it again (or it was lost). */
     dlock__watchdog_cancel(c, e);
-    int64_t t_send = dlock__now_ms();
+    struct dlock__stamp t_send = dlock__stamp_now();
     pthread_mutex_lock(&e->op_mu);
     rc = c->provider->renew(c->instance, &e->plock);
     pthread_mutex_unlock(&e->op_mu);
-    struct lost_call call;
-    apply_renewal(c, e, rc, t_send, &call); /* schedules the next renewal, retry or expiry */
-    if (call.fn)
-        call.fn(call.handle, call.arg);
+    apply_renewal(c, e, rc, t_send); /* re-arms expiry and the next renewal, or declares the loss */
     if (rc == DLOCK_ENOTOWNER || rc == DLOCK_ELOST)
         return dlock_seterr(DLOCK_ELOST, "lock '%s': the backend no longer has this hold", show(e));
     return rc;
@@ -845,56 +844,76 @@ int dlock_renew(dlock_lock *h)
 
 /* ---- the watchdog's work ----------------------------------------------------------- */
 
+/* Declares e lost now that its validity has ended (e->mu held; returns
+ * with it released), and calls on_lost. */
+static void declare_expired(dlock_client *c, struct dlock__entry *e)
+{
+    char why[96];
+    if (e->renewed_by_watchdog)
+        snprintf(why, sizeof why, "renewals did not get through before the lease ran out");
+    else
+        snprintf(why, sizeof why, "its lease of %lld ms ran out", (long long)e->lease_ms);
+    bool notify = mark_lost(c, e, why);
+    struct lost_call call = notify ? lost_call_take(e) : (struct lost_call){ 0 };
+    pthread_mutex_unlock(&e->mu);
+    after_loss(c, e, notify, &call, why);
+}
+
+void dlock__entry_on_expiry(dlock_client *c, struct dlock__entry *e)
+{
+    pthread_mutex_lock(&e->mu);
+    if (e->count == 0 || e->lost) {
+        pthread_mutex_unlock(&e->mu);
+        return;
+    }
+    if (dlock__boot_ms() < e->valid_until_ms) { /* renewed since it was armed */
+        int64_t at = e->valid_until_ms;
+        pthread_mutex_unlock(&e->mu);
+        dlock__expiry_arm(c, e, at);
+        return;
+    }
+    declare_expired(c, e);
+}
+
 void dlock__entry_on_timer(dlock_client *c, struct dlock__entry **due, size_t n)
 {
     struct dlock__entry *renew[DLOCK__WATCHDOG_BATCH_MAX];
     struct dlock_provider_lock *plocks[DLOCK__WATCHDOG_BATCH_MAX];
     int results[DLOCK__WATCHDOG_BATCH_MAX];
     size_t nrenew = 0;
-    int64_t now = dlock__now_ms();
 
     for (size_t i = 0; i < n; i++) {
         struct dlock__entry *e = due[i];
         pthread_mutex_lock(&e->mu);
-        if (e->count == 0 || e->lost) {
+        if (e->count == 0) {
             pthread_mutex_unlock(&e->mu);
             continue;
         }
-        if (e->renewed_by_watchdog && now >= e->valid_until_ms) {
-            /* Renewals kept failing until the validity ran out: lost now,
-             * before anyone else can be granted it (the server's TTL ends
-             * no earlier than this, measured from before each renewal). */
-            bool notify = mark_lost(c, e, "renewals failed until the lease ran out");
-            struct lost_call call = lost_call_of(e);
+        if (e->lost) {
+            /* Give a lost hold back, owner-checked: harmless where the
+             * server already let it go, and it frees a backend without
+             * server-side expiry (local) or a session that outlived the
+             * client's decision (ZooKeeper, SQL session locks). */
+            bool give_back = e->give_back_due;
+            e->give_back_due = false;
             pthread_mutex_unlock(&e->mu);
-            if (notify)
-                call.fn(call.handle, call.arg);
+            if (give_back) {
+                pthread_mutex_lock(&e->op_mu);
+                c->provider->release(c->instance, &e->plock);
+                pthread_mutex_unlock(&e->op_mu);
+            }
             continue;
         }
-        if (e->renewed_by_watchdog) {
-            pthread_mutex_unlock(&e->mu);
+        if (dlock__boot_ms() >= e->valid_until_ms) {
+            declare_expired(c, e); /* the expiry thread is about to; no renewal can save it */
+            continue;
+        }
+        bool watchdog = e->renewed_by_watchdog;
+        pthread_mutex_unlock(&e->mu);
+        if (watchdog) {
             renew[nrenew] = e;
             plocks[nrenew++] = &e->plock;
-            continue;
         }
-        if (now < e->valid_until_ms) { /* renewed since: wait for the new end */
-            int64_t at = e->valid_until_ms;
-            pthread_mutex_unlock(&e->mu);
-            dlock__watchdog_schedule(c, e, at);
-            continue;
-        }
-        char why[80];
-        snprintf(why, sizeof why, "its lease of %lld ms ran out", (long long)e->plock.lease_ms);
-        bool notify = mark_lost(c, e, why);
-        struct lost_call call = lost_call_of(e);
-        pthread_mutex_unlock(&e->mu);
-        /* Give the hold back so a backend without server-side expiry (local)
-         * frees it too; the owner check makes this harmless elsewhere. */
-        pthread_mutex_lock(&e->op_mu);
-        c->provider->release(c->instance, &e->plock);
-        pthread_mutex_unlock(&e->op_mu);
-        if (notify)
-            call.fn(call.handle, call.arg);
     }
 
     if (nrenew == 0)
@@ -902,7 +921,7 @@ void dlock__entry_on_timer(dlock_client *c, struct dlock__entry **due, size_t n)
     /* No op_mu here: these entries are marked busy for the watchdog, and
      * release, dlock_renew and dlock_fence wait for that flag to clear before
      * they touch the provider, so no other operation on them can overlap. */
-    int64_t t_send = dlock__now_ms();
+    struct dlock__stamp t_send = dlock__stamp_now();
     int64_t t_send_us = dlock__now_us();
     int batch_rc = DLOCK_ENOTSUP;
     if (nrenew > 1 && c->provider->renew_batch) {
@@ -916,12 +935,8 @@ void dlock__entry_on_timer(dlock_client *c, struct dlock__entry **due, size_t n)
     }
     __atomic_add_fetch(&c->metrics.renewal_round_us, (uint64_t)(dlock__now_us() - t_send_us), __ATOMIC_RELAXED);
     dlock__metric_inc(&c->metrics.renewal_rounds);
-    for (size_t i = 0; i < nrenew; i++) {
-        struct lost_call call;
-        apply_renewal(c, renew[i], results[i], t_send, &call);
-        if (call.fn)
-            call.fn(call.handle, call.arg);
-    }
+    for (size_t i = 0; i < nrenew; i++)
+        apply_renewal(c, renew[i], results[i], t_send);
 }
 
 /* ---- queries -------------------------------------------------------------------- */
@@ -970,7 +985,7 @@ int64_t dlock_validity_ms(dlock_lock *h)
     struct dlock__entry *e = h->entry;
     if ((rc = lock_own(e, false)) != DLOCK_OK)
         return rc;
-    int64_t left = e->valid_until_ms - dlock__now_ms();
+    int64_t left = e->valid_until_ms - dlock__boot_ms();
     pthread_mutex_unlock(&e->mu);
     return left > 0 ? left : 0;
 }
@@ -1021,7 +1036,7 @@ void dlock__entries_close_all(dlock_client *c)
         struct dlock__entry *e = c->buckets[i];
         while (e) {
             struct dlock__entry *next = e->next_in_bucket;
-            if (e->count > 0 && !e->lost) {
+            if (e->count > 0 && (!e->lost || e->give_back_due)) {
                 pthread_mutex_lock(&e->op_mu);
                 c->provider->release(c->instance, &e->plock);
                 pthread_mutex_unlock(&e->op_mu);

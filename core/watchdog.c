@@ -1,13 +1,16 @@
 /* core/watchdog.c - one thread per client that renews watchdog holds at
- * lease/3 (Redisson's rule) and expires fixed leases, driven by a timer heap.
+ * lease/3 (Redisson's rule) and gives lost holds back to the backend, driven
+ * by a timer heap. It calls the provider, so it can be slow; it never
+ * decides a loss by time alone (core/expiry.c does, on a thread of its own).
  * Timers that fall due within a short window are handled together, so a
  * provider with renew_batch can renew them in one round trip. The thread
  * starts with the first hold, so clients that never lock cost no thread. */
 #include "config.h"
 
-#include "internal.h"
+#include "entry.h"
 
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -42,17 +45,17 @@ static void *watchdog_main(void *arg)
         while (n < DLOCK__WATCHDOG_BATCH_MAX && (top = dlock__timer_heap_peek(&w->heap)) &&
                top->due_ms <= now + BATCH_WINDOW_MS) {
             dlock__timer_heap_pop(&w->heap);
-            batch[n++] = dlock__timer_entry(top);
+            batch[n++] = (struct dlock__entry *)((char *)top - offsetof(struct dlock__entry, timer));
         }
         for (size_t i = 0; i < n; i++)
-            dlock__entry_set_watchdog_busy(batch[i], true);
+            batch[i]->watchdog_busy = true;
         pthread_mutex_unlock(&w->mu);
 
         dlock__entry_on_timer(c, batch, n);
 
         pthread_mutex_lock(&w->mu);
         for (size_t i = 0; i < n; i++)
-            dlock__entry_set_watchdog_busy(batch[i], false);
+            batch[i]->watchdog_busy = false;
         pthread_cond_broadcast(&w->cv);
     }
     pthread_mutex_unlock(&w->mu);
@@ -77,7 +80,7 @@ static int start_locked(dlock_client *c)
 int dlock__watchdog_schedule(dlock_client *c, struct dlock__entry *e, int64_t due_ms)
 {
     struct dlock__watchdog *w = &c->watchdog;
-    struct dlock__timer *t = dlock__entry_timer(e);
+    struct dlock__timer *t = &e->timer;
     int rc = DLOCK_OK;
     pthread_mutex_lock(&w->mu);
     if (!w->started && !w->stopping)
@@ -105,9 +108,9 @@ int64_t dlock__watchdog_cancel(dlock_client *c, struct dlock__entry *e)
     /* Wait until the thread is done with e, unless we are that thread (an
      * on_lost callback that releases). */
     bool on_watchdog = w->started && pthread_equal(pthread_self(), w->thread);
-    while (!on_watchdog && dlock__entry_watchdog_busy(e))
+    while (!on_watchdog && e->watchdog_busy)
         pthread_cond_wait(&w->cv, &w->mu);
-    struct dlock__timer *t = dlock__entry_timer(e);
+    struct dlock__timer *t = &e->timer;
     if (dlock__timer_in_heap(t)) {
         due = t->due_ms;
         dlock__timer_heap_remove(&w->heap, t);

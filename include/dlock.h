@@ -157,11 +157,17 @@ int dlock_client_metrics(dlock_client *client, char **out);
 
 /* ---- locks --------------------------------------------------------------- */
 
-/* Called once when a hold is lost: renewal found it gone or taken, an explicit
- * lease ran out, or the backend session ended. Runs on the client's watchdog
- * thread (or the thread that found the loss), with no libdlock lock held; it
- * may call any libdlock function except dlock_client_close() and
- * dlock_lock_free() on this lock, and should return quickly. */
+/* Called once when a hold is lost: renewal found it gone or taken, its
+ * validity ran out (renewals did not get through, an explicit lease ended,
+ * the host was suspended past it), or the backend session ended. A validity
+ * end is signalled at that moment by the client's expiry thread, however
+ * long a renewal in flight takes; other losses on the watchdog thread (or
+ * the thread that found them). No libdlock lock is held; it may call any
+ * libdlock function except dlock_client_close() and dlock_lock_free() on
+ * this lock, and should return quickly. A dlock_lock_free() of this lock on
+ * another thread waits until the callback has returned. After the callback
+ * the client gives the hold back to the backend (owner-checked, best
+ * effort), so a server that still keeps it frees it. */
 typedef void (*dlock_lost_fn)(dlock_lock *lock, void *arg);
 
 #define DLOCK_LOCK_OPTIONS_VERSION 1
@@ -258,7 +264,9 @@ int dlock_fence(dlock_lock *lock, uint64_t *out);
 /*
  * Milliseconds for which the calling thread's hold is still known to be valid
  * (grant or last renewal time + lease - clock drift allowance, on
- * CLOCK_MONOTONIC), 0 if it just ran out. Negative: DLOCK_ENOTOWNER,
+ * CLOCK_BOOTTIME, which counts time the host was suspended), 0 if it just
+ * ran out. The lease is the one the server granted, which a backend may
+ * report as shorter than asked (ZooKeeper's negotiated session). Negative: DLOCK_ENOTOWNER,
  * DLOCK_ELOST, DLOCK_EINVAL.
  */
 int64_t dlock_validity_ms(dlock_lock *lock);

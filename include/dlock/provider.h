@@ -105,6 +105,14 @@ struct dlock_grant {
     uint64_t fence;         /* on grant: the fencing token, if has_fence */
     int has_fence;
     int64_t retry_hint_ms;  /* on busy: holder's remaining lease if known, else -1 */
+    /* On grant, optional: the lease the server really grants when it is
+     * shorter than lk->lease_ms (a ZooKeeper session the server clamped,
+     * say). The core then measures validity, renews and declares loss by
+     * this lease, never by the longer one asked for. 0 (the core's preset)
+     * means lk->lease_ms was granted. Appended after version 1 was
+     * published: the core zero-fills the struct, so older providers that
+     * never write it are unaffected. */
+    int64_t lease_ms;
 };
 
 /* Arguments of DLOCK_CTL_STATUS. */

@@ -93,6 +93,16 @@ static void fake_close(void *instance)
     pthread_mutex_unlock(&fake.mu);
 }
 
+/* Blocks as a slow server would, without holding fake.mu. */
+static void delay(const int64_t *field)
+{
+    pthread_mutex_lock(&fake.mu);
+    int64_t ms = *field;
+    pthread_mutex_unlock(&fake.mu);
+    if (ms > 0)
+        sleep_ms(ms);
+}
+
 static int fake_acquire(void *instance, struct dlock_provider_lock *lk, struct dlock_grant *g)
 {
     (void)instance;
@@ -112,6 +122,8 @@ static int fake_acquire(void *instance, struct dlock_provider_lock *lk, struct d
     snprintf(s->holder, sizeof s->holder, "%s", lk->owner);
     g->fence = ++fake.fence;
     g->has_fence = 1;
+    if (fake.granted_lease_ms > 0)
+        g->lease_ms = fake.granted_lease_ms;
     pthread_mutex_unlock(&fake.mu);
     return DLOCK_OK;
 }
@@ -119,6 +131,7 @@ static int fake_acquire(void *instance, struct dlock_provider_lock *lk, struct d
 static int fake_release(void *instance, struct dlock_provider_lock *lk)
 {
     (void)instance;
+    delay(&fake.release_delay_ms);
     pthread_mutex_lock(&fake.mu);
     fake.releases++;
     struct fake_slot *s = slot(lk->name, false);
@@ -147,6 +160,7 @@ static int renew_locked(struct dlock_provider_lock *lk)
 static int fake_renew(void *instance, struct dlock_provider_lock *lk)
 {
     (void)instance;
+    delay(&fake.renew_delay_ms);
     pthread_mutex_lock(&fake.mu);
     int rc = renew_locked(lk);
     pthread_mutex_unlock(&fake.mu);
@@ -156,6 +170,7 @@ static int fake_renew(void *instance, struct dlock_provider_lock *lk)
 static int fake_renew_batch(void *instance, struct dlock_provider_lock *const *locks, size_t n, int *results)
 {
     (void)instance;
+    delay(&fake.renew_delay_ms);
     pthread_mutex_lock(&fake.mu);
     fake.batches++;
     fake.batch_items += (int)n;

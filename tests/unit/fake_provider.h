@@ -26,6 +26,9 @@ struct fake_server {
     int acquire_rc;           /* if non-zero, acquire returns it */
     int renew_rc;             /* if non-zero, renew returns it */
     int64_t busy_hint_ms;     /* hint on busy (-1 none) */
+    int64_t renew_delay_ms;   /* renew/renew_batch block this long first (a slow server) */
+    int64_t release_delay_ms; /* release blocks this long first */
+    int64_t granted_lease_ms; /* if > 0, acquire reports this as the lease granted */
     int64_t renew_at[FAKE_TIMES];
     int nrenew_at;
     int64_t last_batch_n;

@@ -523,6 +523,200 @@ static void release_finding_hold_gone_reports_lost(void **state)
     dlock_client_close(c);
 }
 
+
+/* ---- the lost path under slow I/O, handle lifetime, cancellation of queued threads ---- */
+
+static int freed_flag;          /* set once dlock_lock_free() returned */
+static int late_callbacks;      /* on_lost calls that ran on a freed handle */
+static int64_t lost_at_ms;
+
+static void slow_lost_reading_the_handle(dlock_lock *lock, void *arg)
+{
+    (void)arg;
+    __atomic_store_n(&lost_at_ms, now_ms(), __ATOMIC_SEQ_CST);
+    sleep_ms(200); /* still running when the owner frees the handle */
+    size_t len = 0;
+    const char *name = dlock_lock_name(lock, &len); /* allowed in on_lost */
+    if (__atomic_load_n(&freed_flag, __ATOMIC_SEQ_CST) || !name || len != 4)
+        __atomic_add_fetch(&late_callbacks, 1, __ATOMIC_SEQ_CST);
+    __atomic_add_fetch(&lost_calls, 1, __ATOMIC_SEQ_CST);
+}
+
+/* dlock_lock_free() while on_lost is in flight must wait for it: the
+ * callback may use its handle until it returns. The courtesy release of the
+ * expired lease is slow too, as on a server that answers late. */
+static void free_waits_for_on_lost_in_flight(void **state)
+{
+    (void)state;
+    lost_calls = late_callbacks = freed_flag = 0;
+    dlock_client *c = open_fake("fake", 3000);
+    FAKE_SET(release_delay_ms, 300);
+    dlock_lock_options o = DLOCK_LOCK_OPTIONS_INIT;
+    o.lease_ms = 100;
+    o.on_lost = slow_lost_reading_the_handle;
+    dlock_lock *l;
+    assert_int_equal(dlock_lock_new(c, "free", 4, &o, &l), DLOCK_OK);
+    assert_int_equal(dlock_acquire(l, 0), DLOCK_OK);
+    sleep_ms(150); /* the lease ran out at ~98 ms: loss handling under way */
+    dlock_lock_free(l);
+    __atomic_store_n(&freed_flag, 1, __ATOMIC_SEQ_CST);
+    sleep_ms(500);
+    assert_int_equal(__atomic_load_n(&late_callbacks, __ATOMIC_SEQ_CST), 0);
+    assert_true(__atomic_load_n(&lost_calls, __ATOMIC_SEQ_CST) <= 1);
+    FAKE_SET(release_delay_ms, 0);
+    dlock_client_close(c);
+}
+
+/* The loss is signalled at the validity end even while the watchdog's
+ * renewal is stuck in a slow server call (here 1.5 s, past the 300 ms lease). */
+static void on_lost_fires_at_validity_end_while_renewal_blocks(void **state)
+{
+    (void)state;
+    lost_calls = 0;
+    lost_at_ms = 0;
+    dlock_client *c = open_fake("fake", 300);
+    dlock_lock_options o = DLOCK_LOCK_OPTIONS_INIT;
+    o.on_lost = count_lost;
+    dlock_lock *l;
+    assert_int_equal(dlock_lock_new(c, "slow", 4, &o, &l), DLOCK_OK);
+    FAKE_SET(renew_delay_ms, 1500);
+    int64_t t0 = now_ms();
+    assert_int_equal(dlock_acquire(l, 0), DLOCK_OK);
+    while (__atomic_load_n(&lost_calls, __ATOMIC_SEQ_CST) == 0 && now_ms() - t0 < 3000)
+        sleep_ms(5);
+    int64_t took = now_ms() - t0;
+    assert_int_equal(__atomic_load_n(&lost_calls, __ATOMIC_SEQ_CST), 1);
+    /* validity = 300 - (300/100 + 2) = 295 ms from before the grant */
+    assert_true(took >= 290);
+    assert_true(took <= 295 + slack_ms(40));
+    assert_int_equal(dlock_validity_ms(l), DLOCK_ELOST);
+    FAKE_SET(renew_delay_ms, 0);
+    assert_int_equal(dlock_release(l), DLOCK_ELOST);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+}
+
+/* A fixed lease whose courtesy release is slow: on_lost comes first. */
+static void fixed_lease_on_lost_before_the_slow_give_back(void **state)
+{
+    (void)state;
+    lost_calls = 0;
+    dlock_client *c = open_fake("fake", 3000);
+    FAKE_SET(release_delay_ms, 400);
+    dlock_lock_options o = DLOCK_LOCK_OPTIONS_INIT;
+    o.lease_ms = 100;
+    o.on_lost = count_lost;
+    dlock_lock *l;
+    assert_int_equal(dlock_lock_new(c, "give", 4, &o, &l), DLOCK_OK);
+    int64_t t0 = now_ms();
+    assert_int_equal(dlock_acquire(l, 0), DLOCK_OK);
+    while (__atomic_load_n(&lost_calls, __ATOMIC_SEQ_CST) == 0 && now_ms() - t0 < 2000)
+        sleep_ms(5);
+    assert_true(now_ms() - t0 <= 97 + slack_ms(40));
+    sleep_ms(450);
+    FAKE_SET(release_delay_ms, 0);
+    assert_int_equal(fake_get(&fake.releases), 1); /* given back after on_lost */
+    assert_int_equal(dlock_release(l), DLOCK_ELOST);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+}
+
+/* The server grants a shorter lease than asked: validity follows it. */
+static void validity_never_exceeds_the_granted_lease(void **state)
+{
+    (void)state;
+    lost_calls = 0;
+    dlock_client *c = open_fake("fake", 3000);
+    FAKE_SET(granted_lease_ms, 300);
+    dlock_lock_options o = DLOCK_LOCK_OPTIONS_INIT;
+    o.on_lost = count_lost;
+    dlock_lock *l;
+    assert_int_equal(dlock_lock_new(c, "short", 5, &o, &l), DLOCK_OK);
+    assert_int_equal(dlock_acquire(l, 0), DLOCK_OK);
+    int64_t v = dlock_validity_ms(l);
+    assert_true(v <= 300 - 5 && v > 200);
+    /* Renewed at a third of what was granted, not of the 3 s asked for. */
+    sleep_ms(250);
+    assert_true(fake_get(&fake.renews) >= 1);
+    assert_true(dlock_validity_ms(l) <= 295);
+    FAKE_SET(renew_rc, DLOCK_EUNAVAILABLE);
+    int64_t t0 = now_ms();
+    while (__atomic_load_n(&lost_calls, __ATOMIC_SEQ_CST) == 0 && now_ms() - t0 < 2000)
+        sleep_ms(5);
+    assert_true(now_ms() - t0 <= 300 + slack_ms(40));
+    FAKE_SET(renew_rc, 0);
+    FAKE_SET(granted_lease_ms, 0);
+    dlock_release(l);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+}
+
+
+/* Internal (libdlock_core): runs the core's boot clock ahead, as a suspend. */
+void dlock__clock_test_suspend(int64_t ms);
+
+/* The host sleeps through the lease: CLOCK_MONOTONIC stops, the server's
+ * clock does not. After the resume the hold has no validity left and is
+ * declared lost within the expiry thread's 1 s suspend check. */
+static void validity_counts_time_the_host_was_suspended(void **state)
+{
+    (void)state;
+    lost_calls = 0;
+    dlock_client *c = open_fake("fake", 3000);
+    dlock_lock_options o = DLOCK_LOCK_OPTIONS_INIT;
+    o.on_lost = count_lost;
+    dlock_lock *l;
+    assert_int_equal(dlock_lock_new(c, "zzz", 3, &o, &l), DLOCK_OK);
+    assert_int_equal(dlock_acquire(l, 0), DLOCK_OK);
+    assert_true(dlock_validity_ms(l) > 2900);
+    dlock__clock_test_suspend(5000);
+    int64_t v = dlock_validity_ms(l);
+    assert_true(v == 0 || v == DLOCK_ELOST);
+    int64_t t0 = now_ms();
+    while (__atomic_load_n(&lost_calls, __ATOMIC_SEQ_CST) == 0 && now_ms() - t0 < 3000)
+        sleep_ms(5);
+    assert_int_equal(__atomic_load_n(&lost_calls, __ATOMIC_SEQ_CST), 1);
+    assert_true(now_ms() - t0 <= 1000 + slack_ms(100));
+    assert_int_equal(dlock_release(l), DLOCK_ELOST);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+}
+
+/* Six threads of one client wait for a name another owner holds; one talks
+ * to the backend, five queue inside the client. A cancel reaches every one
+ * at once, and none is granted after it even when the name frees then. */
+static void cancel_reaches_threads_queued_in_the_client(void **state)
+{
+    (void)state;
+    dlock_client *c = NULL;
+    assert_int_equal(dlock_client_open_string(&c, "backend = \"fake\"; lease_ms = 3000; "
+                                                  "retry_base_ms = 1000; retry_cap_ms = 1000;"),
+                     DLOCK_OK);
+    fake_hold_externally("six", true);
+    enum { N = 6 };
+    dlock_lock *l[N];
+    struct acquirer a[N];
+    pthread_t t[N];
+    for (int i = 0; i < N; i++) {
+        l[i] = new_lock(c, "six", 0);
+        a[i] = (struct acquirer){ l[i], -1, 99, 0 };
+        pthread_create(&t[i], NULL, acquire_thread, &a[i]);
+    }
+    sleep_ms(1100); /* past the contender's first 1 s pause */
+    int64_t cancelled_at = now_ms();
+    for (int i = 0; i < N; i++)
+        dlock_cancel(l[i]);
+    fake_hold_externally("six", false);
+    for (int i = 0; i < N; i++) {
+        pthread_join(t[i], NULL);
+        assert_int_equal(a[i].rc, DLOCK_ECANCELLED);
+        assert_true(a[i].finished_at - cancelled_at < slack_ms(100));
+    }
+    for (int i = 0; i < N; i++)
+        dlock_lock_free(l[i]);
+    dlock_client_close(c);
+}
+
 /* ---- misuse, errors, lifecycle ----------------------------------------------------------- */
 
 static void bad_arguments_are_errors_not_crashes(void **state)
@@ -684,6 +878,9 @@ int main(void)
         fprintf(stderr, "cannot register the fake providers: %s\n", dlock_errmsg());
         return 1;
     }
+    /* CMOCKA_FILTER=name runs one case (for checking a test against old code). */
+    if (getenv("CMOCKA_FILTER"))
+        cmocka_set_test_filter(getenv("CMOCKA_FILTER"));
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup(try_once_busy_makes_one_attempt, setup),
         cmocka_unit_test_setup(wait_budget_is_honoured_with_backoff, setup),
@@ -702,6 +899,12 @@ int main(void)
         cmocka_unit_test_setup(explicit_lease_expires_and_is_given_back, setup),
         cmocka_unit_test_setup(transient_renewal_failure_is_not_a_loss, setup),
         cmocka_unit_test_setup(release_finding_hold_gone_reports_lost, setup),
+        cmocka_unit_test_setup(free_waits_for_on_lost_in_flight, setup),
+        cmocka_unit_test_setup(on_lost_fires_at_validity_end_while_renewal_blocks, setup),
+        cmocka_unit_test_setup(fixed_lease_on_lost_before_the_slow_give_back, setup),
+        cmocka_unit_test_setup(validity_never_exceeds_the_granted_lease, setup),
+        cmocka_unit_test_setup(cancel_reaches_threads_queued_in_the_client, setup),
+        cmocka_unit_test_setup(validity_counts_time_the_host_was_suspended, setup),
         cmocka_unit_test_setup(bad_arguments_are_errors_not_crashes, setup),
         cmocka_unit_test_setup(client_close_releases_forgotten_holds, setup),
         cmocka_unit_test_setup(freeing_the_last_handle_releases, setup),
