@@ -75,6 +75,7 @@ static const struct dlock_setting_spec redis_settings[] = {
     { "wait_replicas", DLOCK_SETTING_INT, 0, 16 },
     { "wait_timeout_ms", DLOCK_SETTING_INT, 1, 60000 },
     { "cluster", DLOCK_SETTING_STRING_LIST, 0, 0 },
+    { "allow_eviction", DLOCK_SETTING_BOOL, 0, 0 },
     { NULL, 0, 0, 0 },
 };
 
@@ -182,6 +183,75 @@ static bool valid_prefix(const char *p)
     return true;
 }
 
+/* A command that blocks longer than a third of the lease leaves a renewal
+ * no second try before the hold runs out: cap it there. (The core declares
+ * the loss at the validity end whatever a call in flight is doing; the cap
+ * is what gives renewals their chance.) */
+static void cap_command_timeout(struct redis_server *srv, const struct dlock_provider_env *env)
+{
+    int64_t cap = env->default_lease_ms / 3;
+    if (cap < 1 || srv->command_timeout_ms <= cap)
+        return;
+    int64_t asked = 0;
+    bool explicit = dlock_settings_int(env->settings, "command_timeout_ms", &asked);
+    dlock_provider_log(env->log_handle, DLOCK_LOG_WARN,
+                       "%s: command timeout %s%lld ms cut to %lld ms, a third of lease_ms %lld, so that a renewal "
+                       "can be tried again before the lease ends",
+                       srv->label, explicit ? "(redis.command_timeout_ms) " : "",
+                       (long long)srv->command_timeout_ms, (long long)cap, (long long)env->default_lease_ms);
+    srv->command_timeout_ms = cap;
+}
+
+/* The first value of CONFIG GET name, copied to out ("" if none). Returns
+ * DLOCK_OK, or an error when the server refuses (an ACL without CONFIG). */
+static int config_get(struct redis_pool *pool, const char *name, char *out, size_t len)
+{
+    const char *argv[3] = { "CONFIG", "GET", name };
+    int rc;
+    out[0] = 0;
+    redisReply *r = redis_pool_command(pool, 3, argv, NULL, &rc);
+    if (!r)
+        return rc;
+    if (r->type == REDIS_REPLY_ERROR)
+        rc = dlock_seterr(DLOCK_EUNAVAILABLE, "%s", r->str);
+    else if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 && r->element[1]->type == REDIS_REPLY_STRING)
+        snprintf(out, len, "%s", r->element[1]->str);
+    freeReplyObject(r);
+    return rc;
+}
+
+/* Redis evicts keys with a TTL first under the volatile-* policies, and any
+ * key under allkeys-*: a held lock's hash can vanish and be granted to
+ * another client while its holder has most of its lease left. Refused
+ * unless the operator accepts it (redis.allow_eviction). */
+static int check_eviction(struct redis_pool *pool, const struct dlock_provider_env *env)
+{
+    const char *label = pool->server.label;
+    char policy[64], maxmemory[32];
+    if (config_get(pool, "maxmemory-policy", policy, sizeof policy) != DLOCK_OK ||
+        config_get(pool, "maxmemory", maxmemory, sizeof maxmemory) != DLOCK_OK) {
+        dlock_provider_log(env->log_handle, DLOCK_LOG_INFO,
+                           "%s: cannot read maxmemory-policy (%s); make sure it is noeviction, or held locks "
+                           "can be evicted", label, dlock_errmsg());
+        return DLOCK_OK;
+    }
+    if (policy[0] == 0 || strcmp(policy, "noeviction") == 0)
+        return DLOCK_OK;
+    int allow = 0;
+    dlock_settings_bool(env->settings, "allow_eviction", &allow);
+    if (strcmp(maxmemory, "0") == 0 || allow) {
+        dlock_provider_log(env->log_handle, DLOCK_LOG_WARN,
+                           "%s: maxmemory-policy is %s (maxmemory %s): under memory pressure Redis can evict a "
+                           "held lock and grant it to another client; use noeviction on a lock server",
+                           label, policy, maxmemory);
+        return DLOCK_OK;
+    }
+    return dlock_seterr(DLOCK_ECONFIG,
+                        "%s: maxmemory-policy is %s with maxmemory %s bytes: Redis may evict a held lock's key and "
+                        "grant the lock to another client. Set maxmemory-policy noeviction on the lock server, or "
+                        "redis.allow_eviction = true to accept that risk", label, policy, maxmemory);
+}
+
 static int redis_open(void **instance, const struct dlock_provider_env *env)
 {
     struct redis_instance *inst = calloc(1, sizeof *inst);
@@ -189,6 +259,8 @@ static int redis_open(void **instance, const struct dlock_provider_env *env)
         return dlock_seterr(DLOCK_ENOMEM, "redis: out of memory");
     struct redis_server srv;
     int rc = redis_server_from_settings(&srv, env->settings);
+    if (rc == DLOCK_OK)
+        cap_command_timeout(&srv, env);
     const char *prefix = env->prefix;
     dlock_settings_string(env->settings, "prefix", &prefix);
     if (rc == DLOCK_OK && (strlen(prefix) >= sizeof inst->prefix || !valid_prefix(prefix)))
@@ -242,6 +314,8 @@ static int redis_open(void **instance, const struct dlock_provider_env *env)
                               strncmp(r->str, "NOAUTH", 6) == 0 ? " (set redis.password)" : "");
         freeReplyObject(r);
     }
+    if (rc == DLOCK_OK)
+        rc = check_eviction(&inst->pool, env);
     if (rc == DLOCK_OK)
         rc = redis_subscriber_start(&inst->subscriber, &srv, false, env->log_handle);
     if (rc != DLOCK_OK) {
@@ -458,6 +532,11 @@ static int redis_release(void *instance, struct dlock_provider_lock *lk)
     }
     long long left = r->integer;
     freeReplyObject(r);
+    /* Sent twice because the connection died with the first in flight: a
+     * hold already gone is the first release's work, not a loss. (Only our
+     * own field is ever deleted, so nobody else's hold was touched.) */
+    if (left < 0 && !inst->cluster && redis_pool_last_resent())
+        return DLOCK_OK;
     return left < 0 ? DLOCK_ENOTOWNER : DLOCK_OK;
 }
 

@@ -252,9 +252,17 @@ void redis_pool_put(struct redis_pool *pool, redisContext *ctx)
     conn_pool_put(&pool->conns, ctx);
 }
 
+static __thread bool last_command_resent;
+
+bool redis_pool_last_resent(void)
+{
+    return last_command_resent;
+}
+
 redisReply *redis_pool_command(struct redis_pool *pool, int argc, const char **argv, const size_t *lens,
                                int *rc)
 {
+    last_command_resent = false;
     for (int attempt = 0; attempt < 2; attempt++) {
         redisContext *ctx;
         *rc = redis_pool_get(pool, &ctx);
@@ -281,9 +289,15 @@ redisReply *redis_pool_command(struct redis_pool *pool, int argc, const char **a
         bool timed_out = ctx->err == REDIS_ERR_IO && (saved_errno == EAGAIN || saved_errno == EWOULDBLOCK);
         redis_pool_put(pool, ctx);
         conn_pool_drop_idle(&pool->conns);
-        /* A timeout may mean the command ran: do not send it twice. */
+        /* A timeout may mean the command ran: do not send it twice. An
+         * end-of-file or reset is resent once, since an idle connection
+         * that died (a server restart) must not fail a call; the command
+         * may have run before the connection died, so every command this
+         * backend sends is safe to run twice (the scripts are idempotent
+         * for their owner), and the caller can ask whether it was resent. */
         if (timed_out)
             return NULL;
+        last_command_resent = true;
     }
     return NULL;
 }

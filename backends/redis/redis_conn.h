@@ -69,6 +69,10 @@ void redis_pool_put(struct redis_pool *pool, redisContext *ctx);
  * *rc set when no reply could be had. */
 redisReply *redis_pool_command(struct redis_pool *pool, int argc, const char **argv, const size_t *lens,
                                int *rc);
+/* True when the calling thread's last redis_pool_command sent its command a
+ * second time after the connection died with the first one in flight: the
+ * first may have run (a release that then finds the hold gone did it). */
+bool redis_pool_last_resent(void);
 
 /* Sends n commands in one pipeline on one connection and reads n replies
  * into replies[] (caller frees each). DLOCK_OK or a failure (replies freed). */

@@ -33,26 +33,35 @@
     "if ttl < 0 or ttl > most then ttl = most end\n"                          \
     "return {0, ttl}\n"
 
-/* The next fence token. A counter that does not exist yet (a new name, or
- * a server restarted without persistence, or flushed) is seeded from the
- * server's clock in microseconds, not from 1: every token handed out before
- * was at most the old seed plus one per grant, far below the clock now, so
- * tokens keep growing across such a restart (as long as the server's clock
- * does not go back). Found by the fault suite: counting again from 1, the
- * counter reached a token already admitted and two holders shared it. */
+/* The next fence token: max(counter + 1, the server's clock in
+ * microseconds), written back when the clock is ahead. The counter alone
+ * can go back: a restart from an older RDB snapshot or an AOF that lost its
+ * last second, a FLUSHALL, a failover to a replica that lagged. Every token
+ * issued before such a loss was at most the clock of its grant (or one more
+ * per grant within a microsecond), so taking the clock now keeps tokens
+ * strictly increasing as long as the server's clock does not go back.
+ * Microseconds since 1970 stay exact in Lua's doubles until about 2255. */
 #define LUA_NEXT_FENCE                                                        \
     "local fence = redis.call('incr', KEYS[2])\n"                             \
-    "if fence == 1 then\n"                                                    \
-    "  local t = redis.call('time')\n"                                        \
-    "  fence = tonumber(t[1]) * 1000000 + tonumber(t[2])\n"                    \
+    "local t = redis.call('time')\n"                                          \
+    "local clock = tonumber(t[1]) * 1000000 + tonumber(t[2])\n"               \
+    "if fence < clock then\n"                                                 \
+    "  fence = clock\n"                                                       \
     "  redis.call('set', KEYS[2], string.format('%d', fence))\n"              \
     "end\n"
 
-#define LUA_REENTRY                                                           \
+/* Our own field already there. The core counts reentry itself and never
+ * asks the server again for a hold it has, so this is either this very
+ * acquire sent twice (its first answer was lost with the connection) or a
+ * hold the client declared lost whose give-back did not get through. Both
+ * are one hold, not two: the count stays 1 (one release frees it), and it
+ * is a new grant with a new, higher fence. */
+#define LUA_OWN_FIELD                                                         \
     "if redis.call('hexists', KEYS[1], ARGV[1]) == 1 then\n"                  \
-    "  redis.call('hincrby', KEYS[1], ARGV[1], 1)\n"                          \
+    "  redis.call('hset', KEYS[1], ARGV[1], 1)\n"                             \
     "  redis.call('pexpire', KEYS[1], ARGV[2])\n"                             \
-    "  return {1, tonumber(redis.call('get', KEYS[2]) or '0')}\n"             \
+    LUA_NEXT_FENCE                                                            \
+    "  return {1, fence}\n"                                                   \
     "end\n"
 
 static const char *const script_text[SCRIPT_COUNT] = {
@@ -68,7 +77,7 @@ static const char *const script_text[SCRIPT_COUNT] = {
     LUA_NEXT_FENCE
     "  return {1, fence}\n"
     "end\n"
-    LUA_REENTRY
+    LUA_OWN_FIELD
     LUA_REGISTER_WAITER,
 
     /* fair acquire (Redisson's fair lock, with the server's clock): waiters
@@ -83,7 +92,7 @@ static const char *const script_text[SCRIPT_COUNT] = {
     "  redis.call('lpop', KEYS[3])\n"
     "  redis.call('zrem', KEYS[4], head)\n"
     "end\n"
-    LUA_REENTRY
+    LUA_OWN_FIELD
     "if redis.call('exists', KEYS[1]) == 0 then\n"
     "  local head = redis.call('lindex', KEYS[3], 0)\n"
     "  if (not head) or head == ARGV[1] then\n"

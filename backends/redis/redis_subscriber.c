@@ -32,6 +32,7 @@ struct subscription {
     enum sub_state state;
     enum sub_state before_drop;  /* where the server stood when it was dropped */
     uint64_t conn_gen;   /* connection it was confirmed on */
+    bool active_before;  /* confirmed at least once */
 };
 
 struct redis_subscriber {
@@ -133,8 +134,18 @@ static void handle_reply(struct redis_subscriber *sub, redisReply *r)
         ssize_t ignored = write(s->notify_fd, &one, sizeof one);
         (void)ignored;
     } else if (strcmp(kind, "subscribe") == 0 && s->state == SUB_SENT) {
+        /* Confirmed again on a new connection: a release published while
+         * the old one was down reached nobody. Wake the waiter so that it
+         * looks now rather than at the holder's TTL. */
+        bool again = s->active_before && s->conn_gen != sub->conn_gen;
         s->state = SUB_ACTIVE;
+        s->active_before = true;
         s->conn_gen = sub->conn_gen;
+        if (again) {
+            uint64_t one = 1;
+            ssize_t ignored = write(s->notify_fd, &one, sizeof one);
+            (void)ignored;
+        }
         pthread_cond_broadcast(&sub->cv);
     } else if (strcmp(kind, "unsubscribe") == 0 && sub->sharded && s->state == SUB_ACTIVE) {
         /* The node gave the slot away (resharding, or it became a replica)

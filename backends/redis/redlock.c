@@ -245,15 +245,20 @@ static int redlock_acquire(void *instance, struct dlock_provider_lock *lk, struc
             g->has_fence = 1;
             return DLOCK_OK;
         }
-        release_everywhere(inst, lk, granted);
+        release_everywhere(inst, lk, NULL);
         if (raised < inst->quorum)
             return no_quorum(inst, raised, "raising the fence");
         /* Granted too late to be of use: as good as busy, try again. */
         g->retry_hint_ms = 0;
         return DLOCK_EBUSY;
     }
-    if (ngranted > 0)
-        release_everywhere(inst, lk, granted);
+    /* Undo on every master that granted or did not answer in time: a reply
+     * that timed out may still have been a grant, and left there it keeps
+     * a majority taken for a whole lease with nobody holding it. The
+     * release is owner-checked, so masters that did not grant are not
+     * harmed. */
+    if (ngranted > 0 || answered < inst->n)
+        release_everywhere(inst, lk, NULL);
     if (answered < inst->quorum)
         return no_quorum(inst, answered, "acquire");
     g->retry_hint_ms = hint;

@@ -132,6 +132,89 @@ static void cut_connections_give_clear_errors_then_recovery(void **state)
     dlock_client_close(a);
 }
 
+/* The acquire script runs, its answer is lost with the connection, and the
+ * client sends it again on a new one: one hold, count 1, so one release
+ * frees the name for everyone at once. */
+static void acquire_resent_after_a_lost_answer_holds_once(void **state)
+{
+    (void)state;
+    dlock_client *a = open_at(proxy_port, 30000);
+    dlock_client *b = open_at(server.port, 30000);
+    dlock_lock *la = NULL, *lb = NULL;
+    assert_int_equal(dlock_lock_new(a, "resend-acq", 10, NULL, &la), DLOCK_OK);
+    assert_int_equal(dlock_lock_new(b, "resend-acq", 10, NULL, &lb), DLOCK_OK);
+    /* Once through, so the scripts are loaded: the answer dropped is the
+     * script's, not SCRIPT LOAD's. */
+    assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
+    assert_int_equal(dlock_release(la), DLOCK_OK);
+    fault_proxy_set(proxy, FAULT_DROP_REPLY_RESET, 0);
+    assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
+    assert_int_equal(dlock_acquire(lb, 0), DLOCK_EBUSY);
+    assert_int_equal(dlock_release(la), DLOCK_OK);
+    assert_int_equal(dlock_acquire(lb, 0), DLOCK_OK); /* not held for a lease by a count of 2 */
+    assert_int_equal(dlock_release(lb), DLOCK_OK);
+    fault_proxy_set(proxy, FAULT_PASS, 0);
+    dlock_lock_free(la);
+    dlock_lock_free(lb);
+    dlock_client_close(a);
+    dlock_client_close(b);
+}
+
+/* The release runs, its answer is lost, and the resent release finds the
+ * hold gone: that is the first one's doing, not a loss. */
+static void release_resent_after_a_lost_answer_is_ok(void **state)
+{
+    (void)state;
+    dlock_client *a = open_at(proxy_port, 30000);
+    dlock_lock *la = NULL;
+    assert_int_equal(dlock_lock_new(a, "resend-rel", 10, NULL, &la), DLOCK_OK);
+    assert_int_equal(dlock_acquire(la, 0), DLOCK_OK); /* loads the scripts */
+    assert_int_equal(dlock_release(la), DLOCK_OK);
+    assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
+    fault_proxy_set(proxy, FAULT_DROP_REPLY_RESET, 0);
+    assert_int_equal(dlock_release(la), DLOCK_OK);
+    fault_proxy_set(proxy, FAULT_PASS, 0);
+    dlock_lock_free(la);
+    dlock_client_close(a);
+}
+
+/* Renewals time out until the client declares the hold lost, while the
+ * server still has the key. Acquiring again must be a new hold with a new,
+ * higher fence, and releasing it must free the name on the server. */
+static void reacquire_after_a_declared_loss_is_a_new_hold(void **state)
+{
+    (void)state;
+    __atomic_store_n(&lost_at, 0, __ATOMIC_SEQ_CST);
+    dlock_client *a = open_at(proxy_port, 900);
+    dlock_client *b = open_at(server.port, 900);
+    dlock_lock *la = watched(a, "revive");
+    dlock_lock *lb = NULL;
+    assert_int_equal(dlock_lock_new(b, "revive", 6, NULL, &lb), DLOCK_OK);
+    assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
+    uint64_t f1 = 0, f2 = 0;
+    assert_int_equal(dlock_fence(la, &f1), DLOCK_OK);
+    /* Answers come 250 ms late (command timeout 200): renewals time out, but
+     * they reach the server and keep the key alive. */
+    fault_proxy_set(proxy, FAULT_DELAY, 250);
+    int64_t t0 = now_ms();
+    while (__atomic_load_n(&lost_at, __ATOMIC_SEQ_CST) == 0 && now_ms() - t0 < 5000)
+        sleep_ms(10);
+    assert_true(__atomic_load_n(&lost_at, __ATOMIC_SEQ_CST) != 0);
+    fault_proxy_set(proxy, FAULT_PASS, 0);
+    sleep_ms(300);
+    assert_int_equal(dlock_release(la), DLOCK_ELOST);
+    assert_int_equal(dlock_acquire(la, 2000), DLOCK_OK);
+    assert_int_equal(dlock_fence(la, &f2), DLOCK_OK);
+    assert_true(f2 > f1);
+    assert_int_equal(dlock_release(la), DLOCK_OK);
+    assert_int_equal(dlock_acquire(lb, 0), DLOCK_OK); /* freed on the server */
+    assert_int_equal(dlock_release(lb), DLOCK_OK);
+    dlock_lock_free(la);
+    dlock_lock_free(lb);
+    dlock_client_close(a);
+    dlock_client_close(b);
+}
+
 int main(void)
 {
     if (test_redis_start(&server) != 0 || !(proxy = fault_proxy_start(server.port, &proxy_port))) {
@@ -142,6 +225,9 @@ int main(void)
         cmocka_unit_test(latency_below_the_renewal_interval_loses_nothing),
         cmocka_unit_test(partition_longer_than_the_lease),
         cmocka_unit_test(cut_connections_give_clear_errors_then_recovery),
+        cmocka_unit_test(acquire_resent_after_a_lost_answer_holds_once),
+        cmocka_unit_test(release_resent_after_a_lost_answer_is_ok),
+        cmocka_unit_test(reacquire_after_a_declared_loss_is_a_new_hold),
     };
     int failed = cmocka_run_group_tests_name("faults through the proxy (redis)", tests, NULL, NULL);
     fault_proxy_stop(proxy);

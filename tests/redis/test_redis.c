@@ -283,6 +283,35 @@ static void waiter_survives_losing_its_subscriber_connection(void **state)
     dlock_client_close(b);
 }
 
+
+/* The subscriber's connection dies and the holder releases before it is back:
+ * the release notice reached nobody. The waiter is woken when its
+ * subscription is confirmed again, not left until its retry hint (here
+ * 10 s: half a 20 s waiter timeout, under the holder's 30 s lease). */
+static void release_while_the_subscriber_reconnects_is_not_missed(void **state)
+{
+    (void)state;
+    dlock_client *a = open_redis(30000, 30000, NULL);
+    dlock_client *b = open_redis(30000, 30000, "waiter_timeout_ms = 20000;");
+    dlock_lock *la = lock_of(a, "gap", 0), *lb = lock_of(b, "gap", 0);
+    assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
+    struct waiter w = { lb, 99, 0 };
+    pthread_t t;
+    pthread_create(&t, NULL, wait_forever, &w);
+    sleep_ms(200); /* b is subscribed and waiting */
+    redisReply *r = test_redis_cmd(&server, "CLIENT KILL TYPE pubsub");
+    freeReplyObject(r);
+    int64_t released_at = now_ms();
+    assert_int_equal(dlock_release(la), DLOCK_OK);
+    pthread_join(t, NULL);
+    assert_int_equal(w.rc, DLOCK_OK);
+    assert_true(w.granted_at - released_at < 2000);
+    dlock_lock_free(la);
+    dlock_lock_free(lb);
+    dlock_client_close(a);
+    dlock_client_close(b);
+}
+
 /* ---- names, status, configuration ---------------------------------------------------- */
 
 static void names_keep_one_hash_tag(void **state)
@@ -488,6 +517,72 @@ static void server_restart_mid_run(void **state)
     assert_int_equal(dlock_release(l), DLOCK_OK);
     dlock_lock_free(l);
     dlock_client_close(a);
+}
+
+
+/* The fence counter comes back older than tokens already handed out (a
+ * restart from an RDB snapshot taken before the last grants, as Debian's
+ * default save lines would do): the next token must still be above every
+ * token issued before. */
+static void fences_keep_growing_after_a_restart_from_an_older_snapshot(void **state)
+{
+    (void)state;
+    dlock_client *a = open_redis(30000, 1000, NULL);
+    dlock_lock *l = lock_of(a, "snap", 0);
+    uint64_t fence = 0, highest = 0;
+    for (int i = 0; i < 6; i++) {
+        if (i == 3) {
+            redisReply *r = test_redis_cmd(&server, "SAVE");
+            assert_non_null(r);
+            assert_int_equal(r->type, REDIS_REPLY_STATUS);
+            freeReplyObject(r);
+        }
+        assert_int_equal(dlock_acquire(l, 0), DLOCK_OK);
+        assert_int_equal(dlock_fence(l, &fence), DLOCK_OK);
+        assert_true(fence > highest);
+        highest = fence;
+        assert_int_equal(dlock_release(l), DLOCK_OK);
+    }
+    test_redis_kill(&server, 1);
+    assert_int_equal(test_redis_start(&server), 0); /* loads the snapshot */
+    int64_t t0 = now_ms();
+    int rc;
+    while ((rc = dlock_acquire(l, 0)) != DLOCK_OK && now_ms() - t0 < 5000)
+        sleep_ms(50);
+    assert_int_equal(rc, DLOCK_OK);
+    assert_int_equal(dlock_fence(l, &fence), DLOCK_OK);
+    if (fence <= highest)
+        fail_msg("token %llu after the restart, %llu was issued before it",
+                 (unsigned long long)fence, (unsigned long long)highest);
+    assert_int_equal(dlock_release(l), DLOCK_OK);
+    dlock_lock_free(l);
+    dlock_client_close(a);
+}
+
+
+/* A server that may evict keys with a TTL (the lock's hash has one) is
+ * refused at open, with what to do; the operator can accept it. */
+static void eviction_policy_that_can_drop_locks_is_refused(void **state)
+{
+    (void)state;
+    struct test_redis evicting = { 0 };
+    evicting.extra[0] = "--maxmemory";
+    evicting.extra[1] = "64mb";
+    evicting.extra[2] = "--maxmemory-policy";
+    evicting.extra[3] = "volatile-ttl";
+    assert_int_equal(test_redis_start(&evicting), 0);
+    char text[512];
+    snprintf(text, sizeof text, "backend = \"redis\";\nredis = { port = %d; };\n", evicting.port);
+    dlock_client *c = (dlock_client *)1;
+    assert_int_equal(dlock_client_open_string(&c, text), DLOCK_ECONFIG);
+    assert_null(c);
+    assert_non_null(strstr(dlock_errmsg(), "volatile-ttl"));
+    assert_non_null(strstr(dlock_errmsg(), "noeviction"));
+    snprintf(text, sizeof text, "backend = \"redis\";\nredis = { port = %d; allow_eviction = true; };\n",
+             evicting.port);
+    assert_int_equal(dlock_client_open_string(&c, text), DLOCK_OK);
+    dlock_client_close(c);
+    test_redis_stop(&evicting);
 }
 
 static void many_locks_are_renewed_in_batches(void **state)
@@ -741,6 +836,7 @@ int main(void)
         cmocka_unit_test_setup(deleting_the_hash_fires_on_lost_within_a_renewal, before_each),
         cmocka_unit_test_setup(release_wakes_the_waiter_at_once, before_each),
         cmocka_unit_test_setup(waiter_survives_losing_its_subscriber_connection, before_each),
+        cmocka_unit_test_setup(release_while_the_subscriber_reconnects_is_not_missed, before_each),
         cmocka_unit_test_setup(names_keep_one_hash_tag, before_each),
         cmocka_unit_test_setup(prefix_and_db_and_unix_socket, before_each),
         cmocka_unit_test_setup(least_privilege_acl_user_is_enough, before_each),
@@ -753,6 +849,8 @@ int main(void)
         cmocka_unit_test_setup(killed_fair_waiter_drops_out, before_each),
         cmocka_unit_test_setup(authentication, before_each),
         cmocka_unit_test_setup(server_restart_mid_run, before_each),
+        cmocka_unit_test_setup(fences_keep_growing_after_a_restart_from_an_older_snapshot, before_each),
+        cmocka_unit_test_setup(eviction_policy_that_can_drop_locks_is_refused, before_each),
     };
     failed += cmocka_run_group_tests_name("redis", tests, start_server, stop_server);
     return failed ? 1 : 0;

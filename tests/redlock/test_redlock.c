@@ -9,6 +9,7 @@
 #include <cmocka.h>
 
 #include "../conformance/conformance.h"
+#include "../support/fault_proxy.h"
 #include "../support/redis_server.h"
 #include "../support/test_time.h"
 #include "../support/test_client.h"
@@ -229,6 +230,50 @@ static void bad_settings_are_config_errors(void **state)
     assert_non_null(strstr(dlock_errmsg(), "only 0 of 3 masters answered"));
 }
 
+/* Three of five masters answer 300 ms late (server_timeout_ms is 100):
+ * they run the acquire script, but their grants come too late to count, so
+ * the attempt fails for want of a quorum. Nothing may stay taken on them:
+ * the failed attempt is undone on every master that did not answer in
+ * time, not only on those that answered "granted". */
+static void failed_attempt_leaves_no_stray_hold_on_late_masters(void **state)
+{
+    (void)state;
+    struct fault_proxy *proxies[3];
+    int ports[MASTERS];
+    for (int i = 0; i < MASTERS; i++)
+        ports[i] = masters[i].port;
+    for (int i = 0; i < 3; i++) {
+        proxies[i] = fault_proxy_start(masters[i].port, &ports[i]);
+        assert_non_null(proxies[i]);
+    }
+    char text[1024];
+    int n = snprintf(text, sizeof text,
+                     "backend = \"redlock\";\nlease_ms = 30000;\n"
+                     "redlock = { server_timeout_ms = 100; connect_timeout_ms = 100; servers = (");
+    for (int i = 0; i < MASTERS; i++)
+        n += snprintf(text + n, sizeof text - (size_t)n, "%s\"127.0.0.1:%d\"", i ? ", " : "", ports[i]);
+    snprintf(text + n, sizeof text - (size_t)n, "); };\n");
+    dlock_client *a = test_client_open(text);
+    dlock_lock *l = test_lock_named(a, "stray");
+    assert_int_equal(dlock_acquire(l, 0), DLOCK_OK); /* once through: scripts loaded */
+    assert_int_equal(dlock_release(l), DLOCK_OK);
+    for (int i = 0; i < 3; i++)
+        fault_proxy_set(proxies[i], FAULT_DELAY, 300);
+    assert_int_equal(dlock_acquire(l, 0), DLOCK_ENOQUORUM);
+    sleep_ms(1000); /* every late script and every undo has arrived */
+    assert_int_equal(holders_of("stray"), 0);
+    dlock_client *b = open_ok(30000);
+    dlock_lock *lb = test_lock_named(b, "stray");
+    assert_int_equal(dlock_acquire(lb, 0), DLOCK_OK);
+    assert_int_equal(dlock_release(lb), DLOCK_OK);
+    dlock_lock_free(lb);
+    dlock_client_close(b);
+    dlock_lock_free(l);
+    dlock_client_close(a);
+    for (int i = 0; i < 3; i++)
+        fault_proxy_stop(proxies[i]);
+}
+
 static int before_each(void **state)
 {
     (void)state;
@@ -255,6 +300,7 @@ int main(void)
         cmocka_unit_test_setup(fences_survive_a_minority_losing_its_counters, before_each),
         cmocka_unit_test_setup(a_stopped_master_costs_one_timeout_not_the_lock, before_each),
         cmocka_unit_test_setup(bad_settings_are_config_errors, before_each),
+        cmocka_unit_test_setup(failed_attempt_leaves_no_stray_hold_on_late_masters, before_each),
     };
     failed += cmocka_run_group_tests_name("redlock", tests, NULL, NULL);
     for (int i = 0; i < MASTERS; i++)

@@ -226,6 +226,15 @@ static void *serve(void *arg)
                 struct pair *pr = &p->pairs[idx[k] / 2];
                 if (pr->client < 0 || pr->server < 0)
                     continue;
+                if (idx[k] % 2 == 1 && mode == FAULT_DROP_REPLY_RESET) {
+                    /* The answer of a request that ran: dropped, and the
+                     * connection cut; the next one passes. */
+                    close_pair(pr);
+                    pthread_mutex_lock(&p->mu);
+                    p->mode = mode = FAULT_PASS;
+                    pthread_mutex_unlock(&p->mu);
+                    continue;
+                }
                 bool ok = idx[k] % 2 == 0 ? take(pr, 0, pr->client, delay) : take(pr, 1, pr->server, delay);
                 if (!ok)
                     close_pair(pr);

@@ -13,13 +13,18 @@
  *   FAULT_HALF_CLOSE half-close every connection towards the client (it
  *                    reads end-of-file; what it sends still reaches the
  *                    server, whose answers are dropped), new ones as soon
- *                    as they are accepted. */
+ *                    as they are accepted;
+ *   FAULT_DROP_REPLY_RESET  forward requests, but drop the first answer the
+ *                    server sends and reset that connection: the request
+ *                    ran, and its client only sees the connection die (a
+ *                    load balancer, CLIENT KILL, a failover). Then back to
+ *                    FAULT_PASS by itself: one shot. */
 #ifndef TEST_FAULT_PROXY_H
 #define TEST_FAULT_PROXY_H
 
 #include <stdint.h>
 
-enum fault_mode { FAULT_PASS, FAULT_DELAY, FAULT_BLACKHOLE, FAULT_RESET, FAULT_HALF_CLOSE };
+enum fault_mode { FAULT_PASS, FAULT_DELAY, FAULT_BLACKHOLE, FAULT_RESET, FAULT_HALF_CLOSE, FAULT_DROP_REPLY_RESET };
 
 struct fault_proxy;
 
