@@ -10,7 +10,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
-#include <spawn.h>
+#include <sys/prctl.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -203,6 +203,63 @@ static int64_t monotonic_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+/* Starts CMD. In the child, before exec: the caller's signal mask and
+ * default dispositions; SIGKILL when dlock dies (the parent-death signal,
+ * checked after it is set, since dlock may already be gone), so that a
+ * killed or OOM-killed dlock does not leave CMD running without the lock;
+ * and no descriptor but 0-2, so that CMD cannot write on, or close, the
+ * backend's authenticated connections. An exec failure comes back through
+ * a close-on-exec pipe. Returns 0 and *pid, or an errno value. */
+static int start_command(pid_t *pid, char **cmd, char **env, const sigset_t *mask, const sigset_t *defaults)
+{
+    int report[2];
+    if (pipe2(report, O_CLOEXEC) != 0)
+        return errno;
+    pid_t parent = getpid();
+    pid_t child = fork();
+    if (child < 0) {
+        int err = errno;
+        close(report[0]);
+        close(report[1]);
+        return err;
+    }
+    if (child == 0) {
+        struct sigaction dfl = { .sa_handler = SIG_DFL };
+        for (int s = 1; s < NSIG; s++)
+            if (sigismember(defaults, s) == 1)
+                sigaction(s, &dfl, NULL);
+        sigprocmask(SIG_SETMASK, mask, NULL);
+        int err = 0;
+        if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0)
+            err = errno;
+        else if (getppid() != parent)
+            _exit(EXIT_SOFTWARE); /* dlock died before the signal was armed */
+        int keep = report[1];
+        if (keep > 3)
+            syscall(SYS_close_range, 3U, (unsigned)keep - 1, 0U);
+        syscall(SYS_close_range, (unsigned)keep + 1, ~0U, 0U);
+        if (err == 0) {
+            execvpe(cmd[0], cmd, env);
+            err = errno;
+        }
+        ssize_t ignored = write(keep, &err, sizeof err);
+        (void)ignored;
+        _exit(127);
+    }
+    close(report[1]);
+    int err = 0;
+    ssize_t n;
+    while ((n = read(report[0], &err, sizeof err)) < 0 && errno == EINTR)
+        ;
+    close(report[0]);
+    if (n == (ssize_t)sizeof err && err != 0) {
+        waitpid(child, NULL, 0);
+        return err;
+    }
+    *pid = child;
+    return 0;
+}
+
 /* Waits for CMD; on loss sends SIGTERM, then SIGKILL after kill_after_ms. */
 static int wait_child(pid_t pid, int64_t kill_after_ms)
 {
@@ -375,19 +432,12 @@ static int cmd_run(const char *config, int argc, char **argv)
         fence_env = fence_text;
     }
     char **env = child_environment(name, fence_env);
-    posix_spawnattr_t attr;
-    posix_spawnattr_init(&attr);
-    posix_spawnattr_setsigmask(&attr, &old);
-    posix_spawnattr_setsigdefault(&attr, &sigs);
-    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-
-    pid_t pid;
+    pid_t pid = 0;
     pthread_mutex_lock(&run.mu);
-    int spawn_rc = run.interrupted ? EINTR : posix_spawnp(&pid, cmd[0], NULL, &attr, cmd, env ? env : environ);
+    int spawn_rc = run.interrupted ? EINTR : start_command(&pid, cmd, env ? env : environ, &old, &sigs);
     if (spawn_rc == 0)
         run.child = pid;
     pthread_mutex_unlock(&run.mu);
-    posix_spawnattr_destroy(&attr);
 
     if (spawn_rc != 0) {
         if (spawn_rc == EINTR)

@@ -62,4 +62,26 @@ expect_status 64 $? "usage error"
 expect_status 64 $? "bad duration"
 "$DLOCK" --help > /dev/null
 expect_status 0 $? "--help"
+# The command inherits no descriptor beyond 0-2: not the backend's
+# connections, not one the caller left open without close-on-exec.
+exec 7>"$T/leak"
+"$DLOCK" run fds -- sh -c 'for f in /proc/$$/fd/*; do echo "${f##*/}"; done' > "$T/fds"
+exec 7>&-
+# (3 is the directory the shell's glob reads while listing.)
+[ "$(sort -n "$T/fds" | tr '\n' ' ')" = "0 1 2 3 " ] && ok "the command gets fds 0-2 only" \
+    || not_ok "the command inherited fds: $(tr '\n' ' ' < "$T/fds")"
+
+# dlock itself is killed (SIGKILL, the OOM killer): its command must not
+# outlive the hold, so that a second holder never runs beside it.
+"$DLOCK" run orphan -- sh -c 'echo $$ > "$0/cmd.pid"; exec sleep 30' "$T" &
+runner=$!
+for _ in $(seq 1 100); do [ -s "$T/cmd.pid" ] && break; sleep 0.05; done
+cmd=$(cat "$T/cmd.pid" 2>/dev/null)
+kill -KILL $runner
+wait $runner 2>/dev/null
+gone=no
+for _ in $(seq 1 40); do kill -0 "$cmd" 2>/dev/null || { gone=yes; break; }; sleep 0.05; done
+[ -n "$cmd" ] && [ $gone = yes ] && ok "the command dies with a killed dlock" \
+    || { not_ok "the command ($cmd) outlived its killed dlock"; kill "$cmd" 2>/dev/null; }
+
 finish
