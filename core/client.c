@@ -46,6 +46,11 @@ static int client_open(dlock_client **out, const char *path, const char *text)
     if (rc != DLOCK_OK) {
         dlock__log_destroy(&c->log);
         free(c);
+        /* A configuration that is right but names a backend whose module
+         * this host lacks (or refused) cannot be served here: unavailable,
+         * as dlock.h says (dlock run exits 69, not 78). */
+        if (rc == DLOCK_ECONFIG && diag.errors == 1 && diag.backend_unavailable)
+            rc = dlock_seterr(DLOCK_EUNAVAILABLE, "%s", diag.first_error);
         return rc;
     }
     c->provider = c->config.provider;

@@ -209,7 +209,9 @@ int dlock__config_load(struct dlock__config *cfg, const char *path, const char *
         const config_setting_t *backend_setting = NULL;
         check_top_level(cfg, diag, &backend_setting);
         const char *backend = backend_setting ? config_setting_get_string(backend_setting) : "local";
-        if (dlock__provider_find(backend, &cfg->provider) != DLOCK_OK) {
+        int find_rc = dlock__provider_find(backend, &cfg->provider);
+        if (find_rc != DLOCK_OK) {
+            diag->backend_unavailable = find_rc == DLOCK_EUNAVAILABLE;
             dlock__diag_add(diag, 1, backend_setting ? file_of(backend_setting, cfg->source) : cfg->source,
                             backend_setting ? config_setting_source_line(backend_setting) : 0,
                             "backend '%s' is not available: %s", backend, dlock_errmsg());

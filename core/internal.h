@@ -92,6 +92,7 @@ struct dlock__diag {
     int errors;
     int warnings;
     char first_error[512];          /* "file:line: message" of the first error */
+    bool backend_unavailable;       /* one error was: the backend's module is missing or refused */
 };
 
 #define DLOCK__DEFAULT_LEASE_MS 30000

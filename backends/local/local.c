@@ -37,6 +37,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sys/inotify.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -63,7 +64,76 @@ struct local_lock {
     bool fd_open;
     bool held;
     int watch_fd;             /* inotify fd + 1 while contending, 0 if none */
+    struct local_lock *prev, *next; /* in open_files while fd_open */
 };
+
+/* ---- descriptors across fork() -------------------------------------------------- */
+
+/* Every open lock file of the process. A child made by fork() shares the
+ * open file descriptions, so its copies of the descriptors would keep the
+ * OFD locks of a holder that died: the child closes its copies at once
+ * (the parent's stay, and so do its locks). The client cannot be used in
+ * the child anyway (the fork guard). */
+static pthread_mutex_t open_files_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct local_lock *open_files;
+static pthread_once_t fork_handlers_once = PTHREAD_ONCE_INIT;
+
+static void before_fork(void)
+{
+    pthread_mutex_lock(&open_files_mu);
+}
+
+static void after_fork_in_parent(void)
+{
+    pthread_mutex_unlock(&open_files_mu);
+}
+
+static void after_fork_in_child(void)
+{
+    for (struct local_lock *ll = open_files; ll; ll = ll->next) {
+        close(ll->fd);
+        ll->fd_open = ll->held = false;
+        if (ll->watch_fd)
+            close(ll->watch_fd - 1);
+        ll->watch_fd = 0;
+    }
+    open_files = NULL;
+    pthread_mutex_unlock(&open_files_mu);
+}
+
+static void install_fork_handlers(void)
+{
+    pthread_atfork(before_fork, after_fork_in_parent, after_fork_in_child);
+}
+
+static void track_open(struct local_lock *ll)
+{
+    pthread_mutex_lock(&open_files_mu);
+    ll->prev = NULL;
+    ll->next = open_files;
+    if (open_files)
+        open_files->prev = ll;
+    open_files = ll;
+    pthread_mutex_unlock(&open_files_mu);
+}
+
+/* Closes ll's lock file and forgets it. */
+static void close_lock_file(struct local_lock *ll)
+{
+    pthread_mutex_lock(&open_files_mu);
+    if (ll->fd_open) {
+        if (ll->prev)
+            ll->prev->next = ll->next;
+        else if (open_files == ll)
+            open_files = ll->next;
+        if (ll->next)
+            ll->next->prev = ll->prev;
+        ll->prev = ll->next = NULL;
+        close(ll->fd);
+    }
+    ll->fd_open = false;
+    pthread_mutex_unlock(&open_files_mu);
+}
 
 static const struct dlock_setting_spec local_settings[] = {
     { "dir", DLOCK_SETTING_STRING, 0, 0 },
@@ -179,8 +249,17 @@ static int local_open(void **instance, const struct dlock_provider_env *env)
     if (rc == DLOCK_OK)
         rc = make_dirs(inst->dir, is_default ? 0700 : 0777);
     if (rc == DLOCK_OK) {
-        inst->dirfd = open(inst->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        if (inst->dirfd < 0)
+        /* The default is never followed through a symbolic link: one that
+         * someone planted (a non-sticky or unprotected TMPDIR) and swapped
+         * later would split this user's processes across two directories,
+         * each granting the same name. */
+        inst->dirfd = open(inst->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC | (is_default ? O_NOFOLLOW : 0));
+        struct stat link;
+        if (inst->dirfd < 0 && is_default && lstat(inst->dir, &link) == 0 && S_ISLNK(link.st_mode))
+            rc = dlock_seterr(DLOCK_EUNAVAILABLE,
+                              "local: %s is a symbolic link, which the default lock directory must not be; "
+                              "remove it or set local.dir", inst->dir);
+        else if (inst->dirfd < 0)
             rc = dlock_seterr(DLOCK_EUNAVAILABLE, "local: cannot open lock directory %s: %s", inst->dir,
                               strerror(errno));
     }
@@ -197,6 +276,7 @@ static int local_open(void **instance, const struct dlock_provider_env *env)
         free(inst);
         return rc;
     }
+    pthread_once(&fork_handlers_once, install_fork_handlers);
     dlock_provider_log(env->log_handle, DLOCK_LOG_DEBUG, "local: lock directory %s", inst->dir);
     *instance = inst;
     return DLOCK_OK;
@@ -224,6 +304,7 @@ static int open_lock_file(struct local_instance *inst, struct dlock_provider_loc
                             strerror(errno));
     ll->fd = fd;
     ll->fd_open = true;
+    track_open(ll);
     return DLOCK_OK;
 }
 
@@ -377,8 +458,7 @@ static int local_release(void *instance, struct dlock_provider_lock *lk)
     if (set_lock(ll->fd, F_UNLCK, NULL) != 0) {
         /* Closing the descriptor drops the lock whatever went wrong (and
          * tells the watchers with IN_CLOSE_WRITE). */
-        close(ll->fd);
-        ll->fd_open = false;
+        close_lock_file(ll);
         return DLOCK_OK;
     }
     /* Wakes the waiters' inotify watches. After the unlock, and touching
@@ -399,10 +479,9 @@ static void local_lock_fini(void *instance, struct dlock_provider_lock *lk)
 {
     (void)instance;
     struct local_lock *ll = lk->priv;
-    if (ll->fd_open)
-        close(ll->fd);
+    close_lock_file(ll);
     stop_watch(ll);
-    ll->fd_open = ll->held = false;
+    ll->held = false;
 }
 
 static int local_status(struct local_instance *inst, struct dlock_ctl_status *arg)
@@ -442,6 +521,14 @@ static int local_status(struct local_instance *inst, struct dlock_ctl_status *ar
     return rc;
 }
 
+/* Gave up waiting: the inotify instance goes (they are scarce: 128 per
+ * user by default); a later wait makes a new one. */
+static void local_abandon(void *instance, struct dlock_provider_lock *lk)
+{
+    (void)instance;
+    stop_watch(lk->priv);
+}
+
 static int local_ctl(void *instance, int op, void *arg)
 {
     if (op == DLOCK_CTL_STATUS)
@@ -463,4 +550,5 @@ const struct dlock_provider dlock__local_provider = {
     .wait = local_wait,
     .lock_fini = local_lock_fini,
     .ctl = local_ctl,
+    .abandon = local_abandon,
 };

@@ -56,6 +56,9 @@ expect_status 78 $? "configuration error"
 printf 'local = { dir = "/proc/no/such/dir"; };\n' > "$T/unavail.conf"
 "$DLOCK" -c "$T/unavail.conf" run x -- true 2>/dev/null
 expect_status 69 $? "backend unavailable"
+printf 'backend = "nosuchbackend";\n' > "$T/nomodule.conf"
+DLOCK_MODULE_PATH=/nonexistent "$DLOCK" -c "$T/nomodule.conf" run x -- true 2>/dev/null
+expect_status 69 $? "backend module missing on this host"
 "$DLOCK" run x 2>/dev/null
 expect_status 64 $? "usage error"
 "$DLOCK" run --wait soon x -- true 2>/dev/null

@@ -438,6 +438,109 @@ static void unusable_directories_are_clear_errors(void **state)
     rmdir(tmp);
 }
 
+
+/* The default directory is a symbolic link someone planted (to a directory
+ * that passes the owner and mode checks): refused, never followed, since a
+ * link swapped later would split processes across two directories. */
+static void default_directory_through_a_symlink_is_refused(void **state)
+{
+    (void)state;
+    char tmp[300], def[400], target[400];
+    snprintf(tmp, sizeof tmp, "%s/tmpdir", dir);
+    mkdir(tmp, 0700);
+    snprintf(target, sizeof target, "%s/elsewhere", dir);
+    mkdir(target, 0700);
+    snprintf(def, sizeof def, "%s/dlock-%ld", tmp, (long)getuid());
+    assert_int_equal(symlink(target, def), 0);
+    char *saved = getenv("TMPDIR") ? strdup(getenv("TMPDIR")) : NULL;
+    setenv("TMPDIR", tmp, 1);
+    dlock_client *c = NULL;
+    int rc = dlock_client_open(&c, NULL);
+    char why[512];
+    snprintf(why, sizeof why, "%s", dlock_errmsg());
+    if (saved) {
+        setenv("TMPDIR", saved, 1);
+        free(saved);
+    } else {
+        unsetenv("TMPDIR");
+    }
+    if (rc == DLOCK_OK)
+        dlock_client_close(c);
+    unlink(def);
+    rmdir(target);
+    rmdir(tmp);
+    assert_int_equal(rc, DLOCK_EUNAVAILABLE);
+    if (!strstr(why, "symbolic link"))
+        fail_msg("not refused for the link: %s", why);
+}
+
+/* A handle that gave up waiting keeps no inotify instance (128 per user). */
+static void timed_out_waiters_keep_no_inotify_instance(void **state)
+{
+    (void)state;
+    dlock_client *a = open_local(), *b = open_local();
+    dlock_lock *held = lock_of(a, "watched", 0);
+    assert_int_equal(dlock_acquire(held, 0), DLOCK_OK);
+    int fds = open_fds();
+    dlock_lock *w[40];
+    for (int i = 0; i < 40; i++) {
+        w[i] = lock_of(b, "watched", 0);
+        assert_int_equal(dlock_acquire(w[i], 5), DLOCK_ETIMEDOUT);
+    }
+    assert_true(open_fds() <= fds + 1); /* the lock file's descriptor at most */
+    for (int i = 0; i < 40; i++)
+        dlock_lock_free(w[i]);
+    assert_int_equal(dlock_release(held), DLOCK_OK);
+    dlock_lock_free(held);
+    dlock_client_close(a);
+    dlock_client_close(b);
+}
+
+/* The holder forks a child (that does not exec) and is killed: the child's
+ * copy of the descriptor must not keep the lock. */
+static void forked_child_does_not_keep_a_killed_holders_lock(void **state)
+{
+    (void)state;
+    int p[2];
+    assert_int_equal(pipe(p), 0);
+    pid_t holder = fork();
+    assert_true(holder >= 0);
+    if (holder == 0) {
+        close(p[0]);
+        dlock_client *c = open_local();
+        dlock_lock *l = lock_of(c, "forked", 0);
+        if (dlock_acquire(l, 5000) != DLOCK_OK)
+            _exit(3);
+        pid_t grandchild = fork();
+        if (grandchild == 0) {
+            sleep(30); /* a worker that outlives its parent */
+            _exit(0);
+        }
+        char msg[16];
+        int n = snprintf(msg, sizeof msg, "%ld\n", (long)grandchild);
+        if (write(p[1], msg, (size_t)n) != n)
+            _exit(4);
+        pause();
+        _exit(0);
+    }
+    close(p[1]);
+    char buf[32] = { 0 };
+    assert_true(read(p[0], buf, sizeof buf - 1) > 0);
+    close(p[0]);
+    pid_t grandchild = (pid_t)atol(buf);
+    kill(holder, SIGKILL);
+    waitpid(holder, NULL, 0);
+    dlock_client *c = open_local();
+    dlock_lock *l = lock_of(c, "forked", 0);
+    int rc = dlock_acquire(l, 1000);
+    kill(grandchild, SIGKILL);
+    if (rc == DLOCK_OK)
+        dlock_release(l);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    assert_int_equal(rc, DLOCK_OK);
+}
+
 static void foreign_file_is_not_trampled(void **state)
 {
     (void)state;
@@ -475,6 +578,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(hand_offs_between_processes_are_never_missed, make_dir, remove_dir),
         cmocka_unit_test_setup_teardown(unusable_directories_are_clear_errors, make_dir, remove_dir),
         cmocka_unit_test_setup_teardown(foreign_file_is_not_trampled, make_dir, remove_dir),
+        cmocka_unit_test_setup_teardown(default_directory_through_a_symlink_is_refused, make_dir, remove_dir),
+        cmocka_unit_test_setup_teardown(timed_out_waiters_keep_no_inotify_instance, make_dir, remove_dir),
+        cmocka_unit_test_setup_teardown(forked_child_does_not_keep_a_killed_holders_lock, make_dir, remove_dir),
     };
     int failed = cmocka_run_group_tests_name("local", tests, NULL, NULL);
     /* The conformance suite after the cases that fork: a child forked once

@@ -210,7 +210,9 @@ static void open_uses_dlock_config_then_default(void **state)
     assert_int_equal(dlock_client_open_string(&c, "backend = \"fake\";\nwatchdog = 3;\n"), DLOCK_ECONFIG);
     assert_null(c);
     assert_non_null(strstr(dlock_errmsg(), "<string>:2: 'watchdog' must be true or false"));
+    c = (dlock_client *)1;
     assert_int_equal(dlock_client_open_string(&c, NULL), DLOCK_EINVAL);
+    assert_null(c); /* errors set *out to NULL, as documented */
     assert_int_equal(dlock_client_open(NULL, NULL), DLOCK_EINVAL);
 }
 
