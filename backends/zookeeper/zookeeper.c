@@ -34,6 +34,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/random.h>
 #include <unistd.h>
 
 #define ZK_PATH_MAX 2048
@@ -64,7 +65,7 @@ struct zk_lock {
     char *node;                      /* our node while queued or holding */
     uint64_t generation;             /* the session that created node */
     int64_t czxid;                   /* node's creation zxid: the fence */
-    char prefix[128];                /* "<owner tag>-lock-" of node */
+    char prefix[128];                /* "<owner tag>_<attempt>-lock-" of node */
     char *predecessor;               /* while busy: the node to wait for */
     int notify_fd;                   /* eventfd + 1 once created */
 };
@@ -219,12 +220,33 @@ static int find_own_node(struct zk_instance *inst, zhandle_t *zh, struct zk_lock
     return rc;
 }
 
-/* Queues the owner: creates its ephemeral sequential node. */
+/* True when zl's node was made for lk's current owner (the same client and
+ * thread), whatever the attempt. */
+static bool node_of_owner(const struct zk_lock *zl, const struct dlock_provider_lock *lk)
+{
+    char tag[128];
+    if (!zk_node_prefix(lk->owner, tag, sizeof tag))
+        return false;
+    size_t n = strlen(tag) - strlen("-lock-");
+    return strncmp(zl->prefix, tag, n) == 0 && zl->prefix[n] == '_';
+}
+
+/* Queues the owner: creates its ephemeral sequential node. The node's name
+ * carries the owner and a random tag of this attempt, as Curator's
+ * protected mode does: a create whose reply was lost is found, or swept
+ * later, by that exact tag, so a sweep can never take a node of a later
+ * attempt by the same thread (one it may hold by then). */
 static int create_own_node(struct zk_instance *inst, zhandle_t *zh, struct dlock_provider_lock *lk)
 {
     struct zk_lock *zl = lk->priv;
-    if (!zk_node_prefix(lk->owner, zl->prefix, sizeof zl->prefix))
+    char tag[128];
+    uint32_t nonce;
+    if (getrandom(&nonce, sizeof nonce, 0) != (ssize_t)sizeof nonce)
+        nonce = (uint32_t)rand();
+    if (!zk_node_prefix(lk->owner, tag, sizeof tag) || strlen(tag) + 9 >= sizeof zl->prefix)
         return dlock_seterr(DLOCK_EINTERNAL, "zookeeper: owner id too long");
+    tag[strlen(tag) - strlen("-lock-")] = '\0';
+    snprintf(zl->prefix, sizeof zl->prefix, "%s_%08x-lock-", tag, nonce);
     char *path = join(zl->parent, zl->prefix);
     char created[ZK_PATH_MAX];
     if (!path)
@@ -326,9 +348,7 @@ static int zk_acquire(void *instance, struct dlock_provider_lock *lk, struct dlo
     if ((rc = zk_session_get(&inst->session, &zh, &generation)) != DLOCK_OK)
         return rc;
     sweep_orphans(inst, zh);
-    char prefix[128];
-    zk_node_prefix(lk->owner, prefix, sizeof prefix);
-    if (zl->node && (zl->generation != generation || strcmp(prefix, zl->prefix) != 0)) {
+    if (zl->node && (zl->generation != generation || !node_of_owner(zl, lk))) {
         /* Queued by an earlier session (gone with it) or another thread. */
         if (zl->generation == generation)
             delete_own_node(inst, zh, zl);
@@ -348,6 +368,12 @@ static int zk_acquire(void *instance, struct dlock_provider_lock *lk, struct dlo
     if (rc == DLOCK_OK) {
         g->fence = (uint64_t)zl->czxid;
         g->has_fence = 1;
+        /* The hold lives as long as the session, and the server clamps the
+         * session timeout asked for to [2, 20] x tickTime: what it granted
+         * is the lease, however long a lease the lock asked for. */
+        int negotiated = zoo_recv_timeout(zh);
+        if (negotiated > 0)
+            g->lease_ms = negotiated;
     } else if (rc == DLOCK_EBUSY) {
         g->retry_hint_ms = -1;
     } else if (zl->node) {
@@ -373,6 +399,7 @@ static int zk_release(void *instance, struct dlock_provider_lock *lk)
         forget_node(zl); /* a new session cannot be had; the old one's end frees it */
         return rc;
     }
+    sweep_orphans(inst, zh);
     if (!zl->node || zl->generation != generation) {
         forget_node(zl);
         rc = DLOCK_ENOTOWNER;
@@ -434,6 +461,10 @@ static int zk_renew_batch(void *instance, struct dlock_provider_lock *const *loc
     uint64_t generation;
     int rc = zk_session_get(&inst->session, &zh, &generation);
     if (rc == DLOCK_OK) {
+        /* A node whose create reply was lost, if any, blocks everyone
+         * behind it: do not wait for this client's next acquire to remove
+         * it (the watchdog comes by every lease/3 while anything is held). */
+        sweep_orphans(inst, zh);
         for (size_t i = 0; i < n; i++) {
             const struct zk_lock *zl = locks[i]->priv;
             b.zrcs[i] = ZNONODE; /* a hold of an earlier session: lost */

@@ -201,6 +201,25 @@ static void the_fence_is_the_nodes_czxid(void **state)
     dlock_client_close(a);
 }
 
+/* The server here has tickTime 200, so it grants sessions of at most 4 s
+ * whatever is asked: a 10 s lease must not be believed (validity, renewals
+ * and loss follow the negotiated session). */
+static void validity_follows_the_negotiated_session(void **state)
+{
+    (void)state;
+    dlock_client *a = open_ok("", 10000);
+    dlock_lock *l = test_lock_named(a, "clamped");
+    assert_int_equal(dlock_acquire(l, 0), DLOCK_OK);
+    int64_t v = dlock_validity_ms(l);
+    if (v > 4000)
+        fail_msg("validity %lld ms, beyond the 4 s session the server grants", (long long)v);
+    sleep_ms(2500); /* renewed at a third of 4 s, so still held */
+    assert_true(dlock_validity_ms(l) > 0);
+    assert_int_equal(dlock_release(l), DLOCK_OK);
+    dlock_lock_free(l);
+    dlock_client_close(a);
+}
+
 static void names_never_leave_their_parent(void **state)
 {
     (void)state;
@@ -455,6 +474,7 @@ int main(void)
     const struct CMUnitTest particular[] = {
         cmocka_unit_test(waiters_are_granted_in_arrival_order),
         cmocka_unit_test(the_fence_is_the_nodes_czxid),
+        cmocka_unit_test(validity_follows_the_negotiated_session),
         cmocka_unit_test(names_never_leave_their_parent),
         cmocka_unit_test(expired_session_fires_on_lost_and_frees_the_lock),
         cmocka_unit_test(many_holds_renew_together),
