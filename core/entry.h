@@ -31,6 +31,7 @@ struct dlock__entry {
     uint64_t cancel_gen;
     bool lost, lost_notified;
     bool give_back_due;             /* lost: an owner-checked release is still to be sent */
+    unsigned give_back_tries;       /* give-backs that failed to reach the backend */
     char lost_reason[160];
     uint64_t fence;
     bool has_fence;

@@ -412,6 +412,7 @@ static int record_grant(dlock_client *c, struct dlock__entry *e, dlock_lock *h, 
     e->count = 1;
     e->holder = self;
     e->lost = e->lost_notified = e->give_back_due = false;
+    e->give_back_tries = 0;
     e->lost_reason[0] = 0;
     e->fence = g->fence;
     e->has_fence = g->has_fence != 0;
@@ -859,6 +860,31 @@ static void declare_expired(dlock_client *c, struct dlock__entry *e)
     after_loss(c, e, notify, &call, why);
 }
 
+/* Sends the owner-checked release of a lost hold. When the backend cannot
+ * be reached (the partition that made the hold lost may still be on), it
+ * is tried again with backoff while the hold is still registered here, a
+ * few times: the server may keep the hold (a session that survives a short
+ * partition) until it is told. */
+#define GIVE_BACK_TRIES 8
+static void give_back_lost_hold(dlock_client *c, struct dlock__entry *e)
+{
+    pthread_mutex_lock(&e->op_mu);
+    int rc = c->provider->release(c->instance, &e->plock);
+    pthread_mutex_unlock(&e->op_mu);
+    if (rc == DLOCK_OK || rc == DLOCK_ENOTOWNER || rc == DLOCK_ELOST)
+        return;
+    pthread_mutex_lock(&e->mu);
+    bool again = e->count > 0 && e->lost && e->give_back_tries < GIVE_BACK_TRIES;
+    int64_t pause = 0;
+    if (again) {
+        e->give_back_due = true;
+        pause = dlock__backoff_ceiling_ms(e->give_back_tries++, 250, 5000);
+    }
+    pthread_mutex_unlock(&e->mu);
+    if (again)
+        dlock__watchdog_schedule(c, e, dlock__now_ms() + pause);
+}
+
 void dlock__entry_on_expiry(dlock_client *c, struct dlock__entry *e)
 {
     pthread_mutex_lock(&e->mu);
@@ -897,11 +923,8 @@ void dlock__entry_on_timer(dlock_client *c, struct dlock__entry **due, size_t n)
             bool give_back = e->give_back_due;
             e->give_back_due = false;
             pthread_mutex_unlock(&e->mu);
-            if (give_back) {
-                pthread_mutex_lock(&e->op_mu);
-                c->provider->release(c->instance, &e->plock);
-                pthread_mutex_unlock(&e->op_mu);
-            }
+            if (give_back)
+                give_back_lost_hold(c, e);
             continue;
         }
         if (dlock__boot_ms() >= e->valid_until_ms) {

@@ -150,6 +150,15 @@ struct my_conn *my_connect(const struct my_server *srv, int *rc)
         my_conn_close(c);
         return NULL;
     }
+    if (srv->wait_timeout_s > 0) {
+        char sql[64];
+        snprintf(sql, sizeof sql, "SET SESSION wait_timeout = %lld", (long long)srv->wait_timeout_s);
+        if (mysql_query(db, sql) != 0) {
+            *rc = fail(srv, c, mysql_errno(db), mysql_error(db), "SET wait_timeout");
+            my_conn_close(c);
+            return NULL;
+        }
+    }
     *rc = DLOCK_OK;
     return c;
 }

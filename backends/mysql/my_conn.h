@@ -24,6 +24,7 @@ struct my_server {
     char database[128];
     int64_t connect_timeout_ms;
     int64_t command_timeout_ms;
+    int64_t wait_timeout_s;     /* > 0: SET SESSION wait_timeout on every connection */
     const char *statements[MY_MAX_STATEMENTS]; /* SQL of each statement id; set by the caller */
     char label[300];            /* "mysql 127.0.0.1:3306/db", for messages */
 };

@@ -233,8 +233,10 @@ static int session_try(struct my_instance *inst, struct dlock_provider_lock *lk,
         g->retry_hint_ms = -1;
         return DLOCK_EBUSY;
     }
-    /* No fence yet: my_fence raises one when the holder asks. */
+    /* No fence yet: my_fence raises one when the holder asks. The server
+     * ends an idle session after wait_timeout, and the lock with it. */
     ml->generation = generation;
+    g->lease_ms = inst->server.wait_timeout_s * 1000;
     return DLOCK_OK;
 }
 
@@ -502,6 +504,15 @@ static int my_open(void **instance, const struct dlock_provider_env *env)
         return rc;
     }
     inst->session_mode = set.session_mode;
+    if (inst->session_mode) {
+        /* A client that vanished leaves a half-open connection whose named
+         * locks the server keeps until it closes the session: by default
+         * after 8 hours idle. Three leases: renewals (every lease/3) keep a
+         * live holder's session busy, and a hold without renewals is told
+         * that it lives no longer than this (session_try). */
+        int64_t s3 = (3 * env->default_lease_ms + 999) / 1000;
+        inst->server.wait_timeout_s = s3 < 2 ? 2 : s3;
+    }
     snprintf(inst->prefix, sizeof inst->prefix, "%s", set.prefix);
     inst->log_handle = env->log_handle;
     my_pool_init(&inst->pool, &inst->server, (int)set.pool_size);

@@ -72,8 +72,13 @@ int pg_server_from_settings(struct pg_server *srv, const dlock_settings *s)
         char *err = NULL;
         PQconninfoOption *opts = PQconninfoParse(conninfo, &err);
         if (!opts) {
-            int rc = dlock_seterr(DLOCK_ECONFIG, "%s: postgres.conninfo is not a valid connection string: %s",
-                                  dlock_settings_where(s, "conninfo"), err ? err : "out of memory");
+            /* libpq's reason quotes the text around the fault, which can be
+             * a password: it is not repeated. */
+            int rc = dlock_seterr(DLOCK_ECONFIG,
+                                  "%s: postgres.conninfo is not a valid connection string (libpq's reason is not "
+                                  "shown, since it may quote a password): check for a keyword without '=', a value "
+                                  "with spaces that is not in single quotes, or an unknown keyword",
+                                  dlock_settings_where(s, "conninfo"));
             PQfreemem(err);
             free(info);
             return rc;
@@ -204,12 +209,21 @@ PGconn *pg_connect(const struct pg_server *srv, int *rc)
         return NULL;
     }
     PQsetNoticeProcessor(conn, quiet_notices, NULL);
-    char sql[64];
-    snprintf(sql, sizeof sql, "SET statement_timeout = %lld", (long long)srv->command_timeout_ms);
+    /* The server's TCP keepalive on this session: a client that vanished
+     * (a partition, a host that died) leaves a half-open connection, and a
+     * session-mode advisory lock lives as long as the server thinks the
+     * session does: by default the OS's two hours. With these the server
+     * drops it after about 5 + 3 x 2 = 11 s of silence. (Ignored on a
+     * unix socket, where there is no such half-open state.) */
+    char sql[320];
+    snprintf(sql, sizeof sql,
+             "SELECT set_config('statement_timeout', '%lld', false), set_config('tcp_keepalives_idle', '5', false), "
+             "set_config('tcp_keepalives_interval', '2', false), set_config('tcp_keepalives_count', '3', false)",
+             (long long)srv->command_timeout_ms);
     PGresult *res = pg_exec(srv, &conn, sql, 0, NULL, NULL, NULL, rc);
     if (!res)
         return NULL;
-    *rc = pg_result_check(srv, res, "SET statement_timeout");
+    *rc = pg_result_check(srv, res, "session settings");
     PQclear(res);
     if (*rc != DLOCK_OK) {
         PQfinish(conn);

@@ -205,6 +205,38 @@ static void session_hold_is_lost_with_its_connection(void **state)
     dlock_client_close(b);
 }
 
+/* Session mode: the holder's session has a wait_timeout of three leases
+ * (here 3 s), so that a vanished client's named locks do not outlive it by
+ * hours; a fixed lease longer than that is told the truth: its validity is
+ * capped at it, and the hold is lost there, as the server drops the idle
+ * session and frees the lock for others. */
+static void session_wait_timeout_bounds_an_idle_hold(void **state)
+{
+    (void)state;
+    char text[2048];
+    write_config(text, sizeof text, 1000, 100, "mode = \"session\";");
+    dlock_client *a = test_client_open(text);
+    dlock_client *b = open_ok("mode = \"session\";");
+    dlock_lock_options o = DLOCK_LOCK_OPTIONS_INIT;
+    o.lease_ms = 20000;
+    dlock_lock *la = NULL, *lb = test_lock_named(b, "idle");
+    assert_int_equal(dlock_lock_new(a, "idle", 4, &o, &la), DLOCK_OK);
+    assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
+    int64_t v = dlock_validity_ms(la);
+    if (v > 3000)
+        fail_msg("validity %lld ms, beyond the 3 s the idle session lives", (long long)v);
+    int64_t t0 = now_ms();
+    assert_int_equal(dlock_acquire(lb, 8000), DLOCK_OK); /* the server closed the idle session */
+    assert_true(now_ms() - t0 >= 2000);
+    assert_int_equal(dlock_validity_ms(la), DLOCK_ELOST);
+    assert_int_equal(dlock_release(lb), DLOCK_OK);
+    assert_int_equal(dlock_release(la), DLOCK_ELOST);
+    dlock_lock_free(la);
+    dlock_lock_free(lb);
+    dlock_client_close(a);
+    dlock_client_close(b);
+}
+
 /* ---- batched renewals ------------------------------------------------------------------ */
 
 enum { BATCH_HOLDS = 100, BATCH_LEASE_MS = 900 };
@@ -406,6 +438,8 @@ static void stopped_server_times_out_then_recovers(void **state)
 
 int main(void)
 {
+    if (getenv("CMOCKA_FILTER")) /* one case by name, for checking it against older code */
+        cmocka_set_test_filter(getenv("CMOCKA_FILTER"));
     if (test_service_start(&server) != 0) {
         printf("[  FAILED  ] 1 test(s), listed below:\n[  FAILED  ] mariadb did not start\n");
         return 1;
@@ -421,6 +455,7 @@ int main(void)
         cmocka_unit_test(busy_answer_carries_the_holders_remaining_lease),
         cmocka_unit_test(lease_hold_survives_a_killed_connection),
         cmocka_unit_test(session_hold_is_lost_with_its_connection),
+        cmocka_unit_test(session_wait_timeout_bounds_an_idle_hold),
         cmocka_unit_test(lease_holds_renew_in_batches),
         cmocka_unit_test(session_holds_renew_in_batches),
         cmocka_unit_test(missing_table_without_create_is_a_config_error),
