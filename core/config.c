@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 static const char *const top_level_names[] = {
     "backend", "lease_ms", "watchdog", "retry_base_ms", "retry_cap_ms", "prefix",
@@ -148,6 +149,44 @@ static void check_groups(struct dlock__config *cfg, struct dlock__diag *diag)
     }
 }
 
+/* True when a group holds a secret: a password, an auth string, or a
+ * connection string with a password in it. */
+static const char *secret_in(const config_setting_t *group)
+{
+    for (int i = 0; i < config_setting_length(group); i++) {
+        const config_setting_t *s = config_setting_get_elem(group, (unsigned)i);
+        const char *name = config_setting_name(s);
+        const char *value = config_setting_type(s) == CONFIG_TYPE_STRING ? config_setting_get_string(s) : NULL;
+        if (!name || !value || !value[0])
+            continue;
+        if (strstr(name, "password") || strcmp(name, "auth") == 0 ||
+            (strcmp(name, "conninfo") == 0 && strstr(value, "password")))
+            return name;
+    }
+    return NULL;
+}
+
+/* A file that holds a secret and that other users can read gives the
+ * secret away: warned about, as libpq does for ~/.pgpass. */
+static void check_secret_file_mode(struct dlock__config *cfg, const char *path, struct dlock__diag *diag)
+{
+    struct stat st;
+    if (!path || stat(path, &st) != 0 || !(st.st_mode & (S_IRWXG | S_IRWXO)))
+        return;
+    const config_setting_t *root = config_root_setting(&cfg->cfg);
+    for (int i = 0; i < config_setting_length(root); i++) {
+        const config_setting_t *g = config_setting_get_elem(root, (unsigned)i);
+        const char *secret = config_setting_type(g) == CONFIG_TYPE_GROUP ? secret_in(g) : NULL;
+        if (secret) {
+            dlock__diag_add(diag, 0, path, config_setting_source_line(g),
+                            "this file holds %s.%s and is open to group or others (mode %03o): "
+                            "chmod 600 (or 640 for a service group) it",
+                            config_setting_name(g), secret, (unsigned)(st.st_mode & 0777));
+            return;
+        }
+    }
+}
+
 static void set_defaults(struct dlock__config *cfg)
 {
     cfg->lease_ms = DLOCK__DEFAULT_LEASE_MS;
@@ -218,6 +257,7 @@ int dlock__config_load(struct dlock__config *cfg, const char *path, const char *
             cfg->provider = NULL;
         }
         check_groups(cfg, diag);
+        check_secret_file_mode(cfg, path, diag);
     }
     if (diag->errors > 0) {
         dlock__config_free(cfg);

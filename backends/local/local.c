@@ -11,7 +11,8 @@
  *
  * Each file starts with a small header: magic, the fence counter (raised on
  * every grant while the lock is held, so it is strictly increasing for as
- * long as the file exists; lock files are never deleted for that reason), and
+ * long as the file exists; lock files are never deleted for that reason, and
+ * a new one starts from the wall clock in microseconds), and
  * the pid and owner id of the latest holder for `dlock status` (which shows
  * them only while the file is locked).
  *
@@ -39,6 +40,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <sys/inotify.h>
+#include <time.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -411,6 +413,18 @@ static int local_acquire(void *instance, struct dlock_provider_lock *lk, struct 
     rc = read_header(ll->fd, &h, inst->dir, lk->name);
     if (rc == DLOCK_OK) {
         memcpy(h.magic, HEADER_MAGIC, 8);
+        if (h.fence == 0) {
+            /* A new file: its counter starts at the wall clock in
+             * microseconds, not at 1. The default directory is in /tmp,
+             * often a tmpfs that a reboot empties; every token the old file
+             * issued was at most its own start plus one per grant, below
+             * the clock now, so tokens keep growing across the loss (as
+             * long as the clock does not go back), as a resource that kept
+             * the highest one needs. */
+            struct timespec now;
+            clock_gettime(CLOCK_REALTIME, &now);
+            h.fence = (uint64_t)now.tv_sec * 1000000u + (uint64_t)now.tv_nsec / 1000u;
+        }
         h.fence++;
         h.holder_pid = getpid();
         snprintf(h.owner, sizeof h.owner, "%s", lk->owner);

@@ -76,6 +76,7 @@ static const struct dlock_setting_spec redis_settings[] = {
     { "wait_timeout_ms", DLOCK_SETTING_INT, 1, 60000 },
     { "cluster", DLOCK_SETTING_STRING_LIST, 0, 0 },
     { "allow_eviction", DLOCK_SETTING_BOOL, 0, 0 },
+    { "sentinel_password", DLOCK_SETTING_STRING, 0, 0 },
     { NULL, 0, 0, 0 },
 };
 
@@ -252,6 +253,29 @@ static int check_eviction(struct redis_pool *pool, const struct dlock_provider_e
                         "redis.allow_eviction = true to accept that risk", label, policy, maxmemory);
 }
 
+/* The scripts read TIME before they write, which Redis allows from 5.0 on
+ * (scripts are replicated by their effects). An older server is refused at
+ * open with that reason rather than failing every grant. */
+static int check_version(struct redis_pool *pool)
+{
+    const char *argv[2] = { "INFO", "server" };
+    int rc;
+    redisReply *r = redis_pool_command(pool, 2, argv, NULL, &rc);
+    if (!r)
+        return rc;
+    int major = -1;
+    if (r->type == REDIS_REPLY_STRING) {
+        const char *v = strstr(r->str, "redis_version:");
+        if (v)
+            major = atoi(v + strlen("redis_version:"));
+    }
+    freeReplyObject(r);
+    if (major >= 0 && major < 5)
+        return dlock_seterr(DLOCK_ECONFIG, "%s: Redis %d.x is too old: libdlock's scripts need Redis 5.0 or later",
+                            pool->server.label, major);
+    return DLOCK_OK; /* 5 or later, or INFO not allowed here (an ACL): let the scripts tell */
+}
+
 static int redis_open(void **instance, const struct dlock_provider_env *env)
 {
     struct redis_instance *inst = calloc(1, sizeof *inst);
@@ -314,6 +338,8 @@ static int redis_open(void **instance, const struct dlock_provider_env *env)
                               strncmp(r->str, "NOAUTH", 6) == 0 ? " (set redis.password)" : "");
         freeReplyObject(r);
     }
+    if (rc == DLOCK_OK)
+        rc = check_version(&inst->pool);
     if (rc == DLOCK_OK)
         rc = check_eviction(&inst->pool, env);
     if (rc == DLOCK_OK)

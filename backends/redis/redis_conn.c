@@ -48,7 +48,8 @@ int redis_server_from_settings(struct redis_server *srv, const dlock_settings *s
     if ((rc = copy_setting(s, "host", srv->host, sizeof srv->host)) != DLOCK_OK ||
         (rc = copy_setting(s, "socket", srv->socket, sizeof srv->socket)) != DLOCK_OK ||
         (rc = copy_setting(s, "user", srv->user, sizeof srv->user)) != DLOCK_OK ||
-        (rc = copy_setting(s, "password", srv->password, sizeof srv->password)) != DLOCK_OK)
+        (rc = copy_setting(s, "password", srv->password, sizeof srv->password)) != DLOCK_OK ||
+        (rc = copy_setting(s, "sentinel_password", srv->sentinel_password, sizeof srv->sentinel_password)) != DLOCK_OK)
         return rc;
     if (dlock_settings_int(s, "port", &v))
         srv->port = (int)v;
@@ -175,7 +176,23 @@ static redisContext *connect_via_sentinels(const struct redis_server *srv, int *
             continue;
         }
         redisSetTimeout(sc, to_timeval(srv->command_timeout_ms));
+        if (srv->sentinel_password[0]) {
+            const char *auth[] = { "AUTH", srv->sentinel_password };
+            if (setup_command(sc, srv, "AUTH", 2, auth) != DLOCK_OK) {
+                snprintf(why, sizeof why, "sentinel %s: AUTH refused (check redis.sentinel_password)",
+                         srv->sentinels[i]);
+                redisFree(sc);
+                continue;
+            }
+        }
         redisReply *r = redisCommand(sc, "SENTINEL get-master-addr-by-name %s", srv->master_name);
+        if (r && r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOAUTH", 6) == 0) {
+            snprintf(why, sizeof why, "sentinel %s requires a password (set redis.sentinel_password)",
+                     srv->sentinels[i]);
+            freeReplyObject(r);
+            redisFree(sc);
+            continue;
+        }
         redisFree(sc);
         if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 2 || r->element[0]->type != REDIS_REPLY_STRING) {
             snprintf(why, sizeof why, "sentinel %s does not know a master named '%s'", srv->sentinels[i],

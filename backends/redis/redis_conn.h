@@ -30,6 +30,7 @@ struct redis_server {
      * connection asks the sentinels where master_name's master is now. */
     char sentinels[REDIS_MAX_SENTINELS][128]; /* "host:port" */
     int nsentinels;
+    char sentinel_password[256]; /* AUTH to the sentinels, "" for none */
     char master_name[128];
 };
 

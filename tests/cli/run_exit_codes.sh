@@ -35,7 +35,9 @@ expect_status 127 $? "a command that does not exist"
 
 "$DLOCK" run envtest -- sh -c 'echo "$DLOCK_NAME $DLOCK_FENCE"' > "$T/env1"
 "$DLOCK" run envtest -- sh -c 'echo "$DLOCK_NAME $DLOCK_FENCE"' > "$T/env2"
-[ "$(cat "$T/env1")" = "envtest 1" ] && [ "$(cat "$T/env2")" = "envtest 2" ] \
+read -r name1 fence1 < "$T/env1"
+read -r name2 fence2 < "$T/env2"
+[ "$name1 $name2" = "envtest envtest" ] && [ $((fence2 - fence1)) = 1 ] \
     && ok "DLOCK_NAME and DLOCK_FENCE (increasing)" || not_ok "env: $(cat "$T/env1") / $(cat "$T/env2")"
 
 # A fixed lease shorter than the command: lost, the command gets SIGTERM, 70.

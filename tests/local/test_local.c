@@ -217,6 +217,36 @@ static void run_deferred(struct deferred_child *child)
     assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 }
 
+/* The lock directory is emptied (a reboot of a tmpfs /tmp): the new file's
+ * tokens must still be above every token the old one issued. */
+static void fences_keep_growing_when_the_lock_file_is_gone(void **state)
+{
+    (void)state;
+    dlock_client *c = open_local();
+    dlock_lock *l = lock_of(c, "reboot", 0);
+    uint64_t before = 0, after = 0;
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(dlock_acquire(l, 0), DLOCK_OK);
+        assert_int_equal(dlock_fence(l, &before), DLOCK_OK);
+        assert_int_equal(dlock_release(l), DLOCK_OK);
+    }
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    char path[512];
+    snprintf(path, sizeof path, "%s/reboot.lock", dir);
+    assert_int_equal(unlink(path), 0);
+    c = open_local();
+    l = lock_of(c, "reboot", 0);
+    assert_int_equal(dlock_acquire(l, 0), DLOCK_OK);
+    assert_int_equal(dlock_fence(l, &after), DLOCK_OK);
+    if (after <= before)
+        fail_msg("token %llu after the file was lost, %llu before", (unsigned long long)after,
+                 (unsigned long long)before);
+    assert_int_equal(dlock_release(l), DLOCK_OK);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+}
+
 static void fences_increase_across_holders(void **state)
 {
     (void)state;
@@ -572,6 +602,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(killed_holder_frees_the_lock_at_once, make_dir, remove_dir),
         cmocka_unit_test_setup_teardown(two_clients_of_one_process_exclude_each_other, make_dir, remove_dir),
         cmocka_unit_test_setup_teardown(fences_increase_across_holders, make_dir, remove_dir),
+        cmocka_unit_test_setup_teardown(fences_keep_growing_when_the_lock_file_is_gone, make_dir, remove_dir),
         cmocka_unit_test_setup_teardown(names_stay_inside_the_directory_and_apart, make_dir, remove_dir),
         cmocka_unit_test_setup_teardown(fixed_lease_expiry_frees_the_kernel_lock, make_dir, remove_dir),
         cmocka_unit_test_setup_teardown(many_cycles_leak_no_descriptors, make_dir, remove_dir),

@@ -14,6 +14,7 @@
 #include "../support/test_client.h"
 
 #include <dlock.h>
+#include <stdbool.h>
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
@@ -135,6 +136,70 @@ static dlock_client *open_sentinel(const char *extra)
              " connect_timeout_ms = 1000; %s };\n",
              sentinel_port, extra ? extra : "");
     return test_client_open(text);
+}
+
+/* Runs one command on the sentinel, authenticating first when password is
+ * given; true when it answered OK. */
+static bool sentinel_admin(const char *password, const char *cmd)
+{
+    redisContext *c = redisConnect("127.0.0.1", sentinel_port);
+    if (!c || c->err) {
+        if (c)
+            redisFree(c);
+        return false;
+    }
+    bool ok = true;
+    if (password) {
+        redisReply *r = redisCommand(c, "AUTH %s", password);
+        ok = r && r->type == REDIS_REPLY_STATUS;
+        if (r)
+            freeReplyObject(r);
+    }
+    redisReply *r = ok ? redisCommand(c, cmd) : NULL;
+    ok = r && r->type == REDIS_REPLY_STATUS;
+    if (r)
+        freeReplyObject(r);
+    redisFree(c);
+    return ok;
+}
+
+/* A sentinel that requires a password is asked with redis.sentinel_password;
+ * without it, the error says what to set. */
+static void a_password_protected_sentinel_is_usable(void **state)
+{
+    (void)state;
+    assert_true(sentinel_admin(NULL, "ACL SETUSER default on resetpass >sentinel-secret"));
+    char text[1024];
+    snprintf(text, sizeof text,
+             "backend = \"redis\";\nredis = { sentinels = (\"127.0.0.1:%d\"); master = \"mymaster\"; "
+             "connect_timeout_ms = 1000; };\n", sentinel_port);
+    dlock_client *c = NULL;
+    int rc = dlock_client_open_string(&c, text);
+    char why[512];
+    snprintf(why, sizeof why, "%s", dlock_errmsg());
+    if (rc == DLOCK_OK)
+        dlock_client_close(c);
+    snprintf(text, sizeof text,
+             "backend = \"redis\";\nredis = { sentinels = (\"127.0.0.1:%d\"); master = \"mymaster\"; "
+             "connect_timeout_ms = 1000; sentinel_password = \"sentinel-secret\"; };\n", sentinel_port);
+    dlock_client *d = NULL;
+    int rc2 = dlock_client_open_string(&d, text);
+    dlock_lock *l = NULL;
+    int acquired = -1;
+    if (rc2 == DLOCK_OK) {
+        l = test_lock_named(d, "sentinel-auth");
+        acquired = dlock_acquire(l, 0);
+        dlock_release(l);
+        dlock_lock_free(l);
+        dlock_client_close(d);
+    }
+    bool restored = sentinel_admin("sentinel-secret", "ACL SETUSER default on nopass");
+    assert_true(restored);
+    assert_int_equal(rc, DLOCK_EUNAVAILABLE);
+    if (!strstr(why, "sentinel_password"))
+        fail_msg("the error does not say what to set: %s", why);
+    assert_int_equal(rc2, DLOCK_OK);
+    assert_int_equal(acquired, DLOCK_OK);
 }
 
 static void locks_through_the_sentinels_master(void **state)
@@ -305,6 +370,7 @@ int main(void)
         cmocka_unit_test(locks_through_the_sentinels_master),
         cmocka_unit_test(wait_replicas_confirms_grants_and_refuses_without_replicas),
         cmocka_unit_test(bad_sentinel_settings_are_config_errors),
+        cmocka_unit_test(a_password_protected_sentinel_is_usable),
         cmocka_unit_test(a_forced_failover_gives_clear_errors_then_service),
     };
     failed += cmocka_run_group_tests_name("redis sentinel", tests, NULL, NULL);

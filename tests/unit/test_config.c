@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 struct findings {
@@ -50,6 +51,27 @@ static int check_text(const char *text, struct findings *f)
     int rc = dlock_config_check(path, collect, f);
     unlink(path);
     return rc;
+}
+
+/* A secret in a file others can read is a warning, with what to do. */
+static void secret_in_a_readable_file_is_a_warning(void **state)
+{
+    (void)state;
+    struct findings f;
+    const char *text = "backend = \"local\";\nredis = { password = \"s3cret\"; };\n";
+    memset(&f, 0, sizeof f);
+    const char *path = write_file(text, strlen(text));
+    chmod(path, 0644);
+    assert_int_equal(dlock_config_check(path, collect, &f), DLOCK_OK);
+    assert_int_equal(f.warnings, 1);
+    assert_non_null(strstr(f.text, "W|"));
+    assert_non_null(strstr(f.text, ":2: this file holds redis.password and is open to group or others (mode 644)"));
+    assert_null(strstr(f.text, "s3cret"));
+    chmod(path, 0600);
+    memset(&f, 0, sizeof f);
+    assert_int_equal(dlock_config_check(path, collect, &f), DLOCK_OK);
+    assert_int_equal(f.warnings, 0);
+    unlink(path);
 }
 
 static void good_file_passes(void **state)
@@ -222,6 +244,7 @@ int main(void)
         return 1;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(good_file_passes),
+        cmocka_unit_test(secret_in_a_readable_file_is_a_warning),
         cmocka_unit_test(misspelt_setting_names_file_and_line),
         cmocka_unit_test(every_error_is_reported),
         cmocka_unit_test(syntax_error_has_a_line),
