@@ -73,7 +73,7 @@ static void holder_killed(void **state)
 /* A fault held for ms while a holder is inside its (long) hold: begin(),
  * wait, end(), then 2.5 s of service; r gets the checked run, *after the
  * grants made once the fault ended. */
-enum fault_kind { HOLDER_STOPPED, SERVER_STOPPED, NETWORK_DELAY, NETWORK_PARTITION };
+enum fault_kind { HOLDER_STOPPED, SERVER_STOPPED, NETWORK_DELAY, NETWORK_PARTITION, REPLIES_PAST_THE_LEASE };
 
 static void fault_begin(enum fault_kind kind, pid_t holder)
 {
@@ -82,6 +82,7 @@ static void fault_begin(enum fault_kind kind, pid_t holder)
     case SERVER_STOPPED: kill(server.pid, SIGSTOP); break;
     case NETWORK_DELAY: fault_proxy_set(proxy, FAULT_DELAY, 100); break;
     case NETWORK_PARTITION: fault_proxy_set(proxy, FAULT_BLACKHOLE, 0); break;
+    case REPLIES_PAST_THE_LEASE: fault_proxy_set(proxy, FAULT_DELAY, 2 * LEASE_MS); break;
     }
 }
 
@@ -91,7 +92,8 @@ static void fault_end(enum fault_kind kind, pid_t holder)
     case HOLDER_STOPPED: kill(holder, SIGCONT); break;
     case SERVER_STOPPED: kill(server.pid, SIGCONT); break;
     case NETWORK_DELAY:
-    case NETWORK_PARTITION: fault_proxy_set(proxy, FAULT_PASS, 0); break;
+    case NETWORK_PARTITION:
+    case REPLIES_PAST_THE_LEASE: fault_proxy_set(proxy, FAULT_PASS, 0); break;
     }
 }
 
@@ -179,6 +181,20 @@ static void network_partition(void **state)
     assert_true(after >= 1);
 }
 
+/* Every byte arrives two leases late: the holder's renewals reach the
+ * server late or not at all, and their answers come after its validity.
+ * The loss must be reported at the validity end, not when a slow call
+ * returns, so no one is granted while the holder still believes in its hold
+ * (the checker finds no overlap). */
+static void replies_later_than_the_lease(void **state)
+{
+    (void)state;
+    struct history_report r;
+    int after;
+    run_with_fault("redis, every byte 2 leases late", REPLIES_PAST_THE_LEASE, LEASE_MS * 3 / 2, &r, &after);
+    assert_true(r.lost_notes + r.invalid_checks >= 1);
+}
+
 /* Killed and restarted empty (no persistence): the holder learns at its
  * next renewal, but another worker may be granted before that (the
  * documented overlap). The fence counter is re-seeded from the server's
@@ -237,6 +253,7 @@ int main(void)
         cmocka_unit_test(server_paused_past_the_lease),
         cmocka_unit_test(network_delay),
         cmocka_unit_test(network_partition),
+        cmocka_unit_test(replies_later_than_the_lease),
         cmocka_unit_test(connections_half_closed_then_cut),
         cmocka_unit_test(server_restarted_empty), /* last: fences restart */
     };
