@@ -300,11 +300,20 @@ void my_pool_put(struct my_pool *pool, struct my_conn *c)
     conn_pool_put(&pool->pool, c);
 }
 
+static __thread bool last_run_resent;
+
+bool my_pool_last_resent(void)
+{
+    return last_run_resent;
+}
+
 int my_pool_run(struct my_pool *pool, int which, const struct my_param *params, int n, int text_column,
                 struct my_outcome *out)
 {
     int rc = DLOCK_EUNAVAILABLE;
+    last_run_resent = false;
     for (int attempt = 0; attempt < 2; attempt++) {
+        last_run_resent = attempt > 0; /* the first may have run before its connection died */
         void *c = NULL;
         bool was_idle;
         if ((rc = conn_pool_get(&pool->pool, &c, &was_idle)) != DLOCK_OK)

@@ -86,6 +86,10 @@ void my_pool_put(struct my_pool *pool, struct my_conn *c);
  * and the statement sent once more. */
 int my_pool_run(struct my_pool *pool, int which, const struct my_param *params, int n, int text_column,
                 struct my_outcome *out);
+/* True when the calling thread's last my_pool_run sent its statement a
+ * second time after the connection died under the first, which may have
+ * run: a release that then finds the hold gone did it. */
+bool my_pool_last_resent(void);
 
 int64_t my_now_ms(void);
 

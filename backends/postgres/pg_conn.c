@@ -389,10 +389,19 @@ void pg_pool_put(struct pg_pool *pool, PGconn *conn)
     conn_pool_put(&pool->pool, conn);
 }
 
+static __thread bool last_exec_resent;
+
+bool pg_pool_last_resent(void)
+{
+    return last_exec_resent;
+}
+
 PGresult *pg_pool_exec(struct pg_pool *pool, int which, int n, const char *const *values, const int *lengths,
                        const int *formats, int *rc)
 {
+    last_exec_resent = false;
     for (int attempt = 0; attempt < 2; attempt++) {
+        last_exec_resent = attempt > 0; /* the first may have run before its connection died */
         void *c = NULL;
         bool was_idle;
         if ((*rc = conn_pool_get(&pool->pool, &c, &was_idle)) != DLOCK_OK)

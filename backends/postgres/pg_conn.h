@@ -64,6 +64,10 @@ PGresult *pg_exec_prepared(const struct pg_server *srv, PGconn **conn, int which
  * replaced and the statement sent once more. */
 PGresult *pg_pool_exec(struct pg_pool *pool, int which, int n, const char *const *values, const int *lengths,
                        const int *formats, int *rc);
+/* True when the calling thread's last pg_pool_exec sent its statement a
+ * second time after the connection died under the first, which may have
+ * run: a release that then finds the hold gone did it. */
+bool pg_pool_last_resent(void);
 
 /* DLOCK_OK for a command or rows, else the SQL error as DLOCK_EUNAVAILABLE
  * (or DLOCK_ECONFIG for privilege and missing-object errors), naming what. */

@@ -246,8 +246,11 @@ static int lease_release(struct pg_instance *inst, struct dlock_provider_lock *l
     if (!res)
         return rc;
     rc = pg_result_check(&inst->server, res, "release");
+    /* Sent twice because the connection died under the first: a hold
+     * already freed is the first one's work, not a loss (only our own row
+     * is ever freed). */
     if (rc == DLOCK_OK && PQntuples(res) != 1)
-        rc = DLOCK_ENOTOWNER;
+        rc = pg_pool_last_resent() ? DLOCK_OK : DLOCK_ENOTOWNER;
     PQclear(res);
     return rc;
 }

@@ -10,6 +10,7 @@
 #include "../../backends/common/name_digest.h"
 #include "../conformance/conformance.h"
 #include "../support/service.h"
+#include "../support/fault_proxy.h"
 #include "../support/test_time.h"
 #include "../support/test_client.h"
 #include "fence_guard_case.h"
@@ -237,6 +238,36 @@ static void session_wait_timeout_bounds_an_idle_hold(void **state)
     dlock_client_close(b);
 }
 
+/* The release runs, its answer is lost with the connection, and the pool
+ * sends it again on a new one, which finds the row already freed: the
+ * first release's doing, so DLOCK_OK, not a false DLOCK_ELOST. */
+static void release_resent_after_a_lost_answer_is_ok(void **state)
+{
+    (void)state;
+    int proxy_port;
+    struct fault_proxy *proxy = fault_proxy_start(server.port, &proxy_port);
+    assert_non_null(proxy);
+    char text[1024];
+    snprintf(text, sizeof text,
+             "backend = \"mysql\";\nmysql = { host = \"127.0.0.1\"; port = %d; user = \"root\"; "
+             "database = \"dl\"; pool_size = 1; };\n", proxy_port);
+    dlock_client *c = test_client_open(text);
+    dlock_lock *l = test_lock_named(c, "resent");
+    assert_int_equal(dlock_acquire(l, 0), DLOCK_OK); /* statements prepared on the one connection */
+    assert_int_equal(dlock_release(l), DLOCK_OK);
+    assert_int_equal(dlock_acquire(l, 0), DLOCK_OK);
+    fault_proxy_set(proxy, FAULT_DROP_REPLY_RESET, 0);
+    int rc = dlock_release(l);
+    char why[512];
+    snprintf(why, sizeof why, "%s", dlock_errmsg());
+    fault_proxy_set(proxy, FAULT_PASS, 0);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    fault_proxy_stop(proxy);
+    if (rc != DLOCK_OK)
+        fail_msg("release: %s: %s", dlock_strerror(rc), why);
+}
+
 /* ---- batched renewals ------------------------------------------------------------------ */
 
 enum { BATCH_HOLDS = 100, BATCH_LEASE_MS = 900 };
@@ -456,6 +487,7 @@ int main(void)
         cmocka_unit_test(lease_hold_survives_a_killed_connection),
         cmocka_unit_test(session_hold_is_lost_with_its_connection),
         cmocka_unit_test(session_wait_timeout_bounds_an_idle_hold),
+        cmocka_unit_test(release_resent_after_a_lost_answer_is_ok),
         cmocka_unit_test(lease_holds_renew_in_batches),
         cmocka_unit_test(session_holds_renew_in_batches),
         cmocka_unit_test(missing_table_without_create_is_a_config_error),

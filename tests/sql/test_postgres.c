@@ -10,6 +10,7 @@
 
 #include "../conformance/conformance.h"
 #include "../support/service.h"
+#include "../support/fault_proxy.h"
 #include "../support/test_time.h"
 #include "../support/test_client.h"
 #include "fence_guard_case.h"
@@ -313,6 +314,36 @@ static void a_least_privilege_role_is_enough(void **state)
     assert_non_null(strstr(dlock_errmsg(), "permission denied"));
 }
 
+/* The release runs, its answer is lost with the connection, and the pool
+ * sends it again on a new one, which finds the row already freed: the
+ * first release's doing, so DLOCK_OK, not a false DLOCK_ELOST. */
+static void release_resent_after_a_lost_answer_is_ok(void **state)
+{
+    (void)state;
+    int proxy_port;
+    struct fault_proxy *proxy = fault_proxy_start(server.port, &proxy_port);
+    assert_non_null(proxy);
+    char text[1024];
+    snprintf(text, sizeof text,
+             "backend = \"postgres\";\npostgres = { port = %d; user = \"postgres\"; database = \"postgres\"; "
+             "pool_size = 1; };\n", proxy_port);
+    dlock_client *c = test_client_open(text);
+    dlock_lock *l = test_lock_named(c, "resent");
+    assert_int_equal(dlock_acquire(l, 0), DLOCK_OK); /* statements prepared on the one connection */
+    assert_int_equal(dlock_release(l), DLOCK_OK);
+    assert_int_equal(dlock_acquire(l, 0), DLOCK_OK);
+    fault_proxy_set(proxy, FAULT_DROP_REPLY_RESET, 0);
+    int rc = dlock_release(l);
+    char why[512];
+    snprintf(why, sizeof why, "%s", dlock_errmsg());
+    fault_proxy_set(proxy, FAULT_PASS, 0);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    fault_proxy_stop(proxy);
+    if (rc != DLOCK_OK)
+        fail_msg("release: %s: %s", dlock_strerror(rc), why);
+}
+
 static void bad_settings_are_config_errors(void **state)
 {
     (void)state;
@@ -416,6 +447,7 @@ int main(void)
         cmocka_unit_test(missing_table_without_create_is_a_config_error),
         cmocka_unit_test(a_least_privilege_role_is_enough),
         cmocka_unit_test(bad_settings_are_config_errors),
+        cmocka_unit_test(release_resent_after_a_lost_answer_is_ok),
         cmocka_unit_test(unreachable_server_is_a_clear_error),
         cmocka_unit_test(sql_fence_guard_refuses_the_stale_holder),
         cmocka_unit_test(stopped_server_times_out_then_recovers),
