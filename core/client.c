@@ -17,11 +17,6 @@ static void log_config_finding(int is_error, const char *file, int line, const c
         dlock__logf(log, is_error ? DLOCK_LOG_ERROR : DLOCK_LOG_WARN, "%s: %s", file, msg);
 }
 
-static bool is_known_code(int rc)
-{
-    return strcmp(dlock_errname(rc), "DLOCK_UNKNOWN") != 0;
-}
-
 static int client_open(dlock_client **out, const char *path, const char *text)
 {
     if (!out)
@@ -72,12 +67,8 @@ static int client_open(dlock_client **out, const char *path, const char *text)
         .default_lease_ms = c->config.lease_ms,
         .log_handle = &c->log,
     };
-    dlock_seterr(DLOCK_EUNAVAILABLE, "the %s backend failed to open without saying why", c->provider->name);
-    rc = c->provider->open(&c->instance, &env);
+    rc = dlock__p_open(c, &env);
     if (rc != DLOCK_OK) {
-        if (!is_known_code(rc) || rc > 0)
-            rc = dlock_seterr(DLOCK_EINTERNAL, "the %s backend's open returned %d, not an error code",
-                              c->provider->name, rc);
         dlock__config_free(&c->config);
         dlock__log_destroy(&c->log);
         free(c);
@@ -112,7 +103,7 @@ void dlock_client_close(dlock_client *c)
     dlock__expiry_stop(c);
     dlock__watchdog_stop(c);
     dlock__entries_close_all(c);
-    c->provider->close(c->instance);
+    dlock__p_close(c);
     pthread_mutex_destroy(&c->entries_mu);
     dlock__config_free(&c->config);
     dlock__log_destroy(&c->log);
@@ -151,10 +142,8 @@ int dlock_status(dlock_client *c, const char *name, size_t name_len, dlock_statu
     out->held = -1;
     out->holder_pid = -1;
     out->ttl_ms = -1;
-    if (!c->provider->ctl)
-        return dlock_seterr(DLOCK_ENOTSUP, "the %s backend cannot report a lock's status", c->provider->name);
     struct dlock_ctl_status arg = { name, name_len, out };
-    rc = c->provider->ctl(c->instance, DLOCK_CTL_STATUS, &arg);
+    rc = dlock__p_ctl(c, DLOCK_CTL_STATUS, &arg);
     if (rc == DLOCK_ENOTSUP)
         dlock_seterr(rc, "the %s backend cannot report a lock's status", c->provider->name);
     return rc;

@@ -60,6 +60,71 @@ static inline struct dlock__stamp dlock__stamp_now(void)
     return s;
 }
 
+/* ---- handles.c ------------------------------------------------------------- */
+/* A process-unique number for the calling thread (never reused). */
+uint64_t dlock__thread_no(void);
+/* The calling thread's eventfd that dlock_cancel() writes to, -1 if none
+ * could be made. One per thread, closed when the thread exits. */
+int dlock__thread_wake_fd(void);
+/* Reads an eventfd until it is empty. */
+void dlock__drain(int fd);
+/* Checks a handle (NULL, fork guard); DLOCK_OK or DLOCK_EINVAL with detail. */
+int dlock__handle_usable(const dlock_lock *h);
+/* A printable form of e's name for messages (escaped, at most 64 bytes),
+ * in a per-thread buffer valid until the next call. */
+const char *dlock__entry_show(const struct dlock__entry *e);
+
+/* ---- hold.c ------------------------------------------------------------------ */
+/* Whether holds of handle h are renewed by the watchdog (no fixed lease, the
+ * watchdog on, a backend that can renew). */
+bool dlock__hold_renewed_by_watchdog(const dlock_client *c, const dlock_lock *h);
+/* Records a grant of a request sent at t_send for thread self, arms its
+ * expiry and first renewal. DLOCK_OK, or an error after giving it back. */
+int dlock__hold_grant(dlock_client *c, struct dlock__entry *e, dlock_lock *h, uint64_t self,
+                      struct dlock__stamp t_send, const struct dlock_grant *g);
+/* Lets go of the calling thread's whole hold on e, on the backend too. */
+int dlock__hold_release(dlock_client *c, struct dlock__entry *e);
+/* Checks that the calling thread holds e; returns with e->mu held on
+ * DLOCK_OK (and on DLOCK_ELOST when allow_lost). */
+int dlock__hold_own(struct dlock__entry *e, bool allow_lost);
+/* Applies the answer rc to a renewal sent at t_send (e->mu not held). */
+void dlock__hold_renewed(dlock_client *c, struct dlock__entry *e, int rc, struct dlock__stamp t_send);
+/* Declares e lost at its validity end (e->mu held; returns with it
+ * released) and calls on_lost. */
+void dlock__hold_expired(dlock_client *c, struct dlock__entry *e);
+/* Sends a lost hold's owner-checked release; schedules another try when
+ * the backend cannot be reached. */
+void dlock__hold_give_back(dlock_client *c, struct dlock__entry *e);
+
+/* ---- watchdog.c: when to renew ---------------------------------------------- */
+/* The renewal interval of a lease (a third of it, Redisson's rule). */
+int64_t dlock__watchdog_renew_after(int64_t lease_ms);
+/* The pause before retrying a renewal that failed transiently with
+ * valid_left_ms of validity left: well before the end, at most lease/6. */
+int64_t dlock__watchdog_retry_after(int64_t valid_left_ms, int64_t lease_ms);
+
+/* ---- provider.c: every call into the provider's table ---------------------- */
+/* Each checks the member's presence and the provider's version, takes
+ * e->op_mu where one lock's operations must not overlap, and turns a
+ * result outside the contract into DLOCK_EINTERNAL. */
+int dlock__p_open(dlock_client *c, const struct dlock_provider_env *env);
+void dlock__p_close(dlock_client *c);
+int dlock__p_acquire(dlock_client *c, struct dlock__entry *e, struct dlock_grant *g);
+int dlock__p_release(dlock_client *c, struct dlock__entry *e);
+bool dlock__p_can_renew(const dlock_client *c);
+int dlock__p_renew(dlock_client *c, struct dlock__entry *e);
+/* Renews n entries the watchdog marked busy (no op_mu), in one batch when
+ * the provider has renew_batch; results[i] for entries[i]. */
+void dlock__p_renew_batch(dlock_client *c, struct dlock__entry *const *entries, size_t n, int *results);
+int dlock__p_fence(dlock_client *c, struct dlock__entry *e, uint64_t *out);
+bool dlock__p_can_wait(const dlock_client *c);
+int dlock__p_wait(dlock_client *c, struct dlock__entry *e, int64_t timeout_ms, int wake_fd);
+void dlock__p_abandon(dlock_client *c, struct dlock__entry *e);
+/* Calls lock_fini once if the provider ever touched e. */
+void dlock__p_lock_fini(dlock_client *c, struct dlock__entry *e);
+/* DLOCK_ENOTSUP when the provider has no ctl. */
+int dlock__p_ctl(dlock_client *c, int op, void *arg);
+
 /* ---- expiry.c: declares holds lost at their validity end ------------------- */
 /* A thread per client (started with the first hold) that fires at each
  * hold's validity end on the boot clock and never calls the provider, so no

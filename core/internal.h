@@ -228,8 +228,6 @@ void dlock__watchdog_init(dlock_client *client);
 void dlock__watchdog_stop(dlock_client *client);
 /* Most timers handled (and renewals sent) in one go. */
 #define DLOCK__WATCHDOG_BATCH_MAX 512
-/* Runs the due work for entries (called by the watchdog thread, n <= BATCH_MAX). */
-void dlock__entry_on_timer(dlock_client *client, struct dlock__entry **due, size_t n);
 /* Releases every hold and frees every handle (client close). */
 void dlock__entries_close_all(dlock_client *client);
 

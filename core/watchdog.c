@@ -18,6 +18,70 @@
  * little early is harmless, a round trip per lock is not. */
 #define BATCH_WINDOW_MS 20
 
+int64_t dlock__watchdog_renew_after(int64_t lease_ms)
+{
+    return lease_ms / 3;
+}
+
+int64_t dlock__watchdog_retry_after(int64_t valid_left_ms, int64_t lease_ms)
+{
+    int64_t retry = valid_left_ms / 3;
+    if (retry > lease_ms / 6)
+        retry = lease_ms / 6;
+    return retry < 10 ? 10 : retry;
+}
+
+/* One round: gives back lost holds, and renews the watchdog holds that are
+ * due, in one batch where the provider can. */
+static void renewal_round(dlock_client *c, struct dlock__entry **due, size_t n)
+{
+    struct dlock__entry *renew[DLOCK__WATCHDOG_BATCH_MAX];
+    int results[DLOCK__WATCHDOG_BATCH_MAX];
+    size_t nrenew = 0;
+
+    for (size_t i = 0; i < n; i++) {
+        struct dlock__entry *e = due[i];
+        pthread_mutex_lock(&e->mu);
+        if (e->count == 0) {
+            pthread_mutex_unlock(&e->mu);
+            continue;
+        }
+        if (e->lost) {
+            /* Give a lost hold back, owner-checked: harmless where the
+             * server already let it go, and it frees a backend without
+             * server-side expiry (local) or a session that outlived the
+             * client's decision (ZooKeeper, SQL session locks). */
+            bool give_back = e->give_back_due;
+            e->give_back_due = false;
+            pthread_mutex_unlock(&e->mu);
+            if (give_back)
+                dlock__hold_give_back(c, e);
+            continue;
+        }
+        if (dlock__boot_ms() >= e->valid_until_ms) {
+            dlock__hold_expired(c, e); /* the expiry thread is about to; no renewal can save it */
+            continue;
+        }
+        bool watchdog = e->renewed_by_watchdog;
+        pthread_mutex_unlock(&e->mu);
+        if (watchdog)
+            renew[nrenew++] = e;
+    }
+
+    if (nrenew == 0)
+        return;
+    /* These entries are marked busy for the watchdog: release, dlock_renew
+     * and dlock_fence wait for that mark to clear before they touch the
+     * provider, so no other operation on them can overlap. */
+    struct dlock__stamp t_send = dlock__stamp_now();
+    int64_t t_send_us = dlock__now_us();
+    dlock__p_renew_batch(c, renew, nrenew, results);
+    __atomic_add_fetch(&c->metrics.renewal_round_us, (uint64_t)(dlock__now_us() - t_send_us), __ATOMIC_RELAXED);
+    dlock__metric_inc(&c->metrics.renewal_rounds);
+    for (size_t i = 0; i < nrenew; i++)
+        dlock__hold_renewed(c, renew[i], results[i], t_send);
+}
+
 static void *watchdog_main(void *arg)
 {
     dlock_client *c = arg;
@@ -51,7 +115,7 @@ static void *watchdog_main(void *arg)
             batch[i]->watchdog_busy = true;
         pthread_mutex_unlock(&w->mu);
 
-        dlock__entry_on_timer(c, batch, n);
+        renewal_round(c, batch, n);
 
         pthread_mutex_lock(&w->mu);
         for (size_t i = 0; i < n; i++)

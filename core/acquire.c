@@ -1,0 +1,218 @@
+/* core/acquire.c - one acquire, top to bottom: reentry, queueing behind the
+ * client's other threads, contending with the backend (one attempt, then a
+ * native wait or a backoff, until granted, out of time, cancelled or
+ * failed), and cancellation. A grant is handed to core/hold.c.
+ *
+ * Inside a client only one thread at a time talks to the backend about a
+ * name (the contender); the others queue on the entry's condition
+ * variable. That keeps in-process contention off the server and means a
+ * provider never sees two operations on one lock at once. */
+#include "config.h"
+
+#include "entry.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <poll.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+static int64_t effective_lease(const dlock_client *c, const dlock_lock *h)
+{
+    return h->options.lease_ms > 0 ? h->options.lease_ms : c->config.lease_ms;
+}
+
+
+
+
+/* How long to pause after a busy answer. */
+static int64_t pause_after_busy(const dlock_client *c, unsigned attempt, int64_t hint_ms)
+{
+    if (dlock__p_can_wait(c))
+        return hint_ms >= 0 ? hint_ms + 1 : c->config.retry_cap_ms;
+    int64_t pause = dlock__backoff_ms(attempt, c->config.retry_base_ms, c->config.retry_cap_ms);
+    if (hint_ms >= 0 && hint_ms + 1 < pause)
+        pause = hint_ms + 1;
+    return pause;
+}
+
+/* Sleeps up to ms unless the wake fd fires (cancel). */
+static int idle_wait(int wake_fd, int64_t ms)
+{
+    struct pollfd p = { .fd = wake_fd, .events = POLLIN };
+    int timeout = ms > INT_MAX ? INT_MAX : (int)ms;
+    int n = poll(&p, wake_fd >= 0 ? 1 : 0, timeout);
+    if (n < 0 && errno != EINTR)
+        return dlock_seterr(DLOCK_EINTERNAL, "poll failed: %s", strerror(errno));
+    return DLOCK_OK;
+}
+
+/* Waits, queued behind other threads of this client, until this thread may
+ * contend. Called and returns with e->mu held. */
+static int queue_locally(struct dlock__entry *e, int64_t wait_ms, int64_t deadline, uint64_t gen)
+{
+    while (e->count > 0 || e->contending) {
+        if (e->cancel_gen != gen)
+            return dlock_seterr(DLOCK_ECANCELLED, "lock '%s': acquire cancelled", dlock__entry_show(e));
+        if (wait_ms == 0)
+            return dlock_seterr(DLOCK_EBUSY, "lock '%s' is held by another thread of this client", dlock__entry_show(e));
+        if (dlock__now_ms() >= deadline)
+            return dlock_seterr(DLOCK_ETIMEDOUT, "lock '%s': not granted within %lld ms (another thread of "
+                                "this client holds it)", dlock__entry_show(e), (long long)wait_ms);
+        if (deadline == DLOCK__INFINITE) {
+            pthread_cond_wait(&e->cv, &e->mu);
+        } else {
+            struct timespec ts;
+            dlock__abstime(deadline, &ts);
+            pthread_cond_timedwait(&e->cv, &e->mu, &ts);
+        }
+    }
+    /* Woken because the contender stepped down, which it does when it was
+     * cancelled too: a cancel that came meanwhile is for us as well. */
+    if (e->cancel_gen != gen)
+        return dlock_seterr(DLOCK_ECANCELLED, "lock '%s': acquire cancelled", dlock__entry_show(e));
+    return DLOCK_OK;
+}
+
+static int contend_loop(dlock_client *c, struct dlock__entry *e, dlock_lock *h, uint64_t self,
+                        int64_t wait_ms, int64_t deadline, uint64_t gen, int wake_fd, bool *was_busy);
+
+/* Talks to the backend until granted, out of time, cancelled or failed; a
+ * provider that queued us is told when we give up. */
+static int contend(dlock_client *c, struct dlock__entry *e, dlock_lock *h, uint64_t self,
+                   int64_t wait_ms, int64_t deadline, uint64_t gen, int wake_fd)
+{
+    bool was_busy = false;
+    int rc = contend_loop(c, e, h, self, wait_ms, deadline, gen, wake_fd, &was_busy);
+    if (rc != DLOCK_OK && was_busy) {
+        char detail[1024];
+        snprintf(detail, sizeof detail, "%s", dlock_errmsg());
+        dlock__p_abandon(c, e);
+        dlock_seterr(rc, "%s", detail);
+    }
+    return rc;
+}
+
+static int contend_loop(dlock_client *c, struct dlock__entry *e, dlock_lock *h, uint64_t self,
+                        int64_t wait_ms, int64_t deadline, uint64_t gen, int wake_fd, bool *was_busy)
+{
+    for (unsigned attempt = 0;; attempt++) {
+        struct dlock_grant g = { .fence = 0, .has_fence = 0, .retry_hint_ms = -1 };
+        struct dlock__stamp t_send = dlock__stamp_now();
+        int rc = dlock__p_acquire(c, e, &g);
+        dlock__metric_inc(&c->metrics.attempts);
+
+        if (rc == DLOCK_OK)
+            return dlock__hold_grant(c, e, h, self, t_send, &g);
+        if (rc != DLOCK_EBUSY) {
+            dlock__metric_inc(&c->metrics.backend_errors);
+            return rc; /* the provider set the detail */
+        }
+        *was_busy = true;
+        dlock__metric_inc(&c->metrics.busy);
+        if (wait_ms == 0)
+            return dlock_seterr(DLOCK_EBUSY, "lock '%s' is held by another owner", dlock__entry_show(e));
+        int64_t now = dlock__now_ms();
+        if (now >= deadline)
+            return dlock_seterr(DLOCK_ETIMEDOUT, "lock '%s': not granted within %lld ms", dlock__entry_show(e),
+                                (long long)wait_ms);
+        int64_t pause = pause_after_busy(c, attempt, g.retry_hint_ms);
+        if (deadline != DLOCK__INFINITE && pause > deadline - now)
+            pause = deadline - now;
+        if (dlock__p_can_wait(c))
+            rc = dlock__p_wait(c, e, pause, wake_fd);
+        else
+            rc = idle_wait(wake_fd, pause);
+        if (rc != DLOCK_OK && rc != DLOCK_ETIMEDOUT) {
+            dlock__metric_inc(&c->metrics.backend_errors);
+            return rc;
+        }
+        if (wake_fd >= 0)
+            dlock__drain(wake_fd);
+        pthread_mutex_lock(&e->mu);
+        bool cancelled = e->cancel_gen != gen;
+        pthread_mutex_unlock(&e->mu);
+        if (cancelled)
+            return dlock_seterr(DLOCK_ECANCELLED, "lock '%s': acquire cancelled", dlock__entry_show(e));
+    }
+}
+
+int dlock_acquire(dlock_lock *h, int64_t wait_ms)
+{
+    int rc = dlock__handle_usable(h);
+    if (rc != DLOCK_OK)
+        return rc;
+    struct dlock__entry *e = h->entry;
+    dlock_client *c = e->client;
+    uint64_t self = dlock__thread_no();
+    int64_t start = dlock__now_ms();
+    int64_t deadline = dlock__deadline_after(start, wait_ms);
+
+    pthread_mutex_lock(&e->mu);
+    if (e->count > 0 && e->holder == self) {
+        if (e->lost) {
+            pthread_mutex_unlock(&e->mu);
+            return dlock_seterr(DLOCK_ELOST, "lock '%s': this thread's hold was lost (%s); release it "
+                                "before acquiring again", dlock__entry_show(e), e->lost_reason);
+        }
+        e->count++;
+        pthread_mutex_unlock(&e->mu);
+        dlock__metric_inc(&c->metrics.reentries);
+        return DLOCK_OK;
+    }
+    uint64_t gen = e->cancel_gen;
+    e->waiters++;
+    rc = queue_locally(e, wait_ms, deadline, gen);
+    int wake_fd = -1;
+    if (rc == DLOCK_OK) {
+        e->contending = true;
+        wake_fd = dlock__thread_wake_fd();
+        e->contender_wake_fd = wake_fd;
+        snprintf(e->owner, sizeof e->owner, "%s:%llu", c->client_id, (unsigned long long)self);
+        e->plock.lease_ms = effective_lease(c, h);
+        e->plock.flags = h->options.flags;
+        pthread_mutex_unlock(&e->mu);
+        if (wake_fd < 0)
+            rc = dlock_seterr(DLOCK_EINTERNAL, "cannot create an eventfd for waiting: %s", strerror(errno));
+        else
+            rc = contend(c, e, h, self, wait_ms, deadline, gen, wake_fd);
+        pthread_mutex_lock(&e->mu);
+        e->contending = false;
+        e->contender_wake_fd = -1;
+    }
+    e->waiters--;
+    pthread_cond_broadcast(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+
+    switch (rc) {
+    case DLOCK_OK:
+        dlock__histogram_observe(&c->metrics.wait_ms, dlock__now_ms() - start);
+        break;
+    case DLOCK_ETIMEDOUT:
+        dlock__metric_inc(&c->metrics.timeouts);
+        break;
+    case DLOCK_ECANCELLED:
+        dlock__metric_inc(&c->metrics.cancels);
+        break;
+    }
+    return rc;
+}
+
+int dlock_cancel(dlock_lock *h)
+{
+    int rc = dlock__handle_usable(h);
+    if (rc != DLOCK_OK)
+        return rc;
+    struct dlock__entry *e = h->entry;
+    pthread_mutex_lock(&e->mu);
+    e->cancel_gen++;
+    pthread_cond_broadcast(&e->cv);
+    if (e->contender_wake_fd >= 0) {
+        uint64_t one = 1;
+        ssize_t ignored = write(e->contender_wake_fd, &one, sizeof one);
+        (void)ignored; /* EAGAIN only if already signalled */
+    }
+    pthread_mutex_unlock(&e->mu);
+    return DLOCK_OK;
+}

@@ -1,0 +1,433 @@
+/* core/handles.c - lock handles and the per-name entries they share: the
+ * calling thread's identity and wake-up fd, the fork guard, the client's
+ * name table, creating and freeing handles, and what a handle can be asked
+ * about its hold without talking to the backend.
+ *
+ * Handles of one name in one client share an entry, and holds belong to
+ * (client, thread). Lock order: client->entries_mu, then entry->mu;
+ * entry->op_mu is taken with neither held (core/provider.c takes it); the
+ * watchdog's and the expiry thread's mutexes are never held while taking
+ * these. */
+#include "config.h"
+
+#include "entry.h"
+
+#include <errno.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+/* ---- thread identity and wake-up fd --------------------------------------- */
+
+static uint64_t next_thread_no = 1;
+static __thread uint64_t this_thread_no;
+
+/* A process-unique number for the calling thread. pthread_t values are
+ * reused after a thread exits; these never are. */
+uint64_t dlock__thread_no(void)
+{
+    if (this_thread_no == 0)
+        this_thread_no = __atomic_fetch_add(&next_thread_no, 1, __ATOMIC_RELAXED);
+    return this_thread_no;
+}
+
+static pthread_once_t wake_key_once = PTHREAD_ONCE_INIT;
+static pthread_key_t wake_key;
+static __thread int this_thread_wake_fd = -1;
+
+static void close_wake_fd(void *value)
+{
+    close((int)(intptr_t)value - 1);
+}
+
+static void make_wake_key(void)
+{
+    pthread_key_create(&wake_key, close_wake_fd);
+}
+
+/* The calling thread's eventfd, which dlock_cancel() writes to interrupt a
+ * wait. One per thread (not per lock) so holding many locks costs no fds. */
+int dlock__thread_wake_fd(void)
+{
+    if (this_thread_wake_fd >= 0)
+        return this_thread_wake_fd;
+    pthread_once(&wake_key_once, make_wake_key);
+    int fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (fd < 0)
+        return -1;
+    this_thread_wake_fd = fd;
+    pthread_setspecific(wake_key, (void *)(intptr_t)(fd + 1));
+    return fd;
+}
+
+void dlock__drain(int fd)
+{
+    uint64_t v;
+    while (read(fd, &v, sizeof v) > 0)
+        ;
+}
+
+/* ---- helpers ---------------------------------------------------------------- */
+
+static uint64_t fork_generation;
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+
+static void count_fork(void)
+{
+    fork_generation++; /* in the child, which has one thread */
+}
+
+static void install_atfork(void)
+{
+    pthread_atfork(NULL, NULL, count_fork);
+}
+
+uint64_t dlock__fork_generation(void)
+{
+    pthread_once(&atfork_once, install_atfork);
+    return __atomic_load_n(&fork_generation, __ATOMIC_RELAXED);
+}
+
+int dlock__client_usable(const dlock_client *client)
+{
+    if (!client)
+        return dlock_seterr(DLOCK_EINVAL, "client is NULL");
+    if (client->fork_generation != __atomic_load_n(&fork_generation, __ATOMIC_RELAXED))
+        return dlock_seterr(DLOCK_EINVAL,
+                            "this client was opened in process %ld and cannot be used after fork(); "
+                            "open a new client in the child (this is process %ld)", (long)client->pid,
+                            (long)getpid());
+    return DLOCK_OK;
+}
+
+int dlock__handle_usable(const dlock_lock *lock)
+{
+    if (!lock)
+        return dlock_seterr(DLOCK_EINVAL, "lock is NULL");
+    return dlock__client_usable(lock->entry->client);
+}
+
+/* A printable form of a name for messages: at most 64 bytes, escaped. */
+const char *dlock__entry_show(const struct dlock__entry *e)
+{
+    static __thread char buf[300];
+    size_t o = 0;
+    for (size_t i = 0; i < e->name_len && i < 64 && o + 5 < sizeof buf; i++) {
+        unsigned char c = (unsigned char)e->name[i];
+        if (c >= 0x20 && c < 0x7f && c != '\\')
+            buf[o++] = (char)c;
+        else
+            o += (size_t)snprintf(buf + o, sizeof buf - o, "\\x%02x", c);
+    }
+    if (e->name_len > 64)
+        o += (size_t)snprintf(buf + o, sizeof buf - o, "...");
+    buf[o] = 0;
+    return buf;
+}
+
+static uint64_t hash_name(const char *name, size_t len)
+{
+    uint64_t h = 1469598103934665603ULL; /* FNV-1a */
+    for (size_t i = 0; i < len; i++) {
+        h ^= (unsigned char)name[i];
+        h *= 1099511628211ULL;
+    }
+    return h;
+}
+
+static size_t priv_offset(void)
+{
+    return (sizeof(struct dlock__entry) + 15) & ~(size_t)15;
+}
+
+/* ---- the name table (client->entries_mu held) ------------------------------ */
+
+static struct dlock__entry *table_find(dlock_client *c, const char *name, size_t len, uint64_t h)
+{
+    if (!c->buckets)
+        return NULL;
+    for (struct dlock__entry *e = c->buckets[h % c->nbuckets]; e; e = e->next_in_bucket)
+        if (e->hash == h && e->name_len == len && memcmp(e->name, name, len) == 0)
+            return e;
+    return NULL;
+}
+
+static int table_grow(dlock_client *c)
+{
+    size_t n = c->nbuckets ? c->nbuckets * 2 : 64;
+    struct dlock__entry **b = calloc(n, sizeof *b);
+    if (!b)
+        return DLOCK_ENOMEM;
+    for (size_t i = 0; i < c->nbuckets; i++) {
+        struct dlock__entry *e = c->buckets[i];
+        while (e) {
+            struct dlock__entry *next = e->next_in_bucket;
+            e->next_in_bucket = b[e->hash % n];
+            b[e->hash % n] = e;
+            e = next;
+        }
+    }
+    free(c->buckets);
+    c->buckets = b;
+    c->nbuckets = n;
+    return DLOCK_OK;
+}
+
+static void table_unlink(dlock_client *c, struct dlock__entry *e)
+{
+    struct dlock__entry **p = &c->buckets[e->hash % c->nbuckets];
+    while (*p && *p != e)
+        p = &(*p)->next_in_bucket;
+    if (*p) {
+        *p = e->next_in_bucket;
+        c->nentries--;
+    }
+}
+
+static struct dlock__entry *entry_new(dlock_client *c, const char *name, size_t len, uint64_t h)
+{
+    size_t priv = c->provider->lock_priv_size;
+    struct dlock__entry *e = calloc(1, priv_offset() + priv);
+    if (!e)
+        return NULL;
+    e->name = malloc(len + 1);
+    if (!e->name) {
+        free(e);
+        return NULL;
+    }
+    memcpy(e->name, name, len);
+    e->name[len] = 0;
+    e->name_len = len;
+    e->hash = h;
+    e->client = c;
+    e->timer.heap_index = SIZE_MAX;
+    e->expiry.heap_index = SIZE_MAX;
+    e->contender_wake_fd = -1;
+    pthread_mutex_init(&e->mu, NULL);
+    pthread_mutex_init(&e->op_mu, NULL);
+    dlock__cond_init_monotonic(&e->cv);
+    e->plock.name = e->name;
+    e->plock.name_len = len;
+    e->plock.owner = e->owner;
+    e->plock.priv = priv ? (char *)e + priv_offset() : NULL;
+    return e;
+}
+
+static void entry_destroy(dlock_client *c, struct dlock__entry *e)
+{
+    dlock__p_lock_fini(c, e);
+    pthread_mutex_destroy(&e->mu);
+    pthread_mutex_destroy(&e->op_mu);
+    pthread_cond_destroy(&e->cv);
+    free(e->name);
+    free(e);
+}
+
+/* Frees e if nothing refers to it any more. */
+static void entry_maybe_destroy(dlock_client *c, struct dlock__entry *e)
+{
+    bool idle;
+    pthread_mutex_lock(&c->entries_mu);
+    pthread_mutex_lock(&e->mu);
+    idle = e->handles == 0 && e->count == 0 && !e->contending && e->waiters == 0;
+    if (idle)
+        table_unlink(c, e);
+    pthread_mutex_unlock(&e->mu);
+    pthread_mutex_unlock(&c->entries_mu);
+    if (idle) {
+        dlock__expiry_disarm(c, e);
+        dlock__watchdog_cancel(c, e);
+        entry_destroy(c, e);
+    }
+}
+
+/* ---- handles ----------------------------------------------------------------- */
+
+static int check_name(const char *name, size_t len)
+{
+    if (!name)
+        return dlock_seterr(DLOCK_EINVAL, "lock name is NULL");
+    if (len == 0 || len > DLOCK_NAME_MAX)
+        return dlock_seterr(DLOCK_EINVAL, "lock name must be 1..%d bytes, not %zu", DLOCK_NAME_MAX, len);
+    if (memchr(name, 0, len))
+        return dlock_seterr(DLOCK_EINVAL, "lock name contains a NUL byte at offset %zu",
+                            (size_t)((const char *)memchr(name, 0, len) - name));
+    return DLOCK_OK;
+}
+
+static int check_options(const dlock_client *c, const dlock_lock_options *o)
+{
+    if (!o)
+        return DLOCK_OK;
+    if (o->version < 1 || o->version > DLOCK_LOCK_OPTIONS_VERSION)
+        return dlock_seterr(DLOCK_EINVAL,
+                            "dlock_lock_options.version is %u; initialise options with "
+                            "DLOCK_LOCK_OPTIONS_INIT", o->version);
+    if (o->lease_ms < 0 || (o->lease_ms > 0 && o->lease_ms < 10) || o->lease_ms > 86400000)
+        return dlock_seterr(DLOCK_EINVAL,
+                            "lease_ms must be 0 (watchdog) or 10..86400000 ms, not %lld",
+                            (long long)o->lease_ms);
+    if (o->flags & ~DLOCK_LOCK_FAIR)
+        return dlock_seterr(DLOCK_EINVAL, "unknown lock flags 0x%x", o->flags & ~DLOCK_LOCK_FAIR);
+    if ((o->flags & DLOCK_LOCK_FAIR) && !(c->provider->capabilities & DLOCK_CAP_FAIR))
+        return dlock_seterr(DLOCK_ENOTSUP, "the %s backend has no fair mode", c->provider->name);
+    return DLOCK_OK;
+}
+
+int dlock_lock_new(dlock_client *client, const char *name, size_t name_len,
+                   const dlock_lock_options *options, dlock_lock **out)
+{
+    int rc;
+    if (out)
+        *out = NULL;
+    if ((rc = dlock__client_usable(client)) != DLOCK_OK || (rc = check_name(name, name_len)) != DLOCK_OK ||
+        (rc = check_options(client, options)) != DLOCK_OK)
+        return rc;
+    if (!out)
+        return dlock_seterr(DLOCK_EINVAL, "dlock_lock_new: out is NULL");
+
+    dlock_lock *h = calloc(1, sizeof *h);
+    if (!h)
+        return dlock_seterr(DLOCK_ENOMEM, "out of memory for a lock handle");
+    dlock_lock_options defaults = DLOCK_LOCK_OPTIONS_INIT;
+    h->options = options ? *options : defaults;
+    h->options.version = DLOCK_LOCK_OPTIONS_VERSION;
+
+    uint64_t hash = hash_name(name, name_len);
+    pthread_mutex_lock(&client->entries_mu);
+    struct dlock__entry *e = table_find(client, name, name_len, hash);
+    if (!e) {
+        if (client->nentries >= client->nbuckets && table_grow(client) != DLOCK_OK) {
+            pthread_mutex_unlock(&client->entries_mu);
+            free(h);
+            return dlock_seterr(DLOCK_ENOMEM, "out of memory for the lock table");
+        }
+        e = entry_new(client, name, name_len, hash);
+        if (!e) {
+            pthread_mutex_unlock(&client->entries_mu);
+            free(h);
+            return dlock_seterr(DLOCK_ENOMEM, "out of memory for lock state");
+        }
+        e->next_in_bucket = client->buckets[hash % client->nbuckets];
+        client->buckets[hash % client->nbuckets] = e;
+        client->nentries++;
+    }
+    e->handles++;
+    h->entry = e;
+    h->next = client->handles;
+    if (client->handles)
+        client->handles->prev = h;
+    client->handles = h;
+    pthread_mutex_unlock(&client->entries_mu);
+    *out = h;
+    return DLOCK_OK;
+}
+
+const char *dlock_lock_name(const dlock_lock *lock, size_t *len)
+{
+    if (!lock) {
+        if (len)
+            *len = 0;
+        return NULL;
+    }
+    if (len)
+        *len = lock->entry->name_len;
+    return lock->entry->name;
+}
+
+int dlock__hold_release(dlock_client *c, struct dlock__entry *e);
+
+void dlock_lock_free(dlock_lock *lock)
+{
+    if (!lock || dlock__client_usable(lock->entry->client) != DLOCK_OK)
+        return;
+    struct dlock__entry *e = lock->entry;
+    dlock_client *c = e->client;
+    pthread_mutex_lock(&c->entries_mu);
+    bool last = --e->handles == 0;
+    if (lock->prev)
+        lock->prev->next = lock->next;
+    else
+        c->handles = lock->next;
+    if (lock->next)
+        lock->next->prev = lock->prev;
+    pthread_mutex_lock(&e->mu);
+    if (e->on_lost_handle == lock) {
+        /* The callback belonged to this handle's options. */
+        e->on_lost = NULL;
+        e->on_lost_handle = NULL;
+    }
+    bool held_by_me = e->count > 0 && e->holder == dlock__thread_no();
+    pthread_mutex_unlock(&e->mu);
+    pthread_mutex_unlock(&c->entries_mu);
+    /* An on_lost call already under way may use this handle until it
+     * returns (dlock.h allows it any call but close and free). */
+    pthread_mutex_lock(&e->mu);
+    while (lock->lost_calls_running > 0)
+        pthread_cond_wait(&e->cv, &e->mu);
+    pthread_mutex_unlock(&e->mu);
+    free(lock);
+
+    if (last && held_by_me)
+        dlock__hold_release(c, e);
+    if (last)
+        entry_maybe_destroy(c, e);
+}
+
+/* ---- queries ------------------------------------------------------------------ */
+
+int64_t dlock_validity_ms(dlock_lock *h)
+{
+    int rc = dlock__handle_usable(h);
+    if (rc != DLOCK_OK)
+        return rc;
+    struct dlock__entry *e = h->entry;
+    if ((rc = dlock__hold_own(e, false)) != DLOCK_OK)
+        return rc;
+    int64_t left = e->valid_until_ms - dlock__boot_ms();
+    pthread_mutex_unlock(&e->mu);
+    return left > 0 ? left : 0;
+}
+
+int dlock_hold_count(dlock_lock *h)
+{
+    int rc = dlock__handle_usable(h);
+    if (rc != DLOCK_OK)
+        return rc;
+    struct dlock__entry *e = h->entry;
+    pthread_mutex_lock(&e->mu);
+    int count = (e->count > 0 && e->holder == dlock__thread_no()) ? (int)e->count : 0;
+    bool lost = count > 0 && e->lost;
+    pthread_mutex_unlock(&e->mu);
+    if (lost)
+        return dlock_seterr(DLOCK_ELOST, "lock '%s': the hold was lost", dlock__entry_show(e));
+    return count;
+}
+
+/* ---- client close ------------------------------------------------------------------ */
+
+void dlock__entries_close_all(dlock_client *c)
+{
+    while (c->handles) {
+        dlock_lock *h = c->handles;
+        c->handles = h->next;
+        free(h);
+    }
+    for (size_t i = 0; i < c->nbuckets; i++) {
+        struct dlock__entry *e = c->buckets[i];
+        while (e) {
+            struct dlock__entry *next = e->next_in_bucket;
+            if (e->count > 0 && (!e->lost || e->give_back_due)) {
+                dlock__p_release(c, e);
+            }
+            entry_destroy(c, e);
+            e = next;
+        }
+    }
+    free(c->buckets);
+    c->buckets = NULL;
+    c->nbuckets = c->nentries = 0;
+}

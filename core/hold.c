@@ -1,0 +1,366 @@
+/* core/hold.c - the life of a hold once granted: recording the grant and
+ * its validity, renewals' answers, loss (by the backend's word or at the
+ * validity end), on_lost, the give-back of a lost hold, release, and the
+ * fence. The watchdog (core/watchdog.c) decides when to renew and the
+ * expiry thread (core/expiry.c) when validity ends; both call in here. */
+#include "config.h"
+
+#include "entry.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+bool dlock__hold_renewed_by_watchdog(const dlock_client *c, const dlock_lock *h)
+{
+    return h->options.lease_ms == 0 && c->config.watchdog &&
+           dlock__p_can_renew(c);
+}
+
+/* The lease the server grants: what was asked, or less if it said so. */
+static int64_t granted_lease(const struct dlock__entry *e, const struct dlock_grant *g)
+{
+    return g->lease_ms > 0 && g->lease_ms < e->plock.lease_ms ? g->lease_ms : e->plock.lease_ms;
+}
+
+/* Records a grant of a request sent at t_send; called by the contender.
+ * Returns DLOCK_OK, or an error if the hold cannot be looked after (then it
+ * has been given back). */
+int dlock__hold_grant(dlock_client *c, struct dlock__entry *e, dlock_lock *h, uint64_t self,
+                        struct dlock__stamp t_send, const struct dlock_grant *g)
+{
+    int64_t lease = granted_lease(e, g);
+    bool watchdog = dlock__hold_renewed_by_watchdog(c, h);
+    pthread_mutex_lock(&e->mu);
+    e->count = 1;
+    e->holder = self;
+    e->lost = e->lost_notified = e->give_back_due = false;
+    e->give_back_tries = 0;
+    e->lost_reason[0] = 0;
+    e->fence = g->fence;
+    e->has_fence = g->has_fence != 0;
+    e->renewed_by_watchdog = watchdog;
+    e->lease_ms = lease;
+    e->valid_until_ms = t_send.boot_ms + lease - dlock__drift_ms(lease);
+    e->granted_at_ms = dlock__now_ms();
+    e->on_lost = h->options.on_lost;
+    e->on_lost_arg = h->options.on_lost_arg;
+    e->on_lost_handle = h;
+    int64_t valid_until = e->valid_until_ms;
+    pthread_mutex_unlock(&e->mu);
+
+    int rc = dlock__expiry_arm(c, e, valid_until);
+    if (rc == DLOCK_OK && watchdog)
+        rc = dlock__watchdog_schedule(c, e, t_send.mono_ms + dlock__watchdog_renew_after(lease));
+    if (rc != DLOCK_OK) {
+        char why[256];
+        snprintf(why, sizeof why, "%s", dlock_errmsg());
+        dlock__hold_release(c, e);
+        return dlock_seterr(rc, "lock '%s': granted but not kept, since %s", dlock__entry_show(e), why);
+    }
+    dlock__metric_inc(&c->metrics.grants);
+    return DLOCK_OK;
+}
+
+/* Lets go of the calling thread's whole hold on e, on the backend too. */
+int dlock__hold_release(dlock_client *c, struct dlock__entry *e)
+{
+    dlock__watchdog_cancel(c, e);
+    dlock__expiry_disarm(c, e);
+    pthread_mutex_lock(&e->mu);
+    bool lost = e->lost;
+    /* A loss the client declared whose give-back the watchdog has not sent
+     * yet: send it here, owner-checked, so the server forgets the hold now
+     * rather than at its own expiry (or, for a session, never). */
+    bool give_back = e->give_back_due;
+    e->give_back_due = false;
+    int64_t granted_at = e->granted_at_ms;
+    char reason[sizeof e->lost_reason];
+    memcpy(reason, e->lost_reason, sizeof reason);
+    pthread_mutex_unlock(&e->mu);
+
+    int rc = DLOCK_OK;
+    if (!lost || give_back) {
+        rc = dlock__p_release(c, e);
+    }
+
+    pthread_mutex_lock(&e->mu);
+    e->count = 0;
+    e->holder = 0;
+    e->lost = e->lost_notified = e->give_back_due = false;
+    e->on_lost = NULL;
+    e->on_lost_handle = NULL;
+    pthread_cond_broadcast(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+
+    dlock__histogram_observe(&c->metrics.hold_ms, dlock__now_ms() - granted_at);
+    if (lost) {
+        dlock__metric_inc(&c->metrics.release_failures);
+        return dlock_seterr(DLOCK_ELOST, "lock '%s': the hold had been lost (%s); nothing was released",
+                            dlock__entry_show(e), reason);
+    }
+    if (rc == DLOCK_ENOTOWNER || rc == DLOCK_ELOST) {
+        dlock__metric_inc(&c->metrics.release_failures);
+        dlock__metric_inc(&c->metrics.losses);
+        return dlock_seterr(DLOCK_ELOST, "lock '%s': the backend no longer had this hold (it expired or "
+                            "was taken over); nothing was deleted", dlock__entry_show(e));
+    }
+    if (rc != DLOCK_OK) {
+        dlock__metric_inc(&c->metrics.release_failures);
+        dlock__metric_inc(&c->metrics.backend_errors);
+        return rc; /* provider detail; the lease frees it */
+    }
+    dlock__metric_inc(&c->metrics.releases);
+    return DLOCK_OK;
+}
+
+/* Checks that the calling thread holds e; returns with e->mu held on
+ * DLOCK_OK (and also on DLOCK_ELOST when allow_lost). */
+int dlock__hold_own(struct dlock__entry *e, bool allow_lost)
+{
+    pthread_mutex_lock(&e->mu);
+    if (e->count == 0 || e->holder != dlock__thread_no()) {
+        pthread_mutex_unlock(&e->mu);
+        return dlock_seterr(DLOCK_ENOTOWNER, "lock '%s' is not held by this thread", dlock__entry_show(e));
+    }
+    if (e->lost) {
+        if (allow_lost)
+            return DLOCK_ELOST;
+        pthread_mutex_unlock(&e->mu);
+        return dlock_seterr(DLOCK_ELOST, "lock '%s': the hold was lost (%s)", dlock__entry_show(e), e->lost_reason);
+    }
+    return DLOCK_OK;
+}
+
+int dlock_release(dlock_lock *h)
+{
+    int rc = dlock__handle_usable(h);
+    if (rc != DLOCK_OK)
+        return rc;
+    struct dlock__entry *e = h->entry;
+    rc = dlock__hold_own(e, true);
+    if (rc != DLOCK_OK && rc != DLOCK_ELOST)
+        return rc;
+    if (rc == DLOCK_OK && e->count > 1) {
+        e->count--;
+        pthread_mutex_unlock(&e->mu);
+        return DLOCK_OK;
+    }
+    pthread_mutex_unlock(&e->mu);
+    return dlock__hold_release(e->client, e);
+}
+
+/* Marks e lost (e->mu held) and notes that the backend should be told, in
+ * case it still keeps the hold (a session that outlived the client's
+ * decision, a key whose renewal reply never came). Returns true if on_lost
+ * should now be called. */
+static bool mark_lost(dlock_client *c, struct dlock__entry *e, const char *why)
+{
+    if (!e->lost) {
+        e->lost = true;
+        e->give_back_due = true;
+        snprintf(e->lost_reason, sizeof e->lost_reason, "%s", why);
+        dlock__metric_inc(&c->metrics.losses);
+    }
+    if (e->lost_notified || !e->on_lost)
+        return false;
+    e->lost_notified = true;
+    return true;
+}
+
+/* An on_lost call to make once e->mu is dropped. The handle is pinned (its
+ * dlock_lock_free() waits) from lost_call_take() until lost_call_run(). */
+struct lost_call {
+    dlock_lost_fn fn;
+    dlock_lock *handle;
+    void *arg;
+};
+
+static struct lost_call lost_call_take(struct dlock__entry *e)
+{
+    struct lost_call call = { e->on_lost, e->on_lost_handle, e->on_lost_arg };
+    if (call.fn)
+        call.handle->lost_calls_running++;
+    return call;
+}
+
+static void lost_call_run(struct dlock__entry *e, struct lost_call *call)
+{
+    if (!call->fn)
+        return;
+    call->fn(call->handle, call->arg);
+    pthread_mutex_lock(&e->mu);
+    call->handle->lost_calls_running--;
+    pthread_cond_broadcast(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+    call->fn = NULL;
+}
+
+/* After a loss: logs it (outside e->mu, as the log sink may be slow), calls
+ * on_lost, and has the watchdog give the hold back. */
+static void after_loss(dlock_client *c, struct dlock__entry *e, bool notify, struct lost_call *call,
+                       const char *why)
+{
+    dlock__logf(&c->log, DLOCK_LOG_WARN, "lock '%s' lost: %s", dlock__entry_show(e), why);
+    if (notify)
+        lost_call_run(e, call);
+    dlock__watchdog_schedule(c, e, dlock__now_ms());
+}
+
+/* Applies the answer to a renewal sent at t_send (e->mu not held). */
+void dlock__hold_renewed(dlock_client *c, struct dlock__entry *e, int rc, struct dlock__stamp t_send)
+{
+    struct dlock__stamp now = dlock__stamp_now();
+    pthread_mutex_lock(&e->mu);
+    if (e->count == 0 || e->lost) {
+        pthread_mutex_unlock(&e->mu);
+        return;
+    }
+    int64_t lease = e->lease_ms;
+    int64_t due;
+    if (rc == DLOCK_OK) {
+        e->valid_until_ms = t_send.boot_ms + lease - dlock__drift_ms(lease);
+        int64_t valid_until = e->valid_until_ms;
+        bool watchdog = e->renewed_by_watchdog;
+        pthread_mutex_unlock(&e->mu);
+        dlock__metric_inc(&c->metrics.renewals);
+        dlock__expiry_arm(c, e, valid_until);
+        if (watchdog)
+            dlock__watchdog_schedule(c, e, t_send.mono_ms + dlock__watchdog_renew_after(lease));
+        return;
+    }
+    dlock__metric_inc(&c->metrics.renewal_failures);
+    const char *why = NULL;
+    if (rc == DLOCK_ELOST || rc == DLOCK_ENOTOWNER)
+        why = "the backend no longer has it (expired or taken over)";
+    else if (now.boot_ms >= e->valid_until_ms)
+        why = "renewals failed until the lease ran out";
+    if (why) {
+        bool notify = mark_lost(c, e, why);
+        struct lost_call call = notify ? lost_call_take(e) : (struct lost_call){ 0 };
+        pthread_mutex_unlock(&e->mu);
+        after_loss(c, e, notify, &call, why);
+        return;
+    }
+    /* Transient failure: try again soon, well before validity ends. The
+     * expiry thread declares the loss at the validity end if no retry gets
+     * through, however long a retry takes. */
+    int64_t left = e->valid_until_ms - now.boot_ms;
+    due = now.mono_ms + dlock__watchdog_retry_after(left, lease);
+    pthread_mutex_unlock(&e->mu);
+    char detail[256];
+    snprintf(detail, sizeof detail, "%s", dlock_errmsg());
+    dlock__logf(&c->log, DLOCK_LOG_WARN, "lock '%s': renewal failed (%s); retrying in %lld ms, lost in %lld ms "
+                "unless renewed", dlock__entry_show(e), detail, (long long)(due - now.mono_ms), (long long)left);
+    dlock__watchdog_schedule(c, e, due);
+}
+
+int dlock_renew(dlock_lock *h)
+{
+    int rc = dlock__handle_usable(h);
+    if (rc != DLOCK_OK)
+        return rc;
+    struct dlock__entry *e = h->entry;
+    dlock_client *c = e->client;
+    if (!dlock__p_can_renew(c))
+        return dlock_seterr(DLOCK_ENOTSUP, "the %s backend cannot renew a hold", c->provider->name);
+    if ((rc = dlock__hold_own(e, false)) != DLOCK_OK)
+        return rc;
+    pthread_mutex_unlock(&e->mu);
+
+    /* Out of the watchdog's hands while we renew; apply_renewal schedules
+     * it again (or it was lost). */
+    dlock__watchdog_cancel(c, e);
+    struct dlock__stamp t_send = dlock__stamp_now();
+    rc = dlock__p_renew(c, e);
+    dlock__hold_renewed(c, e, rc, t_send); /* re-arms expiry and the next renewal, or declares the loss */
+    if (rc == DLOCK_ENOTOWNER || rc == DLOCK_ELOST)
+        return dlock_seterr(DLOCK_ELOST, "lock '%s': the backend no longer has this hold", dlock__entry_show(e));
+    return rc;
+}
+
+/* Declares e lost now that its validity has ended (e->mu held; returns
+ * with it released), and calls on_lost. */
+void dlock__hold_expired(dlock_client *c, struct dlock__entry *e)
+{
+    char why[96];
+    if (e->renewed_by_watchdog)
+        snprintf(why, sizeof why, "renewals did not get through before the lease ran out");
+    else
+        snprintf(why, sizeof why, "its lease of %lld ms ran out", (long long)e->lease_ms);
+    bool notify = mark_lost(c, e, why);
+    struct lost_call call = notify ? lost_call_take(e) : (struct lost_call){ 0 };
+    pthread_mutex_unlock(&e->mu);
+    after_loss(c, e, notify, &call, why);
+}
+
+/* Sends the owner-checked release of a lost hold. When the backend cannot
+ * be reached (the partition that made the hold lost may still be on), it
+ * is tried again with backoff while the hold is still registered here, a
+ * few times: the server may keep the hold (a session that survives a short
+ * partition) until it is told. */
+#define GIVE_BACK_TRIES 8
+void dlock__hold_give_back(dlock_client *c, struct dlock__entry *e)
+{
+    int rc = dlock__p_release(c, e);
+    if (rc == DLOCK_OK || rc == DLOCK_ENOTOWNER || rc == DLOCK_ELOST)
+        return;
+    pthread_mutex_lock(&e->mu);
+    bool again = e->count > 0 && e->lost && e->give_back_tries < GIVE_BACK_TRIES;
+    int64_t pause = 0;
+    if (again) {
+        e->give_back_due = true;
+        pause = dlock__backoff_ceiling_ms(e->give_back_tries++, 250, 5000);
+    }
+    pthread_mutex_unlock(&e->mu);
+    if (again)
+        dlock__watchdog_schedule(c, e, dlock__now_ms() + pause);
+}
+
+void dlock__entry_on_expiry(dlock_client *c, struct dlock__entry *e)
+{
+    pthread_mutex_lock(&e->mu);
+    if (e->count == 0 || e->lost) {
+        pthread_mutex_unlock(&e->mu);
+        return;
+    }
+    if (dlock__boot_ms() < e->valid_until_ms) { /* renewed since it was armed */
+        int64_t at = e->valid_until_ms;
+        pthread_mutex_unlock(&e->mu);
+        dlock__expiry_arm(c, e, at);
+        return;
+    }
+    dlock__hold_expired(c, e);
+}
+
+int dlock_fence(dlock_lock *h, uint64_t *out)
+{
+    int rc = dlock__handle_usable(h);
+    if (rc != DLOCK_OK)
+        return rc;
+    if (!out)
+        return dlock_seterr(DLOCK_EINVAL, "dlock_fence: out is NULL");
+    struct dlock__entry *e = h->entry;
+    dlock_client *c = e->client;
+    if ((rc = dlock__hold_own(e, false)) != DLOCK_OK)
+        return rc;
+    bool has = e->has_fence;
+    uint64_t fence = e->fence;
+    pthread_mutex_unlock(&e->mu);
+    if (has) {
+        *out = fence;
+        return DLOCK_OK;
+    }
+    int64_t due = dlock__watchdog_cancel(c, e); /* no overlap with a renewal */
+    rc = dlock__p_fence(c, e, &fence);
+    if (due >= 0)
+        dlock__watchdog_schedule(c, e, due);
+    if (rc == DLOCK_OK) {
+        pthread_mutex_lock(&e->mu);
+        e->fence = fence;
+        e->has_fence = true;
+        pthread_mutex_unlock(&e->mu);
+        *out = fence;
+    }
+    return rc;
+}

@@ -1,0 +1,143 @@
+/* core/provider.c - the one doorway from the core to a provider's table.
+ *
+ * Every call into a provider goes through a function here, in the manner of
+ * SQLite's sqlite3Os* wrappers: it checks that the provider's version has
+ * the member and that the member is present, takes what must be taken (the
+ * entry's op_mu, so that one lock never sees two operations at once),
+ * records what the core must remember (lock_fini is due once a lock was
+ * touched), and turns a result the contract does not allow into
+ * DLOCK_EINTERNAL with a message naming the provider. A member added in a
+ * later provider version is then a change to this file and its callers'
+ * one line each. */
+#include "config.h"
+
+#include "entry.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* True when p's version defines a member and p fills it. All members of
+ * version 1 are defined from version 1 on. */
+#define HAS(p, member, since) ((p)->version >= (since) && (p)->member != NULL)
+
+/* A provider's answer must be DLOCK_OK or one of the error codes; anything
+ * else is a bug in the provider, reported as such rather than passed on. */
+static int checked(const struct dlock_provider *p, const char *op, int rc)
+{
+    if (rc == DLOCK_OK || (rc < 0 && strcmp(dlock_errname(rc), "DLOCK_UNKNOWN") != 0))
+        return rc;
+    return dlock_seterr(DLOCK_EINTERNAL, "the %s backend's %s returned %d, which is not a libdlock result",
+                        p->name, op, rc);
+}
+
+int dlock__p_open(dlock_client *c, const struct dlock_provider_env *env)
+{
+    dlock_seterr(DLOCK_EUNAVAILABLE, "the %s backend failed to open without saying why", c->provider->name);
+    int rc = checked(c->provider, "open", c->provider->open(&c->instance, env));
+    if (rc == DLOCK_OK && !c->instance)
+        c->instance = NULL; /* allowed: a provider may keep no state */
+    return rc;
+}
+
+void dlock__p_close(dlock_client *c)
+{
+    c->provider->close(c->instance);
+}
+
+int dlock__p_acquire(dlock_client *c, struct dlock__entry *e, struct dlock_grant *g)
+{
+    pthread_mutex_lock(&e->op_mu);
+    e->provider_touched = true;
+    int rc = c->provider->acquire(c->instance, &e->plock, g);
+    pthread_mutex_unlock(&e->op_mu);
+    rc = checked(c->provider, "acquire", rc);
+    if (rc == DLOCK_OK && g->lease_ms < 0)
+        g->lease_ms = 0;
+    return rc;
+}
+
+int dlock__p_release(dlock_client *c, struct dlock__entry *e)
+{
+    pthread_mutex_lock(&e->op_mu);
+    int rc = c->provider->release(c->instance, &e->plock);
+    pthread_mutex_unlock(&e->op_mu);
+    return checked(c->provider, "release", rc);
+}
+
+bool dlock__p_can_renew(const dlock_client *c)
+{
+    return (c->provider->capabilities & DLOCK_CAP_RENEW) && HAS(c->provider, renew, 1);
+}
+
+int dlock__p_renew(dlock_client *c, struct dlock__entry *e)
+{
+    if (!dlock__p_can_renew(c))
+        return dlock_seterr(DLOCK_ENOTSUP, "the %s backend cannot renew a hold", c->provider->name);
+    pthread_mutex_lock(&e->op_mu);
+    int rc = c->provider->renew(c->instance, &e->plock);
+    pthread_mutex_unlock(&e->op_mu);
+    return checked(c->provider, "renew", rc);
+}
+
+void dlock__p_renew_batch(dlock_client *c, struct dlock__entry *const *entries, size_t n, int *results)
+{
+    /* No op_mu: the watchdog marks these entries busy, and every other
+     * operation on them waits for that mark to clear first. */
+    struct dlock_provider_lock *plocks[DLOCK__WATCHDOG_BATCH_MAX];
+    if (n > 1 && n <= DLOCK__WATCHDOG_BATCH_MAX && HAS(c->provider, renew_batch, 1)) {
+        for (size_t i = 0; i < n; i++)
+            plocks[i] = &entries[i]->plock;
+        int rc = checked(c->provider, "renew_batch", c->provider->renew_batch(c->instance, plocks, n, results));
+        for (size_t i = 0; i < n; i++)
+            results[i] = rc != DLOCK_OK ? rc : checked(c->provider, "renew_batch", results[i]);
+        return;
+    }
+    for (size_t i = 0; i < n; i++)
+        results[i] = checked(c->provider, "renew", c->provider->renew(c->instance, &entries[i]->plock));
+}
+
+int dlock__p_fence(dlock_client *c, struct dlock__entry *e, uint64_t *out)
+{
+    if (!HAS(c->provider, fence, 1))
+        return dlock_seterr(DLOCK_ENOTSUP, "the %s backend does not issue fencing tokens", c->provider->name);
+    pthread_mutex_lock(&e->op_mu);
+    int rc = c->provider->fence(c->instance, &e->plock, out);
+    pthread_mutex_unlock(&e->op_mu);
+    return checked(c->provider, "fence", rc);
+}
+
+bool dlock__p_can_wait(const dlock_client *c)
+{
+    return HAS(c->provider, wait, 1);
+}
+
+int dlock__p_wait(dlock_client *c, struct dlock__entry *e, int64_t timeout_ms, int wake_fd)
+{
+    /* No op_mu: only the contender waits, and nothing else operates on a
+     * lock that is being contended for (its hold is not ours). */
+    int rc = c->provider->wait(c->instance, &e->plock, timeout_ms, wake_fd);
+    return checked(c->provider, "wait", rc);
+}
+
+void dlock__p_abandon(dlock_client *c, struct dlock__entry *e)
+{
+    if (!HAS(c->provider, abandon, 1))
+        return;
+    pthread_mutex_lock(&e->op_mu);
+    c->provider->abandon(c->instance, &e->plock);
+    pthread_mutex_unlock(&e->op_mu);
+}
+
+void dlock__p_lock_fini(dlock_client *c, struct dlock__entry *e)
+{
+    if (e->provider_touched && HAS(c->provider, lock_fini, 1))
+        c->provider->lock_fini(c->instance, &e->plock);
+    e->provider_touched = false;
+}
+
+int dlock__p_ctl(dlock_client *c, int op, void *arg)
+{
+    if (!HAS(c->provider, ctl, 1))
+        return DLOCK_ENOTSUP;
+    return checked(c->provider, "ctl", c->provider->ctl(c->instance, op, arg));
+}
