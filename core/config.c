@@ -15,11 +15,20 @@ static const char *const top_level_names[] = {
     "backend", "lease_ms", "watchdog", "retry_base_ms", "retry_cap_ms", "prefix",
 };
 
-/* Backends whose groups may appear even when their module is not installed,
- * so one file can serve hosts with different builds. */
-static const char *const known_backends[] = {
-    "local", "redis", "redlock", "zookeeper", "postgres", "mysql",
-};
+/* The backend names this source tree has modules for (configure collects
+ * them; the core names only the built-in default), used to suggest a name
+ * for a misspelt group. */
+#define MAX_KNOWN 32
+static size_t known_backends(const char **out, char *buf, size_t size)
+{
+    size_t n = 0;
+    out[n++] = DLOCK__BUILTIN_BACKEND;
+    snprintf(buf, size, "%s", DLOCK_KNOWN_BACKENDS);
+    char *save = NULL;
+    for (char *w = strtok_r(buf, " ", &save); w && n < MAX_KNOWN; w = strtok_r(NULL, " ", &save))
+        out[n++] = w;
+    return n;
+}
 
 #define COUNT(a) (sizeof(a) / sizeof((a)[0]))
 
@@ -110,12 +119,9 @@ static void check_top_level(struct dlock__config *cfg, struct dlock__diag *diag,
                         (long long)cfg->retry_cap_ms, (long long)cfg->retry_base_ms);
 }
 
-static bool is_known_backend(const char *name)
+static bool is_backend_name(const char *name)
 {
-    for (size_t i = 0; i < COUNT(known_backends); i++)
-        if (strcmp(name, known_backends[i]) == 0)
-            return true;
-    return false;
+    return name[0] && strspn(name, "abcdefghijklmnopqrstuvwxyz0123456789_") == strlen(name);
 }
 
 static void check_groups(struct dlock__config *cfg, struct dlock__diag *diag)
@@ -134,12 +140,21 @@ static void check_groups(struct dlock__config *cfg, struct dlock__diag *diag)
             p = cfg->provider;
             cfg->backend_group = s;
         } else if (dlock__provider_find(name, &p) != DLOCK_OK) {
-            if (is_known_backend(name)) {
+            /* A group for a backend whose module this host lacks (one of
+             * ours not built here, or an out-of-tree one) is not an error:
+             * one file can serve hosts with different builds. A near miss
+             * of a backend we know is taken for a typo. */
+            const char *known[MAX_KNOWN];
+            char names[512];
+            size_t nknown = known_backends(known, names, sizeof names);
+            const char *hint = dlock__suggest(name, known, nknown);
+            if (hint && strcmp(hint, name) == 0)
+                hint = NULL;
+            if (is_backend_name(name) && !hint) {
                 dlock__diag_add(diag, 0, file, line,
                                 "group '%s' not checked: that backend is not available here (%s)",
                                 name, dlock_errmsg());
             } else {
-                const char *hint = dlock__suggest(name, known_backends, COUNT(known_backends));
                 dlock__diag_add(diag, 1, file, line, "unknown group '%s'%s%s%s", name,
                                 hint ? " (did you mean '" : "", hint ? hint : "", hint ? "'?)" : "");
             }
@@ -247,7 +262,7 @@ int dlock__config_load(struct dlock__config *cfg, const char *path, const char *
     if (rc == DLOCK_OK) {
         const config_setting_t *backend_setting = NULL;
         check_top_level(cfg, diag, &backend_setting);
-        const char *backend = backend_setting ? config_setting_get_string(backend_setting) : "local";
+        const char *backend = backend_setting ? config_setting_get_string(backend_setting) : DLOCK__BUILTIN_BACKEND;
         int find_rc = dlock__provider_find(backend, &cfg->provider);
         if (find_rc != DLOCK_OK) {
             diag->backend_unavailable = find_rc == DLOCK_EUNAVAILABLE;

@@ -235,12 +235,9 @@ void dlock__entries_close_all(dlock_client *client);
 /* Allowance for clock drift between client and server (the Redlock rule). */
 static inline int64_t dlock__drift_ms(int64_t lease_ms) { return lease_ms / 100 + 2; }
 
-/* ---- local backend ------------------------------------------------------------------ */
-extern const struct dlock_provider dlock__local_provider;
-/* The file name of a lock name in the lock directory: bytes outside
- * [A-Za-z0-9_-] (and a leading '.') as %XX plus ".lock", or a readable start
- * plus a 128-bit hash and ".hlock" when that would exceed 200 bytes. out must
- * hold NAME_MAX + 1 bytes. Never contains '/', never starts with '.'. */
-void dlock__local_file_name(const char *name, size_t len, char *out);
+/* ---- the built-in default backend ---------------------------------------------------- */
+/* The one backend the core names: what a configuration without `backend`
+ * gets, built into libdlock (backends/local). */
+#define DLOCK__BUILTIN_BACKEND "local"
 
 #endif

@@ -5,6 +5,7 @@
 #include "config.h"
 
 #include "internal.h"
+#include "../backends/local/local.h"
 
 #include <dlfcn.h>
 #include <stdio.h>

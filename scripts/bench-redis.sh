@@ -1,5 +1,5 @@
 #!/bin/sh
-# scripts/bench-redis.sh [BUILDDIR] [--quick] - the Redis figures of issue 3:
+# scripts/bench-redis.sh [BUILDDIR] [--quick] - the Redis figures of docs/benchmarks.md:
 # starts a throwaway redis-server on a private port, runs dlock-bench's
 # scenarios (uncontended, renewal of many locks, 8 contending processes,
 # fair mode, threads) beside their baselines, and stops the server by PID.

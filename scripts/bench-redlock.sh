@@ -1,6 +1,6 @@
 #!/bin/sh
-# scripts/bench-redlock.sh [BUILDDIR] [--quick] - the Redlock figure of issue
-# 4: starts 5 throwaway redis-servers on private ports, measures libdlock's
+# scripts/bench-redlock.sh [BUILDDIR] [--quick] - the Redlock figure of
+# docs/benchmarks.md: starts 5 throwaway redis-servers on private ports, measures libdlock's
 # redlock backend (uncontended acquire+release, one attempt) with dlock-bench
 # and, in the same run on the same masters, the `redlock` npm package 4.2.0
 # over ioredis (contrib/bench/npm, installed from the npm registry into

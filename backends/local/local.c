@@ -29,11 +29,13 @@
  * lock, and one that dies frees it at once. */
 #include "config.h"
 
-#include "../../core/internal.h"
+#include "local.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -29,11 +29,6 @@
 #define NOW_MS "CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)"
 #define FREE_OR_EXPIRED "(owner IS NULL OR expires_at < " NOW_MS ")"
 
-bool my_sql_valid_table(const char *name)
-{
-    return sql_valid_table(name, MY_TABLE_MAX);
-}
-
 int my_sql_init(struct my_sql *sql, const char *table)
 {
     memset(sql, 0, sizeof *sql);

@@ -37,8 +37,6 @@ struct my_sql {
     char *text[MY_STATEMENT_COUNT];
 };
 
-/* 1..MY_TABLE_MAX letters, digits and underscores, not starting with a digit. */
-bool my_sql_valid_table(const char *name);
 
 int my_sql_init(struct my_sql *sql, const char *table);
 void my_sql_free(struct my_sql *sql);

@@ -551,9 +551,4 @@ static const struct dlock_provider my_provider = {
     .ctl = my_ctl,
 };
 
-const struct dlock_provider *dlock_module_provider(unsigned core_version);
-
-const struct dlock_provider *dlock_module_provider(unsigned core_version)
-{
-    return core_version >= DLOCK_PROVIDER_VERSION_1 ? &my_provider : NULL;
-}
+DLOCK_MODULE(my_provider)

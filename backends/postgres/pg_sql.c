@@ -23,11 +23,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-bool pg_sql_valid_table(const char *name)
-{
-    return sql_valid_table(name, PG_TABLE_MAX);
-}
-
 int pg_sql_init(struct pg_sql *sql, const char *table)
 {
     memset(sql, 0, sizeof *sql);

@@ -35,9 +35,6 @@ struct pg_sql {
     char *text[PG_STATEMENT_COUNT];
 };
 
-/* True when name can be a table name here: 1..PG_TABLE_MAX letters, digits
- * and underscores, not starting with a digit. */
-bool pg_sql_valid_table(const char *name);
 
 /* Builds every statement for table. DLOCK_OK or DLOCK_ENOMEM. */
 int pg_sql_init(struct pg_sql *sql, const char *table);

@@ -669,9 +669,4 @@ static const struct dlock_provider pg_provider = {
     .abandon = pg_abandon,
 };
 
-const struct dlock_provider *dlock_module_provider(unsigned core_version);
-
-const struct dlock_provider *dlock_module_provider(unsigned core_version)
-{
-    return core_version >= DLOCK_PROVIDER_VERSION_1 ? &pg_provider : NULL;
-}
+DLOCK_MODULE(pg_provider)

@@ -833,9 +833,4 @@ static const struct dlock_provider redis_provider = {
     .abandon = redis_abandon,
 };
 
-const struct dlock_provider *dlock_module_provider(unsigned core_version);
-
-const struct dlock_provider *dlock_module_provider(unsigned core_version)
-{
-    return core_version >= DLOCK_PROVIDER_VERSION_1 ? &redis_provider : NULL;
-}
+DLOCK_MODULE(redis_provider)

@@ -439,9 +439,4 @@ static const struct dlock_provider redlock_provider = {
     .abandon = redlock_abandon,
 };
 
-const struct dlock_provider *dlock_module_provider(unsigned core_version);
-
-const struct dlock_provider *dlock_module_provider(unsigned core_version)
-{
-    return core_version >= DLOCK_PROVIDER_VERSION_1 ? &redlock_provider : NULL;
-}
+DLOCK_MODULE(redlock_provider)

@@ -737,9 +737,4 @@ static const struct dlock_provider zk_provider = {
     .abandon = zk_abandon,
 };
 
-const struct dlock_provider *dlock_module_provider(unsigned core_version);
-
-const struct dlock_provider *dlock_module_provider(unsigned core_version)
-{
-    return core_version >= DLOCK_PROVIDER_VERSION_1 ? &zk_provider : NULL;
-}
+DLOCK_MODULE(zk_provider)

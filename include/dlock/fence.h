@@ -24,11 +24,9 @@
     "return 1\n"
 
 /*
- * SQL: keep the highest fence in the row and write only when the token is
- * not older, in one statement (0 rows updated = stale):
+ * SQL needs no helper: keep the highest fence in the row and write only
+ * when the token is not older, in one statement (0 rows updated = stale):
  *   UPDATE accounts SET balance = $1, fence = $2 WHERE id = $3 AND fence <= $2
  */
-#define DLOCK_FENCE_SQL_EXAMPLE \
-    "UPDATE accounts SET balance = $1, fence = $2 WHERE id = $3 AND fence <= $2"
 
 #endif

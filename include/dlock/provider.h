@@ -38,6 +38,17 @@ struct dlock_provider;
  * the loading core understands; return NULL to refuse. */
 typedef const struct dlock_provider *(*dlock_module_entry_fn)(unsigned core_version);
 
+/* Declares a module's entry point for its provider table, in one line at
+ * file scope:  DLOCK_MODULE(my_provider)
+ * It offers the table to any core that understands the version the table
+ * was written for (core_version >= table.version) and refuses older ones. */
+#define DLOCK_MODULE(provider_table)                                                  \
+    const struct dlock_provider *dlock_module_provider(unsigned core_version);        \
+    const struct dlock_provider *dlock_module_provider(unsigned core_version)         \
+    {                                                                                 \
+        return core_version >= (provider_table).version ? &(provider_table) : NULL;   \
+    }
+
 /* ---- settings: a backend's configuration group ----------------------------- */
 
 enum dlock_setting_type {

@@ -14,7 +14,7 @@
  *          stable, and depends on every byte. */
 #include "config.h"
 
-#include "../../core/internal.h"
+#include "../../backends/local/local.h"
 #include "../../backends/common/name_digest.h"
 #include "../../backends/redis/redis_keys.h"
 

@@ -1,5 +1,5 @@
 // contrib/bench/npm/redlock-loop.js PORTS SECONDS REPEAT
-// The comparison issue 4 names: the `redlock` npm package (4.2.x) over
+// The comparison for libdlock's redlock backend: the `redlock` npm package (4.2.x) over
 // ioredis, taking and releasing one resource back to back on the same
 // masters libdlock's redlock backend was measured on, with no retries (one
 // attempt, as dlock_acquire(lock, 0)). Prints one line per repeat:
