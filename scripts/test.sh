@@ -17,6 +17,8 @@ run_suite() { # builddir configure-options...
 # must fail the run, not quietly drop that backend's tests as =auto would.
 BACKENDS="--with-redis=yes --with-postgres=yes --with-mysql=yes --with-zookeeper=yes"
 run_suite build $BACKENDS
+echo "== build: a backend module built out of tree, against the installed headers"
+tests/modules/out_of_tree.sh build > /dev/null || status=1
 run_suite build-asan $BACKENDS --enable-sanitizers=address,undefined
 # Tests fork children that open their own clients while the parent has
 # threads: fine for us, but TSan refuses it unless told.
