@@ -23,6 +23,11 @@ int64_t dlock__now_us(void)
     return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
+int64_t dlock_provider_now_ms(void)
+{
+    return dlock__now_ms();
+}
+
 static int64_t boot_offset_ms; /* added by dlock__clock_test_suspend() */
 
 int64_t dlock__boot_ms(void)

@@ -233,7 +233,7 @@ void dlock__entries_close_all(dlock_client *client);
 
 /* ---- validity --------------------------------------------------------------------- */
 /* Allowance for clock drift between client and server (the Redlock rule). */
-static inline int64_t dlock__drift_ms(int64_t lease_ms) { return lease_ms / 100 + 2; }
+static inline int64_t dlock__drift_ms(int64_t lease_ms) { return dlock_provider_drift_ms(lease_ms); }
 
 /* ---- the built-in default backend ---------------------------------------------------- */
 /* The one backend the core names: what a configuration without `backend`

@@ -11,13 +11,6 @@
 #define BACKOFF_MIN_MS 50
 #define BACKOFF_MAX_MS 2000
 
-int64_t conn_pool_now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 void conn_pool_init(struct conn_pool *pool, const struct conn_pool_ops *ops, void *arg, int max)
 {
     memset(pool, 0, sizeof *pool);
@@ -51,7 +44,7 @@ int conn_pool_get(struct conn_pool *pool, void **out, bool *was_idle)
     }
     if (was_idle)
         *was_idle = false;
-    int64_t now = conn_pool_now_ms();
+    int64_t now = dlock_provider_now_ms();
     if (now < pool->retry_at_ms) {
         int rc = dlock_seterr(DLOCK_EUNAVAILABLE, "%s (next attempt in %lld ms)", pool->last_error,
                               (long long)(pool->retry_at_ms - now));
@@ -74,7 +67,7 @@ int conn_pool_get(struct conn_pool *pool, void **out, bool *was_idle)
             pool->backoff_ms = pool->backoff_ms ? pool->backoff_ms * 2 : BACKOFF_MIN_MS;
             if (pool->backoff_ms > BACKOFF_MAX_MS)
                 pool->backoff_ms = BACKOFF_MAX_MS;
-            pool->retry_at_ms = conn_pool_now_ms() + pool->backoff_ms;
+            pool->retry_at_ms = dlock_provider_now_ms() + pool->backoff_ms;
             snprintf(pool->last_error, sizeof pool->last_error, "%s", dlock_errmsg());
         }
         pthread_cond_signal(&pool->cv);

@@ -53,6 +53,5 @@ void conn_pool_put(struct conn_pool *pool, void *conn);
  * the same server most likely are too. */
 void conn_pool_drop_idle(struct conn_pool *pool);
 
-int64_t conn_pool_now_ms(void);
 
 #endif

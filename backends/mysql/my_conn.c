@@ -11,13 +11,6 @@
 #include <time.h>
 
 
-int64_t my_now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* ---- settings --------------------------------------------------------------------- */
 
 static int copy_setting(const dlock_settings *s, const char *name, char *dst, size_t size, const char *fallback)
@@ -318,7 +311,7 @@ int my_pool_run(struct my_pool *pool, int which, const struct my_param *params, 
         bool was_idle;
         if ((rc = conn_pool_get(&pool->pool, &c, &was_idle)) != DLOCK_OK)
             return rc;
-        int64_t t0 = my_now_ms();
+        int64_t t0 = dlock_provider_now_ms();
         rc = my_run(pool->server, c, which, params, n, text_column, out);
         if (rc != DLOCK_OK)
             out->server_errno = ((struct my_conn *)c)->last_errno;
@@ -326,7 +319,7 @@ int my_pool_run(struct my_pool *pool, int which, const struct my_param *params, 
         conn_pool_put(&pool->pool, c);
         /* Only an idle connection that died at once (the server restarted
          * or dropped it) earns a second try; a timeout does not. */
-        if (rc == DLOCK_OK || !broken || !was_idle || my_now_ms() - t0 >= pool->server->command_timeout_ms)
+        if (rc == DLOCK_OK || !broken || !was_idle || dlock_provider_now_ms() - t0 >= pool->server->command_timeout_ms)
             break;
     }
     return rc;

@@ -91,6 +91,5 @@ int my_pool_run(struct my_pool *pool, int which, const struct my_param *params, 
  * run: a release that then finds the hold gone did it. */
 bool my_pool_last_resent(void);
 
-int64_t my_now_ms(void);
 
 #endif

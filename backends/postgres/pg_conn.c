@@ -12,13 +12,6 @@
 #include <time.h>
 
 
-int64_t pg_now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* ---- settings --------------------------------------------------------------- */
 
 /* Appends " key='value'" to a conninfo string, quoting as libpq expects. */
@@ -158,7 +151,7 @@ int pg_wait_socket(PGconn *conn, int wake_fd, int64_t timeout_ms)
 /* Waits for the socket to be readable or writable until deadline. */
 static int wait_io(PGconn *conn, bool for_write, int64_t deadline)
 {
-    int64_t left = deadline - pg_now_ms();
+    int64_t left = deadline - dlock_provider_now_ms();
     if (left <= 0)
         return 0;
     struct pollfd p = { .fd = PQsocket(conn), .events = for_write ? POLLOUT : POLLIN };
@@ -185,7 +178,7 @@ PGconn *pg_connect(const struct pg_server *srv, int *rc)
         *rc = dlock_seterr(DLOCK_ENOMEM, "%s: out of memory", srv->label);
         return NULL;
     }
-    int64_t deadline = pg_now_ms() + srv->connect_timeout_ms;
+    int64_t deadline = dlock_provider_now_ms() + srv->connect_timeout_ms;
     PostgresPollingStatusType st = PQstatus(conn) == CONNECTION_BAD ? PGRES_POLLING_FAILED : PGRES_POLLING_WRITING;
     while (st != PGRES_POLLING_OK && st != PGRES_POLLING_FAILED) {
         int w = wait_io(conn, st == PGRES_POLLING_WRITING, deadline);
@@ -297,7 +290,7 @@ static bool ready_to_send(PGconn *c)
 PGresult *pg_exec(const struct pg_server *srv, PGconn **conn, const char *sql, int n, const char *const *values,
                   const int *lengths, const int *formats, int *rc)
 {
-    int64_t deadline = pg_now_ms() + srv->command_timeout_ms;
+    int64_t deadline = dlock_provider_now_ms() + srv->command_timeout_ms;
     if (!ready_to_send(*conn) || !PQsendQueryParams(*conn, sql, n, NULL, values, lengths, formats, 0))
         return fail_conn(srv, conn, rc, NULL);
     return await_result(srv, conn, deadline, rc);
@@ -308,7 +301,7 @@ PGresult *pg_exec_prepared(const struct pg_server *srv, PGconn **conn, int which
 {
     char name[24];
     snprintf(name, sizeof name, "dlock_%d", which);
-    int64_t deadline = pg_now_ms() + srv->command_timeout_ms;
+    int64_t deadline = dlock_provider_now_ms() + srv->command_timeout_ms;
     for (int attempt = 0;; attempt++) {
         if (!ready_to_send(*conn) || !PQsendQueryPrepared(*conn, name, n, values, lengths, formats, 0))
             return fail_conn(srv, conn, rc, NULL);
@@ -407,14 +400,14 @@ PGresult *pg_pool_exec(struct pg_pool *pool, int which, int n, const char *const
         if ((*rc = conn_pool_get(&pool->pool, &c, &was_idle)) != DLOCK_OK)
             return NULL;
         PGconn *conn = c;
-        int64_t t0 = pg_now_ms();
+        int64_t t0 = dlock_provider_now_ms();
         PGresult *res = pg_exec_prepared(pool->server, &conn, which, n, values, lengths, formats, rc);
         conn_pool_put(&pool->pool, conn);
         if (res)
             return res;
         /* Only an idle connection that died at once (the server restarted
          * or closed it) earns a second try; a timeout does not. */
-        if (!was_idle || pg_now_ms() - t0 >= pool->server->command_timeout_ms)
+        if (!was_idle || dlock_provider_now_ms() - t0 >= pool->server->command_timeout_ms)
             break;
     }
     return NULL;

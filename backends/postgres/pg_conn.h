@@ -77,7 +77,5 @@ int pg_result_check(const struct pg_server *srv, const PGresult *res, const char
  * 1 socket, 2 wake_fd, 0 timeout, -1 error. */
 int pg_wait_socket(PGconn *conn, int wake_fd, int64_t timeout_ms);
 
-/* Milliseconds on CLOCK_MONOTONIC. */
-int64_t pg_now_ms(void);
 
 #endif

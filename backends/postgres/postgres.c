@@ -472,16 +472,16 @@ static int pg_wait(void *instance, struct dlock_provider_lock *lk, int64_t timeo
         int n = poll(&p, 1, timeout_ms > INT_MAX ? INT_MAX : (int)timeout_ms);
         return n == 0 ? DLOCK_ETIMEDOUT : DLOCK_OK;
     }
-    int64_t deadline = pg_now_ms() + timeout_ms;
+    int64_t deadline = dlock_provider_now_ms() + timeout_ms;
     for (;;) {
         PGnotify *n = PQnotifies(pl->listener);
         if (n) {
             PQfreemem(n);
             return DLOCK_OK;
         }
-        int w = pg_wait_socket(pl->listener, wake_fd, deadline - pg_now_ms());
+        int w = pg_wait_socket(pl->listener, wake_fd, deadline - dlock_provider_now_ms());
         if (w == 0)
-            return pg_now_ms() >= deadline ? DLOCK_ETIMEDOUT : DLOCK_OK;
+            return dlock_provider_now_ms() >= deadline ? DLOCK_ETIMEDOUT : DLOCK_OK;
         if (w == 2)
             return DLOCK_OK;
         if (w < 0 || !PQconsumeInput(pl->listener)) {

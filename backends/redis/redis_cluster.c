@@ -220,7 +220,7 @@ static int refresh(struct redis_cluster *c, int64_t min_gap_ms)
      * command timeout, and nobody else should wait for that). */
     if (min_gap_ms > 0 ? pthread_mutex_trylock(&c->refresh_mu) != 0 : pthread_mutex_lock(&c->refresh_mu) != 0)
         return DLOCK_OK;
-    int64_t now = redis_now_ms();
+    int64_t now = dlock_provider_now_ms();
     if (c->last_refresh_ms && now - c->last_refresh_ms < min_gap_ms) {
         pthread_mutex_unlock(&c->refresh_mu);
         return DLOCK_OK;

@@ -11,13 +11,6 @@
 #include <time.h>
 #include <unistd.h>
 
-int64_t redis_now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static struct timeval to_timeval(int64_t ms)
 {
     struct timeval tv = { (time_t)(ms / 1000), (suseconds_t)((ms % 1000) * 1000) };

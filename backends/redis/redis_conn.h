@@ -80,7 +80,5 @@ bool redis_pool_last_resent(void);
 int redis_pool_pipeline(struct redis_pool *pool, size_t n, int *argcs, const char ***argvs,
                         const size_t **lenses, redisReply **replies);
 
-/* Milliseconds on CLOCK_MONOTONIC (the module cannot see the core's helper). */
-int64_t redis_now_ms(void);
 
 #endif

@@ -189,7 +189,7 @@ static void *subscriber_main(void *arg)
                     unlink_sub(sub, s);
             }
         }
-        if (!ctx && sub->subs && redis_now_ms() >= retry_at) {
+        if (!ctx && sub->subs && dlock_provider_now_ms() >= retry_at) {
             pthread_mutex_unlock(&sub->mu);
             int rc;
             ctx = redis_connect(&sub->server, &rc);
@@ -200,7 +200,7 @@ static void *subscriber_main(void *arg)
                 sub->connected = true;
             } else {
                 backoff_ms = backoff_ms ? (backoff_ms * 2 > 2000 ? 2000 : backoff_ms * 2) : 50;
-                retry_at = redis_now_ms() + backoff_ms;
+                retry_at = dlock_provider_now_ms() + backoff_ms;
                 snprintf(sub->last_error, sizeof sub->last_error, "%s", dlock_errmsg());
                 sub->connect_failures++;
                 pthread_cond_broadcast(&sub->cv);
@@ -219,7 +219,7 @@ static void *subscriber_main(void *arg)
         pthread_mutex_unlock(&sub->mu);
 
         struct pollfd p[2] = { { .fd = sub->poke_fd, .events = POLLIN }, { .fd = fd, .events = POLLIN } };
-        int timeout = ctx ? 1000 : (int)(retry_at > redis_now_ms() ? retry_at - redis_now_ms() : 1000);
+        int timeout = ctx ? 1000 : (int)(retry_at > dlock_provider_now_ms() ? retry_at - dlock_provider_now_ms() : 1000);
         poll(p, fd >= 0 ? 2 : 1, timeout);
         if (p[0].revents & POLLIN) {
             uint64_t v;
@@ -244,7 +244,7 @@ static void *subscriber_main(void *arg)
             redisFree(ctx);
             ctx = NULL;
             mark_disconnected(sub);
-            retry_at = redis_now_ms() + (backoff_ms = 50);
+            retry_at = dlock_provider_now_ms() + (backoff_ms = 50);
         }
         if (ctx && !sub->subs) {
             /* Nobody waits: no need to keep a connection open. */
@@ -338,11 +338,11 @@ int redis_subscriber_add(struct redis_subscriber *sub, const char *channel, size
     }
     s->notify_fd = notify_fd;
     poke(sub);
-    int64_t deadline = redis_now_ms() + timeout_ms;
+    int64_t deadline = dlock_provider_now_ms() + timeout_ms;
     uint64_t failures_before = sub->connect_failures;
     /* Until confirmed, or the thread failed to connect, or out of time. */
     while (s->state != SUB_ACTIVE && sub->connect_failures == failures_before) {
-        int64_t now = redis_now_ms();
+        int64_t now = dlock_provider_now_ms();
         if (now >= deadline)
             break;
         struct timespec ts;

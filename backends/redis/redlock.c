@@ -189,7 +189,7 @@ static int redlock_acquire(void *instance, struct dlock_provider_lock *lk, struc
     int rc = ensure_keys(inst, lk);
     if (rc != DLOCK_OK)
         return rc;
-    int64_t t0 = redis_now_ms();
+    int64_t t0 = dlock_provider_now_ms();
     char lease[24], queue_timeout[24];
     int lease_len = snprintf(lease, sizeof lease, "%lld", (long long)lk->lease_ms);
     int qt_len = snprintf(queue_timeout, sizeof queue_timeout, "%lld", (long long)inst->waiter_timeout_ms);
@@ -225,7 +225,7 @@ static int redlock_acquire(void *instance, struct dlock_provider_lock *lk, struc
     for (int i = 0; i < inst->n; i++)
         at_fence += granted[i] && counters[i] == fence;
 
-    int64_t drift = lk->lease_ms / 100 + 2;
+    int64_t drift = dlock_provider_drift_ms(lk->lease_ms);
     if (ngranted >= inst->quorum) {
         /* A majority's counters must hold the token handed out, so that any
          * later majority sees it: raise them when they do not yet. */
@@ -239,7 +239,7 @@ static int redlock_acquire(void *instance, struct dlock_provider_lock *lk, struc
             raised = fan_out(inst, SCRIPT_FENCE_RAISE, &raise, NULL, replies);
             free_replies(inst, replies);
         }
-        int64_t validity = lk->lease_ms - (redis_now_ms() - t0) - drift;
+        int64_t validity = lk->lease_ms - (dlock_provider_now_ms() - t0) - drift;
         if (raised >= inst->quorum && validity > 0) {
             g->fence = (uint64_t)fence;
             g->has_fence = 1;
@@ -281,7 +281,7 @@ static int redlock_renew(void *instance, struct dlock_provider_lock *lk)
     int rc = ensure_keys(inst, lk);
     if (rc != DLOCK_OK)
         return rc;
-    int64_t t0 = redis_now_ms();
+    int64_t t0 = dlock_provider_now_ms();
     char lease[24];
     int lease_len = snprintf(lease, sizeof lease, "%lld", (long long)lk->lease_ms);
     const char *args[3] = { rl->k.key, lk->owner, lease };
@@ -294,7 +294,7 @@ static int redlock_renew(void *instance, struct dlock_provider_lock *lk)
         renewed += replies[i] && replies[i]->type == REDIS_REPLY_ARRAY && replies[i]->elements == 1 &&
                    replies[i]->element[0]->type == REDIS_REPLY_INTEGER && replies[i]->element[0]->integer == 1;
     free_replies(inst, replies);
-    int64_t validity = lk->lease_ms - (redis_now_ms() - t0) - (lk->lease_ms / 100 + 2);
+    int64_t validity = lk->lease_ms - (dlock_provider_now_ms() - t0) - dlock_provider_drift_ms(lk->lease_ms);
     if (renewed >= inst->quorum && validity > 0)
         return DLOCK_OK;
     if (answered - renewed >= inst->n - inst->quorum + 1)

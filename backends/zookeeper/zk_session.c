@@ -10,13 +10,6 @@
 #include <time.h>
 #include <unistd.h>
 
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* The C client's log has no per-handle context and would otherwise write
  * to the host process's stderr; what matters reaches the caller as an
  * error value with a message instead. */
@@ -68,7 +61,7 @@ static void auth_done(int rc, const void *data)
 static bool wait_until(struct zk_session *s, int64_t deadline, bool (*pred)(const struct zk_session *))
 {
     while (!pred(s)) {
-        int64_t left = deadline - now_ms();
+        int64_t left = deadline - dlock_provider_now_ms();
         if (left <= 0)
             return false;
         struct timespec ts;
@@ -108,7 +101,7 @@ static int connect_session(struct zk_session *s)
     if (!zh)
         return dlock_seterr(DLOCK_EUNAVAILABLE, "zookeeper %s: cannot create a session handle: %s", s->hosts,
                             strerror(errno));
-    int64_t deadline = now_ms() + s->connect_timeout_ms;
+    int64_t deadline = dlock_provider_now_ms() + s->connect_timeout_ms;
     pthread_mutex_lock(&s->mu);
     bool up = wait_until(s, deadline, settled) && s->state == ZOO_CONNECTED_STATE;
     pthread_mutex_unlock(&s->mu);

@@ -223,6 +223,19 @@ int dlock_seterr(int code, const char *fmt, ...)
 #endif
     ;
 
+/* Milliseconds on CLOCK_MONOTONIC, for the deadline of one call (a connect,
+ * a command, a wait). Never for validity or expiry: those are the core's
+ * (and the server's, on the server's clock). Thread-safe. */
+int64_t dlock_provider_now_ms(void);
+
+/* The allowance for clock drift between client and server that the core
+ * takes off every validity (the Redlock rule), for a provider that must
+ * reckon validity itself (a majority's grant). */
+static inline int64_t dlock_provider_drift_ms(int64_t lease_ms)
+{
+    return lease_ms / 100 + 2;
+}
+
 /* Logs through the client's sink (see dlock_client_set_log()). */
 void dlock_provider_log(void *log_handle, int level, const char *fmt, ...)
 #if defined(__GNUC__)
