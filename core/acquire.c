@@ -140,10 +140,10 @@ static int contend_loop(dlock_client *c, struct dlock__entry *e, dlock_lock *h, 
 
 int dlock_acquire(dlock_lock *h, int64_t wait_ms)
 {
-    int rc = dlock__handle_usable(h);
-    if (rc != DLOCK_OK)
-        return rc;
-    struct dlock__entry *e = h->entry;
+    struct dlock__entry *e = dlock__entry_of(h);
+    if (!e)
+        return DLOCK_EINVAL;
+    int rc;
     dlock_client *c = e->client;
     uint64_t self = dlock__thread_no();
     int64_t start = dlock__now_ms();
@@ -201,10 +201,9 @@ int dlock_acquire(dlock_lock *h, int64_t wait_ms)
 
 int dlock_cancel(dlock_lock *h)
 {
-    int rc = dlock__handle_usable(h);
-    if (rc != DLOCK_OK)
-        return rc;
-    struct dlock__entry *e = h->entry;
+    struct dlock__entry *e = dlock__entry_of(h);
+    if (!e)
+        return DLOCK_EINVAL;
     pthread_mutex_lock(&e->mu);
     e->cancel_gen++;
     pthread_cond_broadcast(&e->cv);

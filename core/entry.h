@@ -70,6 +70,8 @@ int dlock__thread_wake_fd(void);
 void dlock__drain(int fd);
 /* Checks a handle (NULL, fork guard); DLOCK_OK or DLOCK_EINVAL with detail. */
 int dlock__handle_usable(const dlock_lock *h);
+/* The entry of a usable handle, or NULL (then DLOCK_EINVAL, detail set). */
+struct dlock__entry *dlock__entry_of(const dlock_lock *h);
 /* A printable form of e's name for messages (escaped, at most 64 bytes),
  * in a per-thread buffer valid until the next call. */
 const char *dlock__entry_show(const struct dlock__entry *e);

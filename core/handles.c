@@ -103,6 +103,11 @@ int dlock__client_usable(const dlock_client *client)
     return DLOCK_OK;
 }
 
+struct dlock__entry *dlock__entry_of(const dlock_lock *h)
+{
+    return dlock__handle_usable(h) == DLOCK_OK ? h->entry : NULL;
+}
+
 int dlock__handle_usable(const dlock_lock *lock)
 {
     if (!lock)
@@ -381,10 +386,10 @@ void dlock_lock_free(dlock_lock *lock)
 
 int64_t dlock_validity_ms(dlock_lock *h)
 {
-    int rc = dlock__handle_usable(h);
-    if (rc != DLOCK_OK)
-        return rc;
-    struct dlock__entry *e = h->entry;
+    struct dlock__entry *e = dlock__entry_of(h);
+    if (!e)
+        return DLOCK_EINVAL;
+    int rc;
     if ((rc = dlock__hold_own(e, false)) != DLOCK_OK)
         return rc;
     int64_t left = e->valid_until_ms - dlock__boot_ms();
@@ -394,10 +399,9 @@ int64_t dlock_validity_ms(dlock_lock *h)
 
 int dlock_hold_count(dlock_lock *h)
 {
-    int rc = dlock__handle_usable(h);
-    if (rc != DLOCK_OK)
-        return rc;
-    struct dlock__entry *e = h->entry;
+    struct dlock__entry *e = dlock__entry_of(h);
+    if (!e)
+        return DLOCK_EINVAL;
     pthread_mutex_lock(&e->mu);
     int count = (e->count > 0 && e->holder == dlock__thread_no()) ? (int)e->count : 0;
     bool lost = count > 0 && e->lost;

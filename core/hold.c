@@ -134,10 +134,10 @@ int dlock__hold_own(struct dlock__entry *e, bool allow_lost)
 
 int dlock_release(dlock_lock *h)
 {
-    int rc = dlock__handle_usable(h);
-    if (rc != DLOCK_OK)
-        return rc;
-    struct dlock__entry *e = h->entry;
+    struct dlock__entry *e = dlock__entry_of(h);
+    if (!e)
+        return DLOCK_EINVAL;
+    int rc;
     rc = dlock__hold_own(e, true);
     if (rc != DLOCK_OK && rc != DLOCK_ELOST)
         return rc;
@@ -257,10 +257,10 @@ void dlock__hold_renewed(dlock_client *c, struct dlock__entry *e, int rc, struct
 
 int dlock_renew(dlock_lock *h)
 {
-    int rc = dlock__handle_usable(h);
-    if (rc != DLOCK_OK)
-        return rc;
-    struct dlock__entry *e = h->entry;
+    struct dlock__entry *e = dlock__entry_of(h);
+    if (!e)
+        return DLOCK_EINVAL;
+    int rc;
     dlock_client *c = e->client;
     if (!dlock__p_can_renew(c))
         return dlock_seterr(DLOCK_ENOTSUP, "the %s backend cannot renew a hold", c->provider->name);

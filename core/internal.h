@@ -161,30 +161,47 @@ void dlock__metric_inc(uint64_t *counter);
 void dlock__histogram_observe(struct dlock__histogram *h, int64_t ms);
 int dlock__metrics_format(const struct dlock__metrics *m, const char *backend, char **out);
 
-/* ---- lock.c / watchdog.c ----------------------------------------------------------- */
+/* ---- timer_thread.c: the watchdog and the expiry thread ------------------------------ */
 struct dlock__entry;
 
-struct dlock__watchdog {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    struct dlock__timer_heap heap;
-    pthread_t thread;
-    bool started;
-    bool stopping;
-    int64_t sleeping_until;         /* when the thread will look again (INFINITE: no timer) */
-    uint64_t rounds;                /* renewal rounds run */
+/* What a timer thread is: its clock, how it batches and naps, where its
+ * timer and busy flag live in an entry, and the work it runs. */
+struct dlock__timer_thread_spec {
+    const char *what;               /* "watchdog", for messages */
+    int64_t (*now)(void);           /* the clock its timers are on */
+    int64_t window_ms;              /* timers due this close together run in one call */
+    int64_t max_nap_ms;             /* looks at its clock at least this often */
+    size_t timer_offset;            /* offsetof(struct dlock__entry, <its timer>) */
+    size_t busy_offset;             /* offsetof(struct dlock__entry, <its busy flag>) */
+    void (*run)(dlock_client *client, struct dlock__entry **due, size_t n);
 };
 
-/* The expiry thread's state (core/expiry.c); timers on the boot clock. */
-struct dlock__expiry {
+struct dlock__timer_thread {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     struct dlock__timer_heap heap;
     pthread_t thread;
     bool started;
     bool stopping;
-    int64_t sleeping_until;         /* boot-clock time it will look again */
+    int64_t sleeping_until;         /* on its clock; when it looks again (INFINITE: no timer) */
+    const char *what;
+    int64_t (*now)(void);
+    int64_t window_ms, max_nap_ms;
+    size_t timer_offset, busy_offset;
+    void (*run)(dlock_client *client, struct dlock__entry **due, size_t n);
+    dlock_client *client;
 };
+
+void dlock__timer_thread_init(struct dlock__timer_thread *t, const struct dlock__timer_thread_spec *spec,
+                              dlock_client *client);
+/* (Re)arms e's timer at due_ms (on the thread's clock), starting the thread
+ * with the first timer. DLOCK_OK or an error with its detail. */
+int dlock__timer_thread_schedule(struct dlock__timer_thread *t, struct dlock__entry *e, int64_t due_ms);
+/* Takes e's timer out after waiting until the thread is not working on e
+ * (unless called from that thread). Returns the due time it had, or -1. */
+int64_t dlock__timer_thread_cancel(struct dlock__timer_thread *t, struct dlock__entry *e);
+/* Stops the thread and frees the heap; the timers in it are forgotten. */
+void dlock__timer_thread_stop(struct dlock__timer_thread *t);
 
 struct dlock_client {
     pid_t pid;                      /* the process that opened it (for messages) */
@@ -195,8 +212,8 @@ struct dlock_client {
     char client_id[33];             /* 128 random bits, hex */
     struct dlock__log log;
     struct dlock__metrics metrics;
-    struct dlock__watchdog watchdog;
-    struct dlock__expiry expiry;
+    struct dlock__timer_thread watchdog; /* renewals and give-backs (core/watchdog.c) */
+    struct dlock__timer_thread expiry;   /* loss at the validity end (core/expiry.c) */
 
     pthread_mutex_t entries_mu;     /* guards the name table and handle list */
     struct dlock__entry **buckets;

@@ -70,18 +70,25 @@ int dlock__metrics_format(const struct dlock__metrics *m, const char *backend, c
     FILE *f = open_memstream(&buf, &len);
     if (!f)
         return dlock_seterr(DLOCK_ENOMEM, "metrics: cannot allocate the output buffer");
-    write_counter(f, backend, "acquire_attempts", "Single acquire attempts sent to the backend.", &m->attempts);
-    write_counter(f, backend, "grants", "First grants of a hold (not reentries).", &m->grants);
-    write_counter(f, backend, "reentries", "Reentrant acquires served by the client.", &m->reentries);
-    write_counter(f, backend, "busy", "Attempts answered busy.", &m->busy);
-    write_counter(f, backend, "timeouts", "Acquires that ran out of wait budget.", &m->timeouts);
-    write_counter(f, backend, "cancellations", "Acquires cancelled while waiting.", &m->cancels);
-    write_counter(f, backend, "releases", "Holds released on the backend.", &m->releases);
-    write_counter(f, backend, "release_failures", "Releases the backend refused or could not take.", &m->release_failures);
-    write_counter(f, backend, "renewals", "Successful lease renewals.", &m->renewals);
-    write_counter(f, backend, "renewal_failures", "Renewals that failed (transient or lost).", &m->renewal_failures);
-    write_counter(f, backend, "losses", "Holds lost (expired, taken over, session ended).", &m->losses);
-    write_counter(f, backend, "backend_errors", "Operations that failed with a backend error.", &m->backend_errors);
+    const struct {
+        const char *name, *help;
+        const uint64_t *value;
+    } counters[] = {
+        { "acquire_attempts", "Single acquire attempts sent to the backend.", &m->attempts },
+        { "grants", "First grants of a hold (not reentries).", &m->grants },
+        { "reentries", "Reentrant acquires served by the client.", &m->reentries },
+        { "busy", "Attempts answered busy.", &m->busy },
+        { "timeouts", "Acquires that ran out of wait budget.", &m->timeouts },
+        { "cancellations", "Acquires cancelled while waiting.", &m->cancels },
+        { "releases", "Holds released on the backend.", &m->releases },
+        { "release_failures", "Releases the backend refused or could not take.", &m->release_failures },
+        { "renewals", "Successful lease renewals.", &m->renewals },
+        { "renewal_failures", "Renewals that failed (transient or lost).", &m->renewal_failures },
+        { "losses", "Holds lost (expired, taken over, session ended).", &m->losses },
+        { "backend_errors", "Operations that failed with a backend error.", &m->backend_errors },
+    };
+    for (size_t i = 0; i < sizeof counters / sizeof counters[0]; i++)
+        write_counter(f, backend, counters[i].name, counters[i].help, counters[i].value);
     fprintf(f, "# HELP dlock_renewal_round_seconds Time the watchdog spent renewing, per round.\n"
                "# TYPE dlock_renewal_round_seconds summary\n"
                "dlock_renewal_round_seconds_sum{backend=\"%s\"} %.6f\n"

@@ -1,6 +1,6 @@
-/* core/watchdog.c - one thread per client that renews watchdog holds at
- * lease/3 (Redisson's rule) and gives lost holds back to the backend, driven
- * by a timer heap. It calls the provider, so it can be slow; it never
+/* core/watchdog.c - one timer thread per client (core/timer_thread.c) that
+ * renews watchdog holds at lease/3 (Redisson's rule) and gives lost holds
+ * back to the backend. It calls the provider, so it can be slow; it never
  * decides a loss by time alone (core/expiry.c does, on a thread of its own).
  * Timers that fall due within a short window are handled together, so a
  * provider with renew_batch can renew them in one round trip. The thread
@@ -9,7 +9,6 @@
 
 #include "entry.h"
 
-#include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
@@ -82,128 +81,26 @@ static void renewal_round(dlock_client *c, struct dlock__entry **due, size_t n)
         dlock__hold_renewed(c, renew[i], results[i], t_send);
 }
 
-static void *watchdog_main(void *arg)
+void dlock__watchdog_init(dlock_client *c)
 {
-    dlock_client *c = arg;
-    struct dlock__watchdog *w = &c->watchdog;
-    struct dlock__entry *batch[DLOCK__WATCHDOG_BATCH_MAX];
-
-    pthread_mutex_lock(&w->mu);
-    while (!w->stopping) {
-        struct dlock__timer *top = dlock__timer_heap_peek(&w->heap);
-        int64_t now = dlock__now_ms();
-        if (!top) {
-            w->sleeping_until = DLOCK__INFINITE;
-            pthread_cond_wait(&w->cv, &w->mu);
-            continue;
-        }
-        if (top->due_ms > now) {
-            struct timespec ts;
-            w->sleeping_until = top->due_ms;
-            dlock__abstime(top->due_ms, &ts);
-            pthread_cond_timedwait(&w->cv, &w->mu, &ts);
-            continue;
-        }
-        w->sleeping_until = 0; /* awake and working */
-        size_t n = 0;
-        while (n < DLOCK__WATCHDOG_BATCH_MAX && (top = dlock__timer_heap_peek(&w->heap)) &&
-               top->due_ms <= now + BATCH_WINDOW_MS) {
-            dlock__timer_heap_pop(&w->heap);
-            batch[n++] = (struct dlock__entry *)((char *)top - offsetof(struct dlock__entry, timer));
-        }
-        for (size_t i = 0; i < n; i++)
-            batch[i]->watchdog_busy = true;
-        pthread_mutex_unlock(&w->mu);
-
-        renewal_round(c, batch, n);
-
-        pthread_mutex_lock(&w->mu);
-        for (size_t i = 0; i < n; i++)
-            batch[i]->watchdog_busy = false;
-        pthread_cond_broadcast(&w->cv);
-    }
-    pthread_mutex_unlock(&w->mu);
-    return NULL;
-}
-
-static int start_locked(dlock_client *c)
-{
-    struct dlock__watchdog *w = &c->watchdog;
-    sigset_t all, old;
-    sigfillset(&all);
-    /* The thread must not take the application's signals. */
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    int rc = pthread_create(&w->thread, NULL, watchdog_main, c);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    if (rc != 0)
-        return dlock_seterr(DLOCK_EINTERNAL, "cannot start the watchdog thread: %s", strerror(rc));
-    w->started = true;
-    return DLOCK_OK;
+    /* In batches, on the monotonic clock, waking only when a timer is due. */
+    static const struct dlock__timer_thread_spec spec = { "watchdog", dlock__now_ms, BATCH_WINDOW_MS,
+        DLOCK__INFINITE, offsetof(struct dlock__entry, timer), offsetof(struct dlock__entry, watchdog_busy),
+        renewal_round };
+    dlock__timer_thread_init(&c->watchdog, &spec, c);
 }
 
 int dlock__watchdog_schedule(dlock_client *c, struct dlock__entry *e, int64_t due_ms)
 {
-    struct dlock__watchdog *w = &c->watchdog;
-    struct dlock__timer *t = &e->timer;
-    int rc = DLOCK_OK;
-    pthread_mutex_lock(&w->mu);
-    if (!w->started && !w->stopping)
-        rc = start_locked(c);
-    if (rc == DLOCK_OK) {
-        dlock__timer_heap_remove(&w->heap, t);
-        t->due_ms = due_ms;
-        rc = dlock__timer_heap_push(&w->heap, t);
-        if (rc != DLOCK_OK)
-            rc = dlock_seterr(rc, "out of memory for the watchdog's timers");
-        else if (due_ms < w->sleeping_until)
-            /* Only when it would otherwise look too late: waking it on every
-             * grant costs a context switch per acquire. */
-            pthread_cond_broadcast(&w->cv);
-    }
-    pthread_mutex_unlock(&w->mu);
-    return rc;
+    return dlock__timer_thread_schedule(&c->watchdog, e, due_ms);
 }
 
 int64_t dlock__watchdog_cancel(dlock_client *c, struct dlock__entry *e)
 {
-    struct dlock__watchdog *w = &c->watchdog;
-    int64_t due = -1;
-    pthread_mutex_lock(&w->mu);
-    /* Wait until the thread is done with e, unless we are that thread (an
-     * on_lost callback that releases). */
-    bool on_watchdog = w->started && pthread_equal(pthread_self(), w->thread);
-    while (!on_watchdog && e->watchdog_busy)
-        pthread_cond_wait(&w->cv, &w->mu);
-    struct dlock__timer *t = &e->timer;
-    if (dlock__timer_in_heap(t)) {
-        due = t->due_ms;
-        dlock__timer_heap_remove(&w->heap, t);
-    }
-    pthread_mutex_unlock(&w->mu);
-    return due;
-}
-
-void dlock__watchdog_init(dlock_client *c)
-{
-    struct dlock__watchdog *w = &c->watchdog;
-    pthread_mutex_init(&w->mu, NULL);
-    dlock__cond_init_monotonic(&w->cv);
-    dlock__timer_heap_init(&w->heap);
-    w->started = w->stopping = false;
-    w->sleeping_until = 0; /* not started: the first schedule starts it anyway */
+    return dlock__timer_thread_cancel(&c->watchdog, e);
 }
 
 void dlock__watchdog_stop(dlock_client *c)
 {
-    struct dlock__watchdog *w = &c->watchdog;
-    pthread_mutex_lock(&w->mu);
-    w->stopping = true;
-    bool started = w->started;
-    pthread_cond_broadcast(&w->cv);
-    pthread_mutex_unlock(&w->mu);
-    if (started)
-        pthread_join(w->thread, NULL);
-    dlock__timer_heap_free(&w->heap);
-    pthread_cond_destroy(&w->cv);
-    pthread_mutex_destroy(&w->mu);
+    dlock__timer_thread_stop(&c->watchdog);
 }

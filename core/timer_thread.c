@@ -1,0 +1,166 @@
+/* core/timer_thread.c - a thread that runs work for entries when their
+ * timers fall due, driven by a timer heap; the watchdog (renewals,
+ * give-backs) and the expiry thread (loss at the validity end) are two of
+ * them. The thread starts with the first timer, so a client that never
+ * locks costs no thread, and it takes none of the application's signals.
+ *
+ * Timers due within `window_ms` of each other are handled in one call, so
+ * that renewals can go to the backend in one batch. An entry being worked
+ * on is marked busy; cancelling its timer waits until the thread is done
+ * with it, so after a cancel the thread never touches the entry again.
+ *
+ * Condition variables wait on CLOCK_MONOTONIC; a thread whose timers are on
+ * another clock (the boot clock, which counts a host's suspend) naps at most
+ * `max_nap_ms` at a time and reads its clock again. */
+#include "config.h"
+
+#include "entry.h"
+
+#include <signal.h>
+#include <stddef.h>
+#include <string.h>
+
+static struct dlock__timer *timer_of(const struct dlock__timer_thread *t, struct dlock__entry *e)
+{
+    return (struct dlock__timer *)((char *)e + t->timer_offset);
+}
+
+static bool *busy_of(const struct dlock__timer_thread *t, struct dlock__entry *e)
+{
+    return (bool *)((char *)e + t->busy_offset);
+}
+
+static struct dlock__entry *entry_of(const struct dlock__timer_thread *t, struct dlock__timer *timer)
+{
+    return (struct dlock__entry *)((char *)timer - t->timer_offset);
+}
+
+static void *thread_main(void *arg)
+{
+    struct dlock__timer_thread *t = arg;
+    struct dlock__entry *batch[DLOCK__WATCHDOG_BATCH_MAX];
+
+    pthread_mutex_lock(&t->mu);
+    while (!t->stopping) {
+        struct dlock__timer *top = dlock__timer_heap_peek(&t->heap);
+        int64_t now = t->now();
+        if (!top) {
+            t->sleeping_until = DLOCK__INFINITE;
+            pthread_cond_wait(&t->cv, &t->mu);
+            continue;
+        }
+        if (top->due_ms > now) {
+            int64_t nap = top->due_ms - now;
+            if (nap > t->max_nap_ms)
+                nap = t->max_nap_ms;
+            struct timespec ts;
+            t->sleeping_until = now + nap;
+            dlock__abstime(dlock__now_ms() + nap, &ts);
+            pthread_cond_timedwait(&t->cv, &t->mu, &ts);
+            continue;
+        }
+        t->sleeping_until = 0; /* awake and working */
+        size_t n = 0;
+        while (n < DLOCK__WATCHDOG_BATCH_MAX && (top = dlock__timer_heap_peek(&t->heap)) &&
+               top->due_ms <= now + t->window_ms) {
+            dlock__timer_heap_pop(&t->heap);
+            batch[n] = entry_of(t, top);
+            *busy_of(t, batch[n++]) = true;
+        }
+        pthread_mutex_unlock(&t->mu);
+
+        t->run(t->client, batch, n);
+
+        pthread_mutex_lock(&t->mu);
+        for (size_t i = 0; i < n; i++)
+            *busy_of(t, batch[i]) = false;
+        pthread_cond_broadcast(&t->cv);
+    }
+    pthread_mutex_unlock(&t->mu);
+    return NULL;
+}
+
+void dlock__timer_thread_init(struct dlock__timer_thread *t, const struct dlock__timer_thread_spec *spec,
+                              dlock_client *client)
+{
+    memset(t, 0, sizeof *t);
+    pthread_mutex_init(&t->mu, NULL);
+    dlock__cond_init_monotonic(&t->cv);
+    dlock__timer_heap_init(&t->heap);
+    t->what = spec->what;
+    t->now = spec->now;
+    t->window_ms = spec->window_ms;
+    t->max_nap_ms = spec->max_nap_ms;
+    t->timer_offset = spec->timer_offset;
+    t->busy_offset = spec->busy_offset;
+    t->run = spec->run;
+    t->client = client;
+    t->sleeping_until = 0; /* not started: the first timer starts it anyway */
+}
+
+static int start_locked(struct dlock__timer_thread *t)
+{
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old); /* the application's signals are not ours */
+    int rc = pthread_create(&t->thread, NULL, thread_main, t);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc != 0)
+        return dlock_seterr(DLOCK_EINTERNAL, "cannot start the %s thread: %s", t->what, strerror(rc));
+    t->started = true;
+    return DLOCK_OK;
+}
+
+int dlock__timer_thread_schedule(struct dlock__timer_thread *t, struct dlock__entry *e, int64_t due_ms)
+{
+    struct dlock__timer *timer = timer_of(t, e);
+    int rc = DLOCK_OK;
+    pthread_mutex_lock(&t->mu);
+    if (!t->started && !t->stopping)
+        rc = start_locked(t);
+    if (rc == DLOCK_OK) {
+        dlock__timer_heap_remove(&t->heap, timer);
+        timer->due_ms = due_ms;
+        rc = dlock__timer_heap_push(&t->heap, timer);
+        if (rc != DLOCK_OK)
+            rc = dlock_seterr(rc, "out of memory for the %s's timers", t->what);
+        else if (due_ms < t->sleeping_until)
+            /* Only when it would otherwise look too late: waking it on every
+             * grant costs a context switch per acquire. */
+            pthread_cond_broadcast(&t->cv);
+    }
+    pthread_mutex_unlock(&t->mu);
+    return rc;
+}
+
+int64_t dlock__timer_thread_cancel(struct dlock__timer_thread *t, struct dlock__entry *e)
+{
+    struct dlock__timer *timer = timer_of(t, e);
+    int64_t due = -1;
+    pthread_mutex_lock(&t->mu);
+    /* Wait until the thread is done with e, unless we are that thread (an
+     * on_lost callback that releases). */
+    bool on_thread = t->started && pthread_equal(pthread_self(), t->thread);
+    while (!on_thread && *busy_of(t, e))
+        pthread_cond_wait(&t->cv, &t->mu);
+    if (dlock__timer_in_heap(timer)) {
+        due = timer->due_ms;
+        dlock__timer_heap_remove(&t->heap, timer);
+    }
+    pthread_mutex_unlock(&t->mu);
+    return due;
+}
+
+void dlock__timer_thread_stop(struct dlock__timer_thread *t)
+{
+    pthread_mutex_lock(&t->mu);
+    t->stopping = true;
+    bool started = t->started;
+    pthread_cond_broadcast(&t->cv);
+    pthread_mutex_unlock(&t->mu);
+    if (started)
+        pthread_join(t->thread, NULL);
+    dlock__timer_heap_free(&t->heap);
+    pthread_cond_destroy(&t->cv);
+    pthread_mutex_destroy(&t->mu);
+}
