@@ -423,20 +423,12 @@ static int pg_acquire(void *instance, struct dlock_provider_lock *lk, struct dlo
 static int pg_release(void *instance, struct dlock_provider_lock *lk)
 {
     struct pg_instance *inst = instance;
-    int rc = ensure_key(inst, lk);
-    if (rc != DLOCK_OK)
-        return rc;
     return inst->session_mode ? session_release(inst, lk) : lease_release(inst, lk);
 }
 
 static int pg_renew_batch(void *instance, struct dlock_provider_lock *const *locks, size_t n, int *results)
 {
     struct pg_instance *inst = instance;
-    for (size_t i = 0; i < n; i++) {
-        int rc = ensure_key(inst, locks[i]);
-        if (rc != DLOCK_OK)
-            return rc;
-    }
     return inst->session_mode ? session_renew_batch(inst, locks, n, results)
                               : lease_renew_batch(inst, locks, n, results);
 }
@@ -444,18 +436,12 @@ static int pg_renew_batch(void *instance, struct dlock_provider_lock *const *loc
 static int pg_renew(void *instance, struct dlock_provider_lock *lk)
 {
     struct pg_instance *inst = instance;
-    int rc = ensure_key(inst, lk);
-    if (rc != DLOCK_OK)
-        return rc;
     return inst->session_mode ? session_renew(inst, lk) : lease_renew(inst, lk);
 }
 
 static int pg_fence(void *instance, struct dlock_provider_lock *lk, uint64_t *out)
 {
     struct pg_instance *inst = instance;
-    int rc = ensure_key(inst, lk);
-    if (rc != DLOCK_OK)
-        return rc;
     if (!inst->session_mode) /* lease mode: acquire always returns the row's fence */
         return dlock_seterr(DLOCK_EINTERNAL, "postgres: a lease-mode hold without a fence");
     return session_fence(inst, lk, out);

@@ -540,9 +540,7 @@ static int redis_release(void *instance, struct dlock_provider_lock *lk)
 {
     struct redis_instance *inst = instance;
     struct redis_lock *rl = lk->priv;
-    int rc = ensure_keys(inst, lk);
-    if (rc != DLOCK_OK)
-        return rc;
+    int rc;
     char lease[24];
     int lease_len = snprintf(lease, sizeof lease, "%lld", (long long)lk->lease_ms);
     const char *args[7] = { rl->k.key, rl->k.queue_key, rl->k.timeouts_key, lk->owner, rl->k.channel_prefix, lease,
@@ -698,10 +696,8 @@ static int redis_renew_batch(void *instance, struct dlock_provider_lock *const *
     int rc = DLOCK_OK;
     if (!idx || !args || !lens || !leases)
         rc = dlock_seterr(DLOCK_ENOMEM, "redis: out of memory for a renewal batch");
-    for (size_t i = 0; rc == DLOCK_OK && i < n; i++) {
-        rc = ensure_keys(inst, locks[i]);
+    for (size_t i = 0; rc == DLOCK_OK && i < n; i++)
         idx[i] = i;
-    }
     if (rc == DLOCK_OK && inst->cluster) {
         renew_in_cluster(inst, locks, n, idx, args, lens, leases, results);
     } else if (rc == DLOCK_OK) {

@@ -268,9 +268,6 @@ static int redlock_acquire(void *instance, struct dlock_provider_lock *lk, struc
 static int redlock_release(void *instance, struct dlock_provider_lock *lk)
 {
     struct redlock_instance *inst = instance;
-    int rc = ensure_keys(inst, lk);
-    if (rc != DLOCK_OK)
-        return rc;
     return release_everywhere(inst, lk, NULL) > 0 ? DLOCK_OK : DLOCK_ENOTOWNER;
 }
 
@@ -278,9 +275,6 @@ static int redlock_renew(void *instance, struct dlock_provider_lock *lk)
 {
     struct redlock_instance *inst = instance;
     struct redlock_lock *rl = lk->priv;
-    int rc = ensure_keys(inst, lk);
-    if (rc != DLOCK_OK)
-        return rc;
     int64_t t0 = dlock_provider_now_ms();
     char lease[24];
     int lease_len = snprintf(lease, sizeof lease, "%lld", (long long)lk->lease_ms);

@@ -98,6 +98,10 @@ struct dlock_provider_env {
  * it, zero-fills priv (lock_priv_size bytes) before the first call, and
  * guarantees that at most one operation on a given dlock_provider_lock runs
  * at a time (a holder's release and the watchdog's renewal never overlap).
+ * acquire is always the first call on a lock: release, renew, renew_batch,
+ * fence, wait, abandon and lock_fini are only ever called for a lock that
+ * acquire was called on, so per-lock state can be set up there once
+ * (lock_fini must still cope with an acquire that failed part-way).
  * Different locks may be operated on concurrently from different threads.
  */
 struct dlock_provider_lock {
