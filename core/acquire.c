@@ -107,7 +107,23 @@ static int contend_loop(dlock_client *c, struct dlock__entry *e, dlock_lock *h, 
             return dlock__hold_grant(c, e, h, self, t_send, &g);
         if (rc != DLOCK_EBUSY) {
             dlock__metric_inc(&c->metrics.backend_errors);
-            return rc; /* the provider set the detail */
+            /* A failure the provider calls passing (retry_hint_ms >= 0) is
+             * tried again here, where the wait is cancellable and bounded
+             * by the caller's budget; any other is returned at once. */
+            if (rc != DLOCK_EUNAVAILABLE || g.retry_hint_ms < 0 || wait_ms == 0 ||
+                dlock__now_ms() + g.retry_hint_ms >= deadline)
+                return rc; /* the provider set the detail */
+            char detail[1024];
+            snprintf(detail, sizeof detail, "%s", dlock_errmsg());
+            idle_wait(wake_fd, g.retry_hint_ms);
+            dlock__drain(wake_fd);
+            pthread_mutex_lock(&e->mu);
+            bool cancelled = e->cancel_gen != gen;
+            pthread_mutex_unlock(&e->mu);
+            if (cancelled)
+                return dlock_seterr(DLOCK_ECANCELLED, "lock '%s': acquire cancelled (the backend was saying: %s)",
+                                    dlock__entry_show(e), detail);
+            continue;
         }
         *was_busy = true;
         dlock__metric_inc(&c->metrics.busy);

@@ -100,13 +100,22 @@ static const char *label(const struct redis_instance *inst)
     return inst->cluster ? redis_cluster_label(inst->cluster) : inst->pool.server.label;
 }
 
-/* A script whose first key (args[0]) is a key of one lock. */
+/* A script whose first key (args[0]) is a key of one lock. With
+ * retry_hint_ms, a cluster between two states answers at once with a pause
+ * for the core to wait (see redis_cluster_script_run). */
+static redisReply *run_script_hinted(struct redis_instance *inst, enum redis_script which, int nkeys, int nargs,
+                                     const char **args, const size_t *lens, int *rc, int64_t *retry_hint_ms)
+{
+    if (inst->cluster)
+        return redis_cluster_script_run(inst->cluster, &inst->scripts, which, nkeys, nargs, args, lens, rc,
+                                        retry_hint_ms);
+    return redis_script_run(&inst->pool, &inst->scripts, which, nkeys, nargs, args, lens, rc);
+}
+
 static redisReply *run_script(struct redis_instance *inst, enum redis_script which, int nkeys, int nargs,
                               const char **args, const size_t *lens, int *rc)
 {
-    if (inst->cluster)
-        return redis_cluster_script_run(inst->cluster, &inst->scripts, which, nkeys, nargs, args, lens, rc);
-    return redis_script_run(&inst->pool, &inst->scripts, which, nkeys, nargs, args, lens, rc);
+    return run_script_hinted(inst, which, nkeys, nargs, args, lens, rc, NULL);
 }
 
 /* n commands on keys of one lock (key is one of them), in one pipeline. */
@@ -115,7 +124,7 @@ static int run_pipeline(struct redis_instance *inst, const char *key, size_t key
 {
     if (inst->cluster)
         return redis_cluster_pipeline(inst->cluster, &inst->scripts, key, key_len, n, argcs, argvs, lenses,
-                                      replies);
+                                      replies, NULL);
     return redis_pool_pipeline(&inst->pool, n, argcs, argvs, lenses, replies);
 }
 
@@ -447,11 +456,12 @@ static int try_acquire(struct redis_instance *inst, struct dlock_provider_lock *
                        strlen(lk->owner), (size_t)lease_len, (size_t)qt_len, 1 };
     int rc;
     long long acked = -1;
+    g->retry_hint_ms = -1; /* set again only by a busy answer or a passing cluster state */
     enum redis_script which = is_fair(lk) ? SCRIPT_ACQUIRE_FAIR : SCRIPT_ACQUIRE;
     int nargs = is_fair(lk) ? 7 : 8;
     redisReply *r = inst->wait_replicas > 0
                         ? acquire_and_wait(inst, which, nargs, args, lens, &acked, &rc)
-                        : run_script(inst, which, 4, nargs, args, lens, &rc);
+                        : run_script_hinted(inst, which, 4, nargs, args, lens, &rc, &g->retry_hint_ms);
     if (!r)
         return rc;
     if (!is_int_array(r, 2)) {

@@ -415,7 +415,8 @@ static void pause_ms(long ms)
 }
 
 int redis_cluster_pipeline(struct redis_cluster *c, struct redis_scripts *s, const char *key, size_t key_len,
-                           size_t n, int *argcs, const char ***argvs, const size_t **lenses, redisReply **replies)
+                           size_t n, int *argcs, const char ***argvs, const size_t **lenses, redisReply **replies,
+                           int64_t *retry_hint_ms)
 {
     unsigned slot = redis_cluster_slot(key, key_len);
     struct cluster_node *ask = NULL;
@@ -462,6 +463,11 @@ int redis_cluster_pipeline(struct redis_cluster *c, struct redis_scripts *s, con
             /* A slot half-migrated for a multi-key command, or a cluster
              * that lost a master and has not failed over yet. */
             refresh(c, REFRESH_AFTER_FAILURE_MS);
+            if (retry_hint_ms) { /* the caller (the core) waits, cancellably */
+                *retry_hint_ms = 50;
+                return dlock_seterr(DLOCK_EUNAVAILABLE, "%s: slot %u is between two states (%s)", c->label,
+                                    slot, text);
+            }
             pause_ms(20L << (hop < 4 ? hop : 4));
             ask = NULL;
             continue;
@@ -539,7 +545,8 @@ void redis_cluster_scatter(struct redis_cluster *c, struct redis_scripts *s, siz
     for (size_t i = 0; i < n; i++) {
         if (done && done[i])
             continue;
-        rcs[i] = redis_cluster_pipeline(c, s, keys[i], key_lens[i], 1, &argcs[i], &argvs[i], &lenses[i], &replies[i]);
+        rcs[i] = redis_cluster_pipeline(c, s, keys[i], key_lens[i], 1, &argcs[i], &argvs[i], &lenses[i], &replies[i],
+                                        NULL);
         if (rcs[i] != DLOCK_OK)
             replies[i] = NULL;
     }
@@ -561,7 +568,8 @@ int redis_cluster_preload(struct redis_cluster *c, struct redis_scripts *s, cons
 }
 
 redisReply *redis_cluster_script_run(struct redis_cluster *c, struct redis_scripts *s, enum redis_script which,
-                                     int nkeys, int nargs, const char **args, const size_t *lens, int *rc)
+                                     int nkeys, int nargs, const char **args, const size_t *lens, int *rc,
+                                     int64_t *retry_hint_ms)
 {
     struct redis_evalsha e;
     if ((*rc = redis_evalsha_build(&e, s, which, nkeys, nargs, args, lens)) != DLOCK_OK)
@@ -574,7 +582,7 @@ redisReply *redis_cluster_script_run(struct redis_cluster *c, struct redis_scrip
     }
     redisReply *r = NULL;
     const size_t *elens = e.lens;
-    *rc = redis_cluster_pipeline(c, s, args[0], lens[0], 1, &e.argc, &e.argv, &elens, &r);
+    *rc = redis_cluster_pipeline(c, s, args[0], lens[0], 1, &e.argc, &e.argv, &elens, &r, retry_hint_ms);
     redis_evalsha_free(&e);
     if (*rc != DLOCK_OK)
         return NULL;

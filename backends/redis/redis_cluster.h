@@ -48,16 +48,22 @@ bool redis_cluster_sharded_pubsub(const struct redis_cluster *c);
 
 /* EVALSHA of a script whose first key is args[0], on the node serving its
  * slot, following MOVED and ASK (a few hops at most) and loading the script
- * on a node that answers NOSCRIPT. Same contract as redis_script_run. */
+ * on a node that answers NOSCRIPT. Same contract as redis_script_run. With
+ * retry_hint_ms, a cluster between two states (TRYAGAIN, CLUSTERDOWN) is
+ * answered at once with DLOCK_EUNAVAILABLE and the pause to wait before
+ * trying again in *retry_hint_ms; without it, the call pauses and retries
+ * itself (operations the core does not retry). */
 redisReply *redis_cluster_script_run(struct redis_cluster *c, struct redis_scripts *s, enum redis_script which,
-                                     int nkeys, int nargs, const char **args, const size_t *lens, int *rc);
+                                     int nkeys, int nargs, const char **args, const size_t *lens, int *rc,
+                                     int64_t *retry_hint_ms);
 
 /* n commands, all on keys of key's slot, in one pipeline on one connection
  * of that slot's node, following MOVED and ASK. Same contract as
  * redis_pool_pipeline. When the first reply is NOSCRIPT, the scripts are
  * loaded on that node and the pipeline is sent again once (if s is given). */
 int redis_cluster_pipeline(struct redis_cluster *c, struct redis_scripts *s, const char *key, size_t key_len,
-                           size_t n, int *argcs, const char ***argvs, const size_t **lenses, redisReply **replies);
+                           size_t n, int *argcs, const char ***argvs, const size_t **lenses, redisReply **replies,
+                           int64_t *retry_hint_ms);
 
 /* n single commands, each on keys of its own slot (keys[i] is one of
  * command i's keys), in as few round trips as the map allows: one pipeline

@@ -119,7 +119,12 @@ struct dlock_provider_lock {
 struct dlock_grant {
     uint64_t fence;         /* on grant: the fencing token, if has_fence */
     int has_fence;
-    int64_t retry_hint_ms;  /* on busy: holder's remaining lease if known, else -1 */
+    int64_t retry_hint_ms;  /* on busy: holder's remaining lease if known, else -1.
+                             * On DLOCK_EUNAVAILABLE: >= 0 says the failure is
+                             * a passing state of the server (a cluster between
+                             * two states) and the core may try again after
+                             * that many ms, within the caller's wait budget
+                             * and cancellably; leave it -1 otherwise. */
     /* On grant, optional: the lease the server really grants when it is
      * shorter than lk->lease_ms (a ZooKeeper session the server clamped,
      * say). The core then measures validity, renews and declares loss by

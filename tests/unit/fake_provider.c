@@ -108,6 +108,12 @@ static int fake_acquire(void *instance, struct dlock_provider_lock *lk, struct d
     (void)instance;
     pthread_mutex_lock(&fake.mu);
     fake.acquires++;
+    if (fake.passing_failures > 0) {
+        fake.passing_failures--;
+        g->retry_hint_ms = 20;
+        pthread_mutex_unlock(&fake.mu);
+        return dlock_seterr(DLOCK_EUNAVAILABLE, "fake: between two states, try again");
+    }
     int rc = fake.acquire_rc;
     if (rc) {
         pthread_mutex_unlock(&fake.mu);

@@ -170,6 +170,32 @@ static void backend_error_is_returned_at_once(void **state)
     dlock_client_close(c);
 }
 
+/* A failure the provider calls passing (a retry hint on DLOCK_EUNAVAILABLE)
+ * is retried by the core within the wait budget, never by the provider. */
+static void passing_failure_is_retried_within_the_budget(void **state)
+{
+    (void)state;
+    dlock_client *c = open_fake("fake", 3000);
+    dlock_lock *l = new_lock(c, "passing", 0);
+    FAKE_SET(passing_failures, 1);
+    assert_int_equal(dlock_acquire(l, 0), DLOCK_EUNAVAILABLE); /* one attempt: the failure as is */
+    assert_non_null(strstr(dlock_errmsg(), "between two states"));
+    FAKE_SET(passing_failures, 3);
+    int64_t t0 = now_ms();
+    assert_int_equal(dlock_acquire(l, 1000), DLOCK_OK);
+    int64_t took = now_ms() - t0;
+    assert_true(took >= 3 * 20 && took < 3 * 20 + slack_ms(100));
+    assert_int_equal(dlock_release(l), DLOCK_OK);
+    FAKE_SET(passing_failures, 1000);
+    t0 = now_ms();
+    assert_int_equal(dlock_acquire(l, 200), DLOCK_EUNAVAILABLE); /* the budget bounds it */
+    took = now_ms() - t0;
+    assert_true(took >= 150 && took < 200 + slack_ms(50));
+    FAKE_SET(passing_failures, 0);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+}
+
 /* ---- cancellation ------------------------------------------------------------------ */
 
 struct acquirer {
@@ -888,6 +914,7 @@ int main(void)
         cmocka_unit_test_setup(granted_when_released_during_wait, setup),
         cmocka_unit_test_setup(native_wait_is_used_and_woken, setup),
         cmocka_unit_test_setup(backend_error_is_returned_at_once, setup),
+        cmocka_unit_test_setup(passing_failure_is_retried_within_the_budget, setup),
         cmocka_unit_test_setup(cancel_interrupts_backend_wait, setup),
         cmocka_unit_test_setup(cancel_interrupts_local_queue, setup),
         cmocka_unit_test_setup(reentry_counts_without_backend_calls, setup),
