@@ -88,9 +88,11 @@ void dlock__p_renew_batch(dlock_client *c, struct dlock__entry *const *entries, 
         for (size_t i = 0; i < n; i++)
             plocks[i] = &entries[i]->plock;
         int rc = checked(c->provider, "renew_batch", c->provider->renew_batch(c->instance, plocks, n, results));
-        for (size_t i = 0; i < n; i++)
-            results[i] = rc != DLOCK_OK ? rc : checked(c->provider, "renew_batch", results[i]);
-        return;
+        if (rc != DLOCK_ENOTSUP) { /* ENOTSUP: this server cannot batch; one by one below */
+            for (size_t i = 0; i < n; i++)
+                results[i] = rc != DLOCK_OK ? rc : checked(c->provider, "renew_batch", results[i]);
+            return;
+        }
     }
     for (size_t i = 0; i < n; i++)
         results[i] = checked(c->provider, "renew", c->provider->renew(c->instance, &entries[i]->plock));

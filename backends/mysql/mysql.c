@@ -371,12 +371,10 @@ static int my_renew(void *instance, struct dlock_provider_lock *lk)
 static int my_renew_batch(void *instance, struct dlock_provider_lock *const *locks, size_t n, int *results)
 {
     struct my_instance *inst = instance;
-    if (!__atomic_load_n(&inst->no_batch, __ATOMIC_RELAXED))
-        return inst->session_mode ? session_renew_batch(inst, locks, n, results)
-                                  : lease_renew_batch(inst, locks, n, results);
-    for (size_t i = 0; i < n; i++)
-        results[i] = my_renew(instance, locks[i]);
-    return DLOCK_OK;
+    if (__atomic_load_n(&inst->no_batch, __ATOMIC_RELAXED))
+        return DLOCK_ENOTSUP; /* the core renews them one by one */
+    return inst->session_mode ? session_renew_batch(inst, locks, n, results)
+                              : lease_renew_batch(inst, locks, n, results);
 }
 
 static int my_fence(void *instance, struct dlock_provider_lock *lk, uint64_t *out)

@@ -186,7 +186,9 @@ struct dlock_provider {
 
     /* Optional. Renews n holds in as few round trips as possible; results[i]
      * gets what renew would have returned for locks[i]. Returns DLOCK_OK when
-     * results were filled, otherwise a failure that applies to all. */
+     * results were filled, DLOCK_ENOTSUP when this server cannot batch (the
+     * core then calls renew for each), otherwise a failure that applies to
+     * all. */
     int (*renew_batch)(void *instance, struct dlock_provider_lock *const *locks, size_t n,
                        int *results);
 
