@@ -1,0 +1,624 @@
+/* tests/backends/local/test_local.c - the local backend with real processes: two
+ * processes contend; a holder killed with SIGKILL frees the lock at once;
+ * two clients of one process exclude each other; fences increase across
+ * holders; names cannot escape the lock directory or collide; status; a fixed
+ * lease expires and frees the kernel lock; 10,000 cycles leak no fds. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <dlock.h>
+#include "../../conformance/conformance.h"
+#include "../../support/test_time.h"
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static char dir[256];
+
+static int make_dir(void **state)
+{
+    (void)state;
+    snprintf(dir, sizeof dir, "/tmp/dlock-test-local-XXXXXX");
+    assert_non_null(mkdtemp(dir));
+    return 0;
+}
+
+static int remove_dir(void **state)
+{
+    (void)state;
+    DIR *d = opendir(dir);
+    struct dirent *ent;
+    char path[1024];
+    while (d && (ent = readdir(d))) {
+        if (ent->d_name[0] == '.' && (ent->d_name[1] == 0 || (ent->d_name[1] == '.' && ent->d_name[2] == 0)))
+            continue;
+        snprintf(path, sizeof path, "%s/%s", dir, ent->d_name);
+        unlink(path);
+    }
+    if (d)
+        closedir(d);
+    rmdir(dir);
+    return 0;
+}
+
+/* retry_base/cap are huge so that a prompt hand-off can only come from the
+ * native wait (inotify), never from a lucky backoff. */
+static dlock_client *open_local(void)
+{
+    char text[512];
+    snprintf(text, sizeof text,
+             "backend = \"local\";\nretry_base_ms = 10000;\nretry_cap_ms = 10000;\n"
+             "local = { dir = \"%s\"; };\n", dir);
+    dlock_client *c;
+    int rc = dlock_client_open_string(&c, text);
+    if (rc != DLOCK_OK)
+        fail_msg("open: %s", dlock_errmsg());
+    return c;
+}
+
+static dlock_lock *lock_of(dlock_client *c, const char *name, int64_t lease_ms)
+{
+    dlock_lock_options o = DLOCK_LOCK_OPTIONS_INIT;
+    o.lease_ms = lease_ms;
+    dlock_lock *l;
+    assert_int_equal(dlock_lock_new(c, name, strlen(name), &o, &l), DLOCK_OK);
+    return l;
+}
+
+/* Forks a child that opens its own client, takes NAME, writes 'H' to the
+ * pipe, then sleeps until killed or hold_ms passes and releases. */
+static pid_t child_holding(const char *name, int64_t hold_ms, int *ready_fd)
+{
+    int p[2];
+    assert_int_equal(pipe(p), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        close(p[0]);
+        dlock_client *c = open_local();
+        dlock_lock *l = lock_of(c, name, 0);
+        if (dlock_acquire(l, 5000) != DLOCK_OK)
+            _exit(3);
+        if (write(p[1], "H", 1) != 1)
+            _exit(4);
+        struct timespec ts = { hold_ms / 1000, (hold_ms % 1000) * 1000000L };
+        nanosleep(&ts, NULL);
+        int rc = dlock_release(l);
+        dlock_lock_free(l);
+        dlock_client_close(c);
+        _exit(rc == DLOCK_OK ? 0 : 5);
+    }
+    close(p[1]);
+    char b;
+    assert_int_equal(read(p[0], &b, 1), 1);
+    *ready_fd = p[0];
+    return pid;
+}
+
+static void two_processes_contend(void **state)
+{
+    (void)state;
+    int fd;
+    pid_t pid = child_holding("shared", 300, &fd);
+    dlock_client *c = open_local();
+    dlock_lock *l = lock_of(c, "shared", 0);
+    assert_int_equal(dlock_acquire(l, 0), DLOCK_EBUSY);
+    int64_t t0 = now_ms();
+    assert_int_equal(dlock_acquire(l, 5000), DLOCK_OK); /* after the child releases */
+    int64_t took = now_ms() - t0;
+    /* The child holds ~300 ms; the release wakes us at once. */
+    assert_true(took >= 150 && took < 300 + 150);
+    int status;
+    waitpid(pid, &status, 0);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    assert_int_equal(dlock_release(l), DLOCK_OK);
+    close(fd);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+}
+
+static void killed_holder_frees_the_lock_at_once(void **state)
+{
+    (void)state;
+    int fd;
+    pid_t pid = child_holding("victim", 60000, &fd);
+    dlock_client *c = open_local();
+    dlock_lock *l = lock_of(c, "victim", 0);
+    assert_int_equal(dlock_acquire(l, 100), DLOCK_ETIMEDOUT);
+    dlock_status_info info;
+    assert_int_equal(dlock_status(c, "victim", 6, &info), DLOCK_OK);
+    assert_int_equal(info.held, 1);
+    assert_int_equal(info.holder_pid, pid);
+    kill(pid, SIGKILL);
+    int64_t t0 = now_ms();
+    assert_int_equal(dlock_acquire(l, 5000), DLOCK_OK);
+    /* The kernel frees it when the process dies (no lease to wait out), and
+     * the close wakes the waiter at once. */
+    assert_true(now_ms() - t0 < 200);
+    int status;
+    waitpid(pid, &status, 0);
+    assert_true(WIFSIGNALED(status));
+    assert_int_equal(dlock_release(l), DLOCK_OK);
+    assert_int_equal(dlock_status(c, "victim", 6, &info), DLOCK_OK);
+    assert_int_equal(info.held, 0);
+    close(fd);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+}
+
+static void two_clients_of_one_process_exclude_each_other(void **state)
+{
+    (void)state;
+    dlock_client *a = open_local(), *b = open_local();
+    dlock_lock *la = lock_of(a, "x", 0), *lb = lock_of(b, "x", 0);
+    assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
+    assert_int_equal(dlock_acquire(lb, 0), DLOCK_EBUSY);
+    assert_int_equal(dlock_release(la), DLOCK_OK);
+    assert_int_equal(dlock_acquire(lb, 0), DLOCK_OK);
+    assert_int_equal(dlock_acquire(la, 0), DLOCK_EBUSY);
+    assert_int_equal(dlock_release(lb), DLOCK_OK);
+    dlock_lock_free(la);
+    dlock_lock_free(lb);
+    dlock_client_close(a);
+    dlock_client_close(b);
+}
+
+/* A child forked now, while this process has no threads of ours yet (after
+ * fork() a multi-threaded parent's child may only exec or call
+ * async-signal-safe functions; ASan's allocator deadlocks otherwise), that
+ * takes and releases NAME once when told to. */
+struct deferred_child {
+    pid_t pid;
+    int go_fd;
+};
+
+static struct deferred_child fork_deferred_holder(const char *name)
+{
+    int p[2];
+    assert_int_equal(pipe(p), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        close(p[1]);
+        char go;
+        if (read(p[0], &go, 1) != 1)
+            _exit(2);
+        dlock_client *c = open_local();
+        dlock_lock *l = lock_of(c, name, 0);
+        int rc = dlock_acquire(l, 5000);
+        if (rc == DLOCK_OK)
+            rc = dlock_release(l);
+        dlock_lock_free(l);
+        dlock_client_close(c);
+        _exit(rc == DLOCK_OK ? 0 : 3);
+    }
+    close(p[0]);
+    struct deferred_child child = { pid, p[1] };
+    return child;
+}
+
+static void run_deferred(struct deferred_child *child)
+{
+    assert_int_equal(write(child->go_fd, "G", 1), 1);
+    close(child->go_fd);
+    int status;
+    waitpid(child->pid, &status, 0);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
+/* The lock directory is emptied (a reboot of a tmpfs /tmp): the new file's
+ * tokens must still be above every token the old one issued. */
+static void fences_keep_growing_when_the_lock_file_is_gone(void **state)
+{
+    (void)state;
+    dlock_client *c = open_local();
+    dlock_lock *l = lock_of(c, "reboot", 0);
+    uint64_t before = 0, after = 0;
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(dlock_acquire(l, 0), DLOCK_OK);
+        assert_int_equal(dlock_fence(l, &before), DLOCK_OK);
+        assert_int_equal(dlock_release(l), DLOCK_OK);
+    }
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    char path[512];
+    snprintf(path, sizeof path, "%s/reboot.lock", dir);
+    assert_int_equal(unlink(path), 0);
+    c = open_local();
+    l = lock_of(c, "reboot", 0);
+    assert_int_equal(dlock_acquire(l, 0), DLOCK_OK);
+    assert_int_equal(dlock_fence(l, &after), DLOCK_OK);
+    if (after <= before)
+        fail_msg("token %llu after the file was lost, %llu before", (unsigned long long)after,
+                 (unsigned long long)before);
+    assert_int_equal(dlock_release(l), DLOCK_OK);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+}
+
+static void fences_increase_across_holders(void **state)
+{
+    (void)state;
+    struct deferred_child other_process = fork_deferred_holder("fenced");
+    dlock_client *a = open_local(), *b = open_local();
+    dlock_lock *la = lock_of(a, "fenced", 0), *lb = lock_of(b, "fenced", 0);
+    uint64_t last = 0, f;
+    for (int i = 0; i < 20; i++) {
+        dlock_lock *l = i % 2 ? la : lb;
+        assert_int_equal(dlock_acquire(l, 0), DLOCK_OK);
+        assert_int_equal(dlock_acquire(l, 0), DLOCK_OK); /* reentry keeps the fence */
+        assert_int_equal(dlock_fence(l, &f), DLOCK_OK);
+        assert_true(f > last);
+        last = f;
+        dlock_release(l);
+        assert_int_equal(dlock_fence(l, &f), DLOCK_OK);
+        assert_int_equal(f, last);
+        assert_int_equal(dlock_release(l), DLOCK_OK);
+    }
+    /* In another process too. */
+    run_deferred(&other_process);
+    assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
+    assert_int_equal(dlock_fence(la, &f), DLOCK_OK);
+    assert_int_equal(f, last + 2);
+    dlock_release(la);
+    dlock_lock_free(la);
+    dlock_lock_free(lb);
+    dlock_client_close(a);
+    dlock_client_close(b);
+}
+
+static int count_entries(const char *path, int *subdirs)
+{
+    DIR *d = opendir(path);
+    int n = 0;
+    *subdirs = 0;
+    struct dirent *ent;
+    while ((ent = readdir(d))) {
+        if (strcmp(ent->d_name, ".") == 0 || strcmp(ent->d_name, "..") == 0)
+            continue;
+        n++;
+        if (ent->d_type == DT_DIR)
+            (*subdirs)++;
+    }
+    closedir(d);
+    return n;
+}
+
+static void names_stay_inside_the_directory_and_apart(void **state)
+{
+    (void)state;
+    char longest[DLOCK_NAME_MAX + 1], longest2[DLOCK_NAME_MAX + 1];
+    memset(longest, '/', DLOCK_NAME_MAX);
+    longest[DLOCK_NAME_MAX] = 0;
+    memcpy(longest2, longest, sizeof longest);
+    longest2[DLOCK_NAME_MAX - 1] = '.'; /* differs only at the end */
+    const char *names[] = { "a/b", "../escape", ".", "..", ".hidden", "x.lock", "x%2Flock", "with space",
+                            "ключ", "semi;colon'quote\"", "a%2Fb", longest, longest2 };
+    size_t n = sizeof names / sizeof names[0];
+    dlock_client *c = open_local(), *other = open_local();
+    dlock_lock *held[16];
+    for (size_t i = 0; i < n; i++) {
+        held[i] = lock_of(c, names[i], 0);
+        assert_int_equal(dlock_acquire(held[i], 0), DLOCK_OK);
+    }
+    int subdirs;
+    assert_int_equal(count_entries(dir, &subdirs), (int)n); /* one file each, no collisions */
+    assert_int_equal(subdirs, 0);
+    struct stat st;
+    assert_int_not_equal(stat("/tmp/escape.lock", &st), 0);
+    for (size_t i = 0; i < n; i++) {
+        dlock_lock *o = lock_of(other, names[i], 0);
+        assert_int_equal(dlock_acquire(o, 0), DLOCK_EBUSY);
+        dlock_lock_free(o);
+        assert_int_equal(dlock_release(held[i]), DLOCK_OK);
+        dlock_lock_free(held[i]);
+    }
+    dlock_client_close(c);
+    dlock_client_close(other);
+}
+
+static void fixed_lease_expiry_frees_the_kernel_lock(void **state)
+{
+    (void)state;
+    dlock_client *a = open_local(), *b = open_local();
+    dlock_lock *la = lock_of(a, "leased", 100), *lb = lock_of(b, "leased", 0);
+    assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
+    assert_int_equal(dlock_acquire(lb, 0), DLOCK_EBUSY);
+    int64_t t0 = now_ms();
+    assert_int_equal(dlock_acquire(lb, 2000), DLOCK_OK);
+    int64_t took = now_ms() - t0;
+    assert_true(took >= 80 && took < 300);
+    assert_int_equal(dlock_release(la), DLOCK_ELOST);
+    assert_int_equal(dlock_release(lb), DLOCK_OK);
+    dlock_lock_free(la);
+    dlock_lock_free(lb);
+    dlock_client_close(a);
+    dlock_client_close(b);
+}
+
+/* Two processes taking turns on one lock many times: every hand-off must
+ * come from the release notification. The retry cap is 10 s, so one missed
+ * wake-up (or a second look that took the lock and still answered busy, as
+ * a bug once did) shows as a wait of seconds. The random pause before each
+ * acquire makes first looks land anywhere in the other's hold, including the
+ * moment just before its release. */
+static void random_pause(unsigned *seed)
+{
+    struct timespec ts = { 0, (long)(rand_r(seed) % 1500) * 1000L };
+    nanosleep(&ts, NULL);
+}
+
+static void hand_offs_between_processes_are_never_missed(void **state)
+{
+    (void)state;
+    int p[2];
+    assert_int_equal(pipe(p), 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(p[0]);
+        dlock_client *c = open_local();
+        dlock_lock *l = lock_of(c, "turns", 0);
+        int64_t worst = 0;
+        unsigned seed = 7;
+        for (int i = 0; i < 300; i++) {
+            random_pause(&seed);
+            int64_t t0 = now_ms();
+            if (dlock_acquire(l, 20000) != DLOCK_OK)
+                _exit(2);
+            worst = now_ms() - t0 > worst ? now_ms() - t0 : worst;
+            sleep_ms(1);
+            dlock_release(l);
+        }
+        ssize_t ignored = write(p[1], &worst, sizeof worst);
+        (void)ignored;
+        _exit(0);
+    }
+    close(p[1]);
+    dlock_client *c = open_local();
+    dlock_lock *l = lock_of(c, "turns", 0);
+    int64_t worst = 0;
+    unsigned seed = 11;
+    for (int i = 0; i < 300; i++) {
+        random_pause(&seed);
+        int64_t t0 = now_ms();
+        assert_int_equal(dlock_acquire(l, 20000), DLOCK_OK);
+        worst = now_ms() - t0 > worst ? now_ms() - t0 : worst;
+        sleep_ms(1);
+        assert_int_equal(dlock_release(l), DLOCK_OK);
+    }
+    int64_t child_worst = -1;
+    assert_int_equal(read(p[0], &child_worst, sizeof child_worst), (ssize_t)sizeof child_worst);
+    int status;
+    waitpid(pid, &status, 0);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    assert_true(worst < 500);
+    assert_true(child_worst >= 0 && child_worst < 500);
+    close(p[0]);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+}
+
+static int open_fds(void)
+{
+    int subdirs;
+    return count_entries("/proc/self/fd", &subdirs);
+}
+
+static void many_cycles_leak_no_descriptors(void **state)
+{
+    (void)state;
+    dlock_client *c = open_local();
+    char name[32];
+    for (int i = 0; i < 100; i++) { /* warm up: thread, eventfd */
+        dlock_lock *l = lock_of(c, "cycle", 0);
+        dlock_acquire(l, 0);
+        dlock_release(l);
+        dlock_lock_free(l);
+    }
+    int fds = open_fds();
+    for (int i = 0; i < 10000; i++) {
+        snprintf(name, sizeof name, "cycle-%d", i % 50);
+        dlock_lock *l = lock_of(c, name, 0);
+        assert_int_equal(dlock_acquire(l, 0), DLOCK_OK);
+        assert_int_equal(dlock_release(l), DLOCK_OK);
+        dlock_lock_free(l);
+    }
+    assert_int_equal(open_fds(), fds);
+    dlock_client_close(c);
+}
+
+static void unusable_directories_are_clear_errors(void **state)
+{
+    (void)state;
+    dlock_client *c;
+    assert_int_equal(dlock_client_open_string(&c, "local = { dir = \"/proc/no/such\"; };"), DLOCK_EUNAVAILABLE);
+    assert_non_null(strstr(dlock_errmsg(), "cannot create lock directory /proc/no"));
+    /* The default directory must be private: a world-writable one is refused. */
+    char tmp[300], def[400];
+    snprintf(tmp, sizeof tmp, "%s/tmpdir", dir);
+    mkdir(tmp, 0700);
+    snprintf(def, sizeof def, "%s/dlock-%ld", tmp, (long)getuid());
+    mkdir(def, 0777);
+    chmod(def, 0777);
+    char *saved = getenv("TMPDIR") ? strdup(getenv("TMPDIR")) : NULL;
+    setenv("TMPDIR", tmp, 1);
+    assert_int_equal(dlock_client_open(&c, NULL), DLOCK_EUNAVAILABLE);
+    assert_non_null(strstr(dlock_errmsg(), "closed to others"));
+    chmod(def, 0700);
+    assert_int_equal(dlock_client_open(&c, NULL), DLOCK_OK);
+    dlock_client_close(c);
+    if (saved) {
+        setenv("TMPDIR", saved, 1);
+        free(saved);
+    } else {
+        unsetenv("TMPDIR");
+    }
+    rmdir(def);
+    rmdir(tmp);
+}
+
+
+/* The default directory is a symbolic link someone planted (to a directory
+ * that passes the owner and mode checks): refused, never followed, since a
+ * link swapped later would split processes across two directories. */
+static void default_directory_through_a_symlink_is_refused(void **state)
+{
+    (void)state;
+    char tmp[300], def[400], target[400];
+    snprintf(tmp, sizeof tmp, "%s/tmpdir", dir);
+    mkdir(tmp, 0700);
+    snprintf(target, sizeof target, "%s/elsewhere", dir);
+    mkdir(target, 0700);
+    snprintf(def, sizeof def, "%s/dlock-%ld", tmp, (long)getuid());
+    assert_int_equal(symlink(target, def), 0);
+    char *saved = getenv("TMPDIR") ? strdup(getenv("TMPDIR")) : NULL;
+    setenv("TMPDIR", tmp, 1);
+    dlock_client *c = NULL;
+    int rc = dlock_client_open(&c, NULL);
+    char why[512];
+    snprintf(why, sizeof why, "%s", dlock_errmsg());
+    if (saved) {
+        setenv("TMPDIR", saved, 1);
+        free(saved);
+    } else {
+        unsetenv("TMPDIR");
+    }
+    if (rc == DLOCK_OK)
+        dlock_client_close(c);
+    unlink(def);
+    rmdir(target);
+    rmdir(tmp);
+    assert_int_equal(rc, DLOCK_EUNAVAILABLE);
+    if (!strstr(why, "symbolic link"))
+        fail_msg("not refused for the link: %s", why);
+}
+
+/* A handle that gave up waiting keeps no inotify instance (128 per user). */
+static void timed_out_waiters_keep_no_inotify_instance(void **state)
+{
+    (void)state;
+    dlock_client *a = open_local(), *b = open_local();
+    dlock_lock *held = lock_of(a, "watched", 0);
+    assert_int_equal(dlock_acquire(held, 0), DLOCK_OK);
+    int fds = open_fds();
+    dlock_lock *w[40];
+    for (int i = 0; i < 40; i++) {
+        w[i] = lock_of(b, "watched", 0);
+        assert_int_equal(dlock_acquire(w[i], 5), DLOCK_ETIMEDOUT);
+    }
+    assert_true(open_fds() <= fds + 1); /* the lock file's descriptor at most */
+    for (int i = 0; i < 40; i++)
+        dlock_lock_free(w[i]);
+    assert_int_equal(dlock_release(held), DLOCK_OK);
+    dlock_lock_free(held);
+    dlock_client_close(a);
+    dlock_client_close(b);
+}
+
+/* The holder forks a child (that does not exec) and is killed: the child's
+ * copy of the descriptor must not keep the lock. */
+static void forked_child_does_not_keep_a_killed_holders_lock(void **state)
+{
+    (void)state;
+    int p[2];
+    assert_int_equal(pipe(p), 0);
+    pid_t holder = fork();
+    assert_true(holder >= 0);
+    if (holder == 0) {
+        close(p[0]);
+        dlock_client *c = open_local();
+        dlock_lock *l = lock_of(c, "forked", 0);
+        if (dlock_acquire(l, 5000) != DLOCK_OK)
+            _exit(3);
+        pid_t grandchild = fork();
+        if (grandchild == 0) {
+            sleep(30); /* a worker that outlives its parent */
+            _exit(0);
+        }
+        char msg[16];
+        int n = snprintf(msg, sizeof msg, "%ld\n", (long)grandchild);
+        if (write(p[1], msg, (size_t)n) != n)
+            _exit(4);
+        pause();
+        _exit(0);
+    }
+    close(p[1]);
+    char buf[32] = { 0 };
+    assert_true(read(p[0], buf, sizeof buf - 1) > 0);
+    close(p[0]);
+    pid_t grandchild = (pid_t)atol(buf);
+    kill(holder, SIGKILL);
+    waitpid(holder, NULL, 0);
+    dlock_client *c = open_local();
+    dlock_lock *l = lock_of(c, "forked", 0);
+    int rc = dlock_acquire(l, 1000);
+    kill(grandchild, SIGKILL);
+    if (rc == DLOCK_OK)
+        dlock_release(l);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    assert_int_equal(rc, DLOCK_OK);
+}
+
+static void foreign_file_is_not_trampled(void **state)
+{
+    (void)state;
+    char path[400];
+    snprintf(path, sizeof path, "%s/foreign.lock", dir);
+    FILE *f = fopen(path, "w");
+    fputs("this is somebody else's file, keep it\n", f);
+    fclose(f);
+    dlock_client *c = open_local();
+    dlock_lock *l = lock_of(c, "foreign", 0);
+    assert_int_equal(dlock_acquire(l, 0), DLOCK_EPROTOCOL);
+    assert_non_null(strstr(dlock_errmsg(), "not a libdlock lock file"));
+    assert_int_equal(dlock_hold_count(l), 0);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+}
+
+static void conformance_config(char *buf, size_t size, int lease_ms, int retry_cap_ms)
+{
+    snprintf(buf, size,
+             "backend = \"local\";\nlease_ms = %d;\nretry_base_ms = 5;\nretry_cap_ms = %d;\nlocal = { dir = \"%s\"; };\n",
+             lease_ms, retry_cap_ms, dir);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(two_processes_contend, make_dir, remove_dir),
+        cmocka_unit_test_setup_teardown(killed_holder_frees_the_lock_at_once, make_dir, remove_dir),
+        cmocka_unit_test_setup_teardown(two_clients_of_one_process_exclude_each_other, make_dir, remove_dir),
+        cmocka_unit_test_setup_teardown(fences_increase_across_holders, make_dir, remove_dir),
+        cmocka_unit_test_setup_teardown(fences_keep_growing_when_the_lock_file_is_gone, make_dir, remove_dir),
+        cmocka_unit_test_setup_teardown(names_stay_inside_the_directory_and_apart, make_dir, remove_dir),
+        cmocka_unit_test_setup_teardown(fixed_lease_expiry_frees_the_kernel_lock, make_dir, remove_dir),
+        cmocka_unit_test_setup_teardown(many_cycles_leak_no_descriptors, make_dir, remove_dir),
+        cmocka_unit_test_setup_teardown(hand_offs_between_processes_are_never_missed, make_dir, remove_dir),
+        cmocka_unit_test_setup_teardown(unusable_directories_are_clear_errors, make_dir, remove_dir),
+        cmocka_unit_test_setup_teardown(foreign_file_is_not_trampled, make_dir, remove_dir),
+        cmocka_unit_test_setup_teardown(default_directory_through_a_symlink_is_refused, make_dir, remove_dir),
+        cmocka_unit_test_setup_teardown(timed_out_waiters_keep_no_inotify_instance, make_dir, remove_dir),
+        cmocka_unit_test_setup_teardown(forked_child_does_not_keep_a_killed_holders_lock, make_dir, remove_dir),
+    };
+    int failed = cmocka_run_group_tests_name("local", tests, NULL, NULL);
+    /* The conformance suite after the cases that fork: a child forked once
+     * this process has had library threads trips TSan's thread registry. */
+    make_dir(NULL);
+    static const struct conformance_target target = { "local conformance", conformance_config, NULL, NULL };
+    failed += conformance_run(&target);
+    remove_dir(NULL);
+    return failed ? 1 : 0;
+}

@@ -1,0 +1,503 @@
+/* tests/backends/mysql/test_mysql.c - the mysql backend against a real MariaDB that this
+ * program starts on a private port (and stops by PID): the conformance suite
+ * in lease and in session mode, then what is particular to MySQL. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "../../../backends/common/name_digest.h"
+#include "../../conformance/conformance.h"
+#include "../../support/service.h"
+#include "../../support/fault_proxy.h"
+#include "../../support/test_time.h"
+#include "../../support/test_client.h"
+#include "../../support/fence_guard_case.h"
+
+#include <dlock.h>
+#include <mysql.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static struct test_service server = { .script = "mariadb" };
+
+/* Runs SQL as root in the test database; returns the first value of the
+ * first row (static, "" if none) and fails the test on an error. */
+static const char *admin(const char *sql)
+{
+    static char value[256];
+    MYSQL *db = mysql_init(NULL);
+    if (!mysql_real_connect(db, "127.0.0.1", "root", "", NULL, (unsigned)server.port, NULL, 0))
+        fail_msg("admin connection: %s", mysql_error(db));
+    if (mysql_query(db, "CREATE DATABASE IF NOT EXISTS dl") != 0 || mysql_select_db(db, "dl") != 0 ||
+        mysql_query(db, sql) != 0)
+        fail_msg("%s: %s", sql, mysql_error(db));
+    value[0] = '\0';
+    MYSQL_RES *res = mysql_store_result(db);
+    if (res) {
+        MYSQL_ROW row = mysql_fetch_row(res);
+        if (row && row[0])
+            snprintf(value, sizeof value, "%s", row[0]);
+        mysql_free_result(res);
+    }
+    mysql_close(db);
+    return value;
+}
+
+static void write_config(char *buf, size_t size, int lease_ms, int retry_cap_ms, const char *extra)
+{
+    snprintf(buf, size,
+             "backend = \"mysql\";\nlease_ms = %d;\nretry_base_ms = 5;\nretry_cap_ms = %d;\n"
+             "mysql = { port = %d; user = \"root\"; database = \"dl\";\n"
+             "  connect_timeout_ms = 1000; command_timeout_ms = 1000; %s };\n",
+             lease_ms, retry_cap_ms, server.port, extra);
+}
+
+static void lease_config(char *buf, size_t size, int lease_ms, int retry_cap_ms)
+{
+    write_config(buf, size, lease_ms, retry_cap_ms, "");
+}
+
+static void session_config(char *buf, size_t size, int lease_ms, int retry_cap_ms)
+{
+    write_config(buf, size, lease_ms, retry_cap_ms, "mode = \"session\";");
+}
+
+static void steal_row(const char *name)
+{
+    char sql[256];
+    snprintf(sql, sizeof sql, "UPDATE dlock_locks SET owner = 'someone-else:1' WHERE name = 'dlock:%s'", name);
+    admin(sql);
+}
+
+/* KILLs the connection that holds NAME's named lock. */
+static void kill_holder_connection(const char *name)
+{
+    char key[600], hex[17], sql[256];
+    snprintf(key, sizeof key, "dlock:%s", name);
+    dlock_name_digest_hex(dlock_name_digest(key, strlen(key), NULL, 0), hex);
+    snprintf(sql, sizeof sql, "SELECT IS_USED_LOCK('dlock_%s')", hex);
+    const char *id = admin(sql);
+    if (!id[0])
+        fail_msg("nobody holds %s", name);
+    snprintf(sql, sizeof sql, "KILL %s", id);
+    admin(sql);
+}
+
+static dlock_client *open_with(const char *extra, int *rc)
+{
+    char text[2048];
+    write_config(text, sizeof text, 30000, 100, extra);
+    dlock_client *c = NULL;
+    *rc = dlock_client_open_string(&c, text);
+    return c;
+}
+
+static dlock_client *open_ok(const char *extra)
+{
+    int rc;
+    dlock_client *c = open_with(extra, &rc);
+    if (rc != DLOCK_OK)
+        fail_msg("open: %s: %s", dlock_strerror(rc), dlock_errmsg());
+    return c;
+}
+
+/* ---- particular to mysql ---------------------------------------------------------------- */
+
+static void the_row_holds_owner_fence_and_server_expiry(void **state)
+{
+    (void)state;
+    dlock_client *a = open_ok("");
+    dlock_lock *l = test_lock_named(a, "layout");
+    assert_int_equal(dlock_acquire(l, 0), DLOCK_OK);
+    assert_string_equal(admin("SELECT count(*) FROM dlock_locks WHERE name = 'dlock:layout' AND owner LIKE '%:%'"
+                              " AND fence = 1 AND expires_at - CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)"
+                              " BETWEEN 29000 AND 30000"),
+                        "1");
+    assert_int_equal(dlock_release(l), DLOCK_OK);
+    assert_string_equal(
+        admin("SELECT count(*) FROM dlock_locks WHERE name = 'dlock:layout' AND owner IS NULL AND fence = 1"), "1");
+    assert_int_equal(dlock_acquire(l, 0), DLOCK_OK);
+    uint64_t f;
+    assert_int_equal(dlock_fence(l, &f), DLOCK_OK);
+    assert_int_equal(f, 2);
+    /* A renewal in the same millisecond changes no value and is still ours. */
+    assert_int_equal(dlock_renew(l), DLOCK_OK);
+    assert_int_equal(dlock_renew(l), DLOCK_OK);
+    dlock_status_info st;
+    assert_int_equal(dlock_status(a, "layout", 6, &st), DLOCK_OK);
+    assert_int_equal(st.held, 1);
+    assert_int_equal(st.fence, 2);
+    assert_true(st.ttl_ms > 29000 && st.ttl_ms <= 30000);
+    assert_int_equal(dlock_release(l), DLOCK_OK);
+    dlock_lock_free(l);
+    dlock_client_close(a);
+}
+
+static void busy_answer_carries_the_holders_remaining_lease(void **state)
+{
+    (void)state;
+    dlock_client *a = open_ok(""), *b = open_ok("");
+    dlock_lock_options o = DLOCK_LOCK_OPTIONS_INIT;
+    o.lease_ms = 400;
+    dlock_lock *la = NULL, *lb = test_lock_named(b, "hint");
+    assert_int_equal(dlock_lock_new(a, "hint", 4, &o, &la), DLOCK_OK);
+    assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
+    /* B is told when the lease ends instead of backing off past it. */
+    int64_t t0 = now_ms();
+    assert_int_equal(dlock_acquire(lb, 5000), DLOCK_OK);
+    int64_t took = now_ms() - t0;
+    if (took < 300 || took > 400 + 120)
+        fail_msg("granted after %lld ms", (long long)took);
+    assert_int_equal(dlock_release(lb), DLOCK_OK);
+    dlock_lock_free(la);
+    dlock_lock_free(lb);
+    dlock_client_close(a);
+    dlock_client_close(b);
+}
+
+static void lease_hold_survives_a_killed_connection(void **state)
+{
+    (void)state;
+    dlock_client *a = open_ok(""), *b = open_ok("");
+    dlock_lock *la = test_lock_named(a, "survivor"), *lb = test_lock_named(b, "survivor");
+    assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
+    /* Kill every other connection: the hold is the row, not the session. */
+    char sql[128];
+    const char *ids = admin("SELECT GROUP_CONCAT(id) FROM information_schema.processlist "
+                            "WHERE db = 'dl' AND id <> CONNECTION_ID()");
+    char copy[256];
+    snprintf(copy, sizeof copy, "%s", ids);
+    for (char *id = strtok(copy, ","); id; id = strtok(NULL, ",")) {
+        snprintf(sql, sizeof sql, "KILL %s", id);
+        admin(sql);
+    }
+    assert_int_equal(dlock_renew(la), DLOCK_OK);
+    assert_int_equal(dlock_acquire(lb, 0), DLOCK_EBUSY);
+    assert_int_equal(dlock_release(la), DLOCK_OK);
+    dlock_lock_free(la);
+    dlock_lock_free(lb);
+    dlock_client_close(a);
+    dlock_client_close(b);
+}
+
+static void session_hold_is_lost_with_its_connection(void **state)
+{
+    (void)state;
+    dlock_client *a = open_ok("mode = \"session\";"), *b = open_ok("mode = \"session\";");
+    dlock_lock *la = test_lock_named(a, "sess"), *lb = test_lock_named(b, "sess");
+    assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
+    dlock_status_info st;
+    assert_int_equal(dlock_status(b, "sess", 4, &st), DLOCK_OK);
+    assert_int_equal(st.held, 1);
+    assert_int_equal(dlock_acquire(lb, 0), DLOCK_EBUSY);
+    kill_holder_connection("sess");
+    assert_int_equal(dlock_renew(la), DLOCK_ELOST);
+    assert_int_equal(dlock_acquire(lb, 1000), DLOCK_OK);
+    assert_int_equal(dlock_release(la), DLOCK_ELOST);
+    assert_int_equal(dlock_release(lb), DLOCK_OK);
+    dlock_lock_free(la);
+    dlock_lock_free(lb);
+    dlock_client_close(a);
+    dlock_client_close(b);
+}
+
+/* Session mode: the holder's session has a wait_timeout of three leases
+ * (here 3 s), so that a vanished client's named locks do not outlive it by
+ * hours; a fixed lease longer than that is told the truth: its validity is
+ * capped at it, and the hold is lost there, as the server drops the idle
+ * session and frees the lock for others. */
+static void session_wait_timeout_bounds_an_idle_hold(void **state)
+{
+    (void)state;
+    char text[2048];
+    write_config(text, sizeof text, 1000, 100, "mode = \"session\";");
+    dlock_client *a = test_client_open(text);
+    dlock_client *b = open_ok("mode = \"session\";");
+    dlock_lock_options o = DLOCK_LOCK_OPTIONS_INIT;
+    o.lease_ms = 20000;
+    dlock_lock *la = NULL, *lb = test_lock_named(b, "idle");
+    assert_int_equal(dlock_lock_new(a, "idle", 4, &o, &la), DLOCK_OK);
+    assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
+    int64_t v = dlock_validity_ms(la);
+    if (v > 3000)
+        fail_msg("validity %lld ms, beyond the 3 s the idle session lives", (long long)v);
+    int64_t t0 = now_ms();
+    assert_int_equal(dlock_acquire(lb, 8000), DLOCK_OK); /* the server closed the idle session */
+    assert_true(now_ms() - t0 >= 2000);
+    assert_int_equal(dlock_validity_ms(la), DLOCK_ELOST);
+    assert_int_equal(dlock_release(lb), DLOCK_OK);
+    assert_int_equal(dlock_release(la), DLOCK_ELOST);
+    dlock_lock_free(la);
+    dlock_lock_free(lb);
+    dlock_client_close(a);
+    dlock_client_close(b);
+}
+
+/* The release runs, its answer is lost with the connection, and the pool
+ * sends it again on a new one, which finds the row already freed: the
+ * first release's doing, so DLOCK_OK, not a false DLOCK_ELOST. */
+static void release_resent_after_a_lost_answer_is_ok(void **state)
+{
+    (void)state;
+    int proxy_port;
+    struct fault_proxy *proxy = fault_proxy_start(server.port, &proxy_port);
+    assert_non_null(proxy);
+    char text[1024];
+    snprintf(text, sizeof text,
+             "backend = \"mysql\";\nmysql = { host = \"127.0.0.1\"; port = %d; user = \"root\"; "
+             "database = \"dl\"; pool_size = 1; };\n", proxy_port);
+    dlock_client *c = test_client_open(text);
+    dlock_lock *l = test_lock_named(c, "resent");
+    assert_int_equal(dlock_acquire(l, 0), DLOCK_OK); /* statements prepared on the one connection */
+    assert_int_equal(dlock_release(l), DLOCK_OK);
+    assert_int_equal(dlock_acquire(l, 0), DLOCK_OK);
+    fault_proxy_set(proxy, FAULT_DROP_REPLY_RESET, 0);
+    int rc = dlock_release(l);
+    char why[512];
+    snprintf(why, sizeof why, "%s", dlock_errmsg());
+    fault_proxy_set(proxy, FAULT_PASS, 0);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    fault_proxy_stop(proxy);
+    if (rc != DLOCK_OK)
+        fail_msg("release: %s: %s", dlock_strerror(rc), why);
+}
+
+/* ---- batched renewals ------------------------------------------------------------------ */
+
+enum { BATCH_HOLDS = 100, BATCH_LEASE_MS = 900 };
+
+static long long global_status(const char *name)
+{
+    char sql[200];
+    snprintf(sql, sizeof sql,
+             "SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS WHERE VARIABLE_NAME = '%s'", name);
+    return atoll(admin(sql));
+}
+
+/* BATCH_HOLDS watchdog holds "<stem>-<i>" on one client configured with
+ * extra; lost[i] counts the on_lost calls of hold i. */
+static dlock_client *hold_many(const char *extra, const char *stem, dlock_lock **locks, int *lost)
+{
+    char text[2048];
+    write_config(text, sizeof text, BATCH_LEASE_MS, 100, extra);
+    dlock_client *c = test_client_open(text);
+    test_hold_many(c, stem, BATCH_HOLDS, locks, lost);
+    return c;
+}
+
+/* Lease mode: the holds due together are renewed by one multi-table UPDATE
+ * (the server's own statement counters say so); a row taken over is
+ * reported lost for that hold alone, and the others go on being renewed. */
+static void lease_holds_renew_in_batches(void **state)
+{
+    (void)state;
+    dlock_lock *locks[BATCH_HOLDS];
+    int lost[BATCH_HOLDS] = { 0 };
+    dlock_client *c = hold_many("", "batch", locks, lost);
+    /* A name with bytes JSON treats specially rides in the same batches
+     * (keys go as hex). */
+    dlock_lock *odd = test_lock_named(c, "odd \xff\"[,]\\'\x01");
+    assert_int_equal(dlock_acquire(odd, 0), DLOCK_OK);
+    long long multi0 = global_status("COM_UPDATE_MULTI"), single0 = global_status("COM_UPDATE");
+    usleep(3 * BATCH_LEASE_MS * 1000);
+    long long multi = global_status("COM_UPDATE_MULTI") - multi0, single = global_status("COM_UPDATE") - single0;
+    test_only_this_hold_lost(locks, lost, BATCH_HOLDS, -1);
+    assert_true(dlock_validity_ms(odd) > 0);
+    assert_int_equal(dlock_release(odd), DLOCK_OK);
+    dlock_lock_free(odd);
+    long long renewals = test_client_metric(c, "dlock_renewals_total");
+    print_message("# %lld renewals in %lld batch statements and %lld single updates\n", renewals, multi, single);
+    assert_true(renewals >= BATCH_HOLDS * 6);
+    /* One statement per hold would be 1:1. Holds fall due in 20 ms windows,
+     * so even acquires spread over the whole 300 ms tick (a slow sanitizer
+     * build) make at most 15 statements a tick; a hold alone in its window
+     * is renewed by the single statement. */
+    assert_true(multi >= 1 && renewals >= 3 * (multi + single));
+    steal_row("batch-7");
+    usleep(BATCH_LEASE_MS * 1000);
+    test_only_this_hold_lost(locks, lost, BATCH_HOLDS, 7);
+    test_release_many(locks, BATCH_HOLDS, 7);
+    dlock_client_close(c);
+}
+
+/* Session mode: one query per round counts the named locks the holder
+ * connection holds (the server's SELECT counter says one per round, not
+ * one per hold); when that connection is killed every hold is lost, each
+ * reported once. */
+static void session_holds_renew_in_batches(void **state)
+{
+    (void)state;
+    dlock_lock *locks[BATCH_HOLDS];
+    int lost[BATCH_HOLDS] = { 0 };
+    dlock_client *c = hold_many("mode = \"session\";", "sbatch", locks, lost);
+    long long selects0 = global_status("COM_SELECT");
+    usleep(3 * BATCH_LEASE_MS * 1000);
+    long long selects = global_status("COM_SELECT") - selects0;
+    test_only_this_hold_lost(locks, lost, BATCH_HOLDS, -1);
+    long long renewals = test_client_metric(c, "dlock_renewals_total");
+    print_message("# %lld renewals in %lld SELECTs\n", renewals, selects);
+    assert_true(renewals >= BATCH_HOLDS * 6);
+    assert_true(selects >= 1 && renewals >= 3 * selects); /* one per hold would be 1:1 */
+    kill_holder_connection("sbatch-0");
+    usleep(BATCH_LEASE_MS * 1000);
+    test_every_hold_lost(locks, lost, BATCH_HOLDS);
+    dlock_client_close(c);
+}
+
+static void missing_table_without_create_is_a_config_error(void **state)
+{
+    (void)state;
+    int rc;
+    dlock_client *c = open_with("table = \"absent\"; create_table = false;", &rc);
+    assert_null(c);
+    assert_int_equal(rc, DLOCK_ECONFIG);
+    assert_non_null(strstr(dlock_errmsg(), "create_table"));
+}
+
+static void a_least_privilege_user_is_enough(void **state)
+{
+    (void)state;
+    admin("DROP USER IF EXISTS 'dlock_app'@'127.0.0.1'");
+    admin("CREATE USER 'dlock_app'@'127.0.0.1' IDENTIFIED BY 'app-secret'");
+    admin("GRANT SELECT, INSERT, UPDATE ON dl.dlock_locks TO 'dlock_app'@'127.0.0.1'");
+    char text[512];
+    snprintf(text, sizeof text,
+             "backend = \"mysql\";\nmysql = { port = %d; user = \"dlock_app\"; password = \"app-secret\";"
+             " database = \"dl\"; create_table = false; };\n",
+             server.port);
+    dlock_client *c = NULL;
+    int rc = dlock_client_open_string(&c, text);
+    if (rc != DLOCK_OK)
+        fail_msg("open as dlock_app: %s", dlock_errmsg());
+    dlock_lock *l = test_lock_named(c, "least");
+    assert_int_equal(dlock_acquire(l, 0), DLOCK_OK);
+    assert_int_equal(dlock_renew(l), DLOCK_OK);
+    assert_int_equal(dlock_release(l), DLOCK_OK);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    snprintf(text, sizeof text,
+             "backend = \"mysql\";\nmysql = { port = %d; user = \"dlock_app\"; password = \"app-secret\";"
+             " database = \"dl\"; table = \"other\"; };\n",
+             server.port);
+    assert_int_equal(dlock_client_open_string(&c, text), DLOCK_ECONFIG);
+    assert_non_null(strstr(dlock_errmsg(), "denied"));
+    snprintf(text, sizeof text,
+             "backend = \"mysql\";\nmysql = { port = %d; user = \"dlock_app\"; password = \"wrong\"; database = \"dl\"; };\n",
+             server.port);
+    assert_int_equal(dlock_client_open_string(&c, text), DLOCK_ECONFIG);
+    assert_non_null(strstr(dlock_errmsg(), "Access denied"));
+}
+
+static void bad_settings_are_config_errors(void **state)
+{
+    (void)state;
+    const char *bad[] = { "table = \"x`; DROP TABLE y\";", "mode = \"exclusive\";", "table = \"\";" };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        int rc;
+        dlock_client *c = open_with(bad[i], &rc);
+        assert_null(c);
+        if (rc != DLOCK_ECONFIG)
+            fail_msg("%s: %s (%s)", bad[i], dlock_strerror(rc), dlock_errmsg());
+        assert_non_null(strstr(dlock_errmsg(), "mysql."));
+    }
+    char text[256];
+    snprintf(text, sizeof text, "backend = \"mysql\";\nmysql = { port = %d; };\n", server.port);
+    dlock_client *c = NULL;
+    assert_int_equal(dlock_client_open_string(&c, text), DLOCK_ECONFIG);
+    assert_non_null(strstr(dlock_errmsg(), "mysql.database"));
+}
+
+static void unreachable_server_is_a_clear_error(void **state)
+{
+    (void)state;
+    char text[512];
+    snprintf(text, sizeof text,
+             "backend = \"mysql\";\nmysql = { port = %d; database = \"dl\"; connect_timeout_ms = 500; };\n",
+             server.port + 1);
+    dlock_client *c = NULL;
+    int64_t t0 = now_ms();
+    assert_int_equal(dlock_client_open_string(&c, text), DLOCK_EUNAVAILABLE);
+    assert_true(now_ms() - t0 < 1500);
+    assert_non_null(strstr(dlock_errmsg(), "mysql 127.0.0.1:"));
+}
+
+static dlock_client *open_lease(void)
+{
+    return open_ok("");
+}
+
+/* The SQL fence guard of libdlock(3), FENCING (tests/support/fence_guard_case.c). */
+static void sql_fence_guard_refuses_the_stale_holder(void **state)
+{
+    (void)state;
+    static const struct sql_fence_guard_target target = {
+        admin, open_lease, "INSERT INTO accounts VALUES (1, '', 0) ON DUPLICATE KEY UPDATE owner = '', fence = 0"
+    };
+    sql_fence_guard_case(&target);
+}
+
+static void stopped_server_times_out_then_recovers(void **state)
+{
+    (void)state;
+    dlock_client *a = open_ok("");
+    dlock_lock *l = test_lock_named(a, "frozen");
+    assert_int_equal(dlock_acquire(l, 0), DLOCK_OK);
+    assert_int_equal(dlock_release(l), DLOCK_OK);
+    test_service_signal(&server, SIGSTOP);
+    int64_t t0 = now_ms();
+    int rc = dlock_acquire(l, 0);
+    int64_t took = now_ms() - t0;
+    test_service_signal(&server, SIGCONT);
+    assert_int_equal(rc, DLOCK_EUNAVAILABLE);
+    /* command_timeout_ms = 1000 (libmariadb counts whole seconds). */
+    if (took < 900 || took > 2500)
+        fail_msg("a stopped server answered after %lld ms", (long long)took);
+    int64_t t1 = now_ms();
+    while ((rc = dlock_acquire(l, 0)) == DLOCK_EUNAVAILABLE && now_ms() - t1 < 5000)
+        sleep_ms(50);
+    assert_int_equal(rc, DLOCK_OK);
+    assert_int_equal(dlock_release(l), DLOCK_OK);
+    dlock_lock_free(l);
+    dlock_client_close(a);
+}
+
+int main(void)
+{
+    if (getenv("CMOCKA_FILTER")) /* one case by name, for checking it against older code */
+        cmocka_set_test_filter(getenv("CMOCKA_FILTER"));
+    if (test_service_start(&server) != 0) {
+        printf("[  FAILED  ] 1 test(s), listed below:\n[  FAILED  ] mariadb did not start\n");
+        return 1;
+    }
+    admin("CREATE DATABASE IF NOT EXISTS dl");
+    static const struct conformance_target lease = { "mysql lease mode", lease_config, steal_row, NULL };
+    static const struct conformance_target session = { "mysql session mode", session_config,
+                                                       kill_holder_connection, NULL };
+    int failed = conformance_run(&lease);
+    failed += conformance_run(&session);
+    const struct CMUnitTest particular[] = {
+        cmocka_unit_test(the_row_holds_owner_fence_and_server_expiry),
+        cmocka_unit_test(busy_answer_carries_the_holders_remaining_lease),
+        cmocka_unit_test(lease_hold_survives_a_killed_connection),
+        cmocka_unit_test(session_hold_is_lost_with_its_connection),
+        cmocka_unit_test(session_wait_timeout_bounds_an_idle_hold),
+        cmocka_unit_test(release_resent_after_a_lost_answer_is_ok),
+        cmocka_unit_test(lease_holds_renew_in_batches),
+        cmocka_unit_test(session_holds_renew_in_batches),
+        cmocka_unit_test(missing_table_without_create_is_a_config_error),
+        cmocka_unit_test(a_least_privilege_user_is_enough),
+        cmocka_unit_test(bad_settings_are_config_errors),
+        cmocka_unit_test(unreachable_server_is_a_clear_error),
+        cmocka_unit_test(sql_fence_guard_refuses_the_stale_holder),
+        cmocka_unit_test(stopped_server_times_out_then_recovers),
+    };
+    failed += cmocka_run_group_tests_name("mysql", particular, NULL, NULL);
+    test_service_stop(&server);
+    return failed ? 1 : 0;
+}

@@ -1,0 +1,458 @@
+/* tests/backends/postgres/test_postgres.c - the postgres backend against a real PostgreSQL
+ * that this program starts on a private port (and stops by PID): the
+ * conformance suite in lease and in session mode, then what is particular
+ * to PostgreSQL. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "../../conformance/conformance.h"
+#include "../../support/service.h"
+#include "../../support/fault_proxy.h"
+#include "../../support/test_time.h"
+#include "../../support/test_client.h"
+#include "../../support/fence_guard_case.h"
+
+#include <dlock.h>
+#include <libpq-fe.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static struct test_service server = { .script = "postgres" };
+
+/* Runs SQL as the superuser; returns the first value of the first row
+ * (static, "" if none) and fails the test on an error. */
+static const char *admin(const char *sql)
+{
+    static char value[256];
+    char info[256];
+    snprintf(info, sizeof info, "host=127.0.0.1 port=%d user=postgres dbname=postgres", server.port);
+    PGconn *c = PQconnectdb(info);
+    if (PQstatus(c) != CONNECTION_OK)
+        fail_msg("admin connection: %s", PQerrorMessage(c));
+    PGresult *r = PQexec(c, sql);
+    ExecStatusType st = PQresultStatus(r);
+    if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK)
+        fail_msg("%s: %s", sql, PQresultErrorMessage(r));
+    snprintf(value, sizeof value, "%s", PQntuples(r) > 0 && PQnfields(r) > 0 ? PQgetvalue(r, 0, 0) : "");
+    PQclear(r);
+    PQfinish(c);
+    return value;
+}
+
+static void write_config(char *buf, size_t size, int lease_ms, int retry_cap_ms, const char *extra)
+{
+    snprintf(buf, size,
+             "backend = \"postgres\";\nlease_ms = %d;\nretry_base_ms = 5;\nretry_cap_ms = %d;\n"
+             "postgres = { port = %d; user = \"postgres\"; database = \"postgres\";\n"
+             "  connect_timeout_ms = 1000; command_timeout_ms = 1000; %s };\n",
+             lease_ms, retry_cap_ms, server.port, extra);
+}
+
+static void lease_config(char *buf, size_t size, int lease_ms, int retry_cap_ms)
+{
+    write_config(buf, size, lease_ms, retry_cap_ms, "");
+}
+
+static void session_config(char *buf, size_t size, int lease_ms, int retry_cap_ms)
+{
+    write_config(buf, size, lease_ms, retry_cap_ms, "mode = \"session\";");
+}
+
+/* An operator (or a second writer) takes the row over. */
+static void steal_row(const char *name)
+{
+    char sql[256];
+    snprintf(sql, sizeof sql,
+             "UPDATE dlock_locks SET owner = 'someone-else:1' WHERE name = convert_to('dlock:%s', 'UTF8')", name);
+    admin(sql);
+}
+
+/* The session that holds the advisory locks is terminated. */
+static void terminate_holder_sessions(const char *name)
+{
+    (void)name;
+    admin("SELECT count(pg_terminate_backend(pid)) FROM pg_locks WHERE locktype = 'advisory' AND granted");
+}
+
+static dlock_client *open_with(const char *extra, int *rc)
+{
+    char text[2048];
+    write_config(text, sizeof text, 30000, 100, extra);
+    dlock_client *c = NULL;
+    *rc = dlock_client_open_string(&c, text);
+    return c;
+}
+
+static dlock_client *open_ok(const char *extra)
+{
+    int rc;
+    dlock_client *c = open_with(extra, &rc);
+    if (rc != DLOCK_OK)
+        fail_msg("open: %s: %s", dlock_strerror(rc), dlock_errmsg());
+    return c;
+}
+
+/* ---- particular to postgres ----------------------------------------------------------- */
+
+static void the_row_holds_owner_fence_and_server_expiry(void **state)
+{
+    (void)state;
+    dlock_client *a = open_ok("");
+    dlock_lock *l = test_lock_named(a, "layout");
+    assert_int_equal(dlock_acquire(l, 0), DLOCK_OK);
+    assert_string_equal(admin("SELECT count(*) FROM dlock_locks WHERE name = convert_to('dlock:layout', 'UTF8')"
+                              " AND owner LIKE '%:%' AND fence = 1"
+                              " AND expires_at BETWEEN now() + interval '29 s' AND now() + interval '30 s'"),
+                        "1");
+    assert_int_equal(dlock_release(l), DLOCK_OK);
+    /* Freed, not deleted: the row keeps the fence for the next holder. */
+    assert_string_equal(admin("SELECT count(*) FROM dlock_locks WHERE name = convert_to('dlock:layout', 'UTF8')"
+                              " AND owner IS NULL AND fence = 1"), "1");
+    assert_int_equal(dlock_acquire(l, 0), DLOCK_OK);
+    uint64_t f;
+    assert_int_equal(dlock_fence(l, &f), DLOCK_OK);
+    assert_int_equal(f, 2);
+    dlock_status_info st;
+    assert_int_equal(dlock_status(a, "layout", 6, &st), DLOCK_OK);
+    assert_int_equal(st.held, 1);
+    assert_int_equal(st.fence, 2);
+    assert_true(st.ttl_ms > 29000 && st.ttl_ms <= 30000);
+    assert_int_equal(dlock_release(l), DLOCK_OK);
+    dlock_lock_free(l);
+    dlock_client_close(a);
+}
+
+static void lease_hold_survives_a_terminated_connection(void **state)
+{
+    (void)state;
+    dlock_client *a = open_ok(""), *b = open_ok("");
+    dlock_lock *la = test_lock_named(a, "survivor"), *lb = test_lock_named(b, "survivor");
+    assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
+    /* Every connection of libdlock is cut; in lease mode the hold is the
+     * row, so the next statement reconnects and the hold is still ours. */
+    admin("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = 'libdlock'");
+    assert_int_equal(dlock_renew(la), DLOCK_OK);
+    assert_int_equal(dlock_acquire(lb, 0), DLOCK_EBUSY);
+    assert_int_equal(dlock_release(la), DLOCK_OK);
+    dlock_lock_free(la);
+    dlock_lock_free(lb);
+    dlock_client_close(a);
+    dlock_client_close(b);
+}
+
+static void session_hold_is_lost_with_its_session(void **state)
+{
+    (void)state;
+    dlock_client *a = open_ok("mode = \"session\";"), *b = open_ok("mode = \"session\";");
+    dlock_lock *la = test_lock_named(a, "sess"), *lb = test_lock_named(b, "sess");
+    assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
+    dlock_status_info st;
+    assert_int_equal(dlock_status(b, "sess", 4, &st), DLOCK_OK);
+    assert_int_equal(st.held, 1);
+    assert_int_equal(dlock_acquire(lb, 0), DLOCK_EBUSY);
+    terminate_holder_sessions("sess");
+    assert_int_equal(dlock_renew(la), DLOCK_ELOST);
+    assert_int_equal(dlock_acquire(lb, 0), DLOCK_OK);
+    assert_int_equal(dlock_release(la), DLOCK_ELOST);
+    assert_int_equal(dlock_release(lb), DLOCK_OK);
+    dlock_lock_free(la);
+    dlock_lock_free(lb);
+    dlock_client_close(a);
+    dlock_client_close(b);
+}
+
+/* ---- batched renewals ------------------------------------------------------------------ */
+
+enum { BATCH_HOLDS = 100, BATCH_LEASE_MS = 900 };
+#define ODD_NAME "odd \xff\"{,}\\'\x01"
+
+/* BATCH_HOLDS watchdog holds "batch-<i>" on one client of the given mode;
+ * lost[i] counts the on_lost calls of hold i. */
+static dlock_client *hold_many(const char *extra, dlock_lock **locks, int *lost)
+{
+    char text[2048];
+    write_config(text, sizeof text, BATCH_LEASE_MS, 100, extra);
+    dlock_client *c = test_client_open(text);
+    test_hold_many(c, "batch", BATCH_HOLDS, locks, lost);
+    return c;
+}
+
+/* Through 3 leases every hold stays valid and is renewed about 9 times
+ * (lease/3); returns how many renewals the client made. */
+static long long all_renewed(dlock_client *c, dlock_lock **locks, const int *lost)
+{
+    usleep(3 * BATCH_LEASE_MS * 1000);
+    test_only_this_hold_lost(locks, lost, BATCH_HOLDS, -1);
+    long long renewals = test_client_metric(c, "dlock_renewals_total");
+    assert_true(renewals >= BATCH_HOLDS * 6);
+    return renewals;
+}
+
+/* A statement-level trigger counts the UPDATE statements on the lock table
+ * from now on: the server's own count of round trips that renew. */
+static void count_update_statements(void)
+{
+    admin("CREATE TABLE IF NOT EXISTS update_statements (n bigint NOT NULL);"
+          "TRUNCATE update_statements; INSERT INTO update_statements VALUES (0);"
+          "CREATE OR REPLACE FUNCTION count_update_statement() RETURNS trigger LANGUAGE plpgsql AS"
+          "  $$BEGIN UPDATE update_statements SET n = n + 1; RETURN NULL; END$$;"
+          "CREATE OR REPLACE TRIGGER count_updates AFTER UPDATE ON dlock_locks"
+          "  FOR EACH STATEMENT EXECUTE FUNCTION count_update_statement()");
+}
+
+static long long update_statements_counted(void)
+{
+    long long n = atoll(admin("SELECT n FROM update_statements"));
+    admin("DROP TRIGGER count_updates ON dlock_locks; DROP TABLE update_statements;"
+          "DROP FUNCTION count_update_statement()");
+    return n;
+}
+
+/* Lease mode: the holds due together are renewed by one statement; a row
+ * taken over is reported lost for that hold alone, and the batch goes on
+ * renewing the others. */
+static void lease_holds_renew_in_batches(void **state)
+{
+    (void)state;
+    dlock_lock *locks[BATCH_HOLDS];
+    int lost[BATCH_HOLDS] = { 0 };
+    dlock_client *c = hold_many("", locks, lost);
+    /* A name with every byte an array literal or bytea treats specially
+     * rides in the same batches (keys go as hex). */
+    dlock_lock *odd = test_lock_named(c, ODD_NAME);
+    assert_int_equal(dlock_acquire(odd, 0), DLOCK_OK);
+    count_update_statements();
+    long long renewals = all_renewed(c, locks, lost);
+    assert_true(dlock_validity_ms(odd) > 0);
+    assert_int_equal(dlock_release(odd), DLOCK_OK);
+    dlock_lock_free(odd);
+    long long statements = update_statements_counted();
+    print_message("# %lld renewals in %lld UPDATE statements\n", renewals, statements);
+    /* One statement per hold would be 1:1. Holds fall due in 20 ms windows,
+     * so even acquires spread over the whole 300 ms tick (a slow sanitizer
+     * build) make at most 15 statements a tick: >= 6 renewals each. */
+    assert_true(statements >= 1 && renewals >= 3 * statements);
+    steal_row("batch-7");
+    usleep(BATCH_LEASE_MS * 1000);
+    test_only_this_hold_lost(locks, lost, BATCH_HOLDS, 7);
+    test_release_many(locks, BATCH_HOLDS, 7);
+    /* Every other row freed; the stolen one left to its new owner. */
+    assert_string_equal(admin("SELECT count(*) FROM dlock_locks"
+                              " WHERE position(convert_to('dlock:batch-', 'UTF8') in name) = 1"
+                              " AND owner IS NOT NULL AND owner <> 'someone-else:1'"),
+                        "0");
+    assert_string_equal(admin("SELECT count(*) FROM dlock_locks"
+                              " WHERE position(convert_to('dlock:batch-', 'UTF8') in name) = 1"
+                              " AND owner IS NULL"),
+                        "99");
+    dlock_client_close(c);
+}
+
+/* Session mode: one check per round proves the session for every hold;
+ * when the session is terminated, every hold is lost, each reported once. */
+static void session_holds_renew_in_batches(void **state)
+{
+    (void)state;
+    dlock_lock *locks[BATCH_HOLDS];
+    int lost[BATCH_HOLDS] = { 0 };
+    dlock_client *c = hold_many("mode = \"session\";", locks, lost);
+    all_renewed(c, locks, lost);
+    terminate_holder_sessions(NULL);
+    usleep(BATCH_LEASE_MS * 1000);
+    test_every_hold_lost(locks, lost, BATCH_HOLDS);
+    dlock_client_close(c);
+}
+
+static void missing_table_without_create_is_a_config_error(void **state)
+{
+    (void)state;
+    int rc;
+    dlock_client *c = open_with("table = \"absent\"; create_table = false;", &rc);
+    assert_null(c);
+    assert_int_equal(rc, DLOCK_ECONFIG);
+    assert_non_null(strstr(dlock_errmsg(), "create_table"));
+}
+
+static void a_least_privilege_role_is_enough(void **state)
+{
+    (void)state;
+    admin("DROP ROLE IF EXISTS dlock_app");
+    admin("CREATE ROLE dlock_app LOGIN PASSWORD 'app-secret'");
+    admin("GRANT SELECT, INSERT, UPDATE ON dlock_locks TO dlock_app");
+    admin("GRANT USAGE ON SEQUENCE dlock_locks_fence TO dlock_app");
+    int rc;
+    char extra[256];
+    snprintf(extra, sizeof extra, "conninfo = \"host=127.0.0.1 port=%d dbname=postgres user=dlock_app password=app-secret\";"
+             " create_table = false;", server.port);
+    /* write_config adds user/database; conninfo must stand alone. */
+    char text[1024];
+    snprintf(text, sizeof text, "backend = \"postgres\";\npostgres = { %s };\n", extra);
+    dlock_client *c = NULL;
+    rc = dlock_client_open_string(&c, text);
+    if (rc != DLOCK_OK)
+        fail_msg("open as dlock_app: %s", dlock_errmsg());
+    dlock_lock *l = test_lock_named(c, "least");
+    assert_int_equal(dlock_acquire(l, 0), DLOCK_OK);
+    assert_int_equal(dlock_renew(l), DLOCK_OK);
+    assert_int_equal(dlock_release(l), DLOCK_OK);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    /* The role cannot create the table: with create_table on and the table
+     * absent, the error says so. */
+    snprintf(text, sizeof text,
+             "backend = \"postgres\";\npostgres = { conninfo = \"host=127.0.0.1 port=%d dbname=postgres "
+             "user=dlock_app password=app-secret\"; table = \"other\"; };\n",
+             server.port);
+    rc = dlock_client_open_string(&c, text);
+    assert_int_equal(rc, DLOCK_ECONFIG);
+    assert_non_null(strstr(dlock_errmsg(), "permission denied"));
+}
+
+/* The release runs, its answer is lost with the connection, and the pool
+ * sends it again on a new one, which finds the row already freed: the
+ * first release's doing, so DLOCK_OK, not a false DLOCK_ELOST. */
+static void release_resent_after_a_lost_answer_is_ok(void **state)
+{
+    (void)state;
+    int proxy_port;
+    struct fault_proxy *proxy = fault_proxy_start(server.port, &proxy_port);
+    assert_non_null(proxy);
+    char text[1024];
+    snprintf(text, sizeof text,
+             "backend = \"postgres\";\npostgres = { port = %d; user = \"postgres\"; database = \"postgres\"; "
+             "pool_size = 1; };\n", proxy_port);
+    dlock_client *c = test_client_open(text);
+    dlock_lock *l = test_lock_named(c, "resent");
+    assert_int_equal(dlock_acquire(l, 0), DLOCK_OK); /* statements prepared on the one connection */
+    assert_int_equal(dlock_release(l), DLOCK_OK);
+    assert_int_equal(dlock_acquire(l, 0), DLOCK_OK);
+    fault_proxy_set(proxy, FAULT_DROP_REPLY_RESET, 0);
+    int rc = dlock_release(l);
+    char why[512];
+    snprintf(why, sizeof why, "%s", dlock_errmsg());
+    fault_proxy_set(proxy, FAULT_PASS, 0);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    fault_proxy_stop(proxy);
+    if (rc != DLOCK_OK)
+        fail_msg("release: %s: %s", dlock_strerror(rc), why);
+}
+
+static void bad_settings_are_config_errors(void **state)
+{
+    (void)state;
+    const char *bad[] = { "table = \"x; DROP TABLE y\";", "mode = \"exclusive\";", "table = \"\";",
+                          "conninfo = \"host=127.0.0.1\";" /* together with host/port from write_config */ };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        int rc;
+        dlock_client *c = open_with(bad[i], &rc);
+        assert_null(c);
+        if (rc != DLOCK_ECONFIG)
+            fail_msg("%s: %s (%s)", bad[i], dlock_strerror(rc), dlock_errmsg());
+        assert_non_null(strstr(dlock_errmsg(), "postgres."));
+    }
+    /* A malformed conninfo is refused without quoting any of it: libpq's
+     * own reason would repeat the words around the fault, a password's. */
+    char text[512];
+    snprintf(text, sizeof text,
+             "backend = \"postgres\";\npostgres = { conninfo = \"host=127.0.0.1 port=%d user=app "
+             "password=Sup3r Secr3t dbname=app\"; };\n", server.port);
+    dlock_client *c = NULL;
+    assert_int_equal(dlock_client_open_string(&c, text), DLOCK_ECONFIG);
+    assert_non_null(strstr(dlock_errmsg(), "postgres.conninfo"));
+    if (strstr(dlock_errmsg(), "Secr3t") || strstr(dlock_errmsg(), "Sup3r"))
+        fail_msg("the error repeats the password: %s", dlock_errmsg());
+}
+
+static void unreachable_server_is_a_clear_error(void **state)
+{
+    (void)state;
+    char text[512];
+    snprintf(text, sizeof text, "backend = \"postgres\";\npostgres = { port = %d; connect_timeout_ms = 500; };\n",
+             server.port + 1);
+    dlock_client *c = NULL;
+    int64_t t0 = now_ms();
+    assert_int_equal(dlock_client_open_string(&c, text), DLOCK_EUNAVAILABLE);
+    assert_true(now_ms() - t0 < 1500);
+    assert_non_null(strstr(dlock_errmsg(), "postgres 127.0.0.1:"));
+}
+
+static dlock_client *open_lease(void)
+{
+    return open_ok("");
+}
+
+/* The SQL fence guard of libdlock(3), FENCING (tests/support/fence_guard_case.c). */
+static void sql_fence_guard_refuses_the_stale_holder(void **state)
+{
+    (void)state;
+    static const struct sql_fence_guard_target target = {
+        admin, open_lease, "INSERT INTO accounts VALUES (1, '', 0) ON CONFLICT (id) DO UPDATE SET owner = '', fence = 0"
+    };
+    sql_fence_guard_case(&target);
+}
+
+static void stopped_server_times_out_then_recovers(void **state)
+{
+    (void)state;
+    dlock_client *a = open_ok("");
+    dlock_lock *l = test_lock_named(a, "frozen");
+    assert_int_equal(dlock_acquire(l, 0), DLOCK_OK);
+    assert_int_equal(dlock_release(l), DLOCK_OK);
+    /* The postmaster and every backend: an idle pooled connection is served
+     * by a backend process of its own. */
+    test_service_signal(&server, SIGSTOP);
+    int64_t t0 = now_ms();
+    int rc = dlock_acquire(l, 0);
+    int64_t took = now_ms() - t0;
+    test_service_signal(&server, SIGCONT);
+    assert_int_equal(rc, DLOCK_EUNAVAILABLE);
+    /* command_timeout_ms = 1000 bounds the wait, not libpq's blocking read. */
+    if (took < 900 || took > 1500)
+        fail_msg("a stopped server answered after %lld ms", (long long)took);
+    int64_t t1 = now_ms();
+    while ((rc = dlock_acquire(l, 0)) == DLOCK_EUNAVAILABLE && now_ms() - t1 < 5000)
+        sleep_ms(50);
+    assert_int_equal(rc, DLOCK_OK);
+    assert_int_equal(dlock_release(l), DLOCK_OK);
+    dlock_lock_free(l);
+    dlock_client_close(a);
+}
+
+int main(void)
+{
+    if (getenv("CMOCKA_FILTER")) /* one case by name, for checking it against older code */
+        cmocka_set_test_filter(getenv("CMOCKA_FILTER"));
+    if (test_service_start(&server) != 0) {
+        printf("[  FAILED  ] 1 test(s), listed below:\n[  FAILED  ] postgres did not start\n");
+        return 1;
+    }
+    static const struct conformance_target lease = { "postgres lease mode", lease_config, steal_row, NULL };
+    static const struct conformance_target session = { "postgres session mode", session_config,
+                                                       terminate_holder_sessions, NULL };
+    int failed = conformance_run(&lease);
+    failed += conformance_run(&session);
+    const struct CMUnitTest particular[] = {
+        cmocka_unit_test(the_row_holds_owner_fence_and_server_expiry),
+        cmocka_unit_test(lease_hold_survives_a_terminated_connection),
+        cmocka_unit_test(session_hold_is_lost_with_its_session),
+        cmocka_unit_test(lease_holds_renew_in_batches),
+        cmocka_unit_test(session_holds_renew_in_batches),
+        cmocka_unit_test(missing_table_without_create_is_a_config_error),
+        cmocka_unit_test(a_least_privilege_role_is_enough),
+        cmocka_unit_test(bad_settings_are_config_errors),
+        cmocka_unit_test(release_resent_after_a_lost_answer_is_ok),
+        cmocka_unit_test(unreachable_server_is_a_clear_error),
+        cmocka_unit_test(sql_fence_guard_refuses_the_stale_holder),
+        cmocka_unit_test(stopped_server_times_out_then_recovers),
+    };
+    failed += cmocka_run_group_tests_name("postgres", particular, NULL, NULL);
+    test_service_stop(&server);
+    return failed ? 1 : 0;
+}

@@ -1,0 +1,264 @@
+/* tests/backends/redis/test_checked_redis.c - the fault suite on the redis backend:
+ * 4 worker processes contend for one lock and increment a fenced counter
+ * under it (fault_worker), while this program injects one fault per case
+ * into the holder, the server or the network (the project's TCP proxy sits
+ * between the workers and redis-server). The checker then proves, from the
+ * logs, no overlapping holds, fences that only grow, every stale write
+ * refused and no lost increment; each case adds its own pass figure. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "../../support/fault_proxy.h"
+#include "../../support/redis_server.h"
+#include "../../faults/fault_run.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+
+#define LEASE_MS 1500
+#define WORKERS 4
+#define SHORT_HOLD_MS 40
+/* Long enough that the holder is inside its hold, its watchdog renewing,
+ * when the fault hits: the loss is then the library's to report. */
+#define LONG_HOLD_MS (2 * LEASE_MS)
+
+static struct test_redis server;
+static struct fault_proxy *proxy;
+static int proxy_port;
+
+static void start(struct fault_run *run, int hold_ms)
+{
+    char config[512];
+    snprintf(config, sizeof config,
+             "backend = \"redis\";\nlease_ms = %d;\nretry_base_ms = 5;\nretry_cap_ms = 100;\n"
+             "redis = { port = %d; command_timeout_ms = 1000; connect_timeout_ms = 500; };\n",
+             LEASE_MS, proxy_port);
+    fault_run_start(run, config, WORKERS, (hold_ms > 1000 ? 9000 : 5000) * fault_run_scale(), hold_ms);
+    fault_sleep_ms(1200); /* let them get going */
+}
+
+static void no_fault(void **state)
+{
+    (void)state;
+    struct fault_run run;
+    struct history_report r;
+    start(&run, SHORT_HOLD_MS);
+    fault_run_finish(&run, "redis, no fault", &r);
+    assert_true(r.grants >= 20);
+    assert_int_equal(r.lost_notes + r.invalid_checks, 0);
+}
+
+/* The holder dies: its hold ends with its lease, and others go on. */
+static void holder_killed(void **state)
+{
+    (void)state;
+    struct fault_run run;
+    struct history_report r;
+    start(&run, SHORT_HOLD_MS);
+    pid_t holder = fault_run_holder(&run, 2000);
+    assert_true(holder > 0);
+    int64_t killed_at = fault_now_us();
+    kill(holder, SIGKILL);
+    int grants = -1;
+    fault_sleep_ms(LEASE_MS + 1000);
+    grants = history_grants_between(run.dir, run.nworkers, killed_at, fault_now_us());
+    fault_run_finish(&run, "redis, holder SIGKILLed", &r);
+    assert_true(grants >= 1); /* within the lease + 1 s */
+}
+
+/* A fault held for ms while a holder is inside its (long) hold: begin(),
+ * wait, end(), then 2.5 s of service; r gets the checked run, *after the
+ * grants made once the fault ended. */
+enum fault_kind { HOLDER_STOPPED, SERVER_STOPPED, NETWORK_DELAY, NETWORK_PARTITION, REPLIES_PAST_THE_LEASE };
+
+static void fault_begin(enum fault_kind kind, pid_t holder)
+{
+    switch (kind) {
+    case HOLDER_STOPPED: break; /* stopped mid-hold by fault_run_pause_holder */
+    case SERVER_STOPPED: kill(server.pid, SIGSTOP); break;
+    case NETWORK_DELAY: fault_proxy_set(proxy, FAULT_DELAY, 100); break;
+    case NETWORK_PARTITION: fault_proxy_set(proxy, FAULT_BLACKHOLE, 0); break;
+    case REPLIES_PAST_THE_LEASE: fault_proxy_set(proxy, FAULT_DELAY, 2 * LEASE_MS); break;
+    }
+}
+
+static void fault_end(enum fault_kind kind, pid_t holder)
+{
+    switch (kind) {
+    case HOLDER_STOPPED: kill(holder, SIGCONT); break;
+    case SERVER_STOPPED: kill(server.pid, SIGCONT); break;
+    case NETWORK_DELAY:
+    case NETWORK_PARTITION:
+    case REPLIES_PAST_THE_LEASE: fault_proxy_set(proxy, FAULT_PASS, 0); break;
+    }
+}
+
+static void run_with_fault(const char *scenario, enum fault_kind kind, int ms, struct history_report *r, int *after)
+{
+    struct fault_run run;
+    start(&run, LONG_HOLD_MS);
+    /* Other faults begin right after a grant: the holder is then inside its
+     * hold for at least half of LONG_HOLD_MS, one lease, which outlasts the
+     * validity it had at the fault (it checks it before writing). Begun
+     * late in a hold, the holder could release within its validity, and
+     * rightly report no loss. */
+    if (kind != HOLDER_STOPPED)
+        fault_run_await_grant(&run, fault_now_us(), 5000);
+    pid_t holder = kind == HOLDER_STOPPED ? fault_run_pause_holder(&run, 2000) : fault_run_holder(&run, 2000);
+    assert_true(holder > 0);
+    int64_t began = fault_now_us();
+    fault_begin(kind, holder);
+    fault_sleep_ms(ms);
+    if (kind == HOLDER_STOPPED) { /* resumed after the next holder's grant and read */
+        fault_run_await_grant(&run, began, ms);
+        fault_sleep_ms(300);
+    }
+    fault_end(kind, holder);
+    int64_t healed = fault_now_us();
+    fault_sleep_ms(2500);
+    *after = history_grants_between(run.dir, WORKERS, healed, fault_now_us());
+    fault_run_finish(&run, scenario, r);
+}
+
+/* The holder is paused for 1.5 leases: the others take the lock after its
+ * lease; when it resumes, it learns the loss and its late write is refused. */
+static void holder_paused_past_its_lease(void **state)
+{
+    (void)state;
+    struct history_report r;
+    int after;
+    run_with_fault("redis, holder SIGSTOPped for 1.5 leases", HOLDER_STOPPED, LEASE_MS * 3 / 2, &r, &after);
+    assert_true(r.writes_refused + r.reads_refused >= 1); /* its late read or write */
+    assert_true(r.lost_notes + r.invalid_checks >= 1);
+}
+
+/* The server pauses for half a lease: slower, but nobody loses a hold. */
+static void server_paused_half_a_lease(void **state)
+{
+    (void)state;
+    struct history_report r;
+    int after;
+    run_with_fault("redis, server SIGSTOPped for 0.5 lease", SERVER_STOPPED, LEASE_MS / 2, &r, &after);
+    assert_int_equal(r.lost_notes + r.invalid_checks, 0);
+}
+
+/* The server pauses for 1.5 leases: the holder reports the loss when its
+ * validity ends, and no one else is granted before that. */
+static void server_paused_past_the_lease(void **state)
+{
+    (void)state;
+    struct history_report r;
+    int after;
+    run_with_fault("redis, server SIGSTOPped for 1.5 leases", SERVER_STOPPED, LEASE_MS * 3 / 2, &r, &after);
+    assert_true(r.lost_notes + r.invalid_checks >= 1);
+    assert_true(after >= 1);
+}
+
+/* 100 ms each way on every connection for 2 s: below the renewal
+ * interval, so no loss. */
+static void network_delay(void **state)
+{
+    (void)state;
+    struct history_report r;
+    int after;
+    run_with_fault("redis, 100 ms delay for 2 s", NETWORK_DELAY, 2000, &r, &after);
+    assert_int_equal(r.lost_notes + r.invalid_checks, 0);
+}
+
+/* Every connection silent for 1.5 leases (a partition): the holder reports
+ * the loss; service resumes after. */
+static void network_partition(void **state)
+{
+    (void)state;
+    struct history_report r;
+    int after;
+    run_with_fault("redis, partition for 1.5 leases", NETWORK_PARTITION, LEASE_MS * 3 / 2, &r, &after);
+    assert_true(r.lost_notes + r.invalid_checks >= 1);
+    assert_true(after >= 1);
+}
+
+/* Every byte arrives two leases late: the holder's renewals reach the
+ * server late or not at all, and their answers come after its validity.
+ * The loss must be reported at the validity end, not when a slow call
+ * returns, so no one is granted while the holder still believes in its hold
+ * (the checker finds no overlap). */
+static void replies_later_than_the_lease(void **state)
+{
+    (void)state;
+    struct history_report r;
+    int after;
+    run_with_fault("redis, every byte 2 leases late", REPLIES_PAST_THE_LEASE, LEASE_MS * 3 / 2, &r, &after);
+    assert_true(r.lost_notes + r.invalid_checks >= 1);
+}
+
+/* Killed and restarted empty (no persistence): the holder learns at its
+ * next renewal, but another worker may be granted before that (the
+ * documented overlap). The fence counter is re-seeded from the server's
+ * clock, so tokens keep growing and the guard still refuses stale writes. */
+static void server_restarted_empty(void **state)
+{
+    (void)state;
+    struct fault_run run;
+    struct history_report r;
+    start(&run, LONG_HOLD_MS);
+    assert_true(fault_run_holder(&run, 2000) > 0);
+    test_redis_kill(&server, 1);
+    assert_int_equal(test_redis_start(&server), 0); /* same port, empty */
+    int64_t restarted_at = fault_now_us();
+    fault_sleep_ms(LEASE_MS);
+    long long told = history_first_loss_after(run.dir, WORKERS, restarted_at);
+    fault_run_finish_overlap_documented(&run, "redis, server killed and restarted empty", &r);
+    assert_true(told > 0);
+    printf("# restart -> loss reported after %lld ms (renewal interval %d ms)\n", (told - restarted_at) / 1000,
+           LEASE_MS / 3);
+    assert_true(told - restarted_at <= (LEASE_MS / 3 + 300) * 1000LL);
+}
+
+/* Every connection half-closed (the client reads end-of-file) for 300 ms,
+ * then every connection cut, the waiters' Pub/Sub one included: clear
+ * errors, and service again within the reconnect backoff. */
+static void connections_half_closed_then_cut(void **state)
+{
+    (void)state;
+    struct fault_run run;
+    struct history_report r;
+    start(&run, SHORT_HOLD_MS);
+    fault_proxy_set(proxy, FAULT_HALF_CLOSE, 0);
+    fault_sleep_ms(300);
+    fault_proxy_set(proxy, FAULT_RESET, 0);
+    fault_sleep_ms(100);
+    fault_proxy_set(proxy, FAULT_PASS, 0);
+    int64_t healed = fault_now_us();
+    fault_sleep_ms(2500);
+    int after = history_grants_between(run.dir, WORKERS, healed, fault_now_us());
+    fault_run_finish(&run, "redis, connections half-closed then cut", &r);
+    assert_true(after >= 1);
+}
+
+int main(void)
+{
+    if (test_redis_start(&server) != 0 || !(proxy = fault_proxy_start(server.port, &proxy_port))) {
+        printf("[  FAILED  ] 1 test(s), listed below:\n[  FAILED  ] redis or the fault proxy did not start\n");
+        return 1;
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(no_fault),
+        cmocka_unit_test(holder_killed),
+        cmocka_unit_test(holder_paused_past_its_lease),
+        cmocka_unit_test(server_paused_half_a_lease),
+        cmocka_unit_test(server_paused_past_the_lease),
+        cmocka_unit_test(network_delay),
+        cmocka_unit_test(network_partition),
+        cmocka_unit_test(replies_later_than_the_lease),
+        cmocka_unit_test(connections_half_closed_then_cut),
+        cmocka_unit_test(server_restarted_empty), /* last: fences restart */
+    };
+    int failed = cmocka_run_group_tests_name("checked faults (redis)", tests, NULL, NULL);
+    fault_proxy_stop(proxy);
+    test_redis_stop(&server);
+    return failed ? 1 : 0;
+}

@@ -1,0 +1,309 @@
+/* tests/backends/redlock/test_redlock.c - the redlock backend against five real,
+ * independent redis-servers this program starts on private ports (and
+ * stops by PID): the conformance suite, then masters killed, stopped and
+ * brought back. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "../../conformance/conformance.h"
+#include "../../support/fault_proxy.h"
+#include "../../support/redis_server.h"
+#include "../../support/test_time.h"
+#include "../../support/test_client.h"
+
+#include <dlock.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MASTERS 5
+
+static struct test_redis masters[MASTERS];
+
+static void write_config(char *buf, size_t size, int lease_ms, int retry_cap_ms)
+{
+    int n = snprintf(buf, size,
+                     "backend = \"redlock\";\nlease_ms = %d;\nretry_base_ms = 5;\nretry_cap_ms = %d;\n"
+                     "redlock = { server_timeout_ms = 100; connect_timeout_ms = 100; servers = (",
+                     lease_ms, retry_cap_ms);
+    for (int i = 0; i < MASTERS; i++)
+        n += snprintf(buf + n, size - (size_t)n, "%s\"127.0.0.1:%d\"", i ? ", " : "", masters[i].port);
+    snprintf(buf + n, size - (size_t)n, "); };\n");
+}
+
+/* The lock's hash vanishes from every master (an operator, or expiry). */
+static void delete_everywhere(const char *name)
+{
+    char key[256];
+    snprintf(key, sizeof key, "dlock:{%s}", name);
+    for (int i = 0; i < MASTERS; i++) {
+        redisReply *r = test_redis_cmd(&masters[i], "DEL %s", key);
+        if (r)
+            freeReplyObject(r);
+    }
+}
+
+static void flush_everywhere(void)
+{
+    for (int i = 0; i < MASTERS; i++)
+        if (masters[i].pid) {
+            redisReply *r = test_redis_cmd(&masters[i], "FLUSHALL");
+            if (r)
+                freeReplyObject(r);
+        }
+}
+
+static dlock_client *open_ok(int lease_ms)
+{
+    char text[1024];
+    write_config(text, sizeof text, lease_ms, 50);
+    return test_client_open(text);
+}
+
+static int holders_of(const char *name)
+{
+    char key[256];
+    snprintf(key, sizeof key, "dlock:{%s}", name);
+    int n = 0;
+    for (int i = 0; i < MASTERS; i++) {
+        if (!masters[i].pid)
+            continue;
+        redisReply *r = test_redis_cmd(&masters[i], "EXISTS %s", key);
+        n += r && r->type == REDIS_REPLY_INTEGER && r->integer == 1;
+        if (r)
+            freeReplyObject(r);
+    }
+    return n;
+}
+
+static void restart(int i)
+{
+    if (!masters[i].pid && test_redis_start(&masters[i]) != 0)
+        fail_msg("master %d did not come back", i);
+}
+
+/* ---- faults ------------------------------------------------------------------------------ */
+
+static void granted_on_every_master_and_released_everywhere(void **state)
+{
+    (void)state;
+    dlock_client *a = open_ok(30000);
+    dlock_lock *l = test_lock_named(a, "everywhere");
+    assert_int_equal(dlock_acquire(l, 0), DLOCK_OK);
+    assert_int_equal(holders_of("everywhere"), MASTERS);
+    assert_int_equal(dlock_release(l), DLOCK_OK);
+    assert_int_equal(holders_of("everywhere"), 0);
+    dlock_lock_free(l);
+    dlock_client_close(a);
+}
+
+static void two_masters_down_still_grant_and_exclude(void **state)
+{
+    (void)state;
+    dlock_client *a = open_ok(30000), *b = open_ok(30000);
+    dlock_lock *la = test_lock_named(a, "two-down"), *lb = test_lock_named(b, "two-down");
+    assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
+    uint64_t before;
+    assert_int_equal(dlock_fence(la, &before), DLOCK_OK);
+    assert_int_equal(dlock_release(la), DLOCK_OK);
+    test_redis_kill(&masters[0], 1);
+    test_redis_kill(&masters[1], 1);
+    assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
+    assert_int_equal(holders_of("two-down"), 3);
+    assert_int_equal(dlock_acquire(lb, 0), DLOCK_EBUSY);
+    assert_int_equal(dlock_renew(la), DLOCK_OK);
+    uint64_t during;
+    assert_int_equal(dlock_fence(la, &during), DLOCK_OK);
+    assert_true(during > before);
+    assert_int_equal(dlock_release(la), DLOCK_OK);
+    assert_int_equal(dlock_acquire(lb, 0), DLOCK_OK);
+    assert_int_equal(dlock_release(lb), DLOCK_OK);
+    restart(0);
+    restart(1);
+    dlock_lock_free(la);
+    dlock_lock_free(lb);
+    dlock_client_close(a);
+    dlock_client_close(b);
+}
+
+static void three_masters_down_is_no_quorum_quickly_then_recovery(void **state)
+{
+    (void)state;
+    dlock_client *a = open_ok(30000);
+    dlock_lock *l = test_lock_named(a, "three-down");
+    for (int i = 0; i < 3; i++)
+        test_redis_kill(&masters[i], 1);
+    int64_t t0 = now_ms();
+    assert_int_equal(dlock_acquire(l, 0), DLOCK_ENOQUORUM);
+    int64_t took = now_ms() - t0;
+    assert_true(took < 500);
+    assert_non_null(strstr(dlock_errmsg(), "only 2 of 5 masters answered, 3 needed"));
+    assert_int_equal(holders_of("three-down"), 0); /* the two that granted were undone */
+    /* A wait does not turn "no quorum" into a long hang either. */
+    t0 = now_ms();
+    assert_int_equal(dlock_acquire(l, 2000), DLOCK_ENOQUORUM);
+    assert_true(now_ms() - t0 < 500);
+    for (int i = 0; i < 3; i++)
+        restart(i);
+    /* Back: the pools reconnect within their backoff (at most 2 s). */
+    t0 = now_ms();
+    int rc;
+    while ((rc = dlock_acquire(l, 0)) != DLOCK_OK && now_ms() - t0 < 5000)
+        sleep_ms(100);
+    assert_int_equal(rc, DLOCK_OK);
+    assert_int_equal(dlock_release(l), DLOCK_OK);
+    dlock_lock_free(l);
+    dlock_client_close(a);
+}
+
+static void fences_survive_a_minority_losing_its_counters(void **state)
+{
+    (void)state;
+    dlock_client *a = open_ok(30000);
+    dlock_lock *l = test_lock_named(a, "counters");
+    uint64_t last = 0;
+    for (int round = 0; round < 3; round++) {
+        for (int i = 0; i < 5; i++) {
+            assert_int_equal(dlock_acquire(l, 0), DLOCK_OK);
+            uint64_t f;
+            assert_int_equal(dlock_fence(l, &f), DLOCK_OK);
+            if (f <= last)
+                fail_msg("round %d: fence %llu after %llu", round, (unsigned long long)f, (unsigned long long)last);
+            last = f;
+            assert_int_equal(dlock_release(l), DLOCK_OK);
+        }
+        /* Two masters restart without persistence: their counters are 0. */
+        int x = round % MASTERS, y = (round + 2) % MASTERS;
+        test_redis_kill(&masters[x], 1);
+        test_redis_kill(&masters[y], 1);
+        restart(x);
+        restart(y);
+    }
+    dlock_lock_free(l);
+    dlock_client_close(a);
+}
+
+static void a_stopped_master_costs_one_timeout_not_the_lock(void **state)
+{
+    (void)state;
+    dlock_client *a = open_ok(30000);
+    dlock_lock *l = test_lock_named(a, "stopped");
+    kill(masters[4].pid, SIGSTOP);
+    int64_t t0 = now_ms();
+    int rc = dlock_acquire(l, 0);
+    int64_t took = now_ms() - t0;
+    kill(masters[4].pid, SIGCONT);
+    assert_int_equal(rc, DLOCK_OK);
+    /* The four live masters answer at once; the stopped one costs its
+     * server_timeout_ms (100) once, in parallel, not per master. */
+    assert_true(took < 100 + 150);
+    assert_int_equal(dlock_release(l), DLOCK_OK);
+    dlock_lock_free(l);
+    dlock_client_close(a);
+}
+
+static void bad_settings_are_config_errors(void **state)
+{
+    (void)state;
+    const char *bad[] = {
+        "backend = \"redlock\";\nredlock = { servers = (\"127.0.0.1:1\", \"127.0.0.1:2\"); };\n",
+        "backend = \"redlock\";\nredlock = { servers = (\"127.0.0.1:1\", \"127.0.0.1:2\", \"localhost\"); };\n",
+        "backend = \"redlock\";\nredlock = { servers = (\"127.0.0.1:1\", \"127.0.0.1:2\", \"h:99999\"); };\n",
+        "backend = \"redlock\";\n",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        dlock_client *c = NULL;
+        int rc = dlock_client_open_string(&c, bad[i]);
+        if (rc != DLOCK_ECONFIG)
+            fail_msg("case %zu: %s (%s)", i, dlock_strerror(rc), dlock_errmsg());
+        assert_non_null(strstr(dlock_errmsg(), "redlock.servers"));
+    }
+    /* Too few masters reachable at open: no quorum, said so. */
+    dlock_client *c = NULL;
+    assert_int_equal(dlock_client_open_string(&c, "backend = \"redlock\";\nredlock = { servers = (\"127.0.0.1:1\", "
+                                                  "\"127.0.0.1:2\", \"127.0.0.1:3\"); };\n"),
+                     DLOCK_ENOQUORUM);
+    assert_non_null(strstr(dlock_errmsg(), "only 0 of 3 masters answered"));
+}
+
+/* Three of five masters answer 300 ms late (server_timeout_ms is 100):
+ * they run the acquire script, but their grants come too late to count, so
+ * the attempt fails for want of a quorum. Nothing may stay taken on them:
+ * the failed attempt is undone on every master that did not answer in
+ * time, not only on those that answered "granted". */
+static void failed_attempt_leaves_no_stray_hold_on_late_masters(void **state)
+{
+    (void)state;
+    struct fault_proxy *proxies[3];
+    int ports[MASTERS];
+    for (int i = 0; i < MASTERS; i++)
+        ports[i] = masters[i].port;
+    for (int i = 0; i < 3; i++) {
+        proxies[i] = fault_proxy_start(masters[i].port, &ports[i]);
+        assert_non_null(proxies[i]);
+    }
+    char text[1024];
+    int n = snprintf(text, sizeof text,
+                     "backend = \"redlock\";\nlease_ms = 30000;\n"
+                     "redlock = { server_timeout_ms = 100; connect_timeout_ms = 100; servers = (");
+    for (int i = 0; i < MASTERS; i++)
+        n += snprintf(text + n, sizeof text - (size_t)n, "%s\"127.0.0.1:%d\"", i ? ", " : "", ports[i]);
+    snprintf(text + n, sizeof text - (size_t)n, "); };\n");
+    dlock_client *a = test_client_open(text);
+    dlock_lock *l = test_lock_named(a, "stray");
+    assert_int_equal(dlock_acquire(l, 0), DLOCK_OK); /* once through: scripts loaded */
+    assert_int_equal(dlock_release(l), DLOCK_OK);
+    for (int i = 0; i < 3; i++)
+        fault_proxy_set(proxies[i], FAULT_DELAY, 300);
+    assert_int_equal(dlock_acquire(l, 0), DLOCK_ENOQUORUM);
+    sleep_ms(1000); /* every late script and every undo has arrived */
+    assert_int_equal(holders_of("stray"), 0);
+    dlock_client *b = open_ok(30000);
+    dlock_lock *lb = test_lock_named(b, "stray");
+    assert_int_equal(dlock_acquire(lb, 0), DLOCK_OK);
+    assert_int_equal(dlock_release(lb), DLOCK_OK);
+    dlock_lock_free(lb);
+    dlock_client_close(b);
+    dlock_lock_free(l);
+    dlock_client_close(a);
+    for (int i = 0; i < 3; i++)
+        fault_proxy_stop(proxies[i]);
+}
+
+static int before_each(void **state)
+{
+    (void)state;
+    for (int i = 0; i < MASTERS; i++)
+        restart(i);
+    flush_everywhere();
+    return 0;
+}
+
+int main(void)
+{
+    for (int i = 0; i < MASTERS; i++)
+        if (test_redis_start(&masters[i]) != 0) {
+            printf("[  FAILED  ] 1 test(s), listed below:\n[  FAILED  ] redis-server %d did not start\n", i);
+            return 1;
+        }
+    static const struct conformance_target target = { "redlock conformance (5 masters)", write_config,
+                                                      delete_everywhere, flush_everywhere };
+    int failed = conformance_run(&target);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup(granted_on_every_master_and_released_everywhere, before_each),
+        cmocka_unit_test_setup(two_masters_down_still_grant_and_exclude, before_each),
+        cmocka_unit_test_setup(three_masters_down_is_no_quorum_quickly_then_recovery, before_each),
+        cmocka_unit_test_setup(fences_survive_a_minority_losing_its_counters, before_each),
+        cmocka_unit_test_setup(a_stopped_master_costs_one_timeout_not_the_lock, before_each),
+        cmocka_unit_test_setup(bad_settings_are_config_errors, before_each),
+        cmocka_unit_test_setup(failed_attempt_leaves_no_stray_hold_on_late_masters, before_each),
+    };
+    failed += cmocka_run_group_tests_name("redlock", tests, NULL, NULL);
+    for (int i = 0; i < MASTERS; i++)
+        test_redis_stop(&masters[i]);
+    return failed ? 1 : 0;
+}

@@ -1,0 +1,553 @@
+/* tests/backends/zookeeper/test_zookeeper.c - the zookeeper backend against real
+ * ZooKeeper servers this program starts (a standalone one, then a 3-node
+ * ensemble) on private ports and stops by PID: the conformance suite, then
+ * what is particular to ZooKeeper. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "../../conformance/conformance.h"
+#include "../../support/service.h"
+#include "../../support/fault_proxy.h"
+#include "../../support/test_time.h"
+#include "../../support/test_client.h"
+
+#define THREADED 1
+#include <zookeeper/zookeeper.h>
+
+#include <dlock.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static struct test_service server = { .script = "zookeeper" };
+
+static void quiet(const char *message)
+{
+    (void)message;
+}
+
+/* A plain client of the test server, as an operator would use. */
+static zhandle_t *admin_connect(const char *hosts)
+{
+    zoo_set_debug_level(ZOO_LOG_LEVEL_ERROR);
+    zhandle_t *zh = zookeeper_init2(hosts, NULL, 4000, NULL, NULL, 0, quiet);
+    for (int i = 0; zh && zoo_state(zh) != ZOO_CONNECTED_STATE && i < 200; i++)
+        sleep_ms(10);
+    if (!zh || zoo_state(zh) != ZOO_CONNECTED_STATE)
+        fail_msg("admin connection to %s failed", hosts);
+    return zh;
+}
+
+static char *standalone_hosts(void)
+{
+    static char hosts[64];
+    snprintf(hosts, sizeof hosts, "127.0.0.1:%d", server.port);
+    return hosts;
+}
+
+/* extra is appended inside the group; the root is /dlock-test unless extra
+ * names one. */
+static void write_config(char *buf, size_t size, int lease_ms, int retry_cap_ms, const char *extra)
+{
+    snprintf(buf, size,
+             "backend = \"zookeeper\";\nlease_ms = %d;\nretry_base_ms = 5;\nretry_cap_ms = %d;\n"
+             "zookeeper = { hosts = \"%s\"; %s connect_timeout_ms = 3000; %s };\n",
+             lease_ms, retry_cap_ms, standalone_hosts(), strstr(extra, "root") ? "" : "root = \"/dlock-test\";",
+             extra);
+}
+
+static void conformance_config(char *buf, size_t size, int lease_ms, int retry_cap_ms)
+{
+    write_config(buf, size, lease_ms, retry_cap_ms, "");
+}
+
+/* Deletes the holder's node (the lowest child of the lock's parent). */
+static void delete_holder_node(const char *name)
+{
+    zhandle_t *zh = admin_connect(standalone_hosts());
+    char parent[256], path[512];
+    snprintf(parent, sizeof parent, "/dlock-test/%s", name);
+    struct String_vector children;
+    assert_int_equal(zoo_get_children(zh, parent, 0, &children), ZOK);
+    const char *lowest = NULL;
+    for (int i = 0; i < children.count; i++)
+        if (!lowest || strcmp(strstr(children.data[i], "-lock-"), strstr(lowest, "-lock-")) < 0)
+            lowest = children.data[i];
+    assert_non_null(lowest);
+    snprintf(path, sizeof path, "%s/%s", parent, lowest);
+    assert_int_equal(zoo_delete(zh, path, -1), ZOK);
+    deallocate_String_vector(&children);
+    zookeeper_close(zh);
+}
+
+static dlock_client *open_with(const char *extra, int lease_ms, int *rc)
+{
+    char text[2048];
+    write_config(text, sizeof text, lease_ms, 100, extra);
+    dlock_client *c = NULL;
+    *rc = dlock_client_open_string(&c, text);
+    return c;
+}
+
+static dlock_client *open_ok(const char *extra, int lease_ms)
+{
+    int rc;
+    dlock_client *c = open_with(extra, lease_ms, &rc);
+    if (rc != DLOCK_OK)
+        fail_msg("open: %s: %s", dlock_strerror(rc), dlock_errmsg());
+    return c;
+}
+
+/* ---- particular to zookeeper ------------------------------------------------------------ */
+
+struct queued {
+    dlock_client *client;
+    dlock_lock *lock;
+    int index;
+    int *order;
+    int *next;
+    pthread_mutex_t *mu;
+    int rc;
+};
+
+static void *queue_and_take(void *arg)
+{
+    struct queued *q = arg;
+    q->rc = dlock_acquire(q->lock, 10000);
+    if (q->rc == DLOCK_OK) {
+        pthread_mutex_lock(q->mu);
+        q->order[(*q->next)++] = q->index;
+        pthread_mutex_unlock(q->mu);
+        sleep_ms(20);
+        dlock_release(q->lock);
+    }
+    return NULL;
+}
+
+static void waiters_are_granted_in_arrival_order(void **state)
+{
+    (void)state;
+    enum { N = 5 };
+    dlock_client *holder = open_ok("", 30000);
+    dlock_lock *h = test_lock_named(holder, "fifo");
+    assert_int_equal(dlock_acquire(h, 0), DLOCK_OK);
+    struct queued q[N];
+    pthread_t t[N];
+    int order[N], next = 0;
+    pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    for (int i = 0; i < N; i++) {
+        q[i] = (struct queued){ open_ok("", 30000), NULL, i, order, &next, &mu, 99 };
+        q[i].lock = test_lock_named(q[i].client, "fifo");
+        pthread_create(&t[i], NULL, queue_and_take, &q[i]);
+        sleep_ms(100); /* each queues before the next arrives */
+    }
+    dlock_status_info st;
+    assert_int_equal(dlock_status(holder, "fifo", 4, &st), DLOCK_OK);
+    assert_int_equal(st.held, 1);
+    assert_non_null(strstr(st.holder, "(5 waiting)"));
+    assert_int_equal(dlock_release(h), DLOCK_OK);
+    for (int i = 0; i < N; i++) {
+        pthread_join(t[i], NULL);
+        assert_int_equal(q[i].rc, DLOCK_OK);
+    }
+    for (int i = 0; i < N; i++)
+        assert_int_equal(order[i], i);
+    for (int i = 0; i < N; i++) {
+        dlock_lock_free(q[i].lock);
+        dlock_client_close(q[i].client);
+    }
+    dlock_lock_free(h);
+    dlock_client_close(holder);
+}
+
+static void the_fence_is_the_nodes_czxid(void **state)
+{
+    (void)state;
+    dlock_client *a = open_ok("", 30000);
+    dlock_lock *l = test_lock_named(a, "czxid");
+    assert_int_equal(dlock_acquire(l, 0), DLOCK_OK);
+    uint64_t fence;
+    assert_int_equal(dlock_fence(l, &fence), DLOCK_OK);
+    zhandle_t *zh = admin_connect(standalone_hosts());
+    struct String_vector children;
+    assert_int_equal(zoo_get_children(zh, "/dlock-test/czxid", 0, &children), ZOK);
+    assert_int_equal(children.count, 1);
+    char path[256];
+    snprintf(path, sizeof path, "/dlock-test/czxid/%s", children.data[0]);
+    struct Stat st;
+    char data[128];
+    int len = sizeof data - 1;
+    assert_int_equal(zoo_get(zh, path, 0, data, &len, &st), ZOK);
+    data[len] = '\0';
+    assert_int_equal((uint64_t)st.czxid, fence);
+    assert_non_null(strchr(data, ':')); /* the owner id */
+    assert_true(st.ephemeralOwner != 0);
+    deallocate_String_vector(&children);
+    assert_int_equal(dlock_release(l), DLOCK_OK);
+    /* The parent is a container node: the server removes it once empty. */
+    int zrc = ZOK;
+    for (int i = 0; i < 100 && (zrc = zoo_exists(zh, "/dlock-test/czxid", 0, &st)) == ZOK; i++)
+        sleep_ms(50);
+    assert_int_equal(zrc, ZNONODE);
+    zookeeper_close(zh);
+    dlock_lock_free(l);
+    dlock_client_close(a);
+}
+
+/* The server here has tickTime 200, so it grants sessions of at most 4 s
+ * whatever is asked: a 10 s lease must not be believed (validity, renewals
+ * and loss follow the negotiated session). */
+static void validity_follows_the_negotiated_session(void **state)
+{
+    (void)state;
+    dlock_client *a = open_ok("", 10000);
+    dlock_lock *l = test_lock_named(a, "clamped");
+    assert_int_equal(dlock_acquire(l, 0), DLOCK_OK);
+    int64_t v = dlock_validity_ms(l);
+    if (v > 4000)
+        fail_msg("validity %lld ms, beyond the 4 s session the server grants", (long long)v);
+    sleep_ms(2500); /* renewed at a third of 4 s, so still held */
+    assert_true(dlock_validity_ms(l) > 0);
+    assert_int_equal(dlock_release(l), DLOCK_OK);
+    dlock_lock_free(l);
+    dlock_client_close(a);
+}
+
+static void names_never_leave_their_parent(void **state)
+{
+    (void)state;
+    dlock_client *a = open_ok("", 30000);
+    static const char name[] = "../../zookeeper/x";
+    dlock_lock *l = NULL;
+    assert_int_equal(dlock_lock_new(a, name, sizeof name - 1, NULL, &l), DLOCK_OK);
+    assert_int_equal(dlock_acquire(l, 0), DLOCK_OK);
+    zhandle_t *zh = admin_connect(standalone_hosts());
+    struct Stat st;
+    assert_int_equal(zoo_exists(zh, "/dlock-test/%2E%2E%2F%2E%2E%2Fzookeeper%2Fx", 0, &st), ZOK);
+    assert_int_equal(st.numChildren, 1);
+    assert_int_equal(zoo_exists(zh, "/zookeeper/x", 0, &st), ZNONODE);
+    zookeeper_close(zh);
+    assert_int_equal(dlock_release(l), DLOCK_OK);
+    dlock_lock_free(l);
+    dlock_client_close(a);
+}
+
+/* A partition shorter than the session but longer than the lease: the
+ * holder declares its hold lost at the lease's end, while its session (and
+ * so its node) survives the partition. The client must then delete the
+ * node once it can, so that others are not blocked by a hold nobody has. */
+static int64_t declared_lost_at;
+
+static void note_declared_lost(dlock_lock *l, void *arg)
+{
+    (void)l;
+    (void)arg;
+    __atomic_store_n(&declared_lost_at, now_ms(), __ATOMIC_SEQ_CST);
+}
+
+static void hold_declared_lost_is_given_back_when_the_session_survives(void **state)
+{
+    (void)state;
+    __atomic_store_n(&declared_lost_at, 0, __ATOMIC_SEQ_CST);
+    int proxy_port;
+    struct fault_proxy *proxy = fault_proxy_start(server.port, &proxy_port);
+    assert_non_null(proxy);
+    char text[1024];
+    snprintf(text, sizeof text,
+             "backend = \"zookeeper\";\nlease_ms = 1500;\n"
+             "zookeeper = { hosts = \"127.0.0.1:%d\"; root = \"/dlock-test\"; session_timeout_ms = 4000; "
+             "connect_timeout_ms = 3000; };\n", proxy_port);
+    dlock_client *a = test_client_open(text);
+    dlock_lock_options o = DLOCK_LOCK_OPTIONS_INIT;
+    o.on_lost = note_declared_lost;
+    dlock_lock *la = NULL;
+    assert_int_equal(dlock_lock_new(a, "survivor", 8, &o, &la), DLOCK_OK);
+    assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
+    fault_proxy_set(proxy, FAULT_BLACKHOLE, 0);
+    sleep_ms(2300); /* lost at ~1.5 s; the 4 s session lives on */
+    assert_true(__atomic_load_n(&declared_lost_at, __ATOMIC_SEQ_CST) != 0);
+    fault_proxy_set(proxy, FAULT_PASS, 0);
+    dlock_client *b = open_ok("", 30000);
+    dlock_lock *lb = test_lock_named(b, "survivor");
+    int64_t t0 = now_ms();
+    int rc = dlock_acquire(lb, 6000);
+    int64_t took = now_ms() - t0;
+    if (rc != DLOCK_OK)
+        fail_msg("the node of the hold declared lost still blocked others %lld ms later: %s",
+                 (long long)took, dlock_strerror(rc));
+    assert_int_equal(dlock_release(lb), DLOCK_OK);
+    assert_int_equal(dlock_release(la), DLOCK_ELOST);
+    dlock_lock_free(lb);
+    dlock_lock_free(la);
+    dlock_client_close(b);
+    dlock_client_close(a);
+    fault_proxy_stop(proxy);
+}
+
+/* The holder is stopped past its session timeout: the server expires the
+ * session and deletes its node, the waiter gets the lock, and when the
+ * holder runs again it is told (on_lost) within a second. */
+static int lost_pipe[2];
+
+static void report_lost(dlock_lock *l, void *arg)
+{
+    (void)l;
+    (void)arg;
+    ssize_t ignored = write(lost_pipe[1], "L", 1);
+    (void)ignored;
+}
+
+static void expired_session_fires_on_lost_and_frees_the_lock(void **state)
+{
+    (void)state;
+    int held[2];
+    assert_int_equal(pipe(held), 0);
+    assert_int_equal(pipe(lost_pipe), 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        char text[1024];
+        write_config(text, sizeof text, 1500, 100, "session_timeout_ms = 1000;");
+        dlock_client *c = NULL;
+        if (dlock_client_open_string(&c, text) != DLOCK_OK)
+            _exit(2);
+        dlock_lock_options o = DLOCK_LOCK_OPTIONS_INIT;
+        o.on_lost = report_lost;
+        dlock_lock *l = NULL;
+        if (dlock_lock_new(c, "expiry", 6, &o, &l) != DLOCK_OK || dlock_acquire(l, 2000) != DLOCK_OK)
+            _exit(3);
+        if (write(held[1], "H", 1) != 1)
+            _exit(4);
+        for (;;)
+            pause();
+    }
+    char ch;
+    assert_int_equal(read(held[0], &ch, 1), 1);
+    dlock_client *b = open_ok("", 30000);
+    dlock_lock *l = test_lock_named(b, "expiry");
+    assert_int_equal(dlock_acquire(l, 0), DLOCK_EBUSY);
+    kill(pid, SIGSTOP);
+    int64_t t0 = now_ms();
+    assert_int_equal(dlock_acquire(l, 5000), DLOCK_OK);
+    int64_t took = now_ms() - t0;
+    if (took > 1000 + 500)
+        fail_msg("the stopped holder's session freed the lock after %lld ms", (long long)took);
+    kill(pid, SIGCONT);
+    int64_t t1 = now_ms();
+    struct pollfd p = { .fd = lost_pipe[0], .events = POLLIN };
+    int n = poll(&p, 1, 3000);
+    int64_t told = now_ms() - t1;
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    assert_int_equal(n, 1);
+    if (told > 1000)
+        fail_msg("on_lost came %lld ms after the holder ran again", (long long)told);
+    assert_int_equal(dlock_release(l), DLOCK_OK);
+    dlock_lock_free(l);
+    dlock_client_close(b);
+    close(held[0]);
+    close(held[1]);
+    close(lost_pipe[0]);
+    close(lost_pipe[1]);
+}
+
+static void digest_auth_guards_the_nodes(void **state)
+{
+    (void)state;
+    dlock_client *a = open_ok("root = \"/dlock-secure\"; auth = \"digest:app:app-secret\";", 30000);
+    dlock_lock *l = test_lock_named(a, "guarded");
+    assert_int_equal(dlock_acquire(l, 0), DLOCK_OK);
+    /* Someone without the identity can neither list, queue nor delete. */
+    zhandle_t *zh = admin_connect(standalone_hosts());
+    struct String_vector children;
+    assert_int_equal(zoo_get_children(zh, "/dlock-secure/guarded", 0, &children), ZNOAUTH);
+    assert_int_equal(zoo_create(zh, "/dlock-secure/guarded/x-lock-", "", 0, &ZOO_OPEN_ACL_UNSAFE,
+                                ZOO_EPHEMERAL_SEQUENTIAL, NULL, 0),
+                     ZNOAUTH);
+    zookeeper_close(zh);
+    /* A client with the wrong password is refused with a clear error. */
+    int rc;
+    dlock_client *bad = open_with("root = \"/dlock-secure\"; auth = \"digest:app:wrong\";", 30000, &rc);
+    assert_int_equal(rc, DLOCK_OK); /* ZooKeeper accepts any digest; the ACL refuses it */
+    dlock_lock *bl = test_lock_named(bad, "guarded");
+    assert_int_equal(dlock_acquire(bl, 0), DLOCK_ECONFIG);
+    assert_non_null(strstr(dlock_errmsg(), "zookeeper.auth"));
+    dlock_lock_free(bl);
+    dlock_client_close(bad);
+    /* The same identity from another client queues behind the holder. */
+    dlock_client *b = open_ok("root = \"/dlock-secure\"; auth = \"digest:app:app-secret\";", 30000);
+    dlock_lock *lb = test_lock_named(b, "guarded");
+    assert_int_equal(dlock_acquire(lb, 0), DLOCK_EBUSY);
+    assert_int_equal(dlock_release(l), DLOCK_OK);
+    assert_int_equal(dlock_acquire(lb, 0), DLOCK_OK);
+    assert_int_equal(dlock_release(lb), DLOCK_OK);
+    dlock_lock_free(lb);
+    dlock_client_close(b);
+    dlock_lock_free(l);
+    dlock_client_close(a);
+}
+
+static void bad_settings_are_config_errors(void **state)
+{
+    (void)state;
+    const char *bad[] = { "root = \"dlock\";", "root = \"/a/../b\";", "root = \"/a/\";", "auth = \"app:secret\";" };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        int rc;
+        dlock_client *c = open_with(bad[i], 30000, &rc);
+        assert_null(c);
+        if (rc != DLOCK_ECONFIG)
+            fail_msg("%s: %s (%s)", bad[i], dlock_strerror(rc), dlock_errmsg());
+        assert_non_null(strstr(dlock_errmsg(), "zookeeper."));
+    }
+}
+
+static void unreachable_ensemble_is_a_clear_error(void **state)
+{
+    (void)state;
+    char text[512];
+    snprintf(text, sizeof text,
+             "backend = \"zookeeper\";\nzookeeper = { hosts = \"127.0.0.1:%d\"; connect_timeout_ms = 500; };\n",
+             server.port + 7);
+    dlock_client *c = NULL;
+    int64_t t0 = now_ms();
+    assert_int_equal(dlock_client_open_string(&c, text), DLOCK_EUNAVAILABLE);
+    assert_true(now_ms() - t0 < 1500);
+    assert_non_null(strstr(dlock_errmsg(), "no server established a session"));
+}
+
+/* ---- a 3-node ensemble -------------------------------------------------------------------- */
+
+static struct test_service ensemble = { .script = "zookeeper", .nodes = 3 };
+
+static int mode_is_leader(int port)
+{
+    char cmd[256], out[64] = "";
+    snprintf(cmd, sizeof cmd, "bash '%s/support/zookeeper.sh' mode %d", getenv("DLOCK_TEST_SRCDIR"), port);
+    FILE *p = popen(cmd, "r");
+    if (p) {
+        if (!fgets(out, sizeof out, p))
+            out[0] = '\0';
+        pclose(p);
+    }
+    return strncmp(out, "leader", 6) == 0;
+}
+
+static void holds_survive_the_leader_being_killed(void **state)
+{
+    (void)state;
+    char text[1024];
+    snprintf(text, sizeof text,
+             "backend = \"zookeeper\";\nlease_ms = 4000;\nretry_cap_ms = 100;\n"
+             "zookeeper = { hosts = \"127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d\"; connect_timeout_ms = 5000; };\n",
+             ensemble.port, ensemble.port + 1, ensemble.port + 2);
+    dlock_client *a = NULL, *b = NULL;
+    assert_int_equal(dlock_client_open_string(&a, text), DLOCK_OK);
+    assert_int_equal(dlock_client_open_string(&b, text), DLOCK_OK);
+    dlock_lock *la = test_lock_named(a, "ensemble"), *lb = test_lock_named(b, "ensemble"), *other = test_lock_named(b, "after");
+    assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
+    uint64_t before;
+    assert_int_equal(dlock_fence(la, &before), DLOCK_OK);
+    int leader = -1;
+    for (int i = 0; i < 3; i++)
+        if (mode_is_leader(ensemble.port + i))
+            leader = i;
+    assert_true(leader >= 0);
+    char pidfile[256];
+    snprintf(pidfile, sizeof pidfile, "%s/%d/pid", ensemble.data, leader + 1);
+    FILE *f = fopen(pidfile, "r");
+    assert_non_null(f);
+    long pid = 0;
+    assert_int_equal(fscanf(f, "%ld", &pid), 1);
+    fclose(f);
+    kill((pid_t)pid, SIGKILL);
+    /* A new leader is elected; the session (4 s) outlives the election. */
+    int64_t t0 = now_ms();
+    int rc;
+    while ((rc = dlock_renew(la)) != DLOCK_OK && now_ms() - t0 < 8000)
+        sleep_ms(100);
+    assert_int_equal(rc, DLOCK_OK);
+    /* b may have been talking to the dead leader: suspended until it has
+     * moved to another server, then served again. */
+    t0 = now_ms();
+    while ((rc = dlock_acquire(lb, 0)) == DLOCK_EUNAVAILABLE && now_ms() - t0 < 8000)
+        sleep_ms(100);
+    assert_int_equal(rc, DLOCK_EBUSY);
+    assert_int_equal(dlock_acquire(other, 3000), DLOCK_OK);
+    uint64_t after;
+    assert_int_equal(dlock_fence(other, &after), DLOCK_OK);
+    assert_true(after > before); /* zxids only grow, across leaders too */
+    assert_int_equal(dlock_release(other), DLOCK_OK);
+    assert_int_equal(dlock_release(la), DLOCK_OK);
+    assert_int_equal(dlock_acquire(lb, 3000), DLOCK_OK);
+    assert_int_equal(dlock_release(lb), DLOCK_OK);
+    dlock_lock_free(la);
+    dlock_lock_free(lb);
+    dlock_lock_free(other);
+    dlock_client_close(a);
+    dlock_client_close(b);
+}
+
+enum { BATCH_HOLDS = 100, BATCH_LEASE_MS = 1200 };
+
+/* 100 holds on one session are renewed together (pipelined checks of
+ * their nodes) through 3 leases; a node deleted by an operator loses that
+ * hold alone, reported once. */
+static void many_holds_renew_together(void **state)
+{
+    (void)state;
+    dlock_client *c = open_ok("", BATCH_LEASE_MS);
+    dlock_lock *locks[BATCH_HOLDS];
+    int lost[BATCH_HOLDS] = { 0 };
+    test_hold_many(c, "zbatch", BATCH_HOLDS, locks, lost);
+    sleep_ms(3 * BATCH_LEASE_MS);
+    test_only_this_hold_lost(locks, lost, BATCH_HOLDS, -1);
+    assert_true(test_client_metric(c, "dlock_renewals_total") >= BATCH_HOLDS * 6);
+    delete_holder_node("zbatch-7");
+    sleep_ms(BATCH_LEASE_MS);
+    test_only_this_hold_lost(locks, lost, BATCH_HOLDS, 7);
+    test_release_many(locks, BATCH_HOLDS, 7);
+    dlock_client_close(c);
+}
+
+int main(void)
+{
+    if (getenv("CMOCKA_FILTER")) /* one case by name, for checking it against older code */
+        cmocka_set_test_filter(getenv("CMOCKA_FILTER"));
+    if (test_service_start(&server) != 0) {
+        printf("[  FAILED  ] 1 test(s), listed below:\n[  FAILED  ] zookeeper did not start\n");
+        return 1;
+    }
+    static const struct conformance_target target = { "zookeeper", conformance_config, delete_holder_node, NULL };
+    int failed = conformance_run(&target);
+    const struct CMUnitTest particular[] = {
+        cmocka_unit_test(waiters_are_granted_in_arrival_order),
+        cmocka_unit_test(the_fence_is_the_nodes_czxid),
+        cmocka_unit_test(hold_declared_lost_is_given_back_when_the_session_survives),
+        cmocka_unit_test(validity_follows_the_negotiated_session),
+        cmocka_unit_test(names_never_leave_their_parent),
+        cmocka_unit_test(expired_session_fires_on_lost_and_frees_the_lock),
+        cmocka_unit_test(many_holds_renew_together),
+        cmocka_unit_test(digest_auth_guards_the_nodes),
+        cmocka_unit_test(bad_settings_are_config_errors),
+        cmocka_unit_test(unreachable_ensemble_is_a_clear_error),
+    };
+    failed += cmocka_run_group_tests_name("zookeeper standalone", particular, NULL, NULL);
+    test_service_stop(&server);
+    if (test_service_start(&ensemble) != 0) {
+        printf("[  FAILED  ] 1 test(s), listed below:\n[  FAILED  ] the zookeeper ensemble did not start\n");
+        return 1;
+    }
+    const struct CMUnitTest three[] = {
+        cmocka_unit_test(holds_survive_the_leader_being_killed),
+    };
+    failed += cmocka_run_group_tests_name("zookeeper ensemble", three, NULL, NULL);
+    test_service_stop(&ensemble);
+    return failed ? 1 : 0;
+}
