@@ -15,7 +15,7 @@ run_suite() { # builddir configure-options...
 }
 # Every backend this tree has is required here (=yes): a missing dependency
 # must fail the run, not quietly drop that backend's tests as =auto would.
-BACKENDS="--with-redis=yes --with-postgres=yes --with-mysql=yes --with-zookeeper=yes"
+BACKENDS="--with-redis=yes --with-postgres=yes --with-mysql=yes --with-zookeeper=yes --with-etcd=yes"
 run_suite build $BACKENDS
 echo "== build: a backend module built out of tree, against the installed headers"
 tests/modules/out_of_tree.sh build > /dev/null || status=1

@@ -1,0 +1,624 @@
+/* backends/etcd/etcd.c - the etcd backend: mutual exclusion on etcd's v3
+ * API through its JSON gateway, as etcd's own clientv3/concurrency.Mutex
+ * does it on the client side. (The server-side /v3/lock of etcd 3.4 grants
+ * without checking that the lease is still alive; it is not used.)
+ *
+ * Each waiter and the holder of a name own one key,
+ *   <prefix><escaped name>/<owner>
+ * created on the client's lease (one lease per lease length, shared by
+ * every hold of that length). The key with the lowest create_revision holds
+ * the lock; the others wait, each for the deletion of the key just before
+ * its own (no herd), and look again when it goes (an event is never a
+ * grant). create_revision is the fence: cluster-wide, strictly increasing,
+ * linearizable across leader changes. A release deletes our key only if its
+ * create_revision is still ours, so a resent release cannot delete a newer
+ * hold. The watchdog keeps a lease alive with one keepalive request for all
+ * the holds on it, and checks the holds' keys in transactions of up to 128.
+ *
+ * Lease TTLs are whole seconds: a lease of lease_ms asks for
+ * ceil(lease_ms / 1000) s, at least what the core counts validity by. */
+#include "config.h"
+
+#include "etcd_http.h"
+#include "etcd_watch.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_LEASES 16
+#define MAX_TXN_OPS 128 /* etcd's default --max-txn-ops */
+#define KEY_MAX 2048
+
+struct etcd_lease {
+    int64_t ttl_s;      /* the TTL asked for */
+    int64_t id;         /* 0: none (granted on the next acquire) */
+};
+
+struct etcd_instance {
+    struct etcd_http http;
+    char prefix[128];
+    pthread_mutex_t lease_mu;   /* leases */
+    struct etcd_lease leases[MAX_LEASES];
+    void *log_handle;
+};
+
+struct etcd_lock {
+    char *dir;                  /* <prefix><escaped name>/ */
+    size_t dir_len;
+    char *key;                  /* dir + owner */
+    size_t key_len;
+    char owner[64];             /* the owner the key was made for */
+    int64_t create_rev;         /* our key's create_revision, 0 when we have none */
+    int64_t granted_rev;        /* the create_revision a grant was made on, until released */
+    int64_t lease_id;           /* the lease our key is on */
+    char *pred;                 /* while busy: the key just before ours */
+    size_t pred_len;
+    int64_t watch_from;         /* the revision to watch pred from */
+};
+
+static const struct dlock_setting_spec etcd_settings[] = {
+    { "endpoints", DLOCK_SETTING_STRING_LIST, 0, 0 },
+    { "prefix", DLOCK_SETTING_STRING, 0, 0 },
+    { "connect_timeout_ms", DLOCK_SETTING_INT, 1, 600000 },
+    { "command_timeout_ms", DLOCK_SETTING_INT, 1, 600000 },
+    { NULL, 0, 0, 0 },
+};
+
+/* ---- keys ---------------------------------------------------------------------------- */
+
+/* Bytes of a name that would let one name's keys fall in another's range
+ * ('/', which ends a name's directory) are written %XX, and so is '%'. */
+static size_t escape_name(const char *name, size_t len, char *out)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    size_t o = 0;
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)name[i];
+        if (c == '/' || c == '%') {
+            out[o++] = '%';
+            out[o++] = hex[c >> 4];
+            out[o++] = hex[c & 15];
+        } else {
+            out[o++] = (char)c;
+        }
+    }
+    return o;
+}
+
+/* Builds (or rebuilds, when the contending thread changed) lk's keys. */
+static int ensure_keys(struct etcd_instance *inst, struct dlock_provider_lock *lk)
+{
+    struct etcd_lock *el = lk->priv;
+    if (el->key && strcmp(el->owner, lk->owner) == 0)
+        return DLOCK_OK;
+    if (!el->dir) {
+        size_t plen = strlen(inst->prefix);
+        el->dir = malloc(plen + 3 * lk->name_len + 2);
+        if (!el->dir)
+            return dlock_seterr(DLOCK_ENOMEM, "etcd: out of memory");
+        memcpy(el->dir, inst->prefix, plen);
+        el->dir_len = plen + escape_name(lk->name, lk->name_len, el->dir + plen);
+        el->dir[el->dir_len++] = '/';
+        el->dir[el->dir_len] = 0;
+    }
+    free(el->key);
+    size_t olen = strlen(lk->owner);
+    el->key = malloc(el->dir_len + olen + 1);
+    if (!el->key)
+        return dlock_seterr(DLOCK_ENOMEM, "etcd: out of memory");
+    memcpy(el->key, el->dir, el->dir_len);
+    memcpy(el->key + el->dir_len, lk->owner, olen + 1);
+    el->key_len = el->dir_len + olen;
+    snprintf(el->owner, sizeof el->owner, "%s", lk->owner);
+    el->create_rev = 0;
+    return DLOCK_OK;
+}
+
+/* {"key": dir, "range_end": dir with its last byte + 1}: every key of a name. */
+static struct json_object *dir_range(const struct etcd_lock *el)
+{
+    struct json_object *r = json_object_new_object();
+    json_object_object_add(r, "key", etcd_json_b64(el->dir, el->dir_len));
+    char end[KEY_MAX];
+    size_t n = el->dir_len < sizeof end ? el->dir_len : sizeof end - 1;
+    memcpy(end, el->dir, n);
+    end[n - 1]++; /* '/' + 1 = '0' */
+    json_object_object_add(r, "range_end", etcd_json_b64(end, n));
+    return r;
+}
+
+static struct json_object *op(const char *kind, struct json_object *request)
+{
+    struct json_object *o = json_object_new_object();
+    json_object_object_add(o, kind, request);
+    return o;
+}
+
+/* ---- leases ------------------------------------------------------------------------- */
+
+/* The lease for holds of lease_ms, granted now if there is none. */
+static int lease_for(struct etcd_instance *inst, int64_t lease_ms, int64_t *id)
+{
+    int64_t ttl = (lease_ms + 999) / 1000;
+    pthread_mutex_lock(&inst->lease_mu);
+    int slot = -1;
+    for (int i = 0; i < MAX_LEASES; i++) {
+        if (inst->leases[i].id && inst->leases[i].ttl_s == ttl) {
+            *id = inst->leases[i].id;
+            pthread_mutex_unlock(&inst->lease_mu);
+            return DLOCK_OK;
+        }
+        if (slot < 0 && !inst->leases[i].id)
+            slot = i;
+    }
+    pthread_mutex_unlock(&inst->lease_mu);
+    if (slot < 0)
+        return dlock_seterr(DLOCK_ENOTSUP, "etcd: more than %d different lease lengths in one client", MAX_LEASES);
+    struct json_object *req = json_object_new_object(), *reply = NULL;
+    json_object_object_add(req, "TTL", etcd_json_int_str(ttl));
+    int rc = etcd_call(&inst->http, "/v3/lease/grant", req, &reply, NULL);
+    json_object_put(req);
+    if (rc != DLOCK_OK)
+        return rc;
+    int64_t got = etcd_json_int(reply, "ID");
+    json_object_put(reply);
+    if (!got)
+        return dlock_seterr(DLOCK_EPROTOCOL, "%s: a lease grant without an ID", inst->http.label);
+    pthread_mutex_lock(&inst->lease_mu);
+    /* Another thread may have granted one meanwhile: keep the first. */
+    for (int i = 0; i < MAX_LEASES; i++) {
+        if (inst->leases[i].id && inst->leases[i].ttl_s == ttl) {
+            *id = inst->leases[i].id;
+            pthread_mutex_unlock(&inst->lease_mu);
+            return DLOCK_OK; /* ours expires unused */
+        }
+    }
+    for (int i = 0; i < MAX_LEASES; i++) {
+        if (!inst->leases[i].id) {
+            inst->leases[i].id = got;
+            inst->leases[i].ttl_s = ttl;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&inst->lease_mu);
+    *id = got;
+    return DLOCK_OK;
+}
+
+/* The lease is gone on the server (expired or revoked): forget it, so the
+ * next acquire grants a new one. */
+static void forget_lease(struct etcd_instance *inst, int64_t id)
+{
+    pthread_mutex_lock(&inst->lease_mu);
+    for (int i = 0; i < MAX_LEASES; i++)
+        if (inst->leases[i].id == id)
+            inst->leases[i].id = 0;
+    pthread_mutex_unlock(&inst->lease_mu);
+}
+
+static int delete_own_key(struct etcd_instance *inst, struct etcd_lock *el);
+
+/* ---- acquire ------------------------------------------------------------------------- */
+
+/* One transaction: create our key on the lease unless it exists, then read
+ * the first key of the name (lowest create_revision). */
+static int enqueue(struct etcd_instance *inst, struct etcd_lock *el, int64_t lease_id, struct json_object **reply,
+                   struct etcd_status *st)
+{
+    struct json_object *cmp = json_object_new_object();
+    json_object_object_add(cmp, "key", etcd_json_b64(el->key, el->key_len));
+    json_object_object_add(cmp, "target", json_object_new_string("CREATE"));
+    json_object_object_add(cmp, "create_revision", etcd_json_int_str(0));
+    struct json_object *compare = json_object_new_array();
+    json_object_array_add(compare, cmp);
+
+    struct json_object *put = json_object_new_object();
+    json_object_object_add(put, "key", etcd_json_b64(el->key, el->key_len));
+    json_object_object_add(put, "value", etcd_json_b64(el->owner, strlen(el->owner)));
+    json_object_object_add(put, "lease", etcd_json_int_str(lease_id));
+    struct json_object *first_a = dir_range(el), *first_b = dir_range(el);
+    struct json_object *firsts[2] = { first_a, first_b };
+    for (int i = 0; i < 2; i++) {
+        json_object_object_add(firsts[i], "sort_order", json_object_new_string("ASCEND"));
+        json_object_object_add(firsts[i], "sort_target", json_object_new_string("CREATE"));
+        json_object_object_add(firsts[i], "limit", etcd_json_int_str(1));
+    }
+    struct json_object *mine = json_object_new_object();
+    json_object_object_add(mine, "key", etcd_json_b64(el->key, el->key_len));
+    struct json_object *success = json_object_new_array(), *failure = json_object_new_array();
+    json_object_array_add(success, op("request_put", put));
+    json_object_array_add(success, op("request_range", first_a));
+    json_object_array_add(failure, op("request_range", mine));
+    json_object_array_add(failure, op("request_range", first_b));
+
+    struct json_object *txn = json_object_new_object();
+    json_object_object_add(txn, "compare", compare);
+    json_object_object_add(txn, "success", success);
+    json_object_object_add(txn, "failure", failure);
+    int rc = etcd_call(&inst->http, "/v3/kv/txn", txn, reply, st);
+    json_object_put(txn);
+    return rc;
+}
+
+/* The i-th response of a txn reply, of the given kind ("response_range"). */
+static struct json_object *txn_response(struct json_object *reply, size_t i, const char *kind)
+{
+    struct json_object *responses = etcd_json_get(reply, "responses");
+    if (!responses || !json_object_is_type(responses, json_type_array) || json_object_array_length(responses) <= i)
+        return NULL;
+    return etcd_json_get(json_object_array_get_idx(responses, i), kind);
+}
+
+static struct json_object *first_kv(struct json_object *range)
+{
+    struct json_object *kvs = etcd_json_get(range, "kvs");
+    if (!kvs || !json_object_is_type(kvs, json_type_array) || json_object_array_length(kvs) == 0)
+        return NULL;
+    return json_object_array_get_idx(kvs, 0);
+}
+
+/* Busy: finds the key just before ours, to wait for its deletion. */
+static int find_predecessor(struct etcd_instance *inst, struct etcd_lock *el)
+{
+    free(el->pred);
+    el->pred = NULL;
+    struct json_object *req = dir_range(el), *reply = NULL;
+    json_object_object_add(req, "sort_order", json_object_new_string("DESCEND"));
+    json_object_object_add(req, "sort_target", json_object_new_string("CREATE"));
+    json_object_object_add(req, "limit", etcd_json_int_str(1));
+    json_object_object_add(req, "max_create_revision", etcd_json_int_str(el->create_rev - 1));
+    json_object_object_add(req, "keys_only", json_object_new_boolean(1));
+    int rc = etcd_call(&inst->http, "/v3/kv/range", req, &reply, NULL);
+    json_object_put(req);
+    if (rc != DLOCK_OK)
+        return rc;
+    struct json_object *kv = first_kv(reply);
+    el->watch_from = etcd_json_int(etcd_json_get(reply, "header"), "revision") + 1;
+    if (kv) {
+        char key[KEY_MAX];
+        int n = etcd_json_unb64(kv, "key", key, sizeof key);
+        if (n > 0 && (el->pred = malloc((size_t)n)) != NULL) {
+            memcpy(el->pred, key, (size_t)n);
+            el->pred_len = (size_t)n;
+        }
+    }
+    json_object_put(reply);
+    return DLOCK_OK;
+}
+
+static int etcd_acquire(void *instance, struct dlock_provider_lock *lk, struct dlock_grant *g)
+{
+    struct etcd_instance *inst = instance;
+    struct etcd_lock *el = lk->priv;
+    int rc = ensure_keys(inst, lk);
+    int64_t lease_id = 0;
+    if (rc == DLOCK_OK)
+        rc = lease_for(inst, lk->lease_ms, &lease_id);
+    if (rc != DLOCK_OK)
+        return rc;
+    struct json_object *reply = NULL;
+    struct etcd_status st;
+    rc = enqueue(inst, el, lease_id, &reply, &st);
+    if (rc == DLOCK_EUNAVAILABLE && st.grpc_code == 5) {
+        /* "requested lease not found": it expired (the client was cut off
+         * longer than its TTL). Every hold on it is lost; start a new one. */
+        forget_lease(inst, lease_id);
+        if ((rc = lease_for(inst, lk->lease_ms, &lease_id)) == DLOCK_OK)
+            rc = enqueue(inst, el, lease_id, &reply, &st);
+    }
+    if (rc != DLOCK_OK)
+        return rc;
+    bool created = etcd_json_get(reply, "succeeded") != NULL &&
+                   json_object_get_boolean(etcd_json_get(reply, "succeeded"));
+    struct json_object *first = first_kv(txn_response(reply, 1, "response_range"));
+    if (created) {
+        struct json_object *put = txn_response(reply, 0, "response_put");
+        el->create_rev = etcd_json_int(etcd_json_get(put, "header"), "revision");
+        el->lease_id = lease_id;
+    } else {
+        struct json_object *kv = first_kv(txn_response(reply, 0, "response_range"));
+        el->create_rev = etcd_json_int(kv, "create_revision");
+        el->lease_id = etcd_json_int(kv, "lease");
+    }
+    int64_t first_rev = etcd_json_int(first, "create_revision");
+    json_object_put(reply);
+    if (!created && el->create_rev && el->create_rev == el->granted_rev) {
+        /* Our key of a hold granted before and declared lost, whose
+         * give-back did not get through: a new grant needs a new key, and
+         * so a new, higher fence. */
+        if ((rc = delete_own_key(inst, el)) != DLOCK_OK && rc != DLOCK_ENOTOWNER)
+            return rc;
+        el->granted_rev = 0;
+        return etcd_acquire(instance, lk, g);
+    }
+    if (!el->create_rev || !first_rev)
+        return dlock_seterr(DLOCK_EPROTOCOL, "%s: the queue of lock '%s' read back inconsistently (our key %s)",
+                            inst->http.label, lk->name, created ? "just made" : "already there");
+    if (first_rev == el->create_rev) {
+        el->granted_rev = el->create_rev;
+        g->fence = (uint64_t)el->create_rev;
+        g->has_fence = 1;
+        return DLOCK_OK;
+    }
+    /* Queued behind others: wait for the one just before us. */
+    if ((rc = find_predecessor(inst, el)) != DLOCK_OK)
+        return rc;
+    g->retry_hint_ms = el->pred ? -1 : 0; /* it just went: look again at once */
+    return DLOCK_EBUSY;
+}
+
+static int etcd_wait(void *instance, struct dlock_provider_lock *lk, int64_t timeout_ms, int wake_fd)
+{
+    struct etcd_instance *inst = instance;
+    struct etcd_lock *el = lk->priv;
+    if (!el->pred)
+        return DLOCK_OK;
+    return etcd_watch_change(&inst->http, el->pred, el->pred_len, el->watch_from, timeout_ms, wake_fd);
+}
+
+/* ---- release, renewal ------------------------------------------------------------------- */
+
+/* Deletes our key if its create_revision is still ours: a release sent
+ * twice, or late, never deletes a newer key of the same owner. */
+static int delete_own_key(struct etcd_instance *inst, struct etcd_lock *el)
+{
+    if (!el->key || !el->create_rev)
+        return DLOCK_ENOTOWNER;
+    struct json_object *cmp = json_object_new_object();
+    json_object_object_add(cmp, "key", etcd_json_b64(el->key, el->key_len));
+    json_object_object_add(cmp, "target", json_object_new_string("CREATE"));
+    json_object_object_add(cmp, "create_revision", etcd_json_int_str(el->create_rev));
+    struct json_object *compare = json_object_new_array();
+    json_object_array_add(compare, cmp);
+    struct json_object *del = json_object_new_object();
+    json_object_object_add(del, "key", etcd_json_b64(el->key, el->key_len));
+    struct json_object *success = json_object_new_array();
+    json_object_array_add(success, op("request_delete_range", del));
+    struct json_object *txn = json_object_new_object(), *reply = NULL;
+    json_object_object_add(txn, "compare", compare);
+    json_object_object_add(txn, "success", success);
+    int rc = etcd_call(&inst->http, "/v3/kv/txn", txn, &reply, NULL);
+    json_object_put(txn);
+    if (rc != DLOCK_OK)
+        return rc;
+    bool deleted = etcd_json_get(reply, "succeeded") && json_object_get_boolean(etcd_json_get(reply, "succeeded"));
+    json_object_put(reply);
+    el->create_rev = el->granted_rev = 0;
+    return deleted ? DLOCK_OK : DLOCK_ENOTOWNER;
+}
+
+static int etcd_release(void *instance, struct dlock_provider_lock *lk)
+{
+    return delete_own_key(instance, lk->priv);
+}
+
+static void etcd_abandon(void *instance, struct dlock_provider_lock *lk)
+{
+    delete_own_key(instance, lk->priv); /* out of the queue now, not at the lease's end */
+}
+
+/* One keepalive for a lease: DLOCK_OK (alive), DLOCK_ELOST (expired or
+ * revoked), or a failure. */
+static int keepalive(struct etcd_instance *inst, int64_t id)
+{
+    struct json_object *req = json_object_new_object(), *reply = NULL;
+    json_object_object_add(req, "ID", etcd_json_int_str(id));
+    int rc = etcd_call(&inst->http, "/v3/lease/keepalive", req, &reply, NULL);
+    json_object_put(req);
+    if (rc != DLOCK_OK)
+        return rc;
+    int64_t ttl = etcd_json_int(etcd_json_get(reply, "result"), "TTL");
+    json_object_put(reply);
+    if (ttl > 0)
+        return DLOCK_OK;
+    forget_lease(inst, id);
+    return dlock_seterr(DLOCK_ELOST, "%s: lease %llx expired or was revoked", inst->http.label,
+                        (unsigned long long)id);
+}
+
+/* Checks that locks[from .. from+n) still have their keys, in one
+ * transaction; results[i] becomes DLOCK_ELOST for a key that is gone. */
+static int check_keys(struct etcd_instance *inst, struct dlock_provider_lock *const *locks, size_t from, size_t n,
+                      int *results)
+{
+    struct json_object *success = json_object_new_array();
+    for (size_t i = from; i < from + n; i++) {
+        const struct etcd_lock *el = locks[i]->priv;
+        struct json_object *r = json_object_new_object();
+        json_object_object_add(r, "key", etcd_json_b64(el->key, el->key_len));
+        json_object_object_add(r, "keys_only", json_object_new_boolean(1));
+        json_object_array_add(success, op("request_range", r));
+    }
+    struct json_object *txn = json_object_new_object(), *reply = NULL;
+    json_object_object_add(txn, "success", success);
+    int rc = etcd_call(&inst->http, "/v3/kv/txn", txn, &reply, NULL);
+    json_object_put(txn);
+    if (rc != DLOCK_OK)
+        return rc;
+    for (size_t i = from; i < from + n; i++) {
+        const struct etcd_lock *el = locks[i]->priv;
+        struct json_object *kv = first_kv(txn_response(reply, i - from, "response_range"));
+        if (!kv || etcd_json_int(kv, "create_revision") != el->create_rev)
+            results[i] = dlock_seterr(DLOCK_ELOST, "%s: the key of lock '%s' is gone or was replaced",
+                                      inst->http.label, locks[i]->name);
+    }
+    json_object_put(reply);
+    return DLOCK_OK;
+}
+
+static int etcd_renew_batch(void *instance, struct dlock_provider_lock *const *locks, size_t n, int *results)
+{
+    struct etcd_instance *inst = instance;
+    for (size_t i = 0; i < n; i++)
+        results[i] = DLOCK_OK;
+    /* One keepalive per lease, for every hold on it. */
+    for (size_t i = 0; i < n; i++) {
+        int64_t id = ((const struct etcd_lock *)locks[i]->priv)->lease_id;
+        bool done = false;
+        for (size_t j = 0; j < i && !done; j++)
+            done = ((const struct etcd_lock *)locks[j]->priv)->lease_id == id;
+        if (done)
+            continue;
+        int rc = keepalive(inst, id);
+        for (size_t j = i; j < n; j++)
+            if (((const struct etcd_lock *)locks[j]->priv)->lease_id == id)
+                results[j] = rc;
+    }
+    /* A key an operator deleted (or replaced) is lost although its lease
+     * lives: look at the keys too, MAX_TXN_OPS to a transaction. */
+    for (size_t from = 0; from < n; from += MAX_TXN_OPS) {
+        size_t m = n - from < MAX_TXN_OPS ? n - from : MAX_TXN_OPS;
+        int rc = check_keys(inst, locks, from, m, results);
+        if (rc != DLOCK_OK)
+            for (size_t i = from; i < from + m; i++)
+                if (results[i] == DLOCK_OK)
+                    results[i] = rc;
+    }
+    return DLOCK_OK;
+}
+
+static int etcd_renew(void *instance, struct dlock_provider_lock *lk)
+{
+    int result;
+    struct dlock_provider_lock *one[1] = { lk };
+    etcd_renew_batch(instance, one, 1, &result);
+    return result;
+}
+
+static void etcd_lock_fini(void *instance, struct dlock_provider_lock *lk)
+{
+    (void)instance;
+    struct etcd_lock *el = lk->priv;
+    free(el->dir);
+    free(el->key);
+    free(el->pred);
+    memset(el, 0, sizeof *el);
+}
+
+/* ---- status ---------------------------------------------------------------------------- */
+
+static int etcd_status(struct etcd_instance *inst, struct dlock_ctl_status *arg)
+{
+    dlock_status_info *out = arg->out;
+    out->held = 0;
+    out->holder_pid = -1;
+    out->ttl_ms = -1;
+    struct etcd_lock el = { 0 };
+    size_t plen = strlen(inst->prefix);
+    el.dir = malloc(plen + 3 * arg->name_len + 2);
+    if (!el.dir)
+        return dlock_seterr(DLOCK_ENOMEM, "etcd: out of memory");
+    memcpy(el.dir, inst->prefix, plen);
+    el.dir_len = plen + escape_name(arg->name, arg->name_len, el.dir + plen);
+    el.dir[el.dir_len++] = '/';
+    struct json_object *req = dir_range(&el), *reply = NULL;
+    free(el.dir);
+    json_object_object_add(req, "sort_order", json_object_new_string("ASCEND"));
+    json_object_object_add(req, "sort_target", json_object_new_string("CREATE"));
+    json_object_object_add(req, "limit", etcd_json_int_str(1));
+    int rc = etcd_call(&inst->http, "/v3/kv/range", req, &reply, NULL);
+    json_object_put(req);
+    if (rc != DLOCK_OK)
+        return rc;
+    struct json_object *kv = first_kv(reply);
+    int64_t count = etcd_json_int(reply, "count");
+    if (kv) {
+        char owner[96];
+        int n = etcd_json_unb64(kv, "value", owner, sizeof owner - 1);
+        owner[n > 0 ? n : 0] = 0;
+        out->held = 1;
+        out->fence = (uint64_t)etcd_json_int(kv, "create_revision");
+        snprintf(out->holder, sizeof out->holder, "%s (%lld waiting)", owner, (long long)(count - 1));
+    }
+    json_object_put(reply);
+    return DLOCK_OK;
+}
+
+static int etcd_ctl(void *instance, int op_code, void *arg)
+{
+    if (op_code == DLOCK_CTL_STATUS)
+        return etcd_status(instance, arg);
+    return DLOCK_ENOTSUP;
+}
+
+/* ---- instance ------------------------------------------------------------------------- */
+
+static int etcd_open(void **instance, const struct dlock_provider_env *env)
+{
+    struct etcd_instance *inst = calloc(1, sizeof *inst);
+    if (!inst)
+        return dlock_seterr(DLOCK_ENOMEM, "etcd: out of memory");
+    int rc = etcd_http_init(&inst->http, env->settings);
+    if (rc != DLOCK_OK) {
+        free(inst);
+        return rc;
+    }
+    const char *prefix = env->prefix;
+    dlock_settings_string(env->settings, "prefix", &prefix);
+    if (strlen(prefix) >= sizeof inst->prefix) {
+        etcd_http_destroy(&inst->http);
+        free(inst);
+        return dlock_seterr(DLOCK_ECONFIG, "%s: etcd.prefix must be shorter than %zu bytes",
+                            dlock_settings_where(env->settings, "prefix"), sizeof inst->prefix);
+    }
+    snprintf(inst->prefix, sizeof inst->prefix, "%s", prefix);
+    inst->log_handle = env->log_handle;
+    pthread_mutex_init(&inst->lease_mu, NULL);
+    /* Reach the cluster now, so a wrong address is reported at open. */
+    struct json_object *req = json_object_new_object(), *reply = NULL;
+    json_object_object_add(req, "key", etcd_json_b64("\0", 1));
+    rc = etcd_call(&inst->http, "/v3/kv/range", req, &reply, NULL);
+    json_object_put(req);
+    if (reply)
+        json_object_put(reply);
+    if (rc != DLOCK_OK) {
+        pthread_mutex_destroy(&inst->lease_mu);
+        etcd_http_destroy(&inst->http);
+        free(inst);
+        return rc;
+    }
+    *instance = inst;
+    return DLOCK_OK;
+}
+
+static void etcd_close(void *instance)
+{
+    struct etcd_instance *inst = instance;
+    /* Revoking the leases deletes every key on them at once, rather than
+     * leaving them to the TTL. */
+    for (int i = 0; i < MAX_LEASES; i++) {
+        if (!inst->leases[i].id)
+            continue;
+        struct json_object *req = json_object_new_object(), *reply = NULL;
+        json_object_object_add(req, "ID", etcd_json_int_str(inst->leases[i].id));
+        if (etcd_call(&inst->http, "/v3/lease/revoke", req, &reply, NULL) == DLOCK_OK)
+            json_object_put(reply);
+        json_object_put(req);
+    }
+    pthread_mutex_destroy(&inst->lease_mu);
+    etcd_http_destroy(&inst->http);
+    free(inst);
+}
+
+static const struct dlock_provider etcd_provider = {
+    .version = DLOCK_PROVIDER_VERSION_1,
+    .name = "etcd",
+    .capabilities = DLOCK_CAP_RENEW | DLOCK_CAP_FENCE | DLOCK_CAP_FENCE_LINEARIZABLE | DLOCK_CAP_NATIVE_WAIT |
+                    DLOCK_CAP_FAIR | DLOCK_CAP_SERVER_EXPIRY | DLOCK_CAP_MULTI_HOST,
+    .lock_priv_size = sizeof(struct etcd_lock),
+    .settings = etcd_settings,
+    .open = etcd_open,
+    .close = etcd_close,
+    .acquire = etcd_acquire,
+    .release = etcd_release,
+    .renew = etcd_renew,
+    .renew_batch = etcd_renew_batch,
+    .wait = etcd_wait,
+    .lock_fini = etcd_lock_fini,
+    .ctl = etcd_ctl,
+    .abandon = etcd_abandon,
+};
+
+DLOCK_MODULE(etcd_provider)

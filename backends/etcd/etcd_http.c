@@ -1,0 +1,274 @@
+/* backends/etcd/etcd_http.c - see etcd_http.h */
+#include "config.h"
+
+#include "etcd_http.h"
+
+#include <curl/curl.h>
+#include <errno.h>
+#include <openssl/evp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
+static CURLcode curl_init_result;
+
+static void init_curl(void)
+{
+    curl_init_result = curl_global_init(CURL_GLOBAL_DEFAULT);
+}
+
+static int copy_endpoint(struct etcd_http *h, const char *value, const dlock_settings *s)
+{
+    size_t len = strlen(value);
+    while (len > 0 && value[len - 1] == '/')
+        len--;
+    if ((strncmp(value, "http://", 7) != 0 && strncmp(value, "https://", 8) != 0) || len <= 8 ||
+        len >= sizeof h->endpoints[0])
+        return dlock_seterr(DLOCK_ECONFIG, "%s: etcd.endpoints: \"%s\" is not an http:// or https:// URL",
+                            dlock_settings_where(s, "endpoints"), value);
+    memcpy(h->endpoints[h->nendpoints], value, len);
+    h->endpoints[h->nendpoints][len] = 0;
+    h->nendpoints++;
+    return DLOCK_OK;
+}
+
+int etcd_http_init(struct etcd_http *h, const dlock_settings *s)
+{
+    memset(h, 0, sizeof *h);
+    pthread_once(&curl_once, init_curl);
+    if (curl_init_result != CURLE_OK)
+        return dlock_seterr(DLOCK_EINTERNAL, "etcd: libcurl cannot start: %s", curl_easy_strerror(curl_init_result));
+    h->connect_timeout_ms = 2000;
+    h->command_timeout_ms = 2000;
+    dlock_settings_int(s, "connect_timeout_ms", &h->connect_timeout_ms);
+    dlock_settings_int(s, "command_timeout_ms", &h->command_timeout_ms);
+    size_t n = dlock_settings_list_count(s, "endpoints");
+    if (n > ETCD_MAX_ENDPOINTS)
+        return dlock_seterr(DLOCK_ECONFIG, "%s: etcd.endpoints lists more than %d endpoints",
+                            dlock_settings_where(s, "endpoints"), ETCD_MAX_ENDPOINTS);
+    int rc = DLOCK_OK;
+    for (size_t i = 0; rc == DLOCK_OK && i < n; i++)
+        rc = copy_endpoint(h, dlock_settings_list_item(s, "endpoints", i), s);
+    if (rc == DLOCK_OK && n == 0)
+        rc = copy_endpoint(h, "http://127.0.0.1:2379", s);
+    if (rc != DLOCK_OK)
+        return rc;
+    pthread_mutex_init(&h->mu, NULL);
+    snprintf(h->label, sizeof h->label, "etcd %s%s", h->endpoints[0], h->nendpoints > 1 ? " (and others)" : "");
+    return DLOCK_OK;
+}
+
+void etcd_http_destroy(struct etcd_http *h)
+{
+    for (int i = 0; i < h->nidle; i++)
+        curl_easy_cleanup(h->idle[i]);
+    h->nidle = 0;
+    pthread_mutex_destroy(&h->mu);
+}
+
+/* ---- one call ------------------------------------------------------------------------ */
+
+struct buffer {
+    char *data;
+    size_t len, cap;
+};
+
+static size_t collect(char *ptr, size_t size, size_t nmemb, void *arg)
+{
+    struct buffer *b = arg;
+    size_t n = size * nmemb;
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap * 2 : 4096;
+        while (cap < b->len + n + 1)
+            cap *= 2;
+        char *d = realloc(b->data, cap);
+        if (!d)
+            return 0; /* libcurl reports a write error */
+        b->data = d;
+        b->cap = cap;
+    }
+    memcpy(b->data + b->len, ptr, n);
+    b->len += n;
+    b->data[b->len] = 0;
+    return n;
+}
+
+/* Every socket libcurl opens is close-on-exec: a program this process starts
+ * must not inherit the connection to the lock server. */
+static curl_socket_t open_socket(void *arg, curlsocktype purpose, struct curl_sockaddr *a)
+{
+    (void)arg;
+    (void)purpose;
+    return socket(a->family, a->socktype | SOCK_CLOEXEC, a->protocol);
+}
+
+static CURL *take_handle(struct etcd_http *h, char *endpoint, size_t size, char *token, size_t token_size)
+{
+    CURL *c = NULL;
+    pthread_mutex_lock(&h->mu);
+    if (h->nidle > 0)
+        c = h->idle[--h->nidle];
+    snprintf(endpoint, size, "%s", h->endpoints[h->current]);
+    snprintf(token, token_size, "%s", h->token);
+    pthread_mutex_unlock(&h->mu);
+    if (!c)
+        c = curl_easy_init();
+    return c;
+}
+
+static void give_handle(struct etcd_http *h, CURL *c, bool healthy)
+{
+    pthread_mutex_lock(&h->mu);
+    if (healthy && h->nidle < ETCD_IDLE_HANDLES) {
+        h->idle[h->nidle++] = c;
+        c = NULL;
+    }
+    pthread_mutex_unlock(&h->mu);
+    if (c)
+        curl_easy_cleanup(c);
+}
+
+static void next_endpoint(struct etcd_http *h, const char *failed)
+{
+    pthread_mutex_lock(&h->mu);
+    if (strcmp(h->endpoints[h->current], failed) == 0)
+        h->current = (h->current + 1) % h->nendpoints;
+    pthread_mutex_unlock(&h->mu);
+}
+
+/* The gateway's error answer: {"error": "...", "code": N, ...}. */
+static int server_error(const struct etcd_http *h, const char *endpoint, long status, const struct buffer *b,
+                        struct etcd_status *st)
+{
+    struct json_object *obj = b->data ? json_tokener_parse(b->data) : NULL;
+    struct json_object *err = obj ? etcd_json_get(obj, "error") : NULL;
+    st->grpc_code = obj ? (int)etcd_json_int(obj, "code") : 0;
+    int rc = dlock_seterr(DLOCK_EUNAVAILABLE, "etcd %s: HTTP %ld: %s", endpoint, status,
+                          err ? json_object_get_string(err) : "an answer without an error message");
+    (void)h;
+    if (obj)
+        json_object_put(obj);
+    return rc;
+}
+
+int etcd_call(struct etcd_http *h, const char *path, struct json_object *body, struct json_object **reply,
+              struct etcd_status *st)
+{
+    struct etcd_status ignored;
+    if (!st)
+        st = &ignored;
+    st->grpc_code = 0;
+    st->sent = false;
+    *reply = NULL;
+    char endpoint[256], token[512], url[512];
+    CURL *c = take_handle(h, endpoint, sizeof endpoint, token, sizeof token);
+    if (!c)
+        return dlock_seterr(DLOCK_ENOMEM, "etcd: out of memory for an HTTP handle");
+    snprintf(url, sizeof url, "%s%s", endpoint, path);
+    const char *text = json_object_to_json_string_ext(body, JSON_C_TO_STRING_PLAIN);
+    struct curl_slist *headers = curl_slist_append(NULL, "Content-Type: application/json");
+    char auth[600];
+    if (token[0]) {
+        snprintf(auth, sizeof auth, "Authorization: %s", token);
+        headers = curl_slist_append(headers, auth);
+    }
+    struct buffer b = { NULL, 0, 0 };
+    curl_easy_reset(c);
+    curl_easy_setopt(c, CURLOPT_URL, url);
+    curl_easy_setopt(c, CURLOPT_POSTFIELDS, text);
+    curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE, (long)strlen(text));
+    curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, collect);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
+    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(c, CURLOPT_TCP_NODELAY, 1L);
+    curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, (long)h->connect_timeout_ms);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, (long)h->command_timeout_ms);
+    curl_easy_setopt(c, CURLOPT_OPENSOCKETFUNCTION, open_socket);
+    CURLcode res = curl_easy_perform(c);
+    long status = 0;
+    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
+    curl_slist_free_all(headers);
+    int rc = DLOCK_OK;
+    if (res != CURLE_OK) {
+        st->sent = res != CURLE_COULDNT_CONNECT && res != CURLE_COULDNT_RESOLVE_HOST;
+        rc = dlock_seterr(DLOCK_EUNAVAILABLE, "etcd %s: %s%s", endpoint, curl_easy_strerror(res),
+                          res == CURLE_OPERATION_TIMEDOUT ? " (raise etcd.command_timeout_ms?)" : "");
+        next_endpoint(h, endpoint);
+    } else if (status != 200) {
+        st->sent = true;
+        rc = server_error(h, endpoint, status, &b, st);
+    } else {
+        st->sent = true;
+        *reply = b.data ? json_tokener_parse(b.data) : NULL;
+        if (!*reply || !json_object_is_type(*reply, json_type_object)) {
+            if (*reply)
+                json_object_put(*reply);
+            *reply = NULL;
+            rc = dlock_seterr(DLOCK_EPROTOCOL, "etcd %s: %s answered with something that is not a JSON object",
+                              endpoint, path);
+        }
+    }
+    free(b.data);
+    give_handle(h, c, res == CURLE_OK);
+    return rc;
+}
+
+/* ---- the gateway's JSON ---------------------------------------------------------- */
+
+struct json_object *etcd_json_get(struct json_object *obj, const char *field)
+{
+    struct json_object *v = NULL;
+    return obj && json_object_object_get_ex(obj, field, &v) ? v : NULL;
+}
+
+int64_t etcd_json_int(struct json_object *obj, const char *field)
+{
+    struct json_object *v = etcd_json_get(obj, field);
+    if (!v)
+        return 0; /* the gateway leaves zero out */
+    if (json_object_is_type(v, json_type_string))
+        return strtoll(json_object_get_string(v), NULL, 10);
+    return json_object_get_int64(v);
+}
+
+struct json_object *etcd_json_int_str(int64_t v)
+{
+    char text[24];
+    snprintf(text, sizeof text, "%lld", (long long)v);
+    return json_object_new_string(text);
+}
+
+struct json_object *etcd_json_b64(const void *data, size_t len)
+{
+    size_t out_len = 4 * ((len + 2) / 3);
+    unsigned char *out = malloc(out_len + 1);
+    if (!out)
+        return NULL;
+    EVP_EncodeBlock(out, data, (int)len);
+    struct json_object *s = json_object_new_string_len((const char *)out, (int)out_len);
+    free(out);
+    return s;
+}
+
+int etcd_json_unb64(struct json_object *obj, const char *field, char *out, size_t size)
+{
+    struct json_object *v = etcd_json_get(obj, field);
+    if (!v || !json_object_is_type(v, json_type_string))
+        return -1;
+    const char *text = json_object_get_string(v);
+    size_t len = strlen(text);
+    if (len % 4 != 0 || 3 * (len / 4) > size)
+        return -1;
+    int n = EVP_DecodeBlock((unsigned char *)out, (const unsigned char *)text, (int)len);
+    if (n < 0)
+        return -1;
+    /* EVP_DecodeBlock counts the padding as bytes: take them off. */
+    if (len >= 1 && text[len - 1] == '=')
+        n--;
+    if (len >= 2 && text[len - 2] == '=')
+        n--;
+    return n;
+}

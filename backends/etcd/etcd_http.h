@@ -1,0 +1,69 @@
+/*
+ * backends/etcd/etcd_http.h - etcd's v3 JSON gateway over HTTP/1.1: one
+ * POST of a JSON body, one JSON answer, with libcurl (connections kept
+ * alive and reused) and json-c. The gateway's quirks are handled here:
+ * 64-bit integers come as strings, false and zero fields are left out,
+ * keys and values are base64.
+ */
+#ifndef DLOCK_ETCD_HTTP_H
+#define DLOCK_ETCD_HTTP_H
+
+#include <dlock/provider.h>
+#include <json-c/json.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define ETCD_MAX_ENDPOINTS 8
+#define ETCD_IDLE_HANDLES 16
+
+struct etcd_http {
+    char endpoints[ETCD_MAX_ENDPOINTS][256]; /* "http://host:port", no trailing slash */
+    int nendpoints;
+    int current;                    /* the endpoint calls go to; moves on after a failure */
+    int64_t connect_timeout_ms;
+    int64_t command_timeout_ms;
+    char token[512];                /* auth token ("" without auth) */
+    pthread_mutex_t mu;             /* current, token, idle */
+    void *idle[ETCD_IDLE_HANDLES];  /* CURL easy handles with live connections */
+    int nidle;
+    char label[300];                /* "etcd http://127.0.0.1:2379", for messages */
+};
+
+/* Reads endpoints (default http://127.0.0.1:2379), connect_timeout_ms and
+ * command_timeout_ms. DLOCK_OK or DLOCK_ECONFIG naming the setting. */
+int etcd_http_init(struct etcd_http *h, const dlock_settings *s);
+void etcd_http_destroy(struct etcd_http *h);
+
+/* What a call's failure was, beside its libdlock code. */
+struct etcd_status {
+    int grpc_code;      /* the gateway's error code (5 = not found, ...), 0 if none */
+    bool sent;          /* the request may have reached the server */
+};
+
+/* POSTs body (not consumed) to path ("/v3/kv/txn") on the current endpoint,
+ * once, within command_timeout_ms, and parses the answer into *reply
+ * (caller frees with json_object_put). DLOCK_OK, or DLOCK_EUNAVAILABLE
+ * (cannot reach it, or the server's error, with its words in the detail;
+ * st->grpc_code says which) or DLOCK_EPROTOCOL (an answer that is not
+ * JSON). A failure to reach an endpoint moves later calls to the next one. */
+int etcd_call(struct etcd_http *h, const char *path, struct json_object *body, struct json_object **reply,
+              struct etcd_status *st);
+
+/* ---- the gateway's JSON ---------------------------------------------------------- */
+
+/* A 64-bit integer field that the gateway writes as a string (or leaves out
+ * when 0): its value, or 0. */
+int64_t etcd_json_int(struct json_object *obj, const char *field);
+/* The object or array at field, or NULL. */
+struct json_object *etcd_json_get(struct json_object *obj, const char *field);
+/* A new string object holding the base64 of len bytes. */
+struct json_object *etcd_json_b64(const void *data, size_t len);
+/* Decodes the base64 string at field into out (at most size bytes); the
+ * number of bytes, or -1 when absent or malformed. */
+int etcd_json_unb64(struct json_object *obj, const char *field, char *out, size_t size);
+/* A new string object holding a decimal 64-bit integer, as the gateway wants. */
+struct json_object *etcd_json_int_str(int64_t v);
+
+#endif

@@ -1,0 +1,151 @@
+/* backends/etcd/etcd_watch.c - see etcd_watch.h */
+#include "config.h"
+
+#include "etcd_watch.h"
+
+#include <curl/curl.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+struct stream {
+    char *data;
+    size_t len, cap;
+    bool changed;       /* an event came, or the server ended the watch */
+};
+
+/* Reads the whole messages (one JSON object a line) received so far. */
+static void read_messages(struct stream *s)
+{
+    char *start = s->data, *nl;
+    while ((nl = memchr(start, '\n', (size_t)(s->data + s->len - start))) != NULL) {
+        *nl = 0;
+        struct json_object *msg = json_tokener_parse(start);
+        struct json_object *result = msg ? etcd_json_get(msg, "result") : NULL;
+        if (!msg || etcd_json_get(msg, "error"))
+            s->changed = true; /* the stream went wrong: look again rather than wait */
+        else if (result && (etcd_json_get(result, "events") || etcd_json_get(result, "canceled")))
+            s->changed = true; /* a change, or a watch the server ended (a compacted revision) */
+        if (msg)
+            json_object_put(msg);
+        start = nl + 1;
+    }
+    size_t rest = (size_t)(s->data + s->len - start);
+    memmove(s->data, start, rest);
+    s->len = rest;
+}
+
+static size_t on_data(char *ptr, size_t size, size_t nmemb, void *arg)
+{
+    struct stream *s = arg;
+    size_t n = size * nmemb;
+    if (s->len + n + 1 > s->cap) {
+        size_t cap = s->cap ? s->cap * 2 : 4096;
+        while (cap < s->len + n + 1)
+            cap *= 2;
+        char *d = realloc(s->data, cap);
+        if (!d)
+            return 0;
+        s->data = d;
+        s->cap = cap;
+    }
+    memcpy(s->data + s->len, ptr, n);
+    s->len += n;
+    s->data[s->len] = 0;
+    read_messages(s);
+    return n;
+}
+
+static curl_socket_t open_socket(void *arg, curlsocktype purpose, struct curl_sockaddr *a)
+{
+    (void)arg;
+    (void)purpose;
+    return socket(a->family, a->socktype | SOCK_CLOEXEC, a->protocol);
+}
+
+int etcd_watch_change(struct etcd_http *h, const char *key, size_t key_len, int64_t start_revision,
+                      int64_t timeout_ms, int wake_fd)
+{
+    char endpoint[256], token[512], url[512], auth[600];
+    pthread_mutex_lock(&h->mu);
+    snprintf(endpoint, sizeof endpoint, "%s", h->endpoints[h->current]);
+    snprintf(token, sizeof token, "%s", h->token);
+    pthread_mutex_unlock(&h->mu);
+    snprintf(url, sizeof url, "%s/v3/watch", endpoint);
+
+    struct json_object *create = json_object_new_object();
+    json_object_object_add(create, "key", etcd_json_b64(key, key_len));
+    json_object_object_add(create, "start_revision", etcd_json_int_str(start_revision));
+    struct json_object *body = json_object_new_object();
+    json_object_object_add(body, "create_request", create);
+    const char *text = json_object_to_json_string_ext(body, JSON_C_TO_STRING_PLAIN);
+
+    struct stream s = { NULL, 0, 0, false };
+    struct curl_slist *headers = curl_slist_append(NULL, "Content-Type: application/json");
+    if (token[0]) {
+        snprintf(auth, sizeof auth, "Authorization: %s", token);
+        headers = curl_slist_append(headers, auth);
+    }
+    CURL *c = curl_easy_init();
+    CURLM *m = curl_multi_init();
+    if (!c || !m) {
+        if (c)
+            curl_easy_cleanup(c);
+        if (m)
+            curl_multi_cleanup(m);
+        curl_slist_free_all(headers);
+        json_object_put(body);
+        return dlock_seterr(DLOCK_ENOMEM, "etcd: out of memory for a watch");
+    }
+    curl_easy_setopt(c, CURLOPT_URL, url);
+    curl_easy_setopt(c, CURLOPT_POSTFIELDS, text);
+    curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE, (long)strlen(text));
+    curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_data);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, &s);
+    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(c, CURLOPT_TCP_NODELAY, 1L);
+    curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, (long)h->connect_timeout_ms);
+    curl_easy_setopt(c, CURLOPT_OPENSOCKETFUNCTION, open_socket);
+    curl_multi_add_handle(m, c);
+
+    int rc = DLOCK_ETIMEDOUT;
+    int64_t deadline = dlock_provider_now_ms() + timeout_ms;
+    for (;;) {
+        int running = 0;
+        curl_multi_perform(m, &running);
+        if (s.changed) {
+            rc = DLOCK_OK;
+            break;
+        }
+        if (!running) { /* the stream ended without an event: look again */
+            CURLMsg *msg;
+            int left;
+            rc = DLOCK_OK;
+            while ((msg = curl_multi_info_read(m, &left)) != NULL)
+                if (msg->msg == CURLMSG_DONE && msg->data.result != CURLE_OK)
+                    rc = dlock_seterr(DLOCK_EUNAVAILABLE, "etcd %s: watch: %s", endpoint,
+                                      curl_easy_strerror(msg->data.result));
+            break;
+        }
+        int64_t left_ms = deadline - dlock_provider_now_ms();
+        if (left_ms <= 0)
+            break;
+        struct curl_waitfd extra = { .fd = wake_fd, .events = CURL_WAIT_POLLIN, .revents = 0 };
+        int numfds = 0;
+        curl_multi_poll(m, &extra, wake_fd >= 0 ? 1 : 0, left_ms > 1000 ? 1000 : (int)left_ms, &numfds);
+        if (extra.revents) {
+            rc = DLOCK_OK; /* cancelled: the core looks at its cancel flag */
+            break;
+        }
+    }
+    curl_multi_remove_handle(m, c);
+    curl_easy_cleanup(c);
+    curl_multi_cleanup(m);
+    curl_slist_free_all(headers);
+    json_object_put(body);
+    free(s.data);
+    return rc;
+}

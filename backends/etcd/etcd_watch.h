@@ -1,0 +1,20 @@
+/*
+ * backends/etcd/etcd_watch.h - waiting for a change of one key through the
+ * gateway's /v3/watch stream (a chunked HTTP response of JSON messages),
+ * with libcurl's multi interface so that the core's wake fd can end it.
+ */
+#ifndef DLOCK_ETCD_WATCH_H
+#define DLOCK_ETCD_WATCH_H
+
+#include "etcd_http.h"
+
+/* Watches key from start_revision (so that a change made since the caller
+ * looked is not missed) until an event on it arrives, the watch is refused
+ * or cancelled by the server, timeout_ms passes, or wake_fd becomes
+ * readable. DLOCK_OK (something happened: look again), DLOCK_ETIMEDOUT, or
+ * DLOCK_EUNAVAILABLE when the stream could not be had. Never grants
+ * anything: the caller looks again. */
+int etcd_watch_change(struct etcd_http *h, const char *key, size_t key_len, int64_t start_revision,
+                      int64_t timeout_ms, int wake_fd);
+
+#endif

@@ -1,0 +1,319 @@
+/* tests/backends/etcd/test_etcd.c - the etcd backend against a real etcd
+ * this program starts on a private port (and stops by PID): the
+ * conformance suite, then what is particular to etcd: first come, first
+ * served; the fence is the key's create_revision; one lease kept alive for
+ * many holds; a partition past the lease; the JSON gateway's errors. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "../../conformance/conformance.h"
+#include "../../support/fault_proxy.h"
+#include "../../support/service.h"
+#include "../../support/test_client.h"
+#include "../../support/test_time.h"
+
+#include <dlock.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static struct test_service server = { .script = "etcd" };
+
+static void write_config_at(char *buf, size_t size, int port, int lease_ms, int retry_cap_ms, const char *extra)
+{
+    snprintf(buf, size,
+             "backend = \"etcd\";\nlease_ms = %d;\nretry_base_ms = 5;\nretry_cap_ms = %d;\n"
+             "etcd = { endpoints = (\"http://127.0.0.1:%d\"); command_timeout_ms = 1000; connect_timeout_ms = 1000; %s };\n",
+             lease_ms, retry_cap_ms, port, extra);
+}
+
+static void conformance_config(char *buf, size_t size, int lease_ms, int retry_cap_ms)
+{
+    write_config_at(buf, size, server.port, lease_ms, retry_cap_ms, "");
+}
+
+/* Runs etcdctl against the test server; its first line of output in out. */
+static int etcdctl(char *out, size_t size, const char *fmt, ...)
+{
+    char args[1024], cmd[1400];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(args, sizeof args, fmt, ap);
+    va_end(ap);
+    snprintf(cmd, sizeof cmd, "ETCDCTL_API=3 etcdctl --endpoints=http://127.0.0.1:%d %s 2>&1", server.port, args);
+    FILE *p = popen(cmd, "r");
+    if (!p)
+        return -1;
+    char line[512] = "";
+    if (!fgets(line, sizeof line, p))
+        line[0] = 0;
+    if (out)
+        snprintf(out, size, "%s", line);
+    char rest[512];
+    while (fgets(rest, sizeof rest, p))
+        ;
+    return pclose(p);
+}
+
+/* Deletes the holder's key (the name's key with the lowest create_revision),
+ * as an operator would. */
+static void delete_holder_key(const char *name)
+{
+    char key[512];
+    etcdctl(key, sizeof key, "get --prefix 'dlock:%s/' --sort-by=CREATE --order=ASCEND --limit=1 --keys-only", name);
+    key[strcspn(key, "\n")] = 0;
+    if (key[0])
+        etcdctl(NULL, 0, "del '%s'", key);
+}
+
+static dlock_client *open_ok(int lease_ms)
+{
+    char text[1024];
+    write_config_at(text, sizeof text, server.port, lease_ms, 100, "");
+    return test_client_open(text);
+}
+
+/* ---- particular to etcd ---------------------------------------------------------------- */
+
+struct queued {
+    dlock_client *client;
+    dlock_lock *lock;
+    int index;
+    int *order;
+    int *next;
+    pthread_mutex_t *mu;
+    int rc;
+};
+
+static void *queue_and_take(void *arg)
+{
+    struct queued *q = arg;
+    q->rc = dlock_acquire(q->lock, 10000);
+    if (q->rc == DLOCK_OK) {
+        pthread_mutex_lock(q->mu);
+        q->order[(*q->next)++] = q->index;
+        pthread_mutex_unlock(q->mu);
+        sleep_ms(20);
+        dlock_release(q->lock);
+    }
+    return NULL;
+}
+
+/* Waiters are granted in the order they arrived, each woken by the
+ * deletion of the key just before its own. */
+static void waiters_are_granted_in_arrival_order(void **state)
+{
+    (void)state;
+    enum { N = 5 };
+    dlock_client *holder = open_ok(30000);
+    dlock_lock *h = test_lock_named(holder, "fifo");
+    assert_int_equal(dlock_acquire(h, 0), DLOCK_OK);
+    struct queued q[N];
+    pthread_t t[N];
+    int order[N], next = 0;
+    pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    for (int i = 0; i < N; i++) {
+        q[i] = (struct queued){ open_ok(30000), NULL, i, order, &next, &mu, 99 };
+        q[i].lock = test_lock_named(q[i].client, "fifo");
+        pthread_create(&t[i], NULL, queue_and_take, &q[i]);
+        sleep_ms(150); /* each queues before the next arrives */
+    }
+    dlock_status_info st;
+    assert_int_equal(dlock_status(holder, "fifo", 4, &st), DLOCK_OK);
+    assert_int_equal(st.held, 1);
+    assert_non_null(strstr(st.holder, "(5 waiting)"));
+    int64_t t0 = now_ms();
+    assert_int_equal(dlock_release(h), DLOCK_OK);
+    for (int i = 0; i < N; i++) {
+        pthread_join(t[i], NULL);
+        assert_int_equal(q[i].rc, DLOCK_OK);
+    }
+    /* Five hand-offs of 20 ms holds, each by a watch event, not by polling. */
+    assert_true(now_ms() - t0 < 5 * 20 + slack_ms(1500));
+    for (int i = 0; i < N; i++)
+        assert_int_equal(order[i], i);
+    for (int i = 0; i < N; i++) {
+        dlock_lock_free(q[i].lock);
+        dlock_client_close(q[i].client);
+    }
+    dlock_lock_free(h);
+    dlock_client_close(holder);
+}
+
+/* The fence is the key's create_revision, which etcd assigns in one order
+ * across the cluster. */
+static void the_fence_is_the_keys_create_revision(void **state)
+{
+    (void)state;
+    dlock_client *a = open_ok(30000);
+    dlock_lock *l = test_lock_named(a, "revision");
+    assert_int_equal(dlock_acquire(l, 0), DLOCK_OK);
+    uint64_t fence;
+    assert_int_equal(dlock_fence(l, &fence), DLOCK_OK);
+    char line[512];
+    etcdctl(line, sizeof line, "get --prefix 'dlock:revision/' -w fields | grep '\"CreateRevision\"'");
+    const char *colon = strchr(line, ':');
+    assert_non_null(colon);
+    assert_int_equal(strtoull(colon + 1, NULL, 10), fence);
+    assert_int_equal(dlock_release(l), DLOCK_OK);
+    etcdctl(line, sizeof line, "get --prefix 'dlock:revision/' --keys-only | grep -c .");
+    assert_int_equal(atoi(line), 0); /* released: the key is gone */
+    dlock_lock_free(l);
+    dlock_client_close(a);
+}
+
+/* Names with '/' and '%' stay apart: "a/b" is not inside "a"'s range. */
+static void names_with_slashes_stay_apart(void **state)
+{
+    (void)state;
+    dlock_client *a = open_ok(30000), *b = open_ok(30000);
+    dlock_lock *la = test_lock_named(a, "dir"), *lb = test_lock_named(b, "dir/sub");
+    dlock_lock *lc = test_lock_named(b, "dir%2Fsub");
+    assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
+    assert_int_equal(dlock_acquire(lb, 0), DLOCK_OK);
+    assert_int_equal(dlock_acquire(lc, 0), DLOCK_OK);
+    dlock_status_info st;
+    assert_int_equal(dlock_status(a, "dir", 3, &st), DLOCK_OK);
+    assert_non_null(strstr(st.holder, "(0 waiting)"));
+    dlock_release(la);
+    dlock_release(lb);
+    dlock_release(lc);
+    dlock_lock_free(la);
+    dlock_lock_free(lb);
+    dlock_lock_free(lc);
+    dlock_client_close(a);
+    dlock_client_close(b);
+}
+
+/* A hundred holds on one lease stay valid past three leases. */
+static void many_holds_renew_on_one_lease(void **state)
+{
+    (void)state;
+    enum { N = 100 };
+    dlock_client *c = open_ok(1500);
+    dlock_lock *l[N];
+    int lost[N] = { 0 };
+    test_hold_many(c, "many", N, l, lost);
+    sleep_ms(4500);
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(lost[i], 0);
+        assert_true(dlock_validity_ms(l[i]) > 0);
+    }
+    char line[512];
+    etcdctl(line, sizeof line, "lease list | head -1");
+    assert_non_null(strstr(line, "found 1 leases"));
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(dlock_release(l[i]), DLOCK_OK);
+        dlock_lock_free(l[i]);
+    }
+    dlock_client_close(c);
+}
+
+static int64_t lost_at;
+
+static void note_lost(dlock_lock *l, void *arg)
+{
+    (void)l;
+    (void)arg;
+    __atomic_store_n(&lost_at, now_ms(), __ATOMIC_SEQ_CST);
+}
+
+/* The holder is cut off longer than its lease: it is told at its validity
+ * end, and the next client is granted only after that, once the server's
+ * lease ran out. */
+static void partition_past_the_lease(void **state)
+{
+    (void)state;
+    __atomic_store_n(&lost_at, 0, __ATOMIC_SEQ_CST);
+    int proxy_port;
+    struct fault_proxy *proxy = fault_proxy_start(server.port, &proxy_port);
+    assert_non_null(proxy);
+    char text[1024];
+    write_config_at(text, sizeof text, proxy_port, 2000, 100, "");
+    dlock_client *a = test_client_open(text);
+    dlock_lock_options o = DLOCK_LOCK_OPTIONS_INIT;
+    o.on_lost = note_lost;
+    dlock_lock *la = NULL;
+    assert_int_equal(dlock_lock_new(a, "cut", 3, &o, &la), DLOCK_OK);
+    assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
+    dlock_client *b = open_ok(2000);
+    dlock_lock *lb = test_lock_named(b, "cut");
+    fault_proxy_set(proxy, FAULT_BLACKHOLE, 0);
+    int64_t t0 = now_ms();
+    assert_int_equal(dlock_acquire(lb, 6000), DLOCK_OK);
+    int64_t granted = now_ms();
+    int64_t told = __atomic_load_n(&lost_at, __ATOMIC_SEQ_CST);
+    assert_true(told != 0);
+    assert_true(told <= granted);
+    assert_true(granted - t0 >= 1500); /* not before the lease could run out */
+    fault_proxy_set(proxy, FAULT_PASS, 0);
+    assert_int_equal(dlock_release(lb), DLOCK_OK);
+    assert_int_equal(dlock_release(la), DLOCK_ELOST);
+    dlock_lock_free(lb);
+    dlock_lock_free(la);
+    dlock_client_close(b);
+    dlock_client_close(a);
+    fault_proxy_stop(proxy);
+}
+
+static void bad_settings_are_config_errors(void **state)
+{
+    (void)state;
+    const char *bad[] = {
+        "backend = \"etcd\";\netcd = { endpoints = (\"127.0.0.1:2379\"); };\n",
+        "backend = \"etcd\";\netcd = { endpoints = \"http://127.0.0.1:2379\"; };\n",
+        "backend = \"etcd\";\netcd = { command_timeout_ms = 0; };\n",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        dlock_client *c = NULL;
+        int rc = dlock_client_open_string(&c, bad[i]);
+        if (rc != DLOCK_ECONFIG)
+            fail_msg("case %zu: %s (%s)", i, dlock_strerror(rc), dlock_errmsg());
+        assert_non_null(strstr(dlock_errmsg(), "etcd."));
+    }
+}
+
+static void unreachable_cluster_is_a_clear_error(void **state)
+{
+    (void)state;
+    char text[512];
+    write_config_at(text, sizeof text, server.port + 2, 30000, 100, "");
+    dlock_client *c = NULL;
+    int64_t t0 = now_ms();
+    assert_int_equal(dlock_client_open_string(&c, text), DLOCK_EUNAVAILABLE);
+    assert_true(now_ms() - t0 < 2000);
+    char where[64];
+    snprintf(where, sizeof where, "etcd http://127.0.0.1:%d", server.port + 2);
+    assert_non_null(strstr(dlock_errmsg(), where));
+}
+
+int main(void)
+{
+    if (getenv("CMOCKA_FILTER")) /* one case by name */
+        cmocka_set_test_filter(getenv("CMOCKA_FILTER"));
+    if (test_service_start(&server) != 0) {
+        printf("[  FAILED  ] 1 test(s), listed below:\n[  FAILED  ] etcd did not start\n");
+        return 1;
+    }
+    /* etcd's lessor looks for expired leases every 500 ms: a killed
+     * holder's key goes up to that long after its TTL. */
+    static const struct conformance_target target = { "etcd conformance", conformance_config, delete_holder_key,
+                                                      NULL, 500 };
+    int failed = conformance_run(&target);
+    const struct CMUnitTest particular[] = {
+        cmocka_unit_test(waiters_are_granted_in_arrival_order),
+        cmocka_unit_test(the_fence_is_the_keys_create_revision),
+        cmocka_unit_test(names_with_slashes_stay_apart),
+        cmocka_unit_test(many_holds_renew_on_one_lease),
+        cmocka_unit_test(partition_past_the_lease),
+        cmocka_unit_test(bad_settings_are_config_errors),
+        cmocka_unit_test(unreachable_cluster_is_a_clear_error),
+    };
+    failed += cmocka_run_group_tests_name("etcd", particular, NULL, NULL);
+    test_service_stop(&server);
+    return failed ? 1 : 0;
+}
