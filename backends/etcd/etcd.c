@@ -199,6 +199,7 @@ static void forget_lease(struct etcd_instance *inst, int64_t id)
 }
 
 static int delete_own_key(struct etcd_instance *inst, struct etcd_lock *el);
+static int keepalive(struct etcd_instance *inst, int64_t id);
 
 /* ---- acquire ------------------------------------------------------------------------- */
 
@@ -337,6 +338,18 @@ static int etcd_acquire(void *instance, struct dlock_provider_lock *lk, struct d
         return dlock_seterr(DLOCK_EPROTOCOL, "%s: the queue of lock '%s' read back inconsistently (our key %s)",
                             inst->http.label, lk->name, created ? "just made" : "already there");
     if (first_rev == el->create_rev) {
+        /* The lease was granted or last kept alive some time ago (holds
+         * share it, and nothing keeps it alive between holds), while the
+         * core counts this hold's validity from this attempt: refresh it
+         * now, after the grant, so that it outlives that validity. If it
+         * ran out meanwhile, our key went with it: not a grant. */
+        if ((rc = keepalive(inst, el->lease_id)) != DLOCK_OK) {
+            if (rc != DLOCK_ELOST)
+                return rc;
+            el->create_rev = 0;
+            g->retry_hint_ms = 0;
+            return DLOCK_EBUSY;
+        }
         el->granted_rev = el->create_rev;
         g->fence = (uint64_t)el->create_rev;
         g->has_fence = 1;
@@ -355,6 +368,13 @@ static int etcd_wait(void *instance, struct dlock_provider_lock *lk, int64_t tim
     struct etcd_lock *el = lk->priv;
     if (!el->pred)
         return DLOCK_OK;
+    /* Nothing else keeps a waiter's lease alive: without this its key
+     * would expire while it waits, and it would lose its place in line. */
+    int rc = keepalive(inst, el->lease_id);
+    if (rc == DLOCK_ELOST)
+        return DLOCK_OK; /* its key is gone: look again (a new lease, the back of the line) */
+    if (rc != DLOCK_OK)
+        return rc;
     return etcd_watch_change(&inst->http, el->pred, el->pred_len, el->watch_from, timeout_ms, wake_fd);
 }
 

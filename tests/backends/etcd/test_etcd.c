@@ -213,6 +213,32 @@ static void many_holds_renew_on_one_lease(void **state)
     dlock_client_close(c);
 }
 
+/* The client's lease was granted long before this grant and nothing kept it
+ * alive meanwhile: the grant must refresh it, or the key would expire
+ * within the validity the core counts from this acquire and another client
+ * would be granted beside the holder. (Found by the checked fault suite.) */
+static void a_grant_on_an_old_lease_outlives_its_validity(void **state)
+{
+    (void)state;
+    dlock_client *a = open_ok(2000), *b = open_ok(2000);
+    dlock_lock *first = test_lock_named(a, "old-lease-1");
+    assert_int_equal(dlock_acquire(first, 0), DLOCK_OK); /* the lease is granted here */
+    assert_int_equal(dlock_release(first), DLOCK_OK);
+    sleep_ms(1700); /* most of its 2 s TTL gone, nothing renewing it */
+    dlock_lock *la = test_lock_named(a, "old-lease-2"), *lb = test_lock_named(b, "old-lease-2");
+    assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
+    int64_t valid = dlock_validity_ms(la);
+    assert_true(valid > 1500);
+    /* Within that validity, nobody else may get it. */
+    assert_int_equal(dlock_acquire(lb, valid - 100), DLOCK_ETIMEDOUT);
+    assert_int_equal(dlock_release(la), DLOCK_OK);
+    dlock_lock_free(first);
+    dlock_lock_free(la);
+    dlock_lock_free(lb);
+    dlock_client_close(a);
+    dlock_client_close(b);
+}
+
 static int64_t lost_at;
 
 static void note_lost(dlock_lock *l, void *arg)
@@ -309,6 +335,7 @@ int main(void)
         cmocka_unit_test(the_fence_is_the_keys_create_revision),
         cmocka_unit_test(names_with_slashes_stay_apart),
         cmocka_unit_test(many_holds_renew_on_one_lease),
+        cmocka_unit_test(a_grant_on_an_old_lease_outlives_its_validity),
         cmocka_unit_test(partition_past_the_lease),
         cmocka_unit_test(bad_settings_are_config_errors),
         cmocka_unit_test(unreachable_cluster_is_a_clear_error),
