@@ -17,6 +17,7 @@
 
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define LEASE_MS 1500
@@ -218,6 +219,31 @@ static void server_restarted_empty(void **state)
     assert_true(told - restarted_at <= (LEASE_MS / 3 + 300) * 1000LL);
 }
 
+/* A snapshot is taken, the workers go on granting, and the server is
+ * killed and restarted from that older snapshot: its fence counter comes
+ * back behind tokens already handed out. Tokens must still grow, or the
+ * fence guard, which has seen higher ones, refuses every later holder. */
+static void server_restarted_from_an_older_snapshot(void **state)
+{
+    (void)state;
+    struct fault_run run;
+    struct history_report r;
+    start(&run, SHORT_HOLD_MS);
+    redisReply *saved = test_redis_cmd(&server, "SAVE");
+    assert_non_null(saved);
+    freeReplyObject(saved);
+    fault_sleep_ms(1500); /* more grants after the snapshot */
+    test_redis_kill(&server, 1);
+    assert_int_equal(test_redis_start(&server), 0); /* same port and dir: loads the snapshot */
+    fault_sleep_ms(LEASE_MS + 1000);
+    fault_run_finish_overlap_documented(&run, "redis, restarted from an older snapshot", &r);
+    assert_true(r.grants >= 10);
+    /* Tokens that went back would be refused by the guard, which has seen
+     * higher ones: every worker would be locked out of the resource (with
+     * the counter seeded only when missing, 37 of 174 reads were). */
+    assert_int_equal(r.writes_refused + r.reads_refused, 0);
+}
+
 /* Every connection half-closed (the client reads end-of-file) for 300 ms,
  * then every connection cut, the waiters' Pub/Sub one included: clear
  * errors, and service again within the reconnect backoff. */
@@ -241,6 +267,8 @@ static void connections_half_closed_then_cut(void **state)
 
 int main(void)
 {
+    if (getenv("CMOCKA_FILTER")) /* one case by name */
+        cmocka_set_test_filter(getenv("CMOCKA_FILTER"));
     if (test_redis_start(&server) != 0 || !(proxy = fault_proxy_start(server.port, &proxy_port))) {
         printf("[  FAILED  ] 1 test(s), listed below:\n[  FAILED  ] redis or the fault proxy did not start\n");
         return 1;
@@ -255,6 +283,7 @@ int main(void)
         cmocka_unit_test(network_partition),
         cmocka_unit_test(replies_later_than_the_lease),
         cmocka_unit_test(connections_half_closed_then_cut),
+        cmocka_unit_test(server_restarted_from_an_older_snapshot),
         cmocka_unit_test(server_restarted_empty), /* last: fences restart */
     };
     int failed = cmocka_run_group_tests_name("checked faults (redis)", tests, NULL, NULL);
