@@ -63,6 +63,11 @@ static const struct dlock_setting_spec etcd_settings[] = {
     { "prefix", DLOCK_SETTING_STRING, 0, 0 },
     { "connect_timeout_ms", DLOCK_SETTING_INT, 1, 600000 },
     { "command_timeout_ms", DLOCK_SETTING_INT, 1, 600000 },
+    { "username", DLOCK_SETTING_STRING, 0, 0 },
+    { "password", DLOCK_SETTING_STRING, 0, 0 },
+    { "cacert", DLOCK_SETTING_STRING, 0, 0 },
+    { "cert", DLOCK_SETTING_STRING, 0, 0 },
+    { "key", DLOCK_SETTING_STRING, 0, 0 },
     { NULL, 0, 0, 0 },
 };
 
@@ -586,10 +591,15 @@ static int etcd_open(void **instance, const struct dlock_provider_env *env)
     snprintf(inst->prefix, sizeof inst->prefix, "%s", prefix);
     inst->log_handle = env->log_handle;
     pthread_mutex_init(&inst->lease_mu, NULL);
-    /* Reach the cluster now, so a wrong address is reported at open. */
+    /* Reach the cluster now, so a wrong address or password is reported
+     * at open. */
+    rc = etcd_authenticate(&inst->http);
     struct json_object *req = json_object_new_object(), *reply = NULL;
-    json_object_object_add(req, "key", etcd_json_b64("\0", 1));
-    rc = etcd_call(&inst->http, "/v3/kv/range", req, &reply, NULL);
+    json_object_object_add(req, "key", etcd_json_b64(inst->prefix, strlen(inst->prefix)));
+    json_object_object_add(req, "keys_only", json_object_new_boolean(1));
+    json_object_object_add(req, "limit", etcd_json_int_str(1));
+    if (rc == DLOCK_OK)
+        rc = etcd_call(&inst->http, "/v3/kv/range", req, &reply, NULL);
     json_object_put(req);
     if (reply)
         json_object_put(reply);

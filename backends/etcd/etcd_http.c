@@ -44,6 +44,30 @@ int etcd_http_init(struct etcd_http *h, const dlock_settings *s)
     h->command_timeout_ms = 2000;
     dlock_settings_int(s, "connect_timeout_ms", &h->connect_timeout_ms);
     dlock_settings_int(s, "command_timeout_ms", &h->command_timeout_ms);
+    const struct {
+        const char *name;
+        char *out;
+        size_t size;
+    } strings[] = {
+        { "username", h->username, sizeof h->username }, { "password", h->password, sizeof h->password },
+        { "cacert", h->cacert, sizeof h->cacert },         { "cert", h->cert, sizeof h->cert },
+        { "key", h->key, sizeof h->key },
+    };
+    for (size_t i = 0; i < sizeof strings / sizeof strings[0]; i++) {
+        const char *v;
+        if (!dlock_settings_string(s, strings[i].name, &v))
+            continue;
+        if (strlen(v) >= strings[i].size)
+            return dlock_seterr(DLOCK_ECONFIG, "%s: etcd.%s is longer than %zu bytes",
+                                dlock_settings_where(s, strings[i].name), strings[i].name, strings[i].size - 1);
+        snprintf(strings[i].out, strings[i].size, "%s", v);
+    }
+    if ((h->username[0] != 0) != (h->password[0] != 0))
+        return dlock_seterr(DLOCK_ECONFIG, "%s: etcd.username and etcd.password go together",
+                            dlock_settings_where(s, h->username[0] ? "username" : "password"));
+    if ((h->cert[0] != 0) != (h->key[0] != 0))
+        return dlock_seterr(DLOCK_ECONFIG, "%s: etcd.cert and etcd.key go together",
+                            dlock_settings_where(s, h->cert[0] ? "cert" : "key"));
     size_t n = dlock_settings_list_count(s, "endpoints");
     if (n > ETCD_MAX_ENDPOINTS)
         return dlock_seterr(DLOCK_ECONFIG, "%s: etcd.endpoints lists more than %d endpoints",
@@ -145,20 +169,86 @@ static int server_error(const struct etcd_http *h, const char *endpoint, long st
     struct json_object *obj = b->data ? json_tokener_parse(b->data) : NULL;
     struct json_object *err = obj ? etcd_json_get(obj, "error") : NULL;
     st->grpc_code = obj ? (int)etcd_json_int(obj, "code") : 0;
-    int rc = dlock_seterr(DLOCK_EUNAVAILABLE, "etcd %s: HTTP %ld: %s", endpoint, status,
-                          err ? json_object_get_string(err) : "an answer without an error message");
-    (void)h;
+    /* PermissionDenied, and a server with authentication on asked without
+     * a user ("user name is empty"), are the setup's to fix. */
+    bool needs_user = !h->username[0] && (st->grpc_code == 16 ||
+                                          (err && strstr(json_object_get_string(err), "user name is empty")));
+    const char *hint = st->grpc_code == 7 ? " (the user needs readwrite permission on the key prefix)"
+                       : needs_user       ? " (the server requires authentication: set etcd.username and etcd.password)"
+                                          : "";
+    int code = st->grpc_code == 7 || needs_user ? DLOCK_ECONFIG : DLOCK_EUNAVAILABLE;
+    int rc = dlock_seterr(code, "etcd %s: HTTP %ld: %s%s", endpoint, status,
+                          err ? json_object_get_string(err) : "an answer without an error message", hint);
     if (obj)
         json_object_put(obj);
     return rc;
 }
 
+void etcd_http_prepare(const struct etcd_http *h, void *curl_easy)
+{
+    CURL *c = curl_easy;
+    curl_easy_setopt(c, CURLOPT_OPENSOCKETFUNCTION, open_socket);
+    if (h->cacert[0])
+        curl_easy_setopt(c, CURLOPT_CAINFO, h->cacert);
+    if (h->cert[0]) {
+        curl_easy_setopt(c, CURLOPT_SSLCERT, h->cert);
+        curl_easy_setopt(c, CURLOPT_SSLKEY, h->key);
+    }
+}
+
+static int call_once(struct etcd_http *h, const char *path, struct json_object *body, struct json_object **reply,
+                     struct etcd_status *st);
+
 int etcd_call(struct etcd_http *h, const char *path, struct json_object *body, struct json_object **reply,
               struct etcd_status *st)
 {
-    struct etcd_status ignored;
+    struct etcd_status mine;
     if (!st)
-        st = &ignored;
+        st = &mine;
+    int rc = call_once(h, path, body, reply, st);
+    /* An auth token expires (simple tokens after 5 minutes idle): the
+     * server answers "invalid auth token" (Unauthenticated, 16); get a new
+     * one and ask again, once. */
+    if (rc != DLOCK_OK && st->grpc_code == 16 && h->username[0]) {
+        char detail[512];
+        snprintf(detail, sizeof detail, "%s", dlock_errmsg());
+        if (etcd_authenticate(h) != DLOCK_OK)
+            return rc == DLOCK_OK ? rc : dlock_seterr(rc, "%s", detail);
+        rc = call_once(h, path, body, reply, st);
+    }
+    return rc;
+}
+
+int etcd_authenticate(struct etcd_http *h)
+{
+    if (!h->username[0])
+        return DLOCK_OK;
+    struct json_object *req = json_object_new_object(), *reply = NULL;
+    json_object_object_add(req, "name", json_object_new_string(h->username));
+    json_object_object_add(req, "password", json_object_new_string(h->password));
+    struct etcd_status st;
+    pthread_mutex_lock(&h->mu);
+    h->token[0] = 0;
+    pthread_mutex_unlock(&h->mu);
+    int rc = call_once(h, "/v3/auth/authenticate", req, &reply, &st);
+    json_object_put(req);
+    if (rc != DLOCK_OK) {
+        if (st.grpc_code == 3 || st.grpc_code == 9) /* InvalidArgument, FailedPrecondition: wrong name or password */
+            return dlock_seterr(DLOCK_ECONFIG, "%s: authentication as '%s' refused (check etcd.username and "
+                                "etcd.password)", h->label, h->username);
+        return rc;
+    }
+    struct json_object *token = etcd_json_get(reply, "token");
+    pthread_mutex_lock(&h->mu);
+    snprintf(h->token, sizeof h->token, "%s", token ? json_object_get_string(token) : "");
+    pthread_mutex_unlock(&h->mu);
+    json_object_put(reply);
+    return DLOCK_OK;
+}
+
+static int call_once(struct etcd_http *h, const char *path, struct json_object *body, struct json_object **reply,
+                     struct etcd_status *st)
+{
     st->grpc_code = 0;
     st->sent = false;
     *reply = NULL;
@@ -186,7 +276,7 @@ int etcd_call(struct etcd_http *h, const char *path, struct json_object *body, s
     curl_easy_setopt(c, CURLOPT_TCP_NODELAY, 1L);
     curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, (long)h->connect_timeout_ms);
     curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, (long)h->command_timeout_ms);
-    curl_easy_setopt(c, CURLOPT_OPENSOCKETFUNCTION, open_socket);
+    etcd_http_prepare(h, c);
     CURLcode res = curl_easy_perform(c);
     long status = 0;
     curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);

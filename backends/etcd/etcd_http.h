@@ -24,15 +24,18 @@ struct etcd_http {
     int current;                    /* the endpoint calls go to; moves on after a failure */
     int64_t connect_timeout_ms;
     int64_t command_timeout_ms;
-    char token[512];                /* auth token ("" without auth) */
+    char username[128], password[256]; /* "" without auth */
+    char cacert[512], cert[512], key[512]; /* TLS files, "" for the defaults / none */
+    char token[512];                /* auth token ("" until authenticated) */
     pthread_mutex_t mu;             /* current, token, idle */
     void *idle[ETCD_IDLE_HANDLES];  /* CURL easy handles with live connections */
     int nidle;
     char label[300];                /* "etcd http://127.0.0.1:2379", for messages */
 };
 
-/* Reads endpoints (default http://127.0.0.1:2379), connect_timeout_ms and
- * command_timeout_ms. DLOCK_OK or DLOCK_ECONFIG naming the setting. */
+/* Reads endpoints (default http://127.0.0.1:2379), connect_timeout_ms,
+ * command_timeout_ms, username and password, and the TLS files cacert,
+ * cert and key. DLOCK_OK or DLOCK_ECONFIG naming the setting. */
 int etcd_http_init(struct etcd_http *h, const dlock_settings *s);
 void etcd_http_destroy(struct etcd_http *h);
 
@@ -50,6 +53,16 @@ struct etcd_status {
  * JSON). A failure to reach an endpoint moves later calls to the next one. */
 int etcd_call(struct etcd_http *h, const char *path, struct json_object *body, struct json_object **reply,
               struct etcd_status *st);
+
+/* With a username, gets a token from /v3/auth/authenticate (called at open,
+ * and by etcd_call when the server says the token expired). DLOCK_OK, or
+ * DLOCK_ECONFIG when the server refuses the name or password, or the
+ * failure to reach it. */
+int etcd_authenticate(struct etcd_http *h);
+
+/* Applies the TLS files and the close-on-exec socket callback to an easy
+ * handle (for the watch stream, which has its own handle). */
+void etcd_http_prepare(const struct etcd_http *h, void *curl_easy);
 
 /* ---- the gateway's JSON ---------------------------------------------------------- */
 

@@ -8,7 +8,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 
 struct stream {
     char *data;
@@ -58,13 +57,6 @@ static size_t on_data(char *ptr, size_t size, size_t nmemb, void *arg)
     return n;
 }
 
-static curl_socket_t open_socket(void *arg, curlsocktype purpose, struct curl_sockaddr *a)
-{
-    (void)arg;
-    (void)purpose;
-    return socket(a->family, a->socktype | SOCK_CLOEXEC, a->protocol);
-}
-
 int etcd_watch_change(struct etcd_http *h, const char *key, size_t key_len, int64_t start_revision,
                       int64_t timeout_ms, int wake_fd)
 {
@@ -108,7 +100,7 @@ int etcd_watch_change(struct etcd_http *h, const char *key, size_t key_len, int6
     curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(c, CURLOPT_TCP_NODELAY, 1L);
     curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, (long)h->connect_timeout_ms);
-    curl_easy_setopt(c, CURLOPT_OPENSOCKETFUNCTION, open_socket);
+    etcd_http_prepare(h, c);
     curl_multi_add_handle(m, c);
 
     int rc = DLOCK_ETIMEDOUT;

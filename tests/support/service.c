@@ -38,8 +38,8 @@ int test_service_start(struct test_service *s)
         if (!chosen)
             s->port = 20000 + (int)((getpid() * 7 + (attempt + started * 4) * 1009) % 12000);
         snprintf(s->data, sizeof s->data, "%s/%d", s->dir, attempt);
-        snprintf(cmd, sizeof cmd, "bash '%s/support/%s.sh' start '%s' %d %d", srcdir(), s->script, s->data, s->port,
-                 s->nodes > 0 ? s->nodes : 1);
+        snprintf(cmd, sizeof cmd, "bash '%s/support/%s.sh' start '%s' %d %d %s", srcdir(), s->script, s->data, s->port,
+                 s->nodes > 0 ? s->nodes : 1, s->variant ? s->variant : "");
         FILE *p = popen(cmd, "r");
         if (!p) {
             perror("popen");

@@ -10,6 +10,7 @@
 struct test_service {
     const char *script;     /* "postgres", "mariadb" or "zookeeper" */
     int nodes;              /* servers to start where the script can (0: 1) */
+    const char *variant;    /* passed to the script after the count ("tls"), or NULL */
     char dir[128];          /* the temp dir, removed at stop */
     char data[160];         /* the server's own dir inside it */
     int port;

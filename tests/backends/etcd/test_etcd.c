@@ -22,6 +22,7 @@
 #include <string.h>
 
 static struct test_service server = { .script = "etcd" };
+static struct test_service tls_server = { .script = "etcd", .variant = "tls" };
 
 static void write_config_at(char *buf, size_t size, int port, int lease_ms, int retry_cap_ms, const char *extra)
 {
@@ -317,6 +318,74 @@ static void unreachable_cluster_is_a_clear_error(void **state)
     assert_non_null(strstr(dlock_errmsg(), where));
 }
 
+/* An https endpoint: the server's certificate is checked against the CA
+ * the configuration names; without it, a clear error. */
+static void tls_with_the_servers_ca(void **state)
+{
+    (void)state;
+    assert_int_equal(test_service_start(&tls_server), 0);
+    char text[1024];
+    snprintf(text, sizeof text,
+             "backend = \"etcd\";\netcd = { endpoints = (\"https://127.0.0.1:%d\"); cacert = \"%s/ca.pem\"; };\n",
+             tls_server.port, tls_server.data);
+    dlock_client *a = test_client_open(text);
+    dlock_lock *l = test_lock_named(a, "over-tls");
+    assert_int_equal(dlock_acquire(l, 0), DLOCK_OK);
+    uint64_t fence;
+    assert_int_equal(dlock_fence(l, &fence), DLOCK_OK);
+    assert_int_equal(dlock_release(l), DLOCK_OK);
+    dlock_lock_free(l);
+    dlock_client_close(a);
+    snprintf(text, sizeof text, "backend = \"etcd\";\netcd = { endpoints = (\"https://127.0.0.1:%d\"); };\n",
+             tls_server.port);
+    dlock_client *c = NULL;
+    int rc = dlock_client_open_string(&c, text);
+    char why[512];
+    snprintf(why, sizeof why, "%s", dlock_errmsg());
+    test_service_stop(&tls_server);
+    assert_int_equal(rc, DLOCK_EUNAVAILABLE);
+    if (!strstr(why, "certificate") && !strstr(why, "SSL"))
+        fail_msg("the error does not say it is the certificate: %s", why);
+}
+
+/* Last: turns authentication on for the rest of the server's life. A user
+ * with readwrite on its prefix only locks there; a wrong password and a
+ * prefix outside its permission are configuration errors saying so. */
+static void authentication_with_a_least_privilege_user(void **state)
+{
+    (void)state;
+    char out[256];
+    assert_int_equal(etcdctl(out, sizeof out, "user add root:root-secret"), 0);
+    assert_int_equal(etcdctl(out, sizeof out, "role add lockers"), 0);
+    assert_int_equal(etcdctl(out, sizeof out, "role grant-permission lockers --prefix=true readwrite 'dlock-auth:'"), 0);
+    assert_int_equal(etcdctl(out, sizeof out, "user add locker:locker-secret"), 0);
+    assert_int_equal(etcdctl(out, sizeof out, "user grant-role locker lockers"), 0);
+    assert_int_equal(etcdctl(out, sizeof out, "auth enable"), 0);
+    char text[1024];
+    write_config_at(text, sizeof text, server.port, 30000, 100,
+                    "username = \"locker\"; password = \"locker-secret\"; prefix = \"dlock-auth:\";");
+    dlock_client *a = test_client_open(text);
+    dlock_lock *l = test_lock_named(a, "guarded");
+    assert_int_equal(dlock_acquire(l, 0), DLOCK_OK);
+    assert_int_equal(dlock_renew(l), DLOCK_OK);
+    assert_int_equal(dlock_release(l), DLOCK_OK);
+    dlock_lock_free(l);
+    dlock_client_close(a);
+    dlock_client *c = NULL;
+    write_config_at(text, sizeof text, server.port, 30000, 100,
+                    "username = \"locker\"; password = \"wrong\"; prefix = \"dlock-auth:\";");
+    assert_int_equal(dlock_client_open_string(&c, text), DLOCK_ECONFIG);
+    assert_non_null(strstr(dlock_errmsg(), "etcd.password"));
+    assert_null(strstr(dlock_errmsg(), "wrong"));
+    write_config_at(text, sizeof text, server.port, 30000, 100, "");
+    assert_int_equal(dlock_client_open_string(&c, text), DLOCK_ECONFIG);
+    assert_non_null(strstr(dlock_errmsg(), "etcd.username"));
+    write_config_at(text, sizeof text, server.port, 30000, 100,
+                    "username = \"locker\"; password = \"locker-secret\"; prefix = \"elsewhere:\";");
+    assert_int_equal(dlock_client_open_string(&c, text), DLOCK_ECONFIG); /* found at open */
+    assert_non_null(strstr(dlock_errmsg(), "permission"));
+}
+
 int main(void)
 {
     if (getenv("CMOCKA_FILTER")) /* one case by name */
@@ -339,6 +408,8 @@ int main(void)
         cmocka_unit_test(partition_past_the_lease),
         cmocka_unit_test(bad_settings_are_config_errors),
         cmocka_unit_test(unreachable_cluster_is_a_clear_error),
+        cmocka_unit_test(tls_with_the_servers_ca),
+        cmocka_unit_test(authentication_with_a_least_privilege_user), /* last: auth stays on */
     };
     failed += cmocka_run_group_tests_name("etcd", particular, NULL, NULL);
     test_service_stop(&server);
