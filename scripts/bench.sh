@@ -21,7 +21,9 @@ while [ $# -gt 0 ]; do
     shift
 done
 export LD_LIBRARY_PATH=$B/.libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-export DLOCK_MODULE_PATH=$B/backends/redis/.libs:$B/backends/postgres/.libs:$B/backends/mysql/.libs:$B/backends/zookeeper/.libs
+# Every backend module this build has (the list is not written here).
+DLOCK_MODULE_PATH=$(for d in "$B"/backends/*/.libs; do [ -d "$d" ] && printf '%s:' "$d"; done)
+export DLOCK_MODULE_PATH=${DLOCK_MODULE_PATH%:}
 BENCH=$B/.libs/dlock-bench
 [ -x "$BENCH" ] || { echo "bench: $BENCH is not built (the redis backend is needed: libhiredis-dev)" >&2; exit 1; }
 work=$(mktemp -d /tmp/dlock-bench-XXXXXX)
