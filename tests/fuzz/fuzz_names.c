@@ -19,6 +19,7 @@
 #include "../../backends/redis/redis_keys.h"
 
 #include <limits.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 

@@ -260,7 +260,11 @@ static void failed_attempt_leaves_no_stray_hold_on_late_masters(void **state)
     for (int i = 0; i < 3; i++)
         fault_proxy_set(proxies[i], FAULT_DELAY, 300);
     assert_int_equal(dlock_acquire(l, 0), DLOCK_ENOQUORUM);
-    sleep_ms(1000); /* every late script and every undo has arrived */
+    /* Every late script and every undo arrives within a few delays; a
+     * stray hold would stay for the whole 30 s lease. */
+    int64_t t0 = now_ms();
+    while (holders_of("stray") != 0 && now_ms() - t0 < 5000)
+        sleep_ms(50);
     assert_int_equal(holders_of("stray"), 0);
     dlock_client *b = open_ok(30000);
     dlock_lock *lb = test_lock_named(b, "stray");
