@@ -8,6 +8,7 @@
 #include "config.h"
 
 #include "redis_cluster.h"
+#include "../common/host_port.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -63,21 +64,6 @@ unsigned redis_cluster_slot(const char *key, size_t len)
     return crc & (REDIS_CLUSTER_SLOTS - 1);
 }
 
-static bool split_addr(const char *addr, char *host, size_t host_len, int *port)
-{
-    const char *colon = strrchr(addr, ':');
-    if (!colon || colon == addr || (size_t)(colon - addr) >= host_len)
-        return false;
-    char *end;
-    long p = strtol(colon + 1, &end, 10);
-    if (*end || p <= 0 || p > 65535)
-        return false;
-    memcpy(host, addr, (size_t)(colon - addr));
-    host[colon - addr] = 0;
-    *port = (int)p;
-    return true;
-}
-
 int redis_cluster_seeds_from_settings(const dlock_settings *s, const struct redis_server *tmpl,
                                       char seeds[][128], int *rc)
 {
@@ -100,7 +86,7 @@ int redis_cluster_seeds_from_settings(const dlock_settings *s, const struct redi
         const char *item = dlock_settings_list_item(s, "cluster", i);
         char host[128];
         int port;
-        if (strlen(item) >= 128 || !split_addr(item, host, sizeof host, &port))
+        if (strlen(item) >= 128 || !host_port_split(item, host, sizeof host, &port))
             *rc = dlock_seterr(DLOCK_ECONFIG, "%s: redis.cluster: \"%s\" is not \"host:port\"", where, item);
         else
             snprintf(seeds[i], 128, "%s", item);
@@ -118,7 +104,7 @@ static int node_index_locked(struct redis_cluster *c, const char *addr)
         if (strcmp(c->nodes[i]->addr, addr) == 0)
             return i;
     struct redis_server srv = c->tmpl;
-    if (c->nnodes == MAX_NODES || !split_addr(addr, srv.host, sizeof srv.host, &srv.port))
+    if (c->nnodes == MAX_NODES || !host_port_split(addr, srv.host, sizeof srv.host, &srv.port))
         return -1;
     struct cluster_node *node = calloc(1, sizeof *node);
     if (!node)

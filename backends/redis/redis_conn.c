@@ -2,6 +2,7 @@
 #include "config.h"
 
 #include "redis_conn.h"
+#include "../common/host_port.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -63,8 +64,9 @@ int redis_server_from_settings(struct redis_server *srv, const dlock_settings *s
                             dlock_settings_where(s, nsent ? "sentinels" : "master"));
     for (size_t i = 0; i < nsent; i++) {
         const char *item = dlock_settings_list_item(s, "sentinels", i);
-        const char *colon = strrchr(item, ':');
-        if (!colon || colon == item || atoi(colon + 1) <= 0 || strlen(item) >= sizeof srv->sentinels[0])
+        char host[128];
+        int port;
+        if (!host_port_split(item, host, sizeof host, &port) || strlen(item) >= sizeof srv->sentinels[0])
             return dlock_seterr(DLOCK_ECONFIG, "%s: redis.sentinels: \"%s\" is not \"host:port\"",
                                 dlock_settings_where(s, "sentinels"), item);
         snprintf(srv->sentinels[i], sizeof srv->sentinels[i], "%s", item);
@@ -157,11 +159,10 @@ static redisContext *connect_via_sentinels(const struct redis_server *srv, int *
     char why[300] = "no sentinel answered";
     for (int i = 0; i < srv->nsentinels; i++) {
         char host[128];
-        snprintf(host, sizeof host, "%s", srv->sentinels[i]);
-        char *colon = strrchr(host, ':');
-        *colon = '\0';
+        int port = 0;
+        host_port_split(srv->sentinels[i], host, sizeof host, &port); /* checked when read */
         struct timeval ct = to_timeval(srv->connect_timeout_ms);
-        redisContext *sc = redisConnectWithTimeout(host, atoi(colon + 1), ct);
+        redisContext *sc = redisConnectWithTimeout(host, port, ct);
         if (!sc || sc->err) {
             snprintf(why, sizeof why, "sentinel %s: %s", srv->sentinels[i], sc ? sc->errstr : "out of memory");
             if (sc)

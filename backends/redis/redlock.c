@@ -23,6 +23,7 @@
 #include "config.h"
 
 #include "redis_conn.h"
+#include "../common/host_port.h"
 #include "redis_keys.h"
 #include "redis_scripts.h"
 
@@ -335,16 +336,8 @@ static void redlock_close(void *instance)
 /* "host:port" into srv; false when it is not that. */
 static bool parse_server(const char *text, struct redis_server *srv)
 {
-    const char *colon = strrchr(text, ':');
-    if (!colon || colon == text || (size_t)(colon - text) >= sizeof srv->host)
+    if (!host_port_split(text, srv->host, sizeof srv->host, &srv->port))
         return false;
-    char *end;
-    long port = strtol(colon + 1, &end, 10);
-    if (*end || port < 1 || port > 65535)
-        return false;
-    memcpy(srv->host, text, (size_t)(colon - text));
-    srv->host[colon - text] = '\0';
-    srv->port = (int)port;
     snprintf(srv->label, sizeof srv->label, "redlock master %s", text);
     return true;
 }
