@@ -143,6 +143,17 @@ static struct json_object *op(const char *kind, struct json_object *request)
 
 /* ---- leases ------------------------------------------------------------------------- */
 
+/* A lease request whose body is one integer field ({"TTL": n}, {"ID": n}). */
+static int lease_call(struct etcd_instance *inst, const char *path, const char *field, int64_t value,
+                      struct json_object **reply)
+{
+    struct json_object *req = json_object_new_object();
+    json_object_object_add(req, field, etcd_json_int_str(value));
+    int rc = etcd_call(&inst->http, path, req, reply, NULL);
+    json_object_put(req);
+    return rc;
+}
+
 /* The lease for holds of lease_ms, granted now if there is none. */
 static int lease_for(struct etcd_instance *inst, int64_t lease_ms, int64_t *id)
 {
@@ -161,10 +172,8 @@ static int lease_for(struct etcd_instance *inst, int64_t lease_ms, int64_t *id)
     pthread_mutex_unlock(&inst->lease_mu);
     if (slot < 0)
         return dlock_seterr(DLOCK_ENOTSUP, "etcd: more than %d different lease lengths in one client", MAX_LEASES);
-    struct json_object *req = json_object_new_object(), *reply = NULL;
-    json_object_object_add(req, "TTL", etcd_json_int_str(ttl));
-    int rc = etcd_call(&inst->http, "/v3/lease/grant", req, &reply, NULL);
-    json_object_put(req);
+    struct json_object *reply = NULL;
+    int rc = lease_call(inst, "/v3/lease/grant", "TTL", ttl, &reply);
     if (rc != DLOCK_OK)
         return rc;
     int64_t got = etcd_json_int(reply, "ID");
@@ -428,10 +437,8 @@ static void etcd_abandon(void *instance, struct dlock_provider_lock *lk)
  * revoked), or a failure. */
 static int keepalive(struct etcd_instance *inst, int64_t id)
 {
-    struct json_object *req = json_object_new_object(), *reply = NULL;
-    json_object_object_add(req, "ID", etcd_json_int_str(id));
-    int rc = etcd_call(&inst->http, "/v3/lease/keepalive", req, &reply, NULL);
-    json_object_put(req);
+    struct json_object *reply = NULL;
+    int rc = lease_call(inst, "/v3/lease/keepalive", "ID", id, &reply);
     if (rc != DLOCK_OK)
         return rc;
     int64_t ttl = etcd_json_int(etcd_json_get(reply, "result"), "TTL");
@@ -621,11 +628,9 @@ static void etcd_close(void *instance)
     for (int i = 0; i < MAX_LEASES; i++) {
         if (!inst->leases[i].id)
             continue;
-        struct json_object *req = json_object_new_object(), *reply = NULL;
-        json_object_object_add(req, "ID", etcd_json_int_str(inst->leases[i].id));
-        if (etcd_call(&inst->http, "/v3/lease/revoke", req, &reply, NULL) == DLOCK_OK)
+        struct json_object *reply = NULL;
+        if (lease_call(inst, "/v3/lease/revoke", "ID", inst->leases[i].id, &reply) == DLOCK_OK)
             json_object_put(reply);
-        json_object_put(req);
     }
     pthread_mutex_destroy(&inst->lease_mu);
     etcd_http_destroy(&inst->http);

@@ -94,29 +94,28 @@ void etcd_http_destroy(struct etcd_http *h)
 
 /* ---- one call ------------------------------------------------------------------------ */
 
-struct buffer {
-    char *data;
-    size_t len, cap;
-};
-
-static size_t collect(char *ptr, size_t size, size_t nmemb, void *arg)
+bool etcd_buffer_append(struct etcd_buffer *b, const char *p, size_t n)
 {
-    struct buffer *b = arg;
-    size_t n = size * nmemb;
     if (b->len + n + 1 > b->cap) {
         size_t cap = b->cap ? b->cap * 2 : 4096;
         while (cap < b->len + n + 1)
             cap *= 2;
         char *d = realloc(b->data, cap);
         if (!d)
-            return 0; /* libcurl reports a write error */
+            return false;
         b->data = d;
         b->cap = cap;
     }
-    memcpy(b->data + b->len, ptr, n);
+    memcpy(b->data + b->len, p, n);
     b->len += n;
     b->data[b->len] = 0;
-    return n;
+    return true;
+}
+
+static size_t collect(char *ptr, size_t size, size_t nmemb, void *arg)
+{
+    size_t n = size * nmemb;
+    return etcd_buffer_append(arg, ptr, n) ? n : 0; /* 0: libcurl reports a write error */
 }
 
 /* Every socket libcurl opens is close-on-exec: a program this process starts
@@ -163,7 +162,7 @@ static void next_endpoint(struct etcd_http *h, const char *failed)
 }
 
 /* The gateway's error answer: {"error": "...", "code": N, ...}. */
-static int server_error(const struct etcd_http *h, const char *endpoint, long status, const struct buffer *b,
+static int server_error(const struct etcd_http *h, const char *endpoint, long status, const struct etcd_buffer *b,
                         struct etcd_status *st)
 {
     struct json_object *obj = b->data ? json_tokener_parse(b->data) : NULL;
@@ -184,9 +183,34 @@ static int server_error(const struct etcd_http *h, const char *endpoint, long st
     return rc;
 }
 
-void etcd_http_prepare(const struct etcd_http *h, void *curl_easy)
+struct curl_slist *etcd_http_setup_post(const struct etcd_http *h, void *curl_easy, const char *endpoint,
+                                        const char *path, const char *token, const char *text,
+                                        size_t (*sink)(char *, size_t, size_t, void *), void *arg)
 {
     CURL *c = curl_easy;
+    char url[512], auth[600];
+    snprintf(url, sizeof url, "%s%s", endpoint, path);
+    struct curl_slist *headers = curl_slist_append(NULL, "Content-Type: application/json");
+    if (headers && token[0]) {
+        snprintf(auth, sizeof auth, "Authorization: %s", token);
+        struct curl_slist *more = curl_slist_append(headers, auth);
+        if (!more) {
+            curl_slist_free_all(headers);
+            return NULL;
+        }
+        headers = more;
+    }
+    if (!headers)
+        return NULL;
+    curl_easy_setopt(c, CURLOPT_URL, url); /* libcurl copies strings it is given */
+    curl_easy_setopt(c, CURLOPT_POSTFIELDS, text);
+    curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE, (long)strlen(text));
+    curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, sink);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, arg);
+    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(c, CURLOPT_TCP_NODELAY, 1L);
+    curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, (long)h->connect_timeout_ms);
     curl_easy_setopt(c, CURLOPT_OPENSOCKETFUNCTION, open_socket);
     if (h->cacert[0])
         curl_easy_setopt(c, CURLOPT_CAINFO, h->cacert);
@@ -194,6 +218,7 @@ void etcd_http_prepare(const struct etcd_http *h, void *curl_easy)
         curl_easy_setopt(c, CURLOPT_SSLCERT, h->cert);
         curl_easy_setopt(c, CURLOPT_SSLKEY, h->key);
     }
+    return headers;
 }
 
 static int call_once(struct etcd_http *h, const char *path, struct json_object *body, struct json_object **reply,
@@ -252,31 +277,19 @@ static int call_once(struct etcd_http *h, const char *path, struct json_object *
     st->grpc_code = 0;
     st->sent = false;
     *reply = NULL;
-    char endpoint[256], token[512], url[512];
+    char endpoint[256], token[512];
     CURL *c = take_handle(h, endpoint, sizeof endpoint, token, sizeof token);
     if (!c)
         return dlock_seterr(DLOCK_ENOMEM, "etcd: out of memory for an HTTP handle");
-    snprintf(url, sizeof url, "%s%s", endpoint, path);
     const char *text = json_object_to_json_string_ext(body, JSON_C_TO_STRING_PLAIN);
-    struct curl_slist *headers = curl_slist_append(NULL, "Content-Type: application/json");
-    char auth[600];
-    if (token[0]) {
-        snprintf(auth, sizeof auth, "Authorization: %s", token);
-        headers = curl_slist_append(headers, auth);
-    }
-    struct buffer b = { NULL, 0, 0 };
+    struct etcd_buffer b = { NULL, 0, 0 };
     curl_easy_reset(c);
-    curl_easy_setopt(c, CURLOPT_URL, url);
-    curl_easy_setopt(c, CURLOPT_POSTFIELDS, text);
-    curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE, (long)strlen(text));
-    curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers);
-    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, collect);
-    curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
-    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(c, CURLOPT_TCP_NODELAY, 1L);
-    curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, (long)h->connect_timeout_ms);
+    struct curl_slist *headers = etcd_http_setup_post(h, c, endpoint, path, token, text, collect, &b);
+    if (!headers) {
+        give_handle(h, c, true);
+        return dlock_seterr(DLOCK_ENOMEM, "etcd: out of memory for a request");
+    }
     curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, (long)h->command_timeout_ms);
-    etcd_http_prepare(h, c);
     CURLcode res = curl_easy_perform(c);
     long status = 0;
     curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);

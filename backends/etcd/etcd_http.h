@@ -60,9 +60,22 @@ int etcd_call(struct etcd_http *h, const char *path, struct json_object *body, s
  * failure to reach it. */
 int etcd_authenticate(struct etcd_http *h);
 
-/* Applies the TLS files and the close-on-exec socket callback to an easy
- * handle (for the watch stream, which has its own handle). */
-void etcd_http_prepare(const struct etcd_http *h, void *curl_easy);
+/* Sets an easy handle up for one POST of text to endpoint + path with the
+ * auth token (if any), answers going to sink(arg): JSON content type, the
+ * connect timeout, the TLS files, close-on-exec sockets. Returns the header
+ * list to free (curl_slist_free_all) after the transfer, NULL when out of
+ * memory. Used for calls and for the watch stream alike. */
+struct curl_slist *etcd_http_setup_post(const struct etcd_http *h, void *curl_easy, const char *endpoint,
+                                        const char *path, const char *token, const char *text,
+                                        size_t (*sink)(char *, size_t, size_t, void *), void *arg);
+
+/* A growing byte buffer, always NUL-terminated, for answers as they come. */
+struct etcd_buffer {
+    char *data;
+    size_t len, cap;
+};
+/* Appends n bytes; false when out of memory. */
+bool etcd_buffer_append(struct etcd_buffer *b, const char *p, size_t n);
 
 /* ---- the gateway's JSON ---------------------------------------------------------- */
 

@@ -10,16 +10,15 @@
 #include <string.h>
 
 struct stream {
-    char *data;
-    size_t len, cap;
+    struct etcd_buffer b;
     bool changed;       /* an event came, or the server ended the watch */
 };
 
 /* Reads the whole messages (one JSON object a line) received so far. */
 static void read_messages(struct stream *s)
 {
-    char *start = s->data, *nl;
-    while ((nl = memchr(start, '\n', (size_t)(s->data + s->len - start))) != NULL) {
+    char *start = s->b.data, *nl;
+    while ((nl = memchr(start, '\n', (size_t)(s->b.data + s->b.len - start))) != NULL) {
         *nl = 0;
         struct json_object *msg = json_tokener_parse(start);
         struct json_object *result = msg ? etcd_json_get(msg, "result") : NULL;
@@ -31,28 +30,17 @@ static void read_messages(struct stream *s)
             json_object_put(msg);
         start = nl + 1;
     }
-    size_t rest = (size_t)(s->data + s->len - start);
-    memmove(s->data, start, rest);
-    s->len = rest;
+    size_t rest = (size_t)(s->b.data + s->b.len - start);
+    memmove(s->b.data, start, rest);
+    s->b.len = rest;
 }
 
 static size_t on_data(char *ptr, size_t size, size_t nmemb, void *arg)
 {
     struct stream *s = arg;
     size_t n = size * nmemb;
-    if (s->len + n + 1 > s->cap) {
-        size_t cap = s->cap ? s->cap * 2 : 4096;
-        while (cap < s->len + n + 1)
-            cap *= 2;
-        char *d = realloc(s->data, cap);
-        if (!d)
-            return 0;
-        s->data = d;
-        s->cap = cap;
-    }
-    memcpy(s->data + s->len, ptr, n);
-    s->len += n;
-    s->data[s->len] = 0;
+    if (!etcd_buffer_append(&s->b, ptr, n))
+        return 0;
     read_messages(s);
     return n;
 }
@@ -60,12 +48,11 @@ static size_t on_data(char *ptr, size_t size, size_t nmemb, void *arg)
 int etcd_watch_change(struct etcd_http *h, const char *key, size_t key_len, int64_t start_revision,
                       int64_t timeout_ms, int wake_fd)
 {
-    char endpoint[256], token[512], url[512], auth[600];
+    char endpoint[256], token[512];
     pthread_mutex_lock(&h->mu);
     snprintf(endpoint, sizeof endpoint, "%s", h->endpoints[h->current]);
     snprintf(token, sizeof token, "%s", h->token);
     pthread_mutex_unlock(&h->mu);
-    snprintf(url, sizeof url, "%s/v3/watch", endpoint);
 
     struct json_object *create = json_object_new_object();
     json_object_object_add(create, "key", etcd_json_b64(key, key_len));
@@ -74,15 +61,12 @@ int etcd_watch_change(struct etcd_http *h, const char *key, size_t key_len, int6
     json_object_object_add(body, "create_request", create);
     const char *text = json_object_to_json_string_ext(body, JSON_C_TO_STRING_PLAIN);
 
-    struct stream s = { NULL, 0, 0, false };
-    struct curl_slist *headers = curl_slist_append(NULL, "Content-Type: application/json");
-    if (token[0]) {
-        snprintf(auth, sizeof auth, "Authorization: %s", token);
-        headers = curl_slist_append(headers, auth);
-    }
+    struct stream s = { { NULL, 0, 0 }, false };
     CURL *c = curl_easy_init();
     CURLM *m = curl_multi_init();
-    if (!c || !m) {
+    struct curl_slist *headers =
+        c ? etcd_http_setup_post(h, c, endpoint, "/v3/watch", token, text, on_data, &s) : NULL;
+    if (!c || !m || !headers) {
         if (c)
             curl_easy_cleanup(c);
         if (m)
@@ -91,16 +75,6 @@ int etcd_watch_change(struct etcd_http *h, const char *key, size_t key_len, int6
         json_object_put(body);
         return dlock_seterr(DLOCK_ENOMEM, "etcd: out of memory for a watch");
     }
-    curl_easy_setopt(c, CURLOPT_URL, url);
-    curl_easy_setopt(c, CURLOPT_POSTFIELDS, text);
-    curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE, (long)strlen(text));
-    curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers);
-    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_data);
-    curl_easy_setopt(c, CURLOPT_WRITEDATA, &s);
-    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(c, CURLOPT_TCP_NODELAY, 1L);
-    curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, (long)h->connect_timeout_ms);
-    etcd_http_prepare(h, c);
     curl_multi_add_handle(m, c);
 
     int rc = DLOCK_ETIMEDOUT;
@@ -138,6 +112,6 @@ int etcd_watch_change(struct etcd_http *h, const char *key, size_t key_len, int6
     curl_multi_cleanup(m);
     curl_slist_free_all(headers);
     json_object_put(body);
-    free(s.data);
+    free(s.b.data);
     return rc;
 }
