@@ -115,7 +115,13 @@ static int contend_loop(dlock_client *c, struct dlock__entry *e, dlock_lock *h, 
                 return rc; /* the provider set the detail */
             char detail[1024];
             snprintf(detail, sizeof detail, "%s", dlock_errmsg());
-            idle_wait(wake_fd, g.retry_hint_ms);
+            int64_t pause = g.retry_hint_ms;
+            int64_t floor = dlock__backoff_ms(attempt, c->config.retry_base_ms, c->config.retry_cap_ms);
+            if (pause < floor) /* a hint of 0 again and again must not spin */
+                pause = floor;
+            if (deadline != DLOCK__INFINITE && pause > deadline - dlock__now_ms())
+                pause = deadline - dlock__now_ms();
+            idle_wait(wake_fd, pause > 0 ? pause : 0);
             dlock__drain(wake_fd);
             pthread_mutex_lock(&e->mu);
             bool cancelled = e->cancel_gen != gen;

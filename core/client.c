@@ -100,8 +100,13 @@ void dlock_client_close(dlock_client *c)
 {
     if (dlock__client_usable(c) != DLOCK_OK)
         return;
-    dlock__expiry_stop(c);
-    dlock__watchdog_stop(c);
+    /* Both threads stopped before either is torn down: each may schedule
+     * on the other until it has stopped. */
+    dlock__timer_thread_join(&c->expiry);
+    dlock__timer_thread_join(&c->watchdog);
+    /* The heaps point into the entries: gone before the entries are. */
+    dlock__timer_thread_destroy(&c->expiry);
+    dlock__timer_thread_destroy(&c->watchdog);
     dlock__entries_close_all(c);
     dlock__p_close(c);
     pthread_mutex_destroy(&c->entries_mu);

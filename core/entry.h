@@ -17,6 +17,7 @@ struct dlock__entry {
     dlock_client *client;
     struct dlock__entry *next_in_bucket;
     unsigned handles;               /* guarded by client->entries_mu */
+    unsigned frees_in_flight;       /* dlock_lock_free() calls still using it (entries_mu) */
     uint64_t hash;
     char *name;
     size_t name_len;
@@ -98,6 +99,11 @@ void dlock__hold_expired(dlock_client *c, struct dlock__entry *e);
  * the backend cannot be reached. */
 void dlock__hold_give_back(dlock_client *c, struct dlock__entry *e);
 
+/* A timer thread's round defers the on_lost calls it causes until its busy
+ * marks are cleared: begin before the round, flush after. */
+void dlock__loss_defer_begin(void);
+void dlock__loss_defer_flush(void);
+
 /* ---- watchdog.c: when to renew ---------------------------------------------- */
 /* The renewal interval of a lease (a third of it, Redisson's rule). */
 int64_t dlock__watchdog_renew_after(int64_t lease_ms);
@@ -132,7 +138,6 @@ int dlock__p_ctl(dlock_client *c, int op, void *arg);
  * hold's validity end on the boot clock and never calls the provider, so no
  * slow server call can delay a loss. */
 void dlock__expiry_init(dlock_client *client);
-void dlock__expiry_stop(dlock_client *client);
 /* (Re)arms entry's expiry at valid_until_boot_ms. DLOCK_OK or an error. */
 int dlock__expiry_arm(dlock_client *client, struct dlock__entry *entry, int64_t valid_until_boot_ms);
 /* Disarms it, after waiting until the expiry thread is not working on entry

@@ -41,7 +41,4 @@ void dlock__expiry_disarm(dlock_client *c, struct dlock__entry *e)
     dlock__timer_thread_cancel(&c->expiry, e);
 }
 
-void dlock__expiry_stop(dlock_client *c)
-{
-    dlock__timer_thread_stop(&c->expiry);
-}
+

@@ -231,13 +231,15 @@ static void entry_destroy(dlock_client *c, struct dlock__entry *e)
     free(e);
 }
 
-/* Frees e if nothing refers to it any more. */
-static void entry_maybe_destroy(dlock_client *c, struct dlock__entry *e)
+/* Drops the pin a freeing thread took, and frees e if nothing refers to it
+ * any more. */
+static void entry_unpin_maybe_destroy(dlock_client *c, struct dlock__entry *e)
 {
     bool idle;
     pthread_mutex_lock(&c->entries_mu);
+    e->frees_in_flight--;
     pthread_mutex_lock(&e->mu);
-    idle = e->handles == 0 && e->count == 0 && !e->contending && e->waiters == 0;
+    idle = e->handles == 0 && e->frees_in_flight == 0 && e->count == 0 && !e->contending && e->waiters == 0;
     if (idle)
         table_unlink(c, e);
     pthread_mutex_unlock(&e->mu);
@@ -353,6 +355,10 @@ void dlock_lock_free(dlock_lock *lock)
     dlock_client *c = e->client;
     pthread_mutex_lock(&c->entries_mu);
     bool last = --e->handles == 0;
+    /* Pinned until this free is done: a handle made and freed meanwhile by
+     * another thread must not destroy the entry under us. */
+    if (last)
+        e->frees_in_flight++;
     if (lock->prev)
         lock->prev->next = lock->next;
     else
@@ -379,7 +385,7 @@ void dlock_lock_free(dlock_lock *lock)
     if (last && held_by_me)
         dlock__hold_release(c, e);
     if (last)
-        entry_maybe_destroy(c, e);
+        entry_unpin_maybe_destroy(c, e);
 }
 
 /* ---- queries ------------------------------------------------------------------ */

@@ -65,8 +65,11 @@ int dlock__hold_grant(dlock_client *c, struct dlock__entry *e, dlock_lock *h, ui
 /* Lets go of the calling thread's whole hold on e, on the backend too. */
 int dlock__hold_release(dlock_client *c, struct dlock__entry *e)
 {
-    dlock__watchdog_cancel(c, e);
+    /* Expiry first: a loss it declares schedules a give-back on the
+     * watchdog, which the cancel below then takes out (and this release
+     * sends itself), so no give-back can run after this hold is gone. */
     dlock__expiry_disarm(c, e);
+    dlock__watchdog_cancel(c, e);
     pthread_mutex_lock(&e->mu);
     bool lost = e->lost;
     /* A loss the client declared whose give-back the watchdog has not sent
@@ -184,27 +187,80 @@ static struct lost_call lost_call_take(struct dlock__entry *e)
     return call;
 }
 
-static void lost_call_run(struct dlock__entry *e, struct lost_call *call)
+/* Has the watchdog give e's hold back now, if it is still lost and due. */
+static void schedule_give_back(dlock_client *c, struct dlock__entry *e)
 {
-    if (!call->fn)
-        return;
+    pthread_mutex_lock(&e->mu);
+    bool due = e->count > 0 && e->lost && e->give_back_due;
+    pthread_mutex_unlock(&e->mu);
+    if (due)
+        dlock__watchdog_schedule(c, e, dlock__now_ms());
+}
+
+/* Runs on_lost, then schedules the give-back (so that the backend hears of
+ * the loss only after the holder did), then unpins the handle: while it is
+ * pinned the handle, and so the entry, cannot be freed. */
+static void lost_call_run(dlock_client *c, struct dlock__entry *e, struct lost_call *call)
+{
     call->fn(call->handle, call->arg);
+    schedule_give_back(c, e);
     pthread_mutex_lock(&e->mu);
     call->handle->lost_calls_running--;
     pthread_cond_broadcast(&e->cv);
     pthread_mutex_unlock(&e->mu);
-    call->fn = NULL;
+}
+
+/* on_lost calls found during a timer thread's round wait here until the
+ * round has ended and its busy marks are cleared: a callback that blocks, or
+ * calls dlock_release()/dlock_lock_free() on a lock of the same round, must
+ * not hold up every other operation on those locks. */
+struct deferred_loss {
+    struct deferred_loss *next;
+    dlock_client *client;
+    struct dlock__entry *entry;
+    struct lost_call call;
+};
+static __thread bool deferring;
+static __thread struct deferred_loss *deferred_head, **deferred_tail;
+
+void dlock__loss_defer_begin(void)
+{
+    deferring = true;
+    deferred_head = NULL;
+    deferred_tail = &deferred_head;
+}
+
+void dlock__loss_defer_flush(void)
+{
+    deferring = false;
+    while (deferred_head) {
+        struct deferred_loss *d = deferred_head;
+        deferred_head = d->next;
+        lost_call_run(d->client, d->entry, &d->call);
+        free(d);
+    }
+    deferred_tail = &deferred_head;
 }
 
 /* After a loss: logs it (outside e->mu, as the log sink may be slow), calls
- * on_lost, and has the watchdog give the hold back. */
+ * on_lost (now, or after the timer thread's round), and has the watchdog
+ * give the hold back after that. */
 static void after_loss(dlock_client *c, struct dlock__entry *e, bool notify, struct lost_call *call,
                        const char *why)
 {
     dlock__logf(&c->log, DLOCK_LOG_WARN, "lock '%s' lost: %s", dlock__entry_show(e), why);
-    if (notify)
-        lost_call_run(e, call);
-    dlock__watchdog_schedule(c, e, dlock__now_ms());
+    if (!notify) {
+        schedule_give_back(c, e);
+        return;
+    }
+    struct deferred_loss *d = deferring ? malloc(sizeof *d) : NULL;
+    if (!d) {
+        lost_call_run(c, e, call);
+        return;
+    }
+    *d = (struct deferred_loss){ NULL, c, e, *call };
+    *deferred_tail = d;
+    deferred_tail = &d->next;
 }
 
 /* Applies the answer to a renewal sent at t_send (e->mu not held). */
@@ -276,6 +332,12 @@ int dlock_renew(dlock_lock *h)
     dlock__hold_renewed(c, e, rc, t_send); /* re-arms expiry and the next renewal, or declares the loss */
     if (rc == DLOCK_ENOTOWNER || rc == DLOCK_ELOST)
         return dlock_seterr(DLOCK_ELOST, "lock '%s': the backend no longer has this hold", dlock__entry_show(e));
+    pthread_mutex_lock(&e->mu);
+    bool lost = e->lost; /* the validity ended while the renewal was on its way */
+    pthread_mutex_unlock(&e->mu);
+    if (rc == DLOCK_OK && lost)
+        return dlock_seterr(DLOCK_ELOST, "lock '%s': the hold was lost before the renewal answered",
+                            dlock__entry_show(e));
     return rc;
 }
 
@@ -353,7 +415,12 @@ int dlock_fence(dlock_lock *h, uint64_t *out)
     }
     int64_t due = dlock__watchdog_cancel(c, e); /* no overlap with a renewal */
     rc = dlock__p_fence(c, e, &fence);
-    if (due >= 0)
+    pthread_mutex_lock(&e->mu);
+    bool lost = e->lost; /* declared meanwhile: the watchdog's next job is the give-back */
+    pthread_mutex_unlock(&e->mu);
+    if (lost)
+        schedule_give_back(c, e);
+    else if (due >= 0)
         dlock__watchdog_schedule(c, e, due);
     if (rc == DLOCK_OK) {
         pthread_mutex_lock(&e->mu);

@@ -200,8 +200,12 @@ int dlock__timer_thread_schedule(struct dlock__timer_thread *t, struct dlock__en
 /* Takes e's timer out after waiting until the thread is not working on e
  * (unless called from that thread). Returns the due time it had, or -1. */
 int64_t dlock__timer_thread_cancel(struct dlock__timer_thread *t, struct dlock__entry *e);
-/* Stops the thread and frees the heap; the timers in it are forgotten. */
-void dlock__timer_thread_stop(struct dlock__timer_thread *t);
+/* Stops the thread and waits for it; schedule and cancel stay usable (they
+ * start no thread any more). Then destroy frees the heap and the mutex. A
+ * client joins both its timer threads before destroying either, since each
+ * may still schedule on the other until it is stopped. */
+void dlock__timer_thread_join(struct dlock__timer_thread *t);
+void dlock__timer_thread_destroy(struct dlock__timer_thread *t);
 
 struct dlock_client {
     pid_t pid;                      /* the process that opened it (for messages) */
@@ -242,7 +246,6 @@ int dlock__watchdog_schedule(dlock_client *client, struct dlock__entry *entry, i
  * or -1. After it returns the watchdog does not touch entry. */
 int64_t dlock__watchdog_cancel(dlock_client *client, struct dlock__entry *entry);
 void dlock__watchdog_init(dlock_client *client);
-void dlock__watchdog_stop(dlock_client *client);
 /* Most timers handled (and renewals sent) in one go. */
 #define DLOCK__WATCHDOG_BATCH_MAX 512
 /* Releases every hold and frees every handle (client close). */

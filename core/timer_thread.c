@@ -69,12 +69,17 @@ static void *thread_main(void *arg)
         }
         pthread_mutex_unlock(&t->mu);
 
+        dlock__loss_defer_begin();
         t->run(t->client, batch, n);
 
         pthread_mutex_lock(&t->mu);
         for (size_t i = 0; i < n; i++)
             *busy_of(t, batch[i]) = false;
         pthread_cond_broadcast(&t->cv);
+        pthread_mutex_unlock(&t->mu);
+        /* on_lost with no busy mark held (each call pins its handle). */
+        dlock__loss_defer_flush();
+        pthread_mutex_lock(&t->mu);
     }
     pthread_mutex_unlock(&t->mu);
     return NULL;
@@ -151,15 +156,22 @@ int64_t dlock__timer_thread_cancel(struct dlock__timer_thread *t, struct dlock__
     return due;
 }
 
-void dlock__timer_thread_stop(struct dlock__timer_thread *t)
+void dlock__timer_thread_join(struct dlock__timer_thread *t)
 {
     pthread_mutex_lock(&t->mu);
     t->stopping = true;
     bool started = t->started;
     pthread_cond_broadcast(&t->cv);
     pthread_mutex_unlock(&t->mu);
-    if (started)
+    if (started && !pthread_equal(pthread_self(), t->thread))
         pthread_join(t->thread, NULL);
+    pthread_mutex_lock(&t->mu);
+    t->started = false; /* joined: schedule and cancel no longer wait for it */
+    pthread_mutex_unlock(&t->mu);
+}
+
+void dlock__timer_thread_destroy(struct dlock__timer_thread *t)
+{
     dlock__timer_heap_free(&t->heap);
     pthread_cond_destroy(&t->cv);
     pthread_mutex_destroy(&t->mu);

@@ -100,7 +100,4 @@ int64_t dlock__watchdog_cancel(dlock_client *c, struct dlock__entry *e)
     return dlock__timer_thread_cancel(&c->watchdog, e);
 }
 
-void dlock__watchdog_stop(dlock_client *c)
-{
-    dlock__timer_thread_stop(&c->watchdog);
-}
+

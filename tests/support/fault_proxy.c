@@ -29,6 +29,7 @@ struct chunk {
 struct pair {
     int client, server;        /* -1 when closed */
     bool half_closed;          /* the client has been sent FIN */
+    bool draining;             /* the client closed: what it sent still goes on, at its time */
     struct chunk *queue[2];    /* [0] client -> server, [1] server -> client, oldest first */
 };
 
@@ -62,7 +63,7 @@ static void close_pair(struct pair *p)
     if (p->server >= 0)
         close(p->server);
     p->client = p->server = -1;
-    p->half_closed = false;
+    p->half_closed = p->draining = false;
 }
 
 static void half_close(struct pair *p)
@@ -138,8 +139,8 @@ static bool flush_due(struct pair *p, int64_t now, int64_t *next_due_ms)
         while (p->queue[dir] && p->queue[dir]->due_ms <= now) {
             struct chunk *c = p->queue[dir];
             p->queue[dir] = c->next;
-            /* Towards a half-closed client nothing can go: drop it. */
-            bool ok = (dir == 1 && p->half_closed) || write_all(to, c->data, c->len);
+            /* Towards a half-closed or gone client nothing can go: drop it. */
+            bool ok = (dir == 1 && (p->half_closed || p->client < 0)) || write_all(to, c->data, c->len);
             free(c);
             if (!ok)
                 return false;
@@ -148,6 +149,43 @@ static bool flush_due(struct pair *p, int64_t now, int64_t *next_due_ms)
             *next_due_ms = p->queue[dir]->due_ms;
     }
     return true;
+}
+
+/* Writes every chunk that is due, across all connections, oldest first:
+ * with one latency for all, bytes sent earlier on one connection arrive
+ * before bytes sent later on another, as on a network (a proxy that fell
+ * behind must not reorder them by its own table order). */
+static void flush_in_order(struct fault_proxy *p, int64_t now, int64_t *next_due_ms)
+{
+    for (;;) {
+        struct pair *oldest = NULL;
+        int64_t oldest_due = INT64_MAX;
+        for (int i = 0; i < MAX_PAIRS; i++) {
+            struct pair *pr = &p->pairs[i];
+            if (pr->server < 0 || (pr->client < 0 && !pr->draining))
+                continue;
+            for (int dir = 0; dir < 2; dir++)
+                if (pr->queue[dir] && pr->queue[dir]->due_ms <= now && pr->queue[dir]->due_ms < oldest_due) {
+                    oldest = pr;
+                    oldest_due = pr->queue[dir]->due_ms;
+                }
+        }
+        if (!oldest)
+            break;
+        /* flush_due writes that pair's due chunks; the one found is among
+         * them, and any others of that pair were due no later. */
+        int64_t ignored = INT64_MAX;
+        if (!flush_due(oldest, oldest_due, &ignored))
+            close_pair(oldest);
+    }
+    for (int i = 0; i < MAX_PAIRS; i++) /* a closed client's last bytes are out */
+        if (p->pairs[i].draining && !p->pairs[i].queue[0])
+            close_pair(&p->pairs[i]);
+    for (int i = 0; i < MAX_PAIRS; i++)
+        for (int dir = 0; dir < 2; dir++)
+            if (p->pairs[i].client >= 0 && p->pairs[i].server >= 0 && p->pairs[i].queue[dir] &&
+                p->pairs[i].queue[dir]->due_ms < *next_due_ms)
+                *next_due_ms = p->pairs[i].queue[dir]->due_ms;
 }
 
 static void *serve(void *arg)
@@ -189,9 +227,7 @@ static void *serve(void *arg)
         /* Chunks whose time has come leave first; poll no longer than
          * until the next one is due. */
         int64_t now = now_ms(), next_due = now + 100;
-        for (int i = 0; i < MAX_PAIRS; i++)
-            if (p->pairs[i].client >= 0 && p->pairs[i].server >= 0 && !flush_due(&p->pairs[i], now, &next_due))
-                close_pair(&p->pairs[i]);
+        flush_in_order(p, now, &next_due);
         if (poll(fds, (nfds_t)n, (int)(next_due > now ? next_due - now : 0)) <= 0)
             continue;
         for (int k = 0; k < n; k++) {
@@ -236,8 +272,15 @@ static void *serve(void *arg)
                     continue;
                 }
                 bool ok = idx[k] % 2 == 0 ? take(pr, 0, pr->client, delay) : take(pr, 1, pr->server, delay);
-                if (!ok)
+                if (!ok && idx[k] % 2 == 0 && pr->queue[0] && mode != FAULT_RESET) {
+                    /* The client closed with bytes still on their way: as on
+                     * a network, they arrive at their time all the same. */
+                    close(pr->client);
+                    pr->client = -1;
+                    pr->draining = true;
+                } else if (!ok) {
                     close_pair(pr);
+                }
             }
         }
     }

@@ -708,6 +708,101 @@ static void validity_counts_time_the_host_was_suspended(void **state)
     dlock_client_close(c);
 }
 
+/* Handles of one name made and freed from several threads at once, while
+ * holds come and go: a free that is still releasing must not have the
+ * entry destroyed under it by another thread's new-and-free. */
+struct churn {
+    dlock_client *client;
+    int rounds;
+    int failures;
+};
+
+static void *churn_handles(void *arg)
+{
+    struct churn *ch = arg;
+    for (int i = 0; i < ch->rounds; i++) {
+        dlock_lock *l = NULL;
+        if (dlock_lock_new(ch->client, "churn", 5, NULL, &l) != DLOCK_OK) {
+            ch->failures++;
+            continue;
+        }
+        if (i % 2 == 0 && dlock_acquire(l, 0) == DLOCK_OK)
+            dlock_release(l);
+        dlock_lock_free(l); /* frees with the hold still there on odd rounds of other threads */
+    }
+    return NULL;
+}
+
+static void handles_of_one_name_churn_from_many_threads(void **state)
+{
+    (void)state;
+    dlock_client *c = open_fake("fake", 3000);
+    FAKE_SET(release_delay_ms, 1); /* a slow release widens the window */
+    enum { N = 4 };
+    pthread_t t[N];
+    struct churn ch[N];
+    for (int i = 0; i < N; i++) {
+        ch[i] = (struct churn){ c, 300, 0 };
+        pthread_create(&t[i], NULL, churn_handles, &ch[i]);
+    }
+    for (int i = 0; i < N; i++) {
+        pthread_join(t[i], NULL);
+        assert_int_equal(ch[i].failures, 0);
+    }
+    FAKE_SET(release_delay_ms, 0);
+    dlock_client_close(c);
+}
+
+/* on_lost of one hold waits for an application mutex that a thread holds
+ * while it releases another hold lost in the same watchdog round: that
+ * release must not wait for the first callback (the library holds nothing
+ * of its own while on_lost runs). */
+static pthread_mutex_t app_mu = PTHREAD_MUTEX_INITIALIZER;
+static int app_callback_started;
+
+static void lost_waits_for_the_application(dlock_lock *lock, void *arg)
+{
+    (void)lock;
+    (void)arg;
+    __atomic_store_n(&app_callback_started, 1, __ATOMIC_SEQ_CST);
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 3;
+    if (pthread_mutex_timedlock(&app_mu, &until) == 0)
+        pthread_mutex_unlock(&app_mu);
+}
+
+static void on_lost_holds_no_library_lock_over_other_holds(void **state)
+{
+    (void)state;
+    __atomic_store_n(&app_callback_started, 0, __ATOMIC_SEQ_CST);
+    dlock_client *c = open_fake("fake", 300);
+    dlock_lock_options o = DLOCK_LOCK_OPTIONS_INIT;
+    o.on_lost = lost_waits_for_the_application;
+    dlock_lock *a = NULL, *b = NULL;
+    assert_int_equal(dlock_lock_new(c, "app-a", 5, &o, &a), DLOCK_OK);
+    assert_int_equal(dlock_lock_new(c, "app-b", 5, NULL, &b), DLOCK_OK);
+    assert_int_equal(dlock_acquire(a, 0), DLOCK_OK);
+    assert_int_equal(dlock_acquire(b, 0), DLOCK_OK);
+    pthread_mutex_lock(&app_mu);
+    FAKE_SET(renew_rc, DLOCK_ELOST); /* the first renewal round loses both, together */
+    int64_t t0 = now_ms();
+    while (!__atomic_load_n(&app_callback_started, __ATOMIC_SEQ_CST) && now_ms() - t0 < 2000)
+        sleep_ms(2);
+    assert_true(__atomic_load_n(&app_callback_started, __ATOMIC_SEQ_CST));
+    int64_t t1 = now_ms();
+    assert_int_equal(dlock_release(b), DLOCK_ELOST);
+    int64_t took = now_ms() - t1;
+    pthread_mutex_unlock(&app_mu);
+    FAKE_SET(renew_rc, 0);
+    if (took > 1000)
+        fail_msg("releasing another lost hold waited %lld ms for an on_lost callback", (long long)took);
+    dlock_release(a);
+    dlock_lock_free(a);
+    dlock_lock_free(b);
+    dlock_client_close(c);
+}
+
 /* Six threads of one client wait for a name another owner holds; one talks
  * to the backend, five queue inside the client. A cancel reaches every one
  * at once, and none is granted after it even when the name frees then. */
@@ -932,6 +1027,8 @@ int main(void)
         cmocka_unit_test_setup(validity_never_exceeds_the_granted_lease, setup),
         cmocka_unit_test_setup(cancel_reaches_threads_queued_in_the_client, setup),
         cmocka_unit_test_setup(validity_counts_time_the_host_was_suspended, setup),
+        cmocka_unit_test_setup(handles_of_one_name_churn_from_many_threads, setup),
+        cmocka_unit_test_setup(on_lost_holds_no_library_lock_over_other_holds, setup),
         cmocka_unit_test_setup(bad_arguments_are_errors_not_crashes, setup),
         cmocka_unit_test_setup(client_close_releases_forgotten_holds, setup),
         cmocka_unit_test_setup(freeing_the_last_handle_releases, setup),
