@@ -231,6 +231,11 @@ int etcd_call(struct etcd_http *h, const char *path, struct json_object *body, s
     if (!st)
         st = &mine;
     int rc = call_once(h, path, body, reply, st);
+    /* An endpoint that cannot be reached at all (nothing was sent): the
+     * next one is asked at once, each at most once, as a client of a
+     * cluster does; a request that may have run is never sent twice. */
+    for (int tried = 1; rc == DLOCK_EUNAVAILABLE && !st->sent && tried < h->nendpoints; tried++)
+        rc = call_once(h, path, body, reply, st);
     /* An auth token expires (simple tokens after 5 minutes idle): the
      * server answers "invalid auth token" (Unauthenticated, 16); get a new
      * one and ask again, once. */

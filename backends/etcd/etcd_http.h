@@ -50,7 +50,8 @@ struct etcd_status {
  * (caller frees with json_object_put). DLOCK_OK, or DLOCK_EUNAVAILABLE
  * (cannot reach it, or the server's error, with its words in the detail;
  * st->grpc_code says which) or DLOCK_EPROTOCOL (an answer that is not
- * JSON). A failure to reach an endpoint moves later calls to the next one. */
+ * JSON). An endpoint that cannot be reached (nothing sent) is followed by
+ * the next, each once; a failure moves later calls to the next endpoint. */
 int etcd_call(struct etcd_http *h, const char *path, struct json_object *body, struct json_object **reply,
               struct etcd_status *st);
 

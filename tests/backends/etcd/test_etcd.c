@@ -17,12 +17,15 @@
 
 #include <dlock.h>
 #include <pthread.h>
+#include <stdbool.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 static struct test_service server = { .script = "etcd" };
 static struct test_service tls_server = { .script = "etcd", .variant = "tls" };
+static struct test_service cluster = { .script = "etcd", .nodes = 3 };
 
 static void write_config_at(char *buf, size_t size, int port, int lease_ms, int retry_cap_ms, const char *extra)
 {
@@ -386,6 +389,63 @@ static void authentication_with_a_least_privilege_user(void **state)
     assert_non_null(strstr(dlock_errmsg(), "permission"));
 }
 
+/* A 3-member cluster loses its leader (SIGKILL) while a lock is held and
+ * another client waits: the hold survives (its renewals go to the next
+ * endpoint) or is reported lost, never silently; fences keep growing; and
+ * the lock is served again after the election. */
+static void holds_survive_the_leader_being_killed(void **state)
+{
+    (void)state;
+    assert_int_equal(test_service_start(&cluster), 0);
+    char text[1024];
+    snprintf(text, sizeof text,
+             "backend = \"etcd\";\nlease_ms = 3000;\nretry_base_ms = 5;\nretry_cap_ms = 100;\n"
+             "etcd = { endpoints = (\"http://127.0.0.1:%d\", \"http://127.0.0.1:%d\", \"http://127.0.0.1:%d\"); "
+             "command_timeout_ms = 500; connect_timeout_ms = 500; };\n",
+             cluster.port, cluster.port + 1, cluster.port + 2);
+    __atomic_store_n(&lost_at, 0, __ATOMIC_SEQ_CST);
+    dlock_client *a = test_client_open(text), *b = test_client_open(text);
+    dlock_lock_options o = DLOCK_LOCK_OPTIONS_INIT;
+    o.on_lost = note_lost;
+    dlock_lock *la = NULL, *lb = test_lock_named(b, "leader");
+    assert_int_equal(dlock_lock_new(a, "leader", 6, &o, &la), DLOCK_OK);
+    assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
+    uint64_t fa = 0, fb = 0;
+    assert_int_equal(dlock_fence(la, &fa), DLOCK_OK);
+    char cmd[512], out[16] = "";
+    snprintf(cmd, sizeof cmd, "bash '%s/support/etcd.sh' leader %d 3", getenv("DLOCK_TEST_SRCDIR"), cluster.port);
+    FILE *p = popen(cmd, "r");
+    assert_non_null(p);
+    if (!fgets(out, sizeof out, p))
+        out[0] = 0;
+    pclose(p);
+    int leader = atoi(out);
+    assert_true(leader >= 1 && leader <= 3);
+    char pidfile[300];
+    snprintf(pidfile, sizeof pidfile, "%s/%d/pid", cluster.data, leader);
+    FILE *f = fopen(pidfile, "r");
+    long pid = 0;
+    assert_non_null(f);
+    assert_int_equal(fscanf(f, "%ld", &pid), 1);
+    fclose(f);
+    kill((pid_t)pid, SIGKILL);
+    sleep_ms(4000); /* an election, and more than a lease */
+    int64_t valid = dlock_validity_ms(la);
+    bool told = __atomic_load_n(&lost_at, __ATOMIC_SEQ_CST) != 0;
+    assert_true((valid > 0 && !told) || (valid == DLOCK_ELOST && told)); /* survived, or said so */
+    int released = dlock_release(la);
+    assert_true(released == DLOCK_OK || released == DLOCK_ELOST);
+    assert_int_equal(dlock_acquire(lb, 5000), DLOCK_OK); /* served after the election */
+    assert_int_equal(dlock_fence(lb, &fb), DLOCK_OK);
+    assert_true(fb > fa);
+    assert_int_equal(dlock_release(lb), DLOCK_OK);
+    dlock_lock_free(la);
+    dlock_lock_free(lb);
+    dlock_client_close(a);
+    dlock_client_close(b);
+    test_service_stop(&cluster);
+}
+
 int main(void)
 {
     if (getenv("CMOCKA_FILTER")) /* one case by name */
@@ -409,6 +469,7 @@ int main(void)
         cmocka_unit_test(bad_settings_are_config_errors),
         cmocka_unit_test(unreachable_cluster_is_a_clear_error),
         cmocka_unit_test(tls_with_the_servers_ca),
+        cmocka_unit_test(holds_survive_the_leader_being_killed),
         cmocka_unit_test(authentication_with_a_least_privilege_user), /* last: auth stays on */
     };
     failed += cmocka_run_group_tests_name("etcd", particular, NULL, NULL);
