@@ -321,6 +321,28 @@ static void unreachable_cluster_is_a_clear_error(void **state)
     assert_non_null(strstr(dlock_errmsg(), where));
 }
 
+/* The first endpoint refuses connections: each call goes on to the next
+ * one by itself, so opening, taking and giving back all succeed at once. */
+static void a_dead_endpoint_is_followed_within_the_call(void **state)
+{
+    (void)state;
+    char text[512];
+    snprintf(text, sizeof text,
+             "backend = \"etcd\";\nlease_ms = 3000;\n"
+             "etcd = { endpoints = (\"http://127.0.0.1:%d\", \"http://127.0.0.1:%d\"); "
+             "command_timeout_ms = 1000; connect_timeout_ms = 1000; };\n",
+             server.port + 2, server.port);
+    dlock_client *c = test_client_open(text);
+    dlock_lock *l = test_lock_named(c, "dead-endpoint");
+    for (int round = 0; round < 3; round++) {
+        assert_int_equal(dlock_acquire(l, 0), DLOCK_OK); /* a single try */
+        assert_true(dlock_validity_ms(l) > 0);
+        assert_int_equal(dlock_release(l), DLOCK_OK);
+    }
+    dlock_lock_free(l);
+    dlock_client_close(c);
+}
+
 /* An https endpoint: the server's certificate is checked against the CA
  * the configuration names; without it, a clear error. */
 static void tls_with_the_servers_ca(void **state)
@@ -389,8 +411,8 @@ static void authentication_with_a_least_privilege_user(void **state)
     assert_non_null(strstr(dlock_errmsg(), "permission"));
 }
 
-/* A 3-member cluster loses its leader (SIGKILL) while a lock is held and
- * another client waits: the hold survives (its renewals go to the next
+/* A 3-member cluster loses its leader (SIGKILL) while a lock is held:
+ * the hold survives (its renewals go to the next
  * endpoint) or is reported lost, never silently; fences keep growing; and
  * the lock is served again after the election. */
 static void holds_survive_the_leader_being_killed(void **state)
@@ -469,6 +491,7 @@ int main(void)
         cmocka_unit_test(bad_settings_are_config_errors),
         cmocka_unit_test(unreachable_cluster_is_a_clear_error),
         cmocka_unit_test(tls_with_the_servers_ca),
+        cmocka_unit_test(a_dead_endpoint_is_followed_within_the_call),
         cmocka_unit_test(holds_survive_the_leader_being_killed),
         cmocka_unit_test(authentication_with_a_least_privilege_user), /* last: auth stays on */
     };
