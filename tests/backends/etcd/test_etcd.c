@@ -496,6 +496,10 @@ int main(void)
         cmocka_unit_test(authentication_with_a_least_privilege_user), /* last: auth stays on */
     };
     failed += cmocka_run_group_tests_name("etcd", particular, NULL, NULL);
+    /* A case that fails stops where it failed: the servers it started
+     * are stopped here (stopping one twice does nothing). */
+    test_service_stop(&cluster);
+    test_service_stop(&tls_server);
     test_service_stop(&server);
     return failed ? 1 : 0;
 }
