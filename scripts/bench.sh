@@ -2,7 +2,7 @@
 # scripts/bench.sh [--quick] [--out DIR] [BUILDDIR] - the comparative benchmark:
 # starts throwaway servers on private ports (redis-server, a 3-master Redis
 # Cluster, and PostgreSQL,
-# MariaDB and ZooKeeper when their backends are built), writes one config per backend and
+# MariaDB, ZooKeeper and etcd when their backends are built), writes one config per backend and
 # mode, runs
 # dlock-bench over all of them in one interleaved run (each beside its own
 # plain client loop), prints the table, writes CSV and plots, and stops the
@@ -32,6 +32,7 @@ stop() {
     [ -d "$work/pg" ] && sh tests/support/postgres.sh stop "$work/pg"
     [ -d "$work/my" ] && sh tests/support/mariadb.sh stop "$work/my"
     [ -d "$work/zk" ] && bash tests/support/zookeeper.sh stop "$work/zk"
+    [ -d "$work/etcd" ] && bash tests/support/etcd.sh stop "$work/etcd"
     [ -d "$work/cluster" ] && bash tests/support/redis_cluster.sh stop "$work/cluster"
     sleep 0.2
     rm -rf "$work"
@@ -80,6 +81,12 @@ if [ -f "$B/backends/zookeeper/.libs/dlock_zookeeper.so" ]; then
     printf 'backend = "zookeeper";\nlease_ms = 3000;\nzookeeper = { hosts = "127.0.0.1:%d"; };\n' \
         $((port + 3)) > "$work/zookeeper.conf"
     set -- "$@" -c "$work/zookeeper.conf"
+fi
+if [ -f "$B/backends/etcd/.libs/dlock_etcd.so" ]; then
+    bash tests/support/etcd.sh start "$work/etcd" $((port + 4)) > /dev/null
+    printf 'backend = "etcd";\nlease_ms = 3000;\netcd = { endpoints = ("http://127.0.0.1:%d"); };\n' \
+        $((port + 4)) > "$work/etcd.conf"
+    set -- "$@" -c "$work/etcd.conf"
 fi
 
 if [ $quick = yes ]; then set -- "$@" --duration 1 --repeat 3 --workers 2,8 --locks 2000

@@ -76,5 +76,5 @@ set -e
 say "metrics of one probe acquire/release (Prometheus text, first lines)"
 "$DLOCK" metrics probe | grep -v '^#' | head -6
 
-say "dlock-bench: every backend in one run (throwaway redis-server, PostgreSQL, MariaDB, ZooKeeper), each beside its plain client loop"
+say "dlock-bench: every backend in one run (throwaway redis-server, PostgreSQL, MariaDB, ZooKeeper, etcd), each beside its plain client loop"
 scripts/bench.sh --quick build

@@ -8,7 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define MAX_CONFIGS 8
+#define MAX_CONFIGS 12
 #define MAX_REPEAT 15
 #define MAX_WORKER_COUNTS 8
 #define MAX_SAMPLES 2000000
@@ -53,6 +53,9 @@ bool run_baseline_many_locks(const struct bench_config *cfg);
 bool run_sql_baseline_uncontended(const struct bench_config *cfg, int64_t *samples);
 /* The ZooKeeper loop (bench_zk_baseline.c), likewise. */
 bool run_zk_baseline_uncontended(const struct bench_config *cfg, int64_t *samples);
+/* The etcd loop over the JSON gateway (bench_etcd_baseline.c), likewise;
+ * false also for an https endpoint. */
+bool run_etcd_baseline_uncontended(const struct bench_config *cfg, int64_t *samples);
 /* Commands the Redis server of cfg has been sent so far, -1 if not Redis. */
 long long redis_commands_sent(const struct bench_config *cfg);
 

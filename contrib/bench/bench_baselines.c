@@ -5,8 +5,8 @@
  *   redis  SET k token NX PX 30000 + EVALSHA compare-and-delete, one
  *          connection; K single-lock EVALSHA renewals in one pipeline
  *   local  fcntl(F_OFD_SETLK) write lock + unlock on one file
- * and those of the SQL backends and ZooKeeper in bench_sql_baselines.c and
- * bench_zk_baseline.c. */
+ * and those of the SQL backends, ZooKeeper and etcd in bench_sql_baselines.c,
+ * bench_zk_baseline.c and bench_etcd_baseline.c. */
 #include "config.h"
 
 #include "bench.h"
@@ -187,6 +187,8 @@ bool run_baseline_uncontended(const struct bench_config *cfg, int64_t *samples)
         return local_fcntl_loop(cfg, samples);
     if (!strcmp(cfg->backend, "zookeeper"))
         return run_zk_baseline_uncontended(cfg, samples);
+    if (!strcmp(cfg->backend, "etcd"))
+        return run_etcd_baseline_uncontended(cfg, samples);
     return run_sql_baseline_uncontended(cfg, samples);
 }
 
