@@ -98,7 +98,7 @@ start)
     ;;
 stop)
     stop_pid_file "$2/pid"
-    for f in "$2"/*/pid; do [ -f "$f" ] && stop_pid_file "$f"; done
+    for f in "$2"/*/pid; do stop_pid_file "$f"; done
     ;;
 leader)
     for i in $(seq 1 "$3"); do

@@ -60,15 +60,19 @@ int test_service_start(struct test_service *s)
     return 0;
 }
 
-void test_service_stop(struct test_service *s)
+int test_service_stop(struct test_service *s)
 {
     if (!s->pid)
-        return;
+        return 0;
     char cmd[512];
-    snprintf(cmd, sizeof cmd, "bash '%s/support/%s.sh' stop '%s'; rm -rf '%s'", srcdir(), s->script, s->data, s->dir);
-    if (system(cmd) != 0)
+    /* The stop script's status, not that of the rm after it. */
+    snprintf(cmd, sizeof cmd, "bash '%s/support/%s.sh' stop '%s'; st=$?; rm -rf '%s'; exit $st", srcdir(), s->script,
+             s->data, s->dir);
+    int failed = system(cmd) != 0;
+    if (failed)
         fprintf(stderr, "test: stopping %s failed\n", s->script);
     s->pid = 0;
+    return failed ? -1 : 0;
 }
 
 /* The parent PID of pid, from /proc/PID/stat (field 4, after the command

@@ -24,7 +24,8 @@ int test_service_start(struct test_service *s);
  * serves each connection from a child process). For SIGSTOP, returns once
  * the server shows as stopped. */
 void test_service_signal(const struct test_service *s, int sig);
-/* Stops it by PID and removes its directory. */
-void test_service_stop(struct test_service *s);
+/* Stops it by PID and removes its directory. 0, or -1 when the stop
+ * script failed (said on stderr); 0 for a service not running. */
+int test_service_stop(struct test_service *s);
 
 #endif
