@@ -38,6 +38,11 @@ int64_t dlock__boot_ms(void)
            __atomic_load_n(&boot_offset_ms, __ATOMIC_RELAXED);
 }
 
+int64_t dlock_provider_stamp_ms(void)
+{
+    return dlock__boot_ms();
+}
+
 void dlock__clock_test_suspend(int64_t ms)
 {
     __atomic_add_fetch(&boot_offset_ms, ms, __ATOMIC_RELAXED);

@@ -23,6 +23,13 @@ static int64_t granted_lease(const struct dlock__entry *e, const struct dlock_gr
     return g->lease_ms > 0 && g->lease_ms < e->plock.lease_ms ? g->lease_ms : e->plock.lease_ms;
 }
 
+/* How long from the attempt's start the grant is known valid: the lease,
+ * or less when the provider says its server lease was refreshed earlier. */
+static int64_t granted_validity(int64_t lease, const struct dlock_grant *g)
+{
+    return g->valid_ms > 0 && g->valid_ms < lease ? g->valid_ms : lease;
+}
+
 /* Records a grant of a request sent at t_send; called by the contender.
  * Returns DLOCK_OK, or an error if the hold cannot be looked after (then it
  * has been given back). */
@@ -30,6 +37,7 @@ int dlock__hold_grant(dlock_client *c, struct dlock__entry *e, dlock_lock *h, ui
                         struct dlock__stamp t_send, const struct dlock_grant *g)
 {
     int64_t lease = granted_lease(e, g);
+    int64_t valid = granted_validity(lease, g);
     bool watchdog = dlock__hold_renewed_by_watchdog(c, h);
     pthread_mutex_lock(&e->mu);
     e->count = 1;
@@ -41,7 +49,7 @@ int dlock__hold_grant(dlock_client *c, struct dlock__entry *e, dlock_lock *h, ui
     e->has_fence = g->has_fence != 0;
     e->renewed_by_watchdog = watchdog;
     e->lease_ms = lease;
-    e->valid_until_ms = t_send.boot_ms + lease - dlock__drift_ms(lease);
+    e->valid_until_ms = t_send.boot_ms + valid - dlock__drift_ms(lease);
     e->granted_at_ms = dlock__now_ms();
     e->on_lost = h->options.on_lost;
     e->on_lost_arg = h->options.on_lost_arg;
@@ -51,7 +59,7 @@ int dlock__hold_grant(dlock_client *c, struct dlock__entry *e, dlock_lock *h, ui
 
     int rc = dlock__expiry_arm(c, e, valid_until);
     if (rc == DLOCK_OK && watchdog)
-        rc = dlock__watchdog_schedule(c, e, t_send.mono_ms + dlock__watchdog_renew_after(lease));
+        rc = dlock__watchdog_schedule(c, e, t_send.mono_ms + dlock__watchdog_renew_after(valid));
     if (rc != DLOCK_OK) {
         char why[256];
         snprintf(why, sizeof why, "%s", dlock_errmsg());

@@ -53,6 +53,8 @@ int dlock__p_acquire(dlock_client *c, struct dlock__entry *e, struct dlock_grant
     rc = checked(c->provider, "acquire", rc);
     if (rc == DLOCK_OK && g->lease_ms < 0)
         g->lease_ms = 0;
+    if (rc == DLOCK_OK && g->valid_ms < 0)
+        g->valid_ms = 1; /* nothing left: valid until now, so lost at once */
     return rc;
 }
 

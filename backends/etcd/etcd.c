@@ -34,6 +34,8 @@
 struct etcd_lease {
     int64_t ttl_s;      /* the TTL asked for */
     int64_t id;         /* 0: none (granted on the next acquire) */
+    int64_t alive_until; /* dlock_provider_stamp_ms() before the last grant or
+                          * keepalive that answered, plus the TTL it gave */
 };
 
 struct etcd_instance {
@@ -173,10 +175,12 @@ static int lease_for(struct etcd_instance *inst, int64_t lease_ms, int64_t *id)
     if (slot < 0)
         return dlock_seterr(DLOCK_ENOTSUP, "etcd: more than %d different lease lengths in one client", MAX_LEASES);
     struct json_object *reply = NULL;
+    int64_t sent = dlock_provider_stamp_ms();
     int rc = lease_call(inst, "/v3/lease/grant", "TTL", ttl, &reply);
     if (rc != DLOCK_OK)
         return rc;
     int64_t got = etcd_json_int(reply, "ID");
+    int64_t granted_ttl = etcd_json_int(reply, "TTL");
     json_object_put(reply);
     if (!got)
         return dlock_seterr(DLOCK_EPROTOCOL, "%s: a lease grant without an ID", inst->http.label);
@@ -193,12 +197,36 @@ static int lease_for(struct etcd_instance *inst, int64_t lease_ms, int64_t *id)
         if (!inst->leases[i].id) {
             inst->leases[i].id = got;
             inst->leases[i].ttl_s = ttl;
+            inst->leases[i].alive_until = sent + granted_ttl * 1000;
             break;
         }
     }
     pthread_mutex_unlock(&inst->lease_mu);
     *id = got;
     return DLOCK_OK;
+}
+
+/* What is left of lease id by the last answer that refreshed it (0 when
+ * it is not ours or nothing is left). */
+static int64_t lease_left_ms(struct etcd_instance *inst, int64_t id)
+{
+    int64_t left = 0;
+    pthread_mutex_lock(&inst->lease_mu);
+    for (int i = 0; i < MAX_LEASES; i++)
+        if (inst->leases[i].id == id)
+            left = inst->leases[i].alive_until - dlock_provider_stamp_ms();
+    pthread_mutex_unlock(&inst->lease_mu);
+    return left > 0 ? left : 0;
+}
+
+/* A keepalive sent at stamp `sent` answered with ttl_s. */
+static void lease_refreshed(struct etcd_instance *inst, int64_t id, int64_t sent, int64_t ttl_s)
+{
+    pthread_mutex_lock(&inst->lease_mu);
+    for (int i = 0; i < MAX_LEASES; i++)
+        if (inst->leases[i].id == id && sent + ttl_s * 1000 > inst->leases[i].alive_until)
+            inst->leases[i].alive_until = sent + ttl_s * 1000;
+    pthread_mutex_unlock(&inst->lease_mu);
 }
 
 /* The lease is gone on the server (expired or revoked): forget it, so the
@@ -354,9 +382,20 @@ static int etcd_acquire(void *instance, struct dlock_provider_lock *lk, struct d
     if (first_rev == el->create_rev) {
         /* The lease was granted or last kept alive some time ago (holds
          * share it, and nothing keeps it alive between holds), while the
-         * core counts this hold's validity from this attempt: refresh it
-         * now, after the grant, so that it outlives that validity. If it
-         * ran out meanwhile, our key went with it: not a grant. */
+         * core counts this hold's validity from this attempt. If at least
+         * two thirds of it are left (it was refreshed within the last
+         * renewal interval), say how much, and the core counts validity by
+         * that and renews sooner. Otherwise refresh it now, after the
+         * grant, so that it outlives the whole lease; if it ran out
+         * meanwhile, our key went with it: not a grant. */
+        int64_t left = lease_left_ms(inst, el->lease_id);
+        if (left >= lk->lease_ms - lk->lease_ms / 3) {
+            el->granted_rev = el->create_rev;
+            g->fence = (uint64_t)el->create_rev;
+            g->has_fence = 1;
+            g->valid_ms = left < lk->lease_ms ? left : 0;
+            return DLOCK_OK;
+        }
         if ((rc = keepalive(inst, el->lease_id)) != DLOCK_OK) {
             if (rc != DLOCK_ELOST)
                 return rc;
@@ -438,13 +477,16 @@ static void etcd_abandon(void *instance, struct dlock_provider_lock *lk)
 static int keepalive(struct etcd_instance *inst, int64_t id)
 {
     struct json_object *reply = NULL;
+    int64_t sent = dlock_provider_stamp_ms();
     int rc = lease_call(inst, "/v3/lease/keepalive", "ID", id, &reply);
     if (rc != DLOCK_OK)
         return rc;
     int64_t ttl = etcd_json_int(etcd_json_get(reply, "result"), "TTL");
     json_object_put(reply);
-    if (ttl > 0)
+    if (ttl > 0) {
+        lease_refreshed(inst, id, sent, ttl);
         return DLOCK_OK;
+    }
     forget_lease(inst, id);
     return dlock_seterr(DLOCK_ELOST, "%s: lease %llx expired or was revoked", inst->http.label,
                         (unsigned long long)id);

@@ -133,6 +133,15 @@ struct dlock_grant {
      * published: the core zero-fills the struct, so older providers that
      * never write it are unaffected. */
     int64_t lease_ms;
+    /* On grant, optional: how much of the lease is known to be left, when
+     * the grant rides on a server lease this attempt did not refresh (one
+     * lease shared by many holds, last refreshed by a request whose
+     * dlock_provider_stamp_ms() was S: report S + the server's TTL - now).
+     * The core then counts this hold valid for that long from the attempt's
+     * start, renews it sooner, and goes back to the full lease after the
+     * first renewal. 0 (the core's preset) means the whole lease is left;
+     * a negative value means nothing is. Appended like lease_ms. */
+    int64_t valid_ms;
 };
 
 /* Arguments of DLOCK_CTL_STATUS. */
@@ -238,6 +247,13 @@ int dlock_seterr(int code, const char *fmt, ...)
  * a command, a wait). Never for validity or expiry: those are the core's
  * (and the server's, on the server's clock). Thread-safe. */
 int64_t dlock_provider_now_ms(void);
+
+/* Milliseconds on the clock the core measures validity on (CLOCK_BOOTTIME:
+ * it counts time the host spent suspended), for one purpose only: a
+ * provider that shares one server lease among many holds notes the stamp
+ * before each request that refreshes it, so that a later grant on it can
+ * report what is left in dlock_grant.valid_ms. Thread-safe. */
+int64_t dlock_provider_stamp_ms(void);
 
 /* The allowance for clock drift between client and server that the core
  * takes off every validity (the Redlock rule), for a provider that must

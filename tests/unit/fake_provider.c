@@ -130,6 +130,7 @@ static int fake_acquire(void *instance, struct dlock_provider_lock *lk, struct d
     g->has_fence = 1;
     if (fake.granted_lease_ms > 0)
         g->lease_ms = fake.granted_lease_ms;
+    g->valid_ms = fake.granted_valid_ms;
     pthread_mutex_unlock(&fake.mu);
     return DLOCK_OK;
 }

@@ -647,6 +647,37 @@ static void fixed_lease_on_lost_before_the_slow_give_back(void **state)
     dlock_client_close(c);
 }
 
+/* The grant rides on a server lease refreshed earlier, with 600 ms of its
+ * 3 s left: the hold is valid for those 600 ms only, is renewed within
+ * them, and has its whole lease again after that renewal. */
+static void validity_of_a_grant_follows_what_is_left_of_the_lease(void **state)
+{
+    (void)state;
+    dlock_client *c = open_fake("fake", 3000);
+    FAKE_SET(granted_valid_ms, 600);
+    dlock_lock *l;
+    assert_int_equal(dlock_lock_new(c, "left", 4, NULL, &l), DLOCK_OK);
+    assert_int_equal(dlock_acquire(l, 0), DLOCK_OK);
+    int64_t v = dlock_validity_ms(l);
+    assert_true(v <= 600 && v > 400);
+    assert_int_equal(fake_get(&fake.renews), 0);
+    int64_t t0 = now_ms();
+    while (fake_get(&fake.renews) == 0 && now_ms() - t0 < 2000)
+        sleep_ms(5);
+    assert_true(fake_get(&fake.renews) >= 1);
+    assert_true(now_ms() - t0 < 600);
+    assert_true(dlock_validity_ms(l) > 2000);
+    FAKE_SET(granted_valid_ms, -1);
+    dlock_release(l);
+    /* Nothing left: valid until now, so reported lost at once. */
+    assert_int_equal(dlock_acquire(l, 0), DLOCK_OK);
+    assert_true(dlock_validity_ms(l) <= 0);
+    FAKE_SET(granted_valid_ms, 0);
+    dlock_release(l);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+}
+
 /* The server grants a shorter lease than asked: validity follows it. */
 static void validity_never_exceeds_the_granted_lease(void **state)
 {
@@ -1025,6 +1056,7 @@ int main(void)
         cmocka_unit_test_setup(on_lost_fires_at_validity_end_while_renewal_blocks, setup),
         cmocka_unit_test_setup(fixed_lease_on_lost_before_the_slow_give_back, setup),
         cmocka_unit_test_setup(validity_never_exceeds_the_granted_lease, setup),
+        cmocka_unit_test_setup(validity_of_a_grant_follows_what_is_left_of_the_lease, setup),
         cmocka_unit_test_setup(cancel_reaches_threads_queued_in_the_client, setup),
         cmocka_unit_test_setup(validity_counts_time_the_host_was_suspended, setup),
         cmocka_unit_test_setup(handles_of_one_name_churn_from_many_threads, setup),

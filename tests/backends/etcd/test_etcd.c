@@ -243,6 +243,52 @@ static void a_grant_on_an_old_lease_outlives_its_validity(void **state)
     dlock_client_close(b);
 }
 
+/* How many messages of a gRPC method (Txn, LeaseKeepAlive, ...) the test
+ * server has received: the gateway turns each of our requests into one. */
+static long server_count(const char *method)
+{
+    char cmd[512];
+    snprintf(cmd, sizeof cmd,
+             "curl -s http://127.0.0.1:%d/metrics | grep '^grpc_server_msg_received_total{grpc_method=\"%s\"'",
+             server.port, method);
+    FILE *p = popen(cmd, "r");
+    assert_non_null(p);
+    char line[512] = "";
+    long n = 0;
+    if (fgets(line, sizeof line, p)) {
+        char *sp = strrchr(line, ' ');
+        n = sp ? atol(sp + 1) : 0;
+    }
+    pclose(p);
+    return n;
+}
+
+/* While the client's lease was refreshed within the last third of it, a
+ * grant costs two requests (the txn that queues and reads the head, the
+ * txn that releases) and no keepalive; the hold is valid for what is left
+ * of the lease, never more. */
+static void a_grant_on_a_fresh_lease_sends_no_keepalive(void **state)
+{
+    (void)state;
+    dlock_client *c = open_ok(30000);
+    dlock_lock *l = test_lock_named(c, "fresh-lease");
+    int64_t t0 = now_ms();
+    assert_int_equal(dlock_acquire(l, 0), DLOCK_OK); /* grants the lease */
+    assert_int_equal(dlock_release(l), DLOCK_OK);
+    long keepalives = server_count("LeaseKeepAlive"), txns = server_count("Txn");
+    for (int i = 0; i < 10; i++) {
+        assert_int_equal(dlock_acquire(l, 0), DLOCK_OK);
+        int64_t valid = dlock_validity_ms(l);
+        assert_true(valid > 0 && valid <= 30000 - (now_ms() - t0));
+        assert_int_equal(dlock_release(l), DLOCK_OK);
+    }
+    assert_true(now_ms() - t0 < 10000); /* all within the first third */
+    assert_int_equal(server_count("LeaseKeepAlive"), keepalives);
+    assert_int_equal(server_count("Txn"), txns + 20);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+}
+
 static int64_t lost_at;
 
 static void note_lost(dlock_lock *l, void *arg)
@@ -487,6 +533,7 @@ int main(void)
         cmocka_unit_test(names_with_slashes_stay_apart),
         cmocka_unit_test(many_holds_renew_on_one_lease),
         cmocka_unit_test(a_grant_on_an_old_lease_outlives_its_validity),
+        cmocka_unit_test(a_grant_on_a_fresh_lease_sends_no_keepalive),
         cmocka_unit_test(partition_past_the_lease),
         cmocka_unit_test(bad_settings_are_config_errors),
         cmocka_unit_test(unreachable_cluster_is_a_clear_error),
