@@ -33,7 +33,7 @@ void dlock__expiry_init(dlock_client *c)
 
 int dlock__expiry_arm(dlock_client *c, struct dlock__entry *e, int64_t valid_until_boot_ms)
 {
-    return dlock__timer_thread_schedule(&c->expiry, e, valid_until_boot_ms);
+    return dlock__timer_thread_schedule(&c->expiry, e, valid_until_boot_ms, 0); /* never early */
 }
 
 void dlock__expiry_disarm(dlock_client *c, struct dlock__entry *e)

@@ -59,7 +59,7 @@ int dlock__hold_grant(dlock_client *c, struct dlock__entry *e, dlock_lock *h, ui
 
     int rc = dlock__expiry_arm(c, e, valid_until);
     if (rc == DLOCK_OK && watchdog)
-        rc = dlock__watchdog_schedule(c, e, t_send.mono_ms + dlock__watchdog_renew_after(valid));
+        rc = dlock__watchdog_schedule_renewal(c, e, t_send.mono_ms, valid);
     if (rc != DLOCK_OK) {
         char why[256];
         snprintf(why, sizeof why, "%s", dlock_errmsg());
@@ -290,7 +290,7 @@ void dlock__hold_renewed(dlock_client *c, struct dlock__entry *e, int rc, struct
         dlock__metric_inc(&c->metrics.renewals);
         dlock__expiry_arm(c, e, valid_until);
         if (watchdog)
-            dlock__watchdog_schedule(c, e, t_send.mono_ms + dlock__watchdog_renew_after(lease));
+            dlock__watchdog_schedule_renewal(c, e, t_send.mono_ms, lease);
         return;
     }
     dlock__metric_inc(&c->metrics.renewal_failures);

@@ -57,6 +57,7 @@ int64_t dlock__backoff_ceiling_ms(unsigned attempt, int64_t base_ms, int64_t cap
  * the heap keeps in each item's slot. Not thread-safe: the owner locks it. */
 struct dlock__timer {
     int64_t due_ms;
+    int64_t early_ms;     /* may run this much before due_ms, with a batch due then */
     size_t heap_index;    /* SIZE_MAX when not in the heap */
 };
 struct dlock__timer_heap {
@@ -195,8 +196,10 @@ struct dlock__timer_thread {
 void dlock__timer_thread_init(struct dlock__timer_thread *t, const struct dlock__timer_thread_spec *spec,
                               dlock_client *client);
 /* (Re)arms e's timer at due_ms (on the thread's clock), starting the thread
- * with the first timer. DLOCK_OK or an error with its detail. */
-int dlock__timer_thread_schedule(struct dlock__timer_thread *t, struct dlock__entry *e, int64_t due_ms);
+ * with the first timer. When the thread runs a batch up to early_ms before
+ * due_ms, e's timer joins it. DLOCK_OK or an error with its detail. */
+int dlock__timer_thread_schedule(struct dlock__timer_thread *t, struct dlock__entry *e, int64_t due_ms,
+                                 int64_t early_ms);
 /* Takes e's timer out after waiting until the thread is not working on e
  * (unless called from that thread). Returns the due time it had, or -1. */
 int64_t dlock__timer_thread_cancel(struct dlock__timer_thread *t, struct dlock__entry *e);
@@ -241,13 +244,19 @@ int dlock__client_usable(const dlock_client *client);
 
 /* Watchdog: renews watchdog holds and gives back lost ones. */
 int dlock__watchdog_schedule(dlock_client *client, struct dlock__entry *entry, int64_t due_ms);
+/* Schedules the renewal of a hold valid for valid_ms from sent_mono_ms: due
+ * at a third of it, and taken into any renewal round from a sixth of it on,
+ * so that holds granted at different times come to be renewed together. */
+int dlock__watchdog_schedule_renewal(dlock_client *client, struct dlock__entry *entry, int64_t sent_mono_ms,
+                                     int64_t valid_ms);
 /* Takes entry's timer out, after waiting until the watchdog is not working on
  * it (unless called from the watchdog thread). Returns the due time it had,
  * or -1. After it returns the watchdog does not touch entry. */
 int64_t dlock__watchdog_cancel(dlock_client *client, struct dlock__entry *entry);
 void dlock__watchdog_init(dlock_client *client);
-/* Most timers handled (and renewals sent) in one go. */
-#define DLOCK__WATCHDOG_BATCH_MAX 512
+/* Most timers handled (and renewals sent) in one go: enough for a client's
+ * ten thousand holds to be renewed in one round. */
+#define DLOCK__WATCHDOG_BATCH_MAX 16384
 /* Releases every hold and frees every handle (client close). */
 void dlock__entries_close_all(dlock_client *client);
 

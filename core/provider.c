@@ -13,6 +13,8 @@
 
 #include "entry.h"
 
+#include <stdlib.h>
+
 #include <stdio.h>
 #include <string.h>
 
@@ -85,17 +87,19 @@ void dlock__p_renew_batch(dlock_client *c, struct dlock__entry *const *entries, 
 {
     /* No op_mu: the watchdog marks these entries busy, and every other
      * operation on them waits for that mark to clear first. */
-    struct dlock_provider_lock *plocks[DLOCK__WATCHDOG_BATCH_MAX];
-    if (n > 1 && n <= DLOCK__WATCHDOG_BATCH_MAX && HAS(c->provider, renew_batch, 1)) {
+    struct dlock_provider_lock **plocks = NULL;
+    if (n > 1 && HAS(c->provider, renew_batch, 1) && (plocks = malloc(n * sizeof *plocks)) != NULL) {
         for (size_t i = 0; i < n; i++)
             plocks[i] = &entries[i]->plock;
         int rc = checked(c->provider, "renew_batch", c->provider->renew_batch(c->instance, plocks, n, results));
+        free(plocks);
         if (rc != DLOCK_ENOTSUP) { /* ENOTSUP: this server cannot batch; one by one below */
             for (size_t i = 0; i < n; i++)
                 results[i] = rc != DLOCK_OK ? rc : checked(c->provider, "renew_batch", results[i]);
             return;
         }
     }
+    /* (Short of memory for the batch, one by one too.) */
     for (size_t i = 0; i < n; i++)
         results[i] = checked(c->provider, "renew", c->provider->renew(c->instance, &entries[i]->plock));
 }

@@ -5,7 +5,8 @@
  * locks costs no thread, and it takes none of the application's signals.
  *
  * Timers due within `window_ms` of each other are handled in one call, so
- * that renewals can go to the backend in one batch. An entry being worked
+ * that renewals can go to the backend in one batch; a timer that may run
+ * early (early_ms) joins a batch that far ahead of its due time. An entry being worked
  * on is marked busy; cancelling its timer waits until the thread is done
  * with it, so after a cancel the thread never touches the entry again.
  *
@@ -18,6 +19,7 @@
 
 #include <signal.h>
 #include <stddef.h>
+#include <stdlib.h>
 #include <string.h>
 
 static struct dlock__timer *timer_of(const struct dlock__timer_thread *t, struct dlock__entry *e)
@@ -38,7 +40,13 @@ static struct dlock__entry *entry_of(const struct dlock__timer_thread *t, struct
 static void *thread_main(void *arg)
 {
     struct dlock__timer_thread *t = arg;
-    struct dlock__entry *batch[DLOCK__WATCHDOG_BATCH_MAX];
+    /* Room for the largest batch; short of memory, smaller batches. */
+    enum { SMALL = 64 };
+    struct dlock__entry *small_batch[SMALL];
+    struct dlock__entry **batch = malloc(DLOCK__WATCHDOG_BATCH_MAX * sizeof *batch);
+    size_t batch_max = batch ? DLOCK__WATCHDOG_BATCH_MAX : SMALL;
+    if (!batch)
+        batch = small_batch;
 
     pthread_mutex_lock(&t->mu);
     while (!t->stopping) {
@@ -61,8 +69,8 @@ static void *thread_main(void *arg)
         }
         t->sleeping_until = 0; /* awake and working */
         size_t n = 0;
-        while (n < DLOCK__WATCHDOG_BATCH_MAX && (top = dlock__timer_heap_peek(&t->heap)) &&
-               top->due_ms <= now + t->window_ms) {
+        while (n < batch_max && (top = dlock__timer_heap_peek(&t->heap)) &&
+               top->due_ms <= now + (top->early_ms > t->window_ms ? top->early_ms : t->window_ms)) {
             dlock__timer_heap_pop(&t->heap);
             batch[n] = entry_of(t, top);
             *busy_of(t, batch[n++]) = true;
@@ -82,6 +90,8 @@ static void *thread_main(void *arg)
         pthread_mutex_lock(&t->mu);
     }
     pthread_mutex_unlock(&t->mu);
+    if (batch != small_batch)
+        free(batch);
     return NULL;
 }
 
@@ -116,7 +126,8 @@ static int start_locked(struct dlock__timer_thread *t)
     return DLOCK_OK;
 }
 
-int dlock__timer_thread_schedule(struct dlock__timer_thread *t, struct dlock__entry *e, int64_t due_ms)
+int dlock__timer_thread_schedule(struct dlock__timer_thread *t, struct dlock__entry *e, int64_t due_ms,
+                                 int64_t early_ms)
 {
     struct dlock__timer *timer = timer_of(t, e);
     int rc = DLOCK_OK;
@@ -126,6 +137,7 @@ int dlock__timer_thread_schedule(struct dlock__timer_thread *t, struct dlock__en
     if (rc == DLOCK_OK) {
         dlock__timer_heap_remove(&t->heap, timer);
         timer->due_ms = due_ms;
+        timer->early_ms = early_ms;
         rc = dlock__timer_heap_push(&t->heap, timer);
         if (rc != DLOCK_OK)
             rc = dlock_seterr(rc, "out of memory for the %s's timers", t->what);

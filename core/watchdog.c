@@ -10,6 +10,7 @@
 #include "entry.h"
 
 #include <stddef.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -34,8 +35,22 @@ int64_t dlock__watchdog_retry_after(int64_t valid_left_ms, int64_t lease_ms)
  * due, in one batch where the provider can. */
 static void renewal_round(dlock_client *c, struct dlock__entry **due, size_t n)
 {
-    struct dlock__entry *renew[DLOCK__WATCHDOG_BATCH_MAX];
-    int results[DLOCK__WATCHDOG_BATCH_MAX];
+    /* Room for the whole round; short of memory, renewals go in rounds of
+     * what fits on the stack. */
+    enum { SMALL = 64 };
+    struct dlock__entry *small_renew[SMALL];
+    int small_results[SMALL];
+    struct dlock__entry **renew = n > SMALL ? malloc(n * sizeof *renew) : NULL;
+    int *results = renew ? malloc(n * sizeof *results) : NULL;
+    if (!results) {
+        free(renew);
+        for (size_t from = 0; n > SMALL && from < n; from += SMALL)
+            renewal_round(c, due + from, n - from < SMALL ? n - from : SMALL);
+        if (n > SMALL)
+            return;
+        renew = small_renew;
+        results = small_results;
+    }
     size_t nrenew = 0;
 
     for (size_t i = 0; i < n; i++) {
@@ -68,7 +83,7 @@ static void renewal_round(dlock_client *c, struct dlock__entry **due, size_t n)
     }
 
     if (nrenew == 0)
-        return;
+        goto out;
     /* These entries are marked busy for the watchdog: release, dlock_renew
      * and dlock_fence wait for that mark to clear before they touch the
      * provider, so no other operation on them can overlap. */
@@ -79,6 +94,11 @@ static void renewal_round(dlock_client *c, struct dlock__entry **due, size_t n)
     dlock__metric_inc(&c->metrics.renewal_rounds);
     for (size_t i = 0; i < nrenew; i++)
         dlock__hold_renewed(c, renew[i], results[i], t_send);
+out:
+    if (renew != small_renew) {
+        free(renew);
+        free(results);
+    }
 }
 
 void dlock__watchdog_init(dlock_client *c)
@@ -92,7 +112,13 @@ void dlock__watchdog_init(dlock_client *c)
 
 int dlock__watchdog_schedule(dlock_client *c, struct dlock__entry *e, int64_t due_ms)
 {
-    return dlock__timer_thread_schedule(&c->watchdog, e, due_ms);
+    return dlock__timer_thread_schedule(&c->watchdog, e, due_ms, 0);
+}
+
+int dlock__watchdog_schedule_renewal(dlock_client *c, struct dlock__entry *e, int64_t sent_mono_ms, int64_t valid_ms)
+{
+    int64_t after = dlock__watchdog_renew_after(valid_ms);
+    return dlock__timer_thread_schedule(&c->watchdog, e, sent_mono_ms + after, after / 2);
 }
 
 int64_t dlock__watchdog_cancel(dlock_client *c, struct dlock__entry *e)

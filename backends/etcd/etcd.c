@@ -13,7 +13,8 @@
  * linearizable across leader changes. A release deletes our key only if its
  * create_revision is still ours, so a resent release cannot delete a newer
  * hold. The watchdog keeps a lease alive with one keepalive request for all
- * the holds on it, and checks the holds' keys in transactions of up to 128.
+ * the holds on it, and checks their keys with one more: the lease's list of
+ * the keys attached to it.
  *
  * Lease TTLs are whole seconds: a lease of lease_ms asks for
  * ceil(lease_ms / 1000) s, at least what the core counts validity by. */
@@ -28,7 +29,6 @@
 #include <string.h>
 
 #define MAX_LEASES 16
-#define MAX_TXN_OPS 128 /* etcd's default --max-txn-ops */
 #define KEY_MAX 2048
 
 struct etcd_lease {
@@ -51,6 +51,7 @@ struct etcd_lock {
     size_t dir_len;
     char *key;                  /* dir + owner */
     size_t key_len;
+    char *key_b64;              /* key in base64, as the lease's key list has it */
     char owner[64];             /* the owner the key was made for */
     int64_t create_rev;         /* our key's create_revision, 0 when we have none */
     int64_t granted_rev;        /* the create_revision a grant was made on, until released */
@@ -118,6 +119,9 @@ static int ensure_keys(struct etcd_instance *inst, struct dlock_provider_lock *l
     memcpy(el->key, el->dir, el->dir_len);
     memcpy(el->key + el->dir_len, lk->owner, olen + 1);
     el->key_len = el->dir_len + olen;
+    free(el->key_b64);
+    if (!(el->key_b64 = etcd_b64(el->key, el->key_len)))
+        return dlock_seterr(DLOCK_ENOMEM, "etcd: out of memory");
     snprintf(el->owner, sizeof el->owner, "%s", lk->owner);
     el->create_rev = 0;
     return DLOCK_OK;
@@ -492,64 +496,77 @@ static int keepalive(struct etcd_instance *inst, int64_t id)
                         (unsigned long long)id);
 }
 
-/* Checks that locks[from .. from+n) still have their keys, in one
- * transaction; results[i] becomes DLOCK_ELOST for a key that is gone. */
-static int check_keys(struct etcd_instance *inst, struct dlock_provider_lock *const *locks, size_t from, size_t n,
+static int compare_strings(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* Checks that the holds on lease id still have their keys, with one
+ * request whatever their number: the lease's own list of the keys attached
+ * to it. A key an operator deleted, or replaced with a key off our lease,
+ * is not on it, and its hold is lost although the lease lives. */
+static int check_keys(struct etcd_instance *inst, int64_t id, struct dlock_provider_lock *const *locks, size_t n,
                       int *results)
 {
-    struct json_object *success = json_object_new_array();
-    for (size_t i = from; i < from + n; i++) {
-        const struct etcd_lock *el = locks[i]->priv;
-        struct json_object *r = json_object_new_object();
-        json_object_object_add(r, "key", etcd_json_b64(el->key, el->key_len));
-        json_object_object_add(r, "keys_only", json_object_new_boolean(1));
-        json_object_array_add(success, op("request_range", r));
-    }
-    struct json_object *txn = json_object_new_object(), *reply = NULL;
-    json_object_object_add(txn, "success", success);
-    int rc = etcd_call(&inst->http, "/v3/kv/txn", txn, &reply, NULL);
-    json_object_put(txn);
+    struct json_object *req = json_object_new_object(), *reply = NULL;
+    json_object_object_add(req, "ID", etcd_json_int_str(id));
+    json_object_object_add(req, "keys", json_object_new_boolean(1));
+    int rc = etcd_call(&inst->http, "/v3/lease/timetolive", req, &reply, NULL);
+    json_object_put(req);
     if (rc != DLOCK_OK)
         return rc;
-    for (size_t i = from; i < from + n; i++) {
+    struct json_object *keys = etcd_json_get(reply, "keys");
+    size_t nkeys = keys && json_object_is_type(keys, json_type_array) ? json_object_array_length(keys) : 0;
+    const char **sorted = malloc((nkeys ? nkeys : 1) * sizeof *sorted);
+    if (!sorted) {
+        json_object_put(reply);
+        return dlock_seterr(DLOCK_ENOMEM, "etcd: out of memory");
+    }
+    for (size_t k = 0; k < nkeys; k++)
+        sorted[k] = json_object_get_string(json_object_array_get_idx(keys, k));
+    qsort(sorted, nkeys, sizeof *sorted, compare_strings);
+    for (size_t i = 0; i < n; i++) {
         const struct etcd_lock *el = locks[i]->priv;
-        struct json_object *kv = first_kv(txn_response(reply, i - from, "response_range"));
-        if (!kv || etcd_json_int(kv, "create_revision") != el->create_rev)
+        if (el->lease_id != id || results[i] != DLOCK_OK)
+            continue;
+        if (!bsearch(&el->key_b64, sorted, nkeys, sizeof *sorted, compare_strings))
             results[i] = dlock_seterr(DLOCK_ELOST, "%s: the key of lock '%s' is gone or was replaced",
                                       inst->http.label, locks[i]->name);
     }
+    free(sorted);
     json_object_put(reply);
     return DLOCK_OK;
 }
 
+/* A renewal round: for each lease the holds are on, one keepalive and one
+ * look at the lease's keys, whatever the number of holds. */
 static int etcd_renew_batch(void *instance, struct dlock_provider_lock *const *locks, size_t n, int *results)
 {
     struct etcd_instance *inst = instance;
-    for (size_t i = 0; i < n; i++)
-        results[i] = DLOCK_OK;
-    /* One keepalive per lease, for every hold on it. */
+    /* The distinct leases: few (one per lease length), so a list will do. */
+    int64_t *ids = malloc(n * sizeof *ids);
+    if (!ids)
+        return dlock_seterr(DLOCK_ENOMEM, "etcd: out of memory");
+    size_t nids = 0;
     for (size_t i = 0; i < n; i++) {
+        results[i] = DLOCK_OK;
         int64_t id = ((const struct etcd_lock *)locks[i]->priv)->lease_id;
-        bool done = false;
-        for (size_t j = 0; j < i && !done; j++)
-            done = ((const struct etcd_lock *)locks[j]->priv)->lease_id == id;
-        if (done)
-            continue;
-        int rc = keepalive(inst, id);
-        for (size_t j = i; j < n; j++)
-            if (((const struct etcd_lock *)locks[j]->priv)->lease_id == id)
-                results[j] = rc;
+        size_t k = 0;
+        while (k < nids && ids[k] != id)
+            k++;
+        if (k == nids)
+            ids[nids++] = id;
     }
-    /* A key an operator deleted (or replaced) is lost although its lease
-     * lives: look at the keys too, MAX_TXN_OPS to a transaction. */
-    for (size_t from = 0; from < n; from += MAX_TXN_OPS) {
-        size_t m = n - from < MAX_TXN_OPS ? n - from : MAX_TXN_OPS;
-        int rc = check_keys(inst, locks, from, m, results);
+    for (size_t k = 0; k < nids; k++) {
+        int rc = keepalive(inst, ids[k]);
+        if (rc == DLOCK_OK)
+            rc = check_keys(inst, ids[k], locks, n, results);
         if (rc != DLOCK_OK)
-            for (size_t i = from; i < from + m; i++)
-                if (results[i] == DLOCK_OK)
+            for (size_t i = 0; i < n; i++)
+                if (((const struct etcd_lock *)locks[i]->priv)->lease_id == ids[k])
                     results[i] = rc;
     }
+    free(ids);
     return DLOCK_OK;
 }
 
@@ -567,6 +584,7 @@ static void etcd_lock_fini(void *instance, struct dlock_provider_lock *lk)
     struct etcd_lock *el = lk->priv;
     free(el->dir);
     free(el->key);
+    free(el->key_b64);
     free(el->pred);
     memset(el, 0, sizeof *el);
 }

@@ -349,14 +349,20 @@ struct json_object *etcd_json_int_str(int64_t v)
     return json_object_new_string(text);
 }
 
+char *etcd_b64(const void *data, size_t len)
+{
+    unsigned char *out = malloc(4 * ((len + 2) / 3) + 1);
+    if (out)
+        EVP_EncodeBlock(out, data, (int)len);
+    return (char *)out;
+}
+
 struct json_object *etcd_json_b64(const void *data, size_t len)
 {
-    size_t out_len = 4 * ((len + 2) / 3);
-    unsigned char *out = malloc(out_len + 1);
+    char *out = etcd_b64(data, len);
     if (!out)
         return NULL;
-    EVP_EncodeBlock(out, data, (int)len);
-    struct json_object *s = json_object_new_string_len((const char *)out, (int)out_len);
+    struct json_object *s = json_object_new_string(out);
     free(out);
     return s;
 }

@@ -87,6 +87,9 @@ int64_t etcd_json_int(struct json_object *obj, const char *field);
 struct json_object *etcd_json_get(struct json_object *obj, const char *field);
 /* A new string object holding the base64 of len bytes. */
 struct json_object *etcd_json_b64(const void *data, size_t len);
+/* data in standard base64 with padding, as the gateway writes keys; a new
+ * NUL-terminated string the caller frees, or NULL when out of memory. */
+char *etcd_b64(const void *data, size_t len);
 /* Decodes the base64 string at field into out (at most size bytes); the
  * number of bytes, or -1 when absent or malformed. */
 int etcd_json_unb64(struct json_object *obj, const char *field, char *out, size_t size);

@@ -678,6 +678,31 @@ static void validity_of_a_grant_follows_what_is_left_of_the_lease(void **state)
     dlock_client_close(c);
 }
 
+/* Holds granted at different times come to be renewed in one round: one
+ * due at a third of its lease takes in another due within a sixth. */
+static void holds_granted_apart_are_renewed_together(void **state)
+{
+    (void)state;
+    dlock_client *c = open_fake("fake", 3000);
+    dlock_lock *a, *b;
+    assert_int_equal(dlock_lock_new(c, "apart-a", 7, NULL, &a), DLOCK_OK);
+    assert_int_equal(dlock_lock_new(c, "apart-b", 7, NULL, &b), DLOCK_OK);
+    assert_int_equal(dlock_acquire(a, 0), DLOCK_OK);
+    sleep_ms(200);
+    assert_int_equal(dlock_acquire(b, 0), DLOCK_OK);
+    int64_t t0 = now_ms();
+    while (fake_get(&fake.renews) == 0 && now_ms() - t0 < 3000)
+        sleep_ms(5);
+    sleep_ms(50);
+    assert_int_equal(fake_get(&fake.batches), 1); /* one round, not a renew each */
+    assert_int_equal(fake_get(&fake.batch_items), 2);
+    dlock_release(a);
+    dlock_release(b);
+    dlock_lock_free(a);
+    dlock_lock_free(b);
+    dlock_client_close(c);
+}
+
 /* The server grants a shorter lease than asked: validity follows it. */
 static void validity_never_exceeds_the_granted_lease(void **state)
 {
@@ -1057,6 +1082,7 @@ int main(void)
         cmocka_unit_test_setup(fixed_lease_on_lost_before_the_slow_give_back, setup),
         cmocka_unit_test_setup(validity_never_exceeds_the_granted_lease, setup),
         cmocka_unit_test_setup(validity_of_a_grant_follows_what_is_left_of_the_lease, setup),
+        cmocka_unit_test_setup(holds_granted_apart_are_renewed_together, setup),
         cmocka_unit_test_setup(cancel_reaches_threads_queued_in_the_client, setup),
         cmocka_unit_test_setup(validity_counts_time_the_host_was_suspended, setup),
         cmocka_unit_test_setup(handles_of_one_name_churn_from_many_threads, setup),
