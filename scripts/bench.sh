@@ -28,6 +28,7 @@ BENCH=$B/.libs/dlock-bench
 [ -x "$BENCH" ] || { echo "bench: $BENCH is not built (the redis backend is needed: libhiredis-dev)" >&2; exit 1; }
 work=$(mktemp -d /tmp/dlock-bench-XXXXXX)
 stop() {
+    set +e # stop every server even when one stop fails
     [ -f "$work/redis.pid" ] && kill "$(cat "$work/redis.pid")" 2>/dev/null
     [ -d "$work/pg" ] && sh tests/support/postgres.sh stop "$work/pg"
     [ -d "$work/my" ] && sh tests/support/mariadb.sh stop "$work/my"
@@ -93,3 +94,7 @@ if [ $quick = yes ]; then set -- "$@" --duration 1 --repeat 3 --workers 2,8 --lo
 else set -- "$@" --duration 3 --repeat 5 --workers 2,4,8,16 --locks 10000; fi
 "$BENCH" "$@" --csv "$out/results.csv" --plot "$out/plots"
 echo "csv: $out/results.csv"
+if [ -f "$work/etcd.conf" ]; then
+    sh contrib/bench/cli_cycle.sh "$B/.libs/dlock" "$work/etcd.conf" "http://127.0.0.1:$((port + 4))" \
+        | tee "$out/cli-cycle-etcd.txt"
+fi
