@@ -12,6 +12,7 @@
 struct stream {
     struct etcd_buffer b;
     bool changed;       /* an event came, or the server ended the watch */
+    int64_t created_at; /* the revision the server created the watch at, 0 before */
 };
 
 /* Reads the whole messages (one JSON object a line) received so far. */
@@ -26,6 +27,8 @@ static void read_messages(struct stream *s)
             s->changed = true; /* the stream went wrong: look again rather than wait */
         else if (result && (etcd_json_get(result, "events") || etcd_json_get(result, "canceled")))
             s->changed = true; /* a change, or a watch the server ended (a compacted revision) */
+        else if (result && etcd_json_get(result, "created"))
+            s->created_at = etcd_json_int(etcd_json_get(result, "header"), "revision");
         if (msg)
             json_object_put(msg);
         start = nl + 1;
@@ -45,6 +48,25 @@ static size_t on_data(char *ptr, size_t size, size_t nmemb, void *arg)
     return n;
 }
 
+/* Whether key changed between from_revision and the watch's creation: it
+ * is gone, or it is a newer key of the same name (created at from_revision
+ * or later). Any doubt (a failed read) counts as a change. */
+static bool changed_before_the_watch(struct etcd_http *h, const char *key, size_t key_len, int64_t from_revision)
+{
+    struct json_object *req = json_object_new_object(), *reply = NULL;
+    json_object_object_add(req, "key", etcd_json_b64(key, key_len));
+    json_object_object_add(req, "keys_only", json_object_new_boolean(1));
+    int rc = etcd_call(h, "/v3/kv/range", req, &reply, NULL);
+    json_object_put(req);
+    if (rc != DLOCK_OK)
+        return true;
+    struct json_object *kvs = etcd_json_get(reply, "kvs");
+    bool changed = !kvs || !json_object_is_type(kvs, json_type_array) || json_object_array_length(kvs) == 0 ||
+                   etcd_json_int(json_object_array_get_idx(kvs, 0), "create_revision") >= from_revision;
+    json_object_put(reply);
+    return changed;
+}
+
 int etcd_watch_change(struct etcd_http *h, const char *key, size_t key_len, int64_t start_revision,
                       int64_t timeout_ms, int wake_fd)
 {
@@ -56,12 +78,17 @@ int etcd_watch_change(struct etcd_http *h, const char *key, size_t key_len, int6
 
     struct json_object *create = json_object_new_object();
     json_object_object_add(create, "key", etcd_json_b64(key, key_len));
-    json_object_object_add(create, "start_revision", etcd_json_int_str(start_revision));
+    /* From the server's current revision, not from start_revision: the
+     * server serves a watch that starts in the past from a loop that runs
+     * every 100 ms, which put up to 100 ms into every hand-off. What
+     * happened between start_revision and the watch's creation is looked
+     * at once it is created (below). */
     struct json_object *body = json_object_new_object();
     json_object_object_add(body, "create_request", create);
     const char *text = json_object_to_json_string_ext(body, JSON_C_TO_STRING_PLAIN);
 
-    struct stream s = { { NULL, 0, 0 }, false };
+    struct stream s = { { NULL, 0, 0 }, false, 0 };
+    bool checked = false;
     CURL *c = curl_easy_init();
     CURLM *m = curl_multi_init();
     struct curl_slist *headers =
@@ -85,6 +112,15 @@ int etcd_watch_change(struct etcd_http *h, const char *key, size_t key_len, int6
         if (s.changed) {
             rc = DLOCK_OK;
             break;
+        }
+        if (s.created_at && !checked) {
+            /* Created at s.created_at: changes after it will come as
+             * events; one at start_revision .. created_at may have passed. */
+            checked = true;
+            if (s.created_at >= start_revision && changed_before_the_watch(h, key, key_len, start_revision)) {
+                rc = DLOCK_OK;
+                break;
+            }
         }
         if (!running) { /* the stream ended without an event: look again */
             CURLMsg *msg;

@@ -8,8 +8,11 @@
 
 #include "etcd_http.h"
 
-/* Watches key from start_revision (so that a change made since the caller
- * looked is not missed) until an event on it arrives, the watch is refused
+/* Watches key for a change made at start_revision or later (so that a
+ * change made since the caller looked is not missed: the watch starts at
+ * the server's current revision, and if that is past start_revision the key
+ * is read once to see whether it changed in between) until an event on it
+ * arrives, the watch is refused
  * or cancelled by the server, timeout_ms passes, or wake_fd becomes
  * readable. DLOCK_OK (something happened: look again), DLOCK_ETIMEDOUT, or
  * DLOCK_EUNAVAILABLE when the stream could not be had. Never grants

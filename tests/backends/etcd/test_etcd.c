@@ -300,6 +300,72 @@ static void a_grant_on_a_fresh_lease_sends_no_keepalive(void **state)
     dlock_client_close(c);
 }
 
+struct slow_waiter {
+    dlock_lock *lock;
+    int rc, release_rc;
+    int64_t took_ms;
+};
+
+static void *slow_waiter_acquire(void *arg)
+{
+    struct slow_waiter *w = arg;
+    int64_t t0 = now_ms();
+    w->rc = dlock_acquire(w->lock, 20000);
+    w->took_ms = now_ms() - t0;
+    if (w->rc == DLOCK_OK)
+        w->release_rc = dlock_release(w->lock);
+    return NULL;
+}
+
+/* How many keys a name has (holder and waiters). */
+static int keys_of(const char *name)
+{
+    char out[64];
+    etcdctl(out, sizeof out, "get --prefix 'dlock:%s/' --keys-only | grep -c .", name);
+    return atoi(out);
+}
+
+/* The holder lets go after the waiter read who is before it but before its
+ * watch reached the server (every byte of the waiter's takes 300 ms each
+ * way): the watch starts after the deletion, which it must still see. */
+static void a_release_before_the_watch_is_created_is_seen(void **state)
+{
+    (void)state;
+    int proxy_port;
+    struct fault_proxy *proxy = fault_proxy_start(server.port, &proxy_port);
+    assert_non_null(proxy);
+    dlock_client *a = open_ok(30000);
+    dlock_lock *la = test_lock_named(a, "before-watch");
+    assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
+    char text[1024];
+    /* One wait covers the whole budget: no look again on a timer. */
+    write_config_at(text, sizeof text, proxy_port, 30000, 30000, "");
+    dlock_client *b = test_client_open(text);
+    struct slow_waiter w = { test_lock_named(b, "before-watch"), -1, -1, 0 };
+    fault_proxy_set(proxy, FAULT_DELAY, 300);
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, slow_waiter_acquire, &w), 0);
+    int64_t t0 = now_ms();
+    while (keys_of("before-watch") < 2 && now_ms() - t0 < 5000)
+        sleep_ms(20);
+    assert_int_equal(keys_of("before-watch"), 2);
+    /* Its queue txn is in; its read of the key before it lands 600 ms
+     * later, its keepalive 600 ms after that and its watch 600 ms after
+     * that again: let go in between. */
+    sleep_ms(1000);
+    assert_int_equal(dlock_release(la), DLOCK_OK);
+    pthread_join(t, NULL);
+    assert_int_equal(w.rc, DLOCK_OK);
+    assert_true(w.took_ms < 10000); /* not the 20 s wait: the release was seen */
+    assert_int_equal(w.release_rc, DLOCK_OK);
+    fault_proxy_set(proxy, FAULT_PASS, 0);
+    dlock_lock_free(la);
+    dlock_lock_free(w.lock);
+    dlock_client_close(a);
+    dlock_client_close(b);
+    fault_proxy_stop(proxy);
+}
+
 static int64_t lost_at;
 
 static void note_lost(dlock_lock *l, void *arg)
@@ -545,6 +611,7 @@ int main(void)
         cmocka_unit_test(many_holds_renew_on_one_lease),
         cmocka_unit_test(a_grant_on_an_old_lease_outlives_its_validity),
         cmocka_unit_test(a_grant_on_a_fresh_lease_sends_no_keepalive),
+        cmocka_unit_test(a_release_before_the_watch_is_created_is_seen),
         cmocka_unit_test(partition_past_the_lease),
         cmocka_unit_test(bad_settings_are_config_errors),
         cmocka_unit_test(unreachable_cluster_is_a_clear_error),
