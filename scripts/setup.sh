@@ -12,7 +12,7 @@ top=$(pwd)
 PACKAGES="build-essential pkg-config autoconf automake libtool libconfig-dev libcmocka-dev
 libhiredis-dev libpq-dev libmariadb-dev libzookeeper-mt-dev valgrind clang libclang-rt-14-dev redis-server
 redis-sentinel redis-tools postgresql mariadb-server libzookeeper-java openjdk-17-jre-headless gnuplot-nox
-libcurl4-openssl-dev libjson-c-dev libssl-dev etcd-server curl"
+libcurl4-openssl-dev libjson-c-dev libssl-dev etcd-server etcd-client curl python3"
 
 missing=""
 for p in $PACKAGES; do

@@ -107,6 +107,24 @@ void report_table(const struct bench_config *configs, int nconfigs)
     }
 }
 
+/* One CSV field as RFC 4180 has it: quoted, with its quotes doubled, when
+ * it holds a comma, a quote or a line break (metric names have commas). */
+static void csv_field(FILE *csv, const char *text, const char *after)
+{
+    if (strpbrk(text, ",\"\r\n")) {
+        fputc('"', csv);
+        for (const char *p = text; *p; p++) {
+            if (*p == '"')
+                fputc('"', csv);
+            fputc(*p, csv);
+        }
+        fputc('"', csv);
+    } else {
+        fputs(text, csv);
+    }
+    fputs(after, csv);
+}
+
 int report_csv(const char *path)
 {
     FILE *csv = fopen(path, "w");
@@ -118,8 +136,11 @@ int report_csv(const char *path)
     for (int i = 0; i < nfigures; i++) {
         double lo, hi;
         range(&figures[i], &lo, &hi);
-        fprintf(csv, "%s,%s,%s,%.3f,%.3f,%.3f,%s\n", figures[i].label, figures[i].scenario, figures[i].metric,
-                median(&figures[i]), lo, hi, figures[i].unit);
+        csv_field(csv, figures[i].label, ",");
+        csv_field(csv, figures[i].scenario, ",");
+        csv_field(csv, figures[i].metric, ",");
+        fprintf(csv, "%.3f,%.3f,%.3f,", median(&figures[i]), lo, hi);
+        csv_field(csv, figures[i].unit, "\n");
     }
     return fclose(csv);
 }

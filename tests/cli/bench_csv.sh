@@ -1,0 +1,28 @@
+# dlock-bench --csv writes CSV that a real parser reads back as written:
+# seven fields a row, metric names with commas intact (Python's csv module).
+. "${DLOCK_TEST_SRCDIR:-$(dirname "$0")/..}/cli/lib.sh"
+
+BENCH=${DLOCK_BENCH_BIN:-$(dirname "$DLOCK")/dlock-bench}
+[ -x "$BENCH" ] || { not_ok "dlock-bench not found at $BENCH"; finish; exit 1; }
+command -v python3 > /dev/null || { not_ok "python3 not found (Debian: python3)"; finish; exit 1; }
+printf 'backend = "local";\nlocal = { dir = "%s/locks"; };\n' "$T" > "$T/with,comma.conf"
+mkdir -p "$T/locks"
+"$BENCH" -c "$T/with,comma.conf" --scenario uncontended --scenario contended --workers 2 \
+    --duration 0.2 --repeat 1 --csv "$T/out.csv" > "$T/bench.out" 2>&1
+expect_status 0 $? "dlock-bench runs on the local backend"
+python3 - "$T/out.csv" > "$T/check.out" 2>&1 <<'PY'
+import csv, sys
+rows = list(csv.reader(open(sys.argv[1], newline="")))
+assert rows[0] == ["backend", "scenario", "metric", "median", "min", "max", "unit"], rows[0]
+assert len(rows) > 3, rows
+for r in rows[1:]:
+    assert len(r) == 7, r
+    float(r[3]); float(r[4]); float(r[5])
+    assert r[0] == "with,comma", r
+metrics = {r[2] for r in rows[1:]}
+assert "grants, least busy worker" in metrics, metrics
+print("ok", len(rows) - 1, "rows")
+PY
+if [ $? = 0 ]; then ok "the CSV reads back with Python's csv module ($(cat "$T/check.out"))"
+else not_ok "the CSV does not read back: $(cat "$T/check.out")"; fi
+finish
