@@ -192,8 +192,8 @@ static void write_plot(const char *dir, const char *name, const char *body)
     FILE *f = open_in(dir, gp);
     if (!f)
         return;
-    fprintf(f, "set terminal pngcairo size 900,540 noenhanced\nset output '%s.png'\n%s\n"
-               "set terminal svg size 900,540 noenhanced\nset output '%s.svg'\nreplot\n",
+    fprintf(f, "set terminal pngcairo size 900,640 noenhanced\nset output '%s.png'\n%s\n"
+               "set terminal svg size 900,640 noenhanced\nset output '%s.svg'\nreplot\n",
             name, body, name);
     fclose(f);
 }
@@ -216,6 +216,8 @@ int report_plots(const char *dir, const struct bench_config *configs, int nconfi
                "set title 'Uncontended acquire+release per second (median)'\n"
                "set style data histogram\nset style histogram cluster gap 1\nset style fill solid 0.8\n"
                "set boxwidth 0.9\nset ylabel 'ops/s (log scale)'\nset logscale y\nset yrange [100:*]\nset key top right\n"
+               /* Backend names under the bars: slanted, so that long ones do not run into each other. */
+               "set xtics rotate by 30 right nomirror\nset bmargin 10\n"
                "plot 'throughput.dat' using 2:xtic(1) title 'libdlock', '' using 3 title 'plain client loop'");
 
     /* 2. latency distributions (CDF of the last uncontended run) */
@@ -242,8 +244,17 @@ int report_plots(const char *dir, const struct bench_config *configs, int nconfi
     if (!f)
         return -1;
     fprintf(f, "# workers then, per backend, hand-off p50 and p99 (us)\n");
+    /* Hand-offs span decades (a polling backend's 100 ms tail beside a
+     * notified one's 300 us): a log scale, and ticks at the worker counts
+     * this run used. */
     char plot3[4096] = "set title 'Hand-off from release to the next grant'\nset xlabel 'workers'\n"
-                       "set ylabel 'microseconds'\nset key top left\nplot ";
+                       "set ylabel 'microseconds (log scale)'\nset logscale y\nset key below\nset xtics (";
+    for (int w = 0; w < opt.nworker_counts; w++) {
+        size_t used = strlen(plot3);
+        snprintf(plot3 + used, sizeof plot3 - used, "%s%d", w ? ", " : "", opt.worker_counts[w]);
+    }
+    size_t used3 = strlen(plot3);
+    snprintf(plot3 + used3, sizeof plot3 - used3, ")\nset offsets 0.5, 0.5, 0, 0\nplot ");
     for (int w = 0; w < opt.nworker_counts; w++) {
         fprintf(f, "%d", opt.worker_counts[w]);
         for (int c = 0; c < nconfigs; c++) {
@@ -251,7 +262,9 @@ int report_plots(const char *dir, const struct bench_config *configs, int nconfi
             snprintf(scenario, sizeof scenario, "contended-%dw", opt.worker_counts[w]);
             double p50 = figure_median(configs[c].label, scenario, "handoff p50");
             double p99 = figure_median(configs[c].label, scenario, "handoff p99");
-            fprintf(f, " %.1f %.1f", isnan(p50) ? 0 : p50, isnan(p99) ? 0 : p99);
+            /* NaN, not 0: a figure the run did not take is left out, and a
+             * log scale has no 0. */
+            fprintf(f, " %.1f %.1f", isnan(p50) || p50 <= 0 ? NAN : p50, isnan(p99) || p99 <= 0 ? NAN : p99);
         }
         fprintf(f, "\n");
     }
