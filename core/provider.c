@@ -87,8 +87,9 @@ void dlock__p_renew_batch(dlock_client *c, struct dlock__entry *const *entries, 
 {
     /* No op_mu: the watchdog marks these entries busy, and every other
      * operation on them waits for that mark to clear first. */
-    struct dlock_provider_lock **plocks = NULL;
-    if (n > 1 && HAS(c->provider, renew_batch, 1) && (plocks = malloc(n * sizeof *plocks)) != NULL) {
+    bool can_batch = n > 1 && HAS(c->provider, renew_batch, 1);
+    struct dlock_provider_lock **plocks = can_batch ? malloc(n * sizeof *plocks) : NULL;
+    if (plocks) {
         for (size_t i = 0; i < n; i++)
             plocks[i] = &entries[i]->plock;
         int rc = checked(c->provider, "renew_batch", c->provider->renew_batch(c->instance, plocks, n, results));
@@ -99,7 +100,26 @@ void dlock__p_renew_batch(dlock_client *c, struct dlock__entry *const *entries, 
             return;
         }
     }
-    /* (Short of memory for the batch, one by one too.) */
+    else if (can_batch) {
+        /* Short of memory for the whole batch: in batches of what fits on
+         * the stack, never one by one (a provider's single renew may cost
+         * as much as a batch). */
+        enum { SMALL = 64 };
+        struct dlock_provider_lock *small[SMALL];
+        for (size_t from = 0; from < n; from += SMALL) {
+            size_t m = n - from < SMALL ? n - from : SMALL;
+            for (size_t i = 0; i < m; i++)
+                small[i] = &entries[from + i]->plock;
+            int rc = checked(c->provider, "renew_batch",
+                             c->provider->renew_batch(c->instance, small, m, results + from));
+            if (rc == DLOCK_ENOTSUP)
+                break;
+            for (size_t i = 0; i < m; i++)
+                results[from + i] = rc != DLOCK_OK ? rc : checked(c->provider, "renew_batch", results[from + i]);
+            if (from + m == n)
+                return;
+        }
+    }
     for (size_t i = 0; i < n; i++)
         results[i] = checked(c->provider, "renew", c->provider->renew(c->instance, &entries[i]->plock));
 }

@@ -371,10 +371,12 @@ static int etcd_acquire(void *instance, struct dlock_provider_lock *lk, struct d
     }
     int64_t first_rev = etcd_json_int(first, "create_revision");
     json_object_put(reply);
-    if (!created && el->create_rev && el->create_rev == el->granted_rev) {
+    if (!created && el->create_rev && (el->create_rev == el->granted_rev || el->lease_id != lease_id)) {
         /* Our key of a hold granted before and declared lost, whose
          * give-back did not get through: a new grant needs a new key, and
-         * so a new, higher fence. */
+         * so a new, higher fence. Or our key left from a wait with another
+         * lease length (a handle with its own lease_ms): its lease would
+         * not last the validity counted for this one. */
         if ((rc = delete_own_key(inst, el)) != DLOCK_OK && rc != DLOCK_ENOTOWNER)
             return rc;
         el->granted_rev = 0;
@@ -392,7 +394,12 @@ static int etcd_acquire(void *instance, struct dlock_provider_lock *lk, struct d
          * that and renews sooner. Otherwise refresh it now, after the
          * grant, so that it outlives the whole lease; if it ran out
          * meanwhile, our key went with it: not a grant. */
-        int64_t left = lease_left_ms(inst, el->lease_id);
+        int64_t ttl_ms = (lk->lease_ms + 999) / 1000 * 1000;
+        /* What is left was counted from the stamp of the refresh, over up
+         * to the whole TTL: the core takes drift off for lease_ms only, so
+         * take off the rest here. */
+        int64_t left = lease_left_ms(inst, el->lease_id) -
+                       (dlock_provider_drift_ms(ttl_ms) - dlock_provider_drift_ms(lk->lease_ms));
         if (left >= lk->lease_ms - lk->lease_ms / 3) {
             el->granted_rev = el->create_rev;
             g->fence = (uint64_t)el->create_rev;
@@ -522,14 +529,18 @@ static int check_keys(struct etcd_instance *inst, int64_t id, struct dlock_provi
         json_object_put(reply);
         return dlock_seterr(DLOCK_ENOMEM, "etcd: out of memory");
     }
-    for (size_t k = 0; k < nkeys; k++)
-        sorted[k] = json_object_get_string(json_object_array_get_idx(keys, k));
-    qsort(sorted, nkeys, sizeof *sorted, compare_strings);
+    size_t nsorted = 0;
+    for (size_t k = 0; k < nkeys; k++) {
+        struct json_object *key = json_object_array_get_idx(keys, k);
+        if (key && json_object_is_type(key, json_type_string))
+            sorted[nsorted++] = json_object_get_string(key);
+    }
+    qsort(sorted, nsorted, sizeof *sorted, compare_strings);
     for (size_t i = 0; i < n; i++) {
         const struct etcd_lock *el = locks[i]->priv;
         if (el->lease_id != id || results[i] != DLOCK_OK)
             continue;
-        if (!bsearch(&el->key_b64, sorted, nkeys, sizeof *sorted, compare_strings))
+        if (!bsearch(&el->key_b64, sorted, nsorted, sizeof *sorted, compare_strings))
             results[i] = dlock_seterr(DLOCK_ELOST, "%s: the key of lock '%s' is gone or was replaced",
                                       inst->http.label, locks[i]->name);
     }
@@ -545,8 +556,12 @@ static int etcd_renew_batch(void *instance, struct dlock_provider_lock *const *l
     struct etcd_instance *inst = instance;
     /* The distinct leases: few (one per lease length), so a list will do. */
     int64_t *ids = malloc(n * sizeof *ids);
-    if (!ids)
-        return dlock_seterr(DLOCK_ENOMEM, "etcd: out of memory");
+    if (!ids) {
+        int rc = dlock_seterr(DLOCK_ENOMEM, "etcd: out of memory");
+        for (size_t i = 0; i < n; i++)
+            results[i] = rc;
+        return rc;
+    }
     size_t nids = 0;
     for (size_t i = 0; i < n; i++) {
         results[i] = DLOCK_OK;
@@ -574,8 +589,8 @@ static int etcd_renew(void *instance, struct dlock_provider_lock *lk)
 {
     int result;
     struct dlock_provider_lock *one[1] = { lk };
-    etcd_renew_batch(instance, one, 1, &result);
-    return result;
+    int rc = etcd_renew_batch(instance, one, 1, &result);
+    return rc != DLOCK_OK ? rc : result;
 }
 
 static void etcd_lock_fini(void *instance, struct dlock_provider_lock *lk)
