@@ -37,16 +37,35 @@ static struct dlock__entry *entry_of(const struct dlock__timer_thread *t, struct
     return (struct dlock__entry *)((char *)timer - t->timer_offset);
 }
 
+/* Makes room for four times as many, up to DLOCK__WATCHDOG_BATCH_MAX;
+ * false when there can be no more. */
+static bool grow_batch(struct dlock__entry ***batch, size_t *max, struct dlock__entry **small_batch)
+{
+    if (*max >= DLOCK__WATCHDOG_BATCH_MAX)
+        return false;
+    size_t bigger = *max * 4 < DLOCK__WATCHDOG_BATCH_MAX ? *max * 4 : DLOCK__WATCHDOG_BATCH_MAX;
+    struct dlock__entry **p = malloc(bigger * sizeof *p);
+    if (!p)
+        return false;
+    memcpy(p, *batch, *max * sizeof *p);
+    if (*batch != small_batch)
+        free(*batch);
+    *batch = p;
+    *max = bigger;
+    return true;
+}
+
 static void *thread_main(void *arg)
 {
     struct dlock__timer_thread *t = arg;
-    /* Room for the largest batch; short of memory, smaller batches. */
+    /* Room for a batch: on the stack, grown on the heap only when more
+     * timers fall due together (up to DLOCK__WATCHDOG_BATCH_MAX), so a
+     * client with a few holds costs no more memory than before. Short of
+     * memory, batches stay smaller. */
     enum { SMALL = 64 };
     struct dlock__entry *small_batch[SMALL];
-    struct dlock__entry **batch = malloc(DLOCK__WATCHDOG_BATCH_MAX * sizeof *batch);
-    size_t batch_max = batch ? DLOCK__WATCHDOG_BATCH_MAX : SMALL;
-    if (!batch)
-        batch = small_batch;
+    struct dlock__entry **batch = small_batch;
+    size_t batch_max = SMALL;
 
     pthread_mutex_lock(&t->mu);
     while (!t->stopping) {
@@ -69,8 +88,10 @@ static void *thread_main(void *arg)
         }
         t->sleeping_until = 0; /* awake and working */
         size_t n = 0;
-        while (n < batch_max && (top = dlock__timer_heap_peek(&t->heap)) &&
+        while ((top = dlock__timer_heap_peek(&t->heap)) &&
                top->due_ms <= now + (top->early_ms > t->window_ms ? top->early_ms : t->window_ms)) {
+            if (n == batch_max && !grow_batch(&batch, &batch_max, small_batch))
+                break;
             dlock__timer_heap_pop(&t->heap);
             batch[n] = entry_of(t, top);
             *busy_of(t, batch[n++]) = true;
