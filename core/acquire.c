@@ -191,7 +191,11 @@ int dlock_acquire(dlock_lock *h, int64_t wait_ms)
         e->contending = true;
         wake_fd = dlock__thread_wake_fd();
         e->contender_wake_fd = wake_fd;
-        snprintf(e->owner, sizeof e->owner, "%s:%llu", c->client_id, (unsigned long long)self);
+        if (e->owner_thread != self || !e->owner[0]) {
+            /* Formatted once per thread that contends, not per acquire. */
+            snprintf(e->owner, sizeof e->owner, "%s:%llu", c->client_id, (unsigned long long)self);
+            e->owner_thread = self;
+        }
         e->plock.lease_ms = effective_lease(c, h);
         e->plock.flags = h->options.flags;
         pthread_mutex_unlock(&e->mu);

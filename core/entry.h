@@ -48,6 +48,7 @@ struct dlock__entry {
     bool provider_touched;          /* lock_fini is due */
     struct dlock_provider_lock plock;
     char owner[64];
+    uint64_t owner_thread;          /* the thread owner was made for */
     /* provider private state follows */
 };
 

@@ -16,12 +16,21 @@
  * the pid and owner id of the latest holder for `dlock status` (which shows
  * them only while the file is locked).
  *
+ * The header is mapped into memory (MAP_SHARED, so every process sees the
+ * same page), so a grant raises the fence and notes its holder without a
+ * system call: an uncontended grant and release are one fcntl each, as a
+ * bare fcntl loop is. Where the file cannot be mapped, pread and pwrite do
+ * the same.
+ *
  * Waiting is native: a waiter watches the file with inotify. A release
  * touches the file's times after unlocking (IN_ATTRIB), and a holder that dies
  * has its descriptor closed by the kernel (IN_CLOSE_WRITE), so both wake the
  * waiters at once; the watch exists only while a lock is contended, since
  * inotify instances are a scarce per-user resource (128 by default). Without
- * one, waiting falls back to short polls.
+ * one, waiting falls back to short polls. Waiters count themselves in the
+ * header (after their watch is set up, before they look again), and a
+ * release touches the file only when the count is not zero; a waiter that
+ * died without taking itself off only costs releases the touch again.
  *
  * It protects processes of one host only. A lease is kept by the client
  * itself (the core expires a fixed lease and drops the kernel lock), since no
@@ -42,6 +51,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <sys/inotify.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -55,8 +65,11 @@ struct lock_file_header {
     uint64_t fence;
     int64_t holder_pid;       /* 0 when free */
     char owner[OWNER_MAX];
-    char reserved[HEADER_SIZE - 8 - 8 - 8 - OWNER_MAX];
+    uint32_t waiting;         /* waiters watching the file (atomic, no lock) */
+    char reserved[HEADER_SIZE - 8 - 8 - 8 - OWNER_MAX - 4];
 };
+
+_Static_assert(sizeof(struct lock_file_header) == HEADER_SIZE, "the header is HEADER_SIZE bytes on disk");
 
 struct local_instance {
     char dir[PATH_MAX];
@@ -67,7 +80,9 @@ struct local_lock {
     int fd;                   /* valid when fd_open */
     bool fd_open;
     bool held;
+    struct lock_file_header *map; /* the header in memory while fd_open, or NULL */
     int watch_fd;             /* inotify fd + 1 while contending, 0 if none */
+    bool counted;             /* counted in the header's waiting */
     struct local_lock *prev, *next; /* in open_files while fd_open */
 };
 
@@ -79,6 +94,9 @@ struct local_lock {
  * (the parent's stay, and so do its locks). The client cannot be used in
  * the child anyway (the fork guard). */
 static pthread_mutex_t open_files_mu = PTHREAD_MUTEX_INITIALIZER;
+/* This process's pid for the header, without a system call per grant
+ * (glibc no longer caches it); a child of fork() sets its own. */
+static pid_t my_pid;
 static struct local_lock *open_files;
 static pthread_once_t fork_handlers_once = PTHREAD_ONCE_INIT;
 
@@ -94,8 +112,13 @@ static void after_fork_in_parent(void)
 
 static void after_fork_in_child(void)
 {
+    __atomic_store_n(&my_pid, getpid(), __ATOMIC_RELAXED);
     for (struct local_lock *ll = open_files; ll; ll = ll->next) {
         close(ll->fd);
+        if (ll->map)
+            munmap(ll->map, HEADER_SIZE);
+        ll->map = NULL;
+        ll->counted = false; /* the parent's count, not ours */
         ll->fd_open = ll->held = false;
         if (ll->watch_fd)
             close(ll->watch_fd - 1);
@@ -107,6 +130,7 @@ static void after_fork_in_child(void)
 
 static void install_fork_handlers(void)
 {
+    __atomic_store_n(&my_pid, getpid(), __ATOMIC_RELAXED);
     pthread_atfork(before_fork, after_fork_in_parent, after_fork_in_child);
 }
 
@@ -133,6 +157,9 @@ static void close_lock_file(struct local_lock *ll)
         if (ll->next)
             ll->next->prev = ll->prev;
         ll->prev = ll->next = NULL;
+        if (ll->map)
+            munmap(ll->map, HEADER_SIZE);
+        ll->map = NULL;
         close(ll->fd);
     }
     ll->fd_open = false;
@@ -295,6 +322,22 @@ static void local_close(void *instance)
 
 /* ---- the lock file ---------------------------------------------------------------- */
 
+/* The header of an open lock file in memory, or NULL (then pread and
+ * pwrite do). A new, empty file is first given its header's length; a file
+ * with less than a header (damaged) is left as it is. */
+static struct lock_file_header *map_header(int fd)
+{
+    struct stat st;
+    if (fstat(fd, &st) != 0)
+        return NULL;
+    if (st.st_size == 0 && ftruncate(fd, HEADER_SIZE) != 0)
+        return NULL;
+    if (st.st_size != 0 && st.st_size < HEADER_SIZE)
+        return NULL;
+    void *p = mmap(NULL, HEADER_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
 static int open_lock_file(struct local_instance *inst, struct dlock_provider_lock *lk)
 {
     struct local_lock *ll = lk->priv;
@@ -308,6 +351,7 @@ static int open_lock_file(struct local_instance *inst, struct dlock_provider_loc
                             strerror(errno));
     ll->fd = fd;
     ll->fd_open = true;
+    ll->map = map_header(fd);
     track_open(ll);
     return DLOCK_OK;
 }
@@ -339,9 +383,10 @@ static int read_header(int fd, struct lock_file_header *h, const char *dir, cons
     if (n < 0)
         return dlock_seterr(DLOCK_EUNAVAILABLE, "local: cannot read lock file for '%s' in %s: %s", name,
                             dir, strerror(errno));
-    if (n == 0) {
+    static const char zeros[8];
+    if (n == 0 || ((size_t)n == sizeof *h && memcmp(h->magic, zeros, 8) == 0 && h->fence == 0)) {
         memset(h, 0, sizeof *h);
-        return DLOCK_OK; /* a new file: fence 0 */
+        return DLOCK_OK; /* a new file (or one given its length, never granted): fence 0 */
     }
     if ((size_t)n < sizeof *h || memcmp(h->magic, HEADER_MAGIC, 8) != 0)
         return dlock_seterr(DLOCK_EPROTOCOL,
@@ -378,13 +423,62 @@ static void start_watch(struct local_instance *inst, struct dlock_provider_lock 
         return;
     }
     ll->watch_fd = fd + 1;
+    if (ll->map) {
+        /* After the watch, before the caller looks again: a release that
+         * saw no waiter came before that look, which then finds it free. */
+        __atomic_add_fetch(&ll->map->waiting, 1, __ATOMIC_SEQ_CST);
+        ll->counted = true;
+    }
 }
 
 static void stop_watch(struct local_lock *ll)
 {
+    if (ll->counted && ll->map) {
+        /* Never below zero: a file given to a process that counted before
+         * the header was (re)made by an older version. */
+        uint32_t n = __atomic_load_n(&ll->map->waiting, __ATOMIC_SEQ_CST);
+        while (n > 0 && !__atomic_compare_exchange_n(&ll->map->waiting, &n, n - 1, false, __ATOMIC_SEQ_CST,
+                                                     __ATOMIC_SEQ_CST))
+            ;
+    }
+    ll->counted = false;
     if (ll->watch_fd)
         close(ll->watch_fd - 1);
     ll->watch_fd = 0;
+}
+
+/* The first fence of a new file: the wall clock in microseconds, not 1.
+ * The default directory is in /tmp, often a tmpfs that a reboot empties;
+ * every token the old file issued was at most its own start plus one per
+ * grant, below the clock now, so tokens keep growing across the loss (as
+ * long as the clock does not go back), as a resource that kept the highest
+ * one needs. */
+static uint64_t first_fence(void)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    return (uint64_t)now.tv_sec * 1000000u + (uint64_t)now.tv_nsec / 1000u;
+}
+
+/* A grant's bookkeeping in the mapped header, under the kernel lock: the
+ * fence raised, the holder noted. The waiting count is not touched. */
+static int grant_in_memory(struct lock_file_header *h, const char *dir, const struct dlock_provider_lock *lk)
+{
+    static const char zeros[8];
+    if (memcmp(h->magic, HEADER_MAGIC, 8) != 0) {
+        if (memcmp(h->magic, zeros, 8) != 0 || h->fence != 0)
+            return dlock_seterr(DLOCK_EPROTOCOL,
+                                "local: the lock file for '%s' in %s is not a libdlock lock file "
+                                "(foreign or damaged); move it away", lk->name, dir);
+        memcpy(h->magic, HEADER_MAGIC, 8);
+    }
+    if (h->fence == 0)
+        h->fence = first_fence();
+    h->fence++;
+    h->holder_pid = __atomic_load_n(&my_pid, __ATOMIC_RELAXED);
+    if (strncmp(h->owner, lk->owner, sizeof h->owner - 1) != 0)
+        snprintf(h->owner, sizeof h->owner, "%s", lk->owner);
+    return DLOCK_OK;
 }
 
 static int local_acquire(void *instance, struct dlock_provider_lock *lk, struct dlock_grant *grant)
@@ -411,22 +505,23 @@ static int local_acquire(void *instance, struct dlock_provider_lock *lk, struct 
         return DLOCK_EBUSY;
     }
     stop_watch(ll);
+    if (ll->map) {
+        rc = grant_in_memory(ll->map, inst->dir, lk);
+        if (rc != DLOCK_OK) {
+            set_lock(ll->fd, F_UNLCK, NULL);
+            return rc;
+        }
+        ll->held = true;
+        grant->fence = ll->map->fence;
+        grant->has_fence = 1;
+        return DLOCK_OK;
+    }
     struct lock_file_header h;
     rc = read_header(ll->fd, &h, inst->dir, lk->name);
     if (rc == DLOCK_OK) {
         memcpy(h.magic, HEADER_MAGIC, 8);
-        if (h.fence == 0) {
-            /* A new file: its counter starts at the wall clock in
-             * microseconds, not at 1. The default directory is in /tmp,
-             * often a tmpfs that a reboot empties; every token the old file
-             * issued was at most its own start plus one per grant, below
-             * the clock now, so tokens keep growing across the loss (as
-             * long as the clock does not go back), as a resource that kept
-             * the highest one needs. */
-            struct timespec now;
-            clock_gettime(CLOCK_REALTIME, &now);
-            h.fence = (uint64_t)now.tv_sec * 1000000u + (uint64_t)now.tv_nsec / 1000u;
-        }
+        if (h.fence == 0)
+            h.fence = first_fence();
         h.fence++;
         h.holder_pid = getpid();
         snprintf(h.owner, sizeof h.owner, "%s", lk->owner);
@@ -478,8 +573,10 @@ static int local_release(void *instance, struct dlock_provider_lock *lk)
         return DLOCK_OK;
     }
     /* Wakes the waiters' inotify watches. After the unlock, and touching
-     * only the times, so it cannot clobber the next holder's header. */
-    futimens(ll->fd, NULL);
+     * only the times, so it cannot clobber the next holder's header; only
+     * when someone waits, where the header says so. */
+    if (!ll->map || __atomic_load_n(&ll->map->waiting, __ATOMIC_SEQ_CST) > 0)
+        futimens(ll->fd, NULL);
     return DLOCK_OK;
 }
 
@@ -495,8 +592,8 @@ static void local_lock_fini(void *instance, struct dlock_provider_lock *lk)
 {
     (void)instance;
     struct local_lock *ll = lk->priv;
+    stop_watch(ll); /* before the header is unmapped: it takes itself off the count */
     close_lock_file(ll);
-    stop_watch(ll);
     ll->held = false;
 }
 

@@ -19,6 +19,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
+#include <sys/inotify.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -588,6 +590,79 @@ static void foreign_file_is_not_trampled(void **state)
     dlock_client_close(c);
 }
 
+/* IN_ATTRIB events (a release's touch) on NAME's lock file since the last call. */
+static int touches(int inotify_fd)
+{
+    char buf[4096];
+    int n = 0;
+    ssize_t got;
+    while ((got = read(inotify_fd, buf, sizeof buf)) > 0) {
+        for (char *p = buf; p < buf + got;) {
+            struct inotify_event *ev = (struct inotify_event *)p;
+            if (ev->mask & IN_ATTRIB)
+                n++;
+            p += sizeof *ev + ev->len;
+        }
+    }
+    return n;
+}
+
+struct timed_waiter {
+    dlock_lock *lock;
+    int rc;
+    int64_t granted_at;
+};
+
+static void *wait_and_take(void *arg)
+{
+    struct timed_waiter *w = arg;
+    w->rc = dlock_acquire(w->lock, 8000);
+    w->granted_at = now_ms();
+    if (w->rc == DLOCK_OK)
+        dlock_release(w->lock);
+    return NULL;
+}
+
+/* A release touches the lock file (which wakes the waiters' inotify
+ * watches) only when someone waits: uncontended cycles cost no touch, and a
+ * waiter is still woken by the release (its client would otherwise look
+ * again only after 10 s). */
+static void releases_touch_the_file_only_when_someone_waits(void **state)
+{
+    (void)state;
+    dlock_client *a = open_local(), *b = open_local();
+    dlock_lock *la = lock_of(a, "touch", 0);
+    assert_int_equal(dlock_acquire(la, 0), DLOCK_OK); /* makes the file */
+    assert_int_equal(dlock_release(la), DLOCK_OK);
+    char path[400];
+    snprintf(path, sizeof path, "%s/touch.lock", dir);
+    int in = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+    assert_true(in >= 0);
+    assert_true(inotify_add_watch(in, path, IN_ATTRIB) >= 0);
+    for (int i = 0; i < 20; i++) {
+        assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
+        assert_int_equal(dlock_release(la), DLOCK_OK);
+    }
+    assert_int_equal(touches(in), 0);
+
+    assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
+    struct timed_waiter w = { lock_of(b, "touch", 0), -1, 0 };
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, wait_and_take, &w), 0);
+    sleep_ms(300); /* it tried, was busy, and watches */
+    int64_t released_at = now_ms();
+    assert_int_equal(dlock_release(la), DLOCK_OK);
+    pthread_join(t, NULL);
+    assert_int_equal(w.rc, DLOCK_OK);
+    assert_true(w.granted_at - released_at < 5000);
+    assert_true(touches(in) >= 1);
+    close(in);
+    dlock_lock_free(la);
+    dlock_lock_free(w.lock);
+    dlock_client_close(a);
+    dlock_client_close(b);
+}
+
 static void conformance_config(char *buf, size_t size, int lease_ms, int retry_cap_ms)
 {
     snprintf(buf, size,
@@ -609,6 +684,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(hand_offs_between_processes_are_never_missed, make_dir, remove_dir),
         cmocka_unit_test_setup_teardown(unusable_directories_are_clear_errors, make_dir, remove_dir),
         cmocka_unit_test_setup_teardown(foreign_file_is_not_trampled, make_dir, remove_dir),
+        cmocka_unit_test_setup_teardown(releases_touch_the_file_only_when_someone_waits, make_dir, remove_dir),
         cmocka_unit_test_setup_teardown(default_directory_through_a_symlink_is_refused, make_dir, remove_dir),
         cmocka_unit_test_setup_teardown(timed_out_waiters_keep_no_inotify_instance, make_dir, remove_dir),
         cmocka_unit_test_setup_teardown(forked_child_does_not_keep_a_killed_holders_lock, make_dir, remove_dir),
