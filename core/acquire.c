@@ -183,6 +183,12 @@ int dlock_acquire(dlock_lock *h, int64_t wait_ms)
         dlock__metric_inc(&c->metrics.reentries);
         return DLOCK_OK;
     }
+    if (e->own_holder || __atomic_load_n(&c->own_holders, __ATOMIC_RELAXED) > 0) {
+        pthread_mutex_unlock(&e->mu);
+        if ((rc = dlock__check_own_holds(c, e, self)) != DLOCK_OK)
+            return rc;
+        pthread_mutex_lock(&e->mu);
+    }
     uint64_t gen = e->cancel_gen;
     e->waiters++;
     rc = queue_locally(e, wait_ms, deadline, gen);
@@ -192,8 +198,14 @@ int dlock_acquire(dlock_lock *h, int64_t wait_ms)
         wake_fd = dlock__thread_wake_fd();
         e->contender_wake_fd = wake_fd;
         if (e->owner_thread != self || !e->owner[0]) {
-            /* Formatted once per thread that contends, not per acquire. */
-            snprintf(e->owner, sizeof e->owner, "%s:%llu", c->client_id, (unsigned long long)self);
+            /* Formatted once per thread that contends, not per acquire. A
+             * shared or semaphore handle is a holder of its own, so its id
+             * says which. */
+            if (e->own_holder)
+                snprintf(e->owner, sizeof e->owner, "%s:%llu/%u", c->client_id, (unsigned long long)self,
+                         e->holder_no);
+            else
+                snprintf(e->owner, sizeof e->owner, "%s:%llu", c->client_id, (unsigned long long)self);
             e->owner_thread = self;
         }
         e->plock.lease_ms = effective_lease(c, h);

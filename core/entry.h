@@ -21,6 +21,9 @@ struct dlock__entry {
     uint64_t hash;
     char *name;
     size_t name_len;
+    bool own_holder;                /* a shared or semaphore hold: this entry is one
+                                     * handle's, never found by name (constant) */
+    unsigned holder_no;             /* own_holder: its number in the client, for the owner id */
 
     pthread_mutex_t mu;             /* guards everything below up to op_mu */
     pthread_cond_t cv;              /* hold released, contender done, cancel, on_lost done */
@@ -51,6 +54,12 @@ struct dlock__entry {
     uint64_t owner_thread;          /* the thread owner was made for */
     /* provider private state follows */
 };
+
+/* DLOCK_EDEADLK when the calling thread's own hold of e's name in another
+ * mode would keep this acquire waiting forever (an exclusive acquire while
+ * it holds the name shared, a shared one while it holds it exclusively),
+ * else DLOCK_OK. Takes entries_mu and other entries' mu (e->mu not held). */
+int dlock__check_own_holds(dlock_client *client, struct dlock__entry *e, uint64_t self);
 
 /* A moment on both clocks: monotonic for timers, boot for validity. */
 struct dlock__stamp {

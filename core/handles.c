@@ -155,7 +155,7 @@ static struct dlock__entry *table_find(dlock_client *c, const char *name, size_t
     if (!c->buckets)
         return NULL;
     for (struct dlock__entry *e = c->buckets[h % c->nbuckets]; e; e = e->next_in_bucket)
-        if (e->hash == h && e->name_len == len && memcmp(e->name, name, len) == 0)
+        if (e->hash == h && !e->own_holder && e->name_len == len && memcmp(e->name, name, len) == 0)
             return e;
     return NULL;
 }
@@ -240,8 +240,11 @@ static void entry_unpin_maybe_destroy(dlock_client *c, struct dlock__entry *e)
     e->frees_in_flight--;
     pthread_mutex_lock(&e->mu);
     idle = e->handles == 0 && e->frees_in_flight == 0 && e->count == 0 && !e->contending && e->waiters == 0;
-    if (idle)
+    if (idle) {
         table_unlink(c, e);
+        if (e->own_holder)
+            __atomic_sub_fetch(&c->own_holders, 1, __ATOMIC_RELAXED);
+    }
     pthread_mutex_unlock(&e->mu);
     pthread_mutex_unlock(&c->entries_mu);
     if (idle) {
@@ -281,7 +284,46 @@ static int check_options(const dlock_client *c, const dlock_lock_options *o)
         return dlock_seterr(DLOCK_EINVAL, "unknown lock flags 0x%x", o->flags & ~DLOCK_LOCK_FAIR);
     if ((o->flags & DLOCK_LOCK_FAIR) && !(c->provider->capabilities & DLOCK_CAP_FAIR))
         return dlock_seterr(DLOCK_ENOTSUP, "the %s backend has no fair mode", c->provider->name);
-    return DLOCK_OK;
+    if (o->version < 2)
+        return DLOCK_OK;
+    unsigned caps = c->provider->version >= DLOCK_PROVIDER_VERSION_2 ? c->provider->capabilities : 0;
+    switch (o->mode) {
+    case DLOCK_MODE_EXCLUSIVE:
+        if (o->permits != 0)
+            return dlock_seterr(DLOCK_EINVAL, "permits is for DLOCK_MODE_SEMAPHORE; leave it 0 for a lock");
+        return DLOCK_OK;
+    case DLOCK_MODE_SHARED:
+        if (o->permits != 0)
+            return dlock_seterr(DLOCK_EINVAL, "permits is for DLOCK_MODE_SEMAPHORE; leave it 0 for a shared lock");
+        if (!(caps & DLOCK_CAP_SHARED))
+            return dlock_seterr(DLOCK_ENOTSUP, "the %s backend has no shared locks", c->provider->name);
+        return DLOCK_OK;
+    case DLOCK_MODE_SEMAPHORE:
+        if (o->permits < 1 || o->permits > 65535)
+            return dlock_seterr(DLOCK_EINVAL, "a semaphore needs 1..65535 permits, not %u", o->permits);
+        if (!(caps & DLOCK_CAP_SEMAPHORE))
+            return dlock_seterr(DLOCK_ENOTSUP, "the %s backend has no semaphores", c->provider->name);
+        return DLOCK_OK;
+    default:
+        return dlock_seterr(DLOCK_EINVAL, "unknown lock mode %u (DLOCK_MODE_EXCLUSIVE, _SHARED or _SEMAPHORE)",
+                            o->mode);
+    }
+}
+
+/* The caller's options as this version knows them: a caller built against
+ * an older dlock.h passes a shorter struct, whose later fields get their
+ * defaults. */
+static dlock_lock_options options_of(const dlock_lock_options *o)
+{
+    dlock_lock_options out = DLOCK_LOCK_OPTIONS_INIT;
+    if (!o)
+        return out;
+    if (o->version >= 2)
+        out = *o;
+    else
+        memcpy(&out, o, offsetof(dlock_lock_options, mode));
+    out.version = DLOCK_LOCK_OPTIONS_VERSION;
+    return out;
 }
 
 int dlock_lock_new(dlock_client *client, const char *name, size_t name_len,
@@ -299,13 +341,14 @@ int dlock_lock_new(dlock_client *client, const char *name, size_t name_len,
     dlock_lock *h = calloc(1, sizeof *h);
     if (!h)
         return dlock_seterr(DLOCK_ENOMEM, "out of memory for a lock handle");
-    dlock_lock_options defaults = DLOCK_LOCK_OPTIONS_INIT;
-    h->options = options ? *options : defaults;
-    h->options.version = DLOCK_LOCK_OPTIONS_VERSION;
+    h->options = options_of(options);
+    bool own_holder = h->options.mode != DLOCK_MODE_EXCLUSIVE;
 
     uint64_t hash = hash_name(name, name_len);
     pthread_mutex_lock(&client->entries_mu);
-    struct dlock__entry *e = table_find(client, name, name_len, hash);
+    /* A shared or semaphore handle is a holder of its own: never one
+     * another handle of the name shares. */
+    struct dlock__entry *e = own_holder ? NULL : table_find(client, name, name_len, hash);
     if (!e) {
         if (client->nentries >= client->nbuckets && table_grow(client) != DLOCK_OK) {
             pthread_mutex_unlock(&client->entries_mu);
@@ -321,6 +364,13 @@ int dlock_lock_new(dlock_client *client, const char *name, size_t name_len,
         e->next_in_bucket = client->buckets[hash % client->nbuckets];
         client->buckets[hash % client->nbuckets] = e;
         client->nentries++;
+        if (own_holder) {
+            e->own_holder = true;
+            e->holder_no = ++client->holders_made;
+            e->plock.mode = h->options.mode;
+            e->plock.permits = h->options.permits;
+            __atomic_add_fetch(&client->own_holders, 1, __ATOMIC_RELAXED);
+        }
     }
     e->handles++;
     h->entry = e;
@@ -415,6 +465,45 @@ int dlock_hold_count(dlock_lock *h)
     if (lost)
         return dlock_seterr(DLOCK_ELOST, "lock '%s': the hold was lost", dlock__entry_show(e));
     return count;
+}
+
+/* ---- holds of one thread that stand in each other's way ------------------------- */
+
+/* Whether the entry holds its name for thread self (e->mu not held). */
+static bool held_by(struct dlock__entry *e, uint64_t self)
+{
+    pthread_mutex_lock(&e->mu);
+    bool held = e->count > 0 && e->holder == self;
+    pthread_mutex_unlock(&e->mu);
+    return held;
+}
+
+int dlock__check_own_holds(dlock_client *c, struct dlock__entry *e, uint64_t self)
+{
+    int rc = DLOCK_OK;
+    pthread_mutex_lock(&c->entries_mu);
+    if (!e->own_holder && __atomic_load_n(&c->own_holders, __ATOMIC_RELAXED) > 0) {
+        /* Exclusive after shared: it would wait for our own shared hold,
+         * and two threads doing it would wait for each other. */
+        for (dlock_lock *h = c->handles; h && rc == DLOCK_OK; h = h->next) {
+            struct dlock__entry *s = h->entry;
+            if (s->own_holder && s->plock.mode == DLOCK_MODE_SHARED && s->name_len == e->name_len &&
+                memcmp(s->name, e->name, e->name_len) == 0 && held_by(s, self))
+                rc = dlock_seterr(DLOCK_EDEADLK,
+                                  "lock '%s': this thread holds it shared; an exclusive hold would wait for "
+                                  "that one forever (upgrading is refused: release the shared hold first)",
+                                  dlock__entry_show(e));
+        }
+    } else if (e->own_holder && e->plock.mode == DLOCK_MODE_SHARED) {
+        struct dlock__entry *x = table_find(c, e->name, e->name_len, e->hash);
+        if (x && held_by(x, self))
+            rc = dlock_seterr(DLOCK_EDEADLK,
+                              "lock '%s': this thread holds it exclusively; a shared hold would wait for "
+                              "that one (downgrading is not supported yet: release the exclusive hold first)",
+                              dlock__entry_show(e));
+    }
+    pthread_mutex_unlock(&c->entries_mu);
+    return rc;
 }
 
 /* ---- client close ------------------------------------------------------------------ */

@@ -225,6 +225,8 @@ struct dlock_client {
     pthread_mutex_t entries_mu;     /* guards the name table and handle list */
     struct dlock__entry **buckets;
     size_t nbuckets, nentries;
+    unsigned own_holders;           /* entries of shared/semaphore handles now (entries_mu) */
+    unsigned holders_made;          /* numbers them for their owner ids (entries_mu) */
     struct dlock_lock *handles;     /* every live handle, to free on close */
 };
 

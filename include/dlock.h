@@ -53,7 +53,8 @@ extern "C" {
     X(ENOMEM,       -11, "out of memory")                                              \
     X(EPROTOCOL,    -12, "the backend answered something unexpected")                  \
     X(EINTERNAL,    -13, "internal error in libdlock (please report it)")              \
-    X(ESTALE,       -14, "a newer lock holder has written: this fencing token is stale")
+    X(ESTALE,       -14, "a newer lock holder has written: this fencing token is stale") \
+    X(EDEADLK,      -15, "the calling thread's own hold stands in the way of this one")
 
 typedef enum dlock_error {
 #define DLOCK__ERROR_ENUM(name, value, text) DLOCK_##name = value,
@@ -69,6 +70,8 @@ typedef enum dlock_error {
 #define DLOCK_CAP_FAIR               (1u << 4) /* first come, first served */
 #define DLOCK_CAP_SERVER_EXPIRY      (1u << 5) /* the server frees a hold whose lease ran out */
 #define DLOCK_CAP_MULTI_HOST         (1u << 6) /* processes on different hosts exclude each other */
+#define DLOCK_CAP_SHARED             (1u << 7) /* shared holds (DLOCK_MODE_SHARED) beside exclusive ones */
+#define DLOCK_CAP_SEMAPHORE          (1u << 8) /* semaphores (DLOCK_MODE_SEMAPHORE) */
 
 typedef struct dlock_client dlock_client;
 typedef struct dlock_lock dlock_lock;
@@ -170,7 +173,13 @@ int dlock_client_metrics(dlock_client *client, char **out);
  * effort), so a server that still keeps it frees it. */
 typedef void (*dlock_lost_fn)(dlock_lock *lock, void *arg);
 
-#define DLOCK_LOCK_OPTIONS_VERSION 1
+#define DLOCK_LOCK_OPTIONS_VERSION 2
+
+/* What a handle's holds are (dlock_lock_options.mode). */
+#define DLOCK_MODE_EXCLUSIVE 0u /* one holder at a time: an ordinary lock */
+#define DLOCK_MODE_SHARED    1u /* any number of shared holders together, or one
+                                 * exclusive holder of the same name (flock -s / -x) */
+#define DLOCK_MODE_SEMAPHORE 2u /* at most `permits` holders of the name at a time */
 
 /* Per-lock options. Initialise with DLOCK_LOCK_OPTIONS_INIT so that fields
  * added in later versions get their defaults. */
@@ -183,13 +192,23 @@ typedef struct dlock_lock_options {
     dlock_lost_fn on_lost; /* optional */
     void *on_lost_arg;
     unsigned flags;        /* DLOCK_LOCK_* */
+    /* --- version 2 --- */
+    /* DLOCK_MODE_*. A shared or semaphore hold belongs to its handle: each
+     * handle is one holder (with its own lease and fence), reentrant per
+     * calling thread, and threads that hold together use a handle each.
+     * Needs DLOCK_CAP_SHARED / DLOCK_CAP_SEMAPHORE (else DLOCK_ENOTSUP). */
+    unsigned mode;
+    /* DLOCK_MODE_SEMAPHORE: the number of permits, 1..65535. It is part of
+     * the name's state: asking with another number fails with
+     * DLOCK_EINVAL. 0 in other modes. */
+    unsigned permits;
 } dlock_lock_options;
 
 /* Fair mode: first come, first served across all clients, and a release
  * wakes only the next waiter. Needs DLOCK_CAP_FAIR (else DLOCK_ENOTSUP). */
 #define DLOCK_LOCK_FAIR (1u << 0)
 
-#define DLOCK_LOCK_OPTIONS_INIT { DLOCK_LOCK_OPTIONS_VERSION, 0, NULL, NULL, 0 }
+#define DLOCK_LOCK_OPTIONS_INIT { DLOCK_LOCK_OPTIONS_VERSION, 0, NULL, NULL, 0, DLOCK_MODE_EXCLUSIVE, 0 }
 
 /*
  * Creates a handle for the lock NAME of client. name is name_len bytes (no
@@ -229,7 +248,16 @@ const char *dlock_lock_name(const dlock_lock *lock, size_t *len);
  * DLOCK_ETIMEDOUT; DLOCK_ECANCELLED (dlock_cancel()); DLOCK_ELOST (the
  * thread's current hold is lost: release it first); DLOCK_EUNAVAILABLE,
  * DLOCK_ENOQUORUM, DLOCK_EPROTOCOL (backend failures are returned at once);
- * DLOCK_EINVAL. Thread-safe.
+ * DLOCK_EDEADLK (an exclusive acquire by a thread that holds the name
+ * shared: two such upgraders would wait for each other forever; or a
+ * shared acquire by a thread that holds the name exclusively: downgrading
+ * is not supported yet, release first); DLOCK_EINVAL (a semaphore asked
+ * with another number of permits than the name has). Thread-safe.
+ *
+ * Shared and exclusive holds of one name wait in one line where the backend
+ * is DLOCK_CAP_FAIR; otherwise a waiting exclusive request still keeps
+ * shared requests that come after it out (the backend's docs say how), so
+ * a stream of readers cannot starve a writer.
  */
 int dlock_acquire(dlock_lock *lock, int64_t wait_ms);
 

@@ -66,8 +66,18 @@ struct lock_file_header {
     int64_t holder_pid;       /* 0 when free */
     char owner[OWNER_MAX];
     uint32_t waiting;         /* waiters watching the file (atomic, no lock) */
-    char reserved[HEADER_SIZE - 8 - 8 - 8 - OWNER_MAX - 4];
+    uint32_t permits;         /* a semaphore's number of permits; 0 for a lock */
 };
+
+/* Byte ranges locked beside the whole-file lock of an exclusive hold (which
+ * covers them all): a shared hold read-locks HOLD_BYTE; an exclusive request
+ * that finds the lock busy write-locks TURNSTILE_BYTE while it waits, and a
+ * shared request must read-lock it for a moment before it may hold, so
+ * readers that come after a waiting writer wait behind it; a semaphore's
+ * permit i is a write lock on SLOT_BASE + i. */
+#define HOLD_BYTE 128
+#define TURNSTILE_BYTE 129
+#define SLOT_BASE 256
 
 _Static_assert(sizeof(struct lock_file_header) == HEADER_SIZE, "the header is HEADER_SIZE bytes on disk");
 
@@ -80,6 +90,8 @@ struct local_lock {
     int fd;                   /* valid when fd_open */
     bool fd_open;
     bool held;
+    bool turnstile;           /* an exclusive request holds the turnstile while it waits */
+    int slot;                 /* a semaphore hold: the permit it has */
     struct lock_file_header *map; /* the header in memory while fd_open, or NULL */
     int watch_fd;             /* inotify fd + 1 while contending, 0 if none */
     bool counted;             /* counted in the header's waiting */
@@ -356,11 +368,12 @@ static int open_lock_file(struct local_instance *inst, struct dlock_provider_loc
     return DLOCK_OK;
 }
 
-/* One non-blocking lock or unlock. Returns 0 and sets *busy (when given) to
- * whether another open file description holds the lock, or -1 on error. */
-static int set_lock(int fd, short type, bool *busy)
+/* One non-blocking lock or unlock of len bytes at start (len 0: to the end
+ * of the file, and beyond). Returns 0 and sets *busy (when given) to whether
+ * another open file description holds a conflicting lock, or -1 on error. */
+static int set_range(int fd, short type, off_t start, off_t len, bool *busy)
 {
-    struct flock fl = { .l_type = type, .l_whence = SEEK_SET, .l_start = 0, .l_len = 0, .l_pid = 0 };
+    struct flock fl = { .l_type = type, .l_whence = SEEK_SET, .l_start = start, .l_len = len, .l_pid = 0 };
     if (busy)
         *busy = false;
     for (;;) {
@@ -374,6 +387,12 @@ static int set_lock(int fd, short type, bool *busy)
         }
         return -1;
     }
+}
+
+/* The whole file: an exclusive hold. */
+static int set_lock(int fd, short type, bool *busy)
+{
+    return set_range(fd, type, 0, 0, busy);
 }
 
 static int read_header(int fd, struct lock_file_header *h, const char *dir, const char *name)
@@ -460,25 +479,137 @@ static uint64_t first_fence(void)
     return (uint64_t)now.tv_sec * 1000000u + (uint64_t)now.tv_nsec / 1000u;
 }
 
+/* The mapped header is ours (or new, and made ours now), else an error. */
+static int header_is_ours(struct lock_file_header *h, const char *dir, const struct dlock_provider_lock *lk)
+{
+    static const char zeros[8];
+    if (memcmp(h->magic, HEADER_MAGIC, 8) == 0)
+        return DLOCK_OK;
+    if (memcmp(h->magic, zeros, 8) != 0 || __atomic_load_n(&h->fence, __ATOMIC_SEQ_CST) != 0)
+        return dlock_seterr(DLOCK_EPROTOCOL,
+                            "local: the lock file for '%s' in %s is not a libdlock lock file "
+                            "(foreign or damaged); move it away", lk->name, dir);
+    memcpy(h->magic, HEADER_MAGIC, 8); /* the same bytes from every writer */
+    return DLOCK_OK;
+}
+
+/* Raises the mapped fence and returns it: atomically, since shared and
+ * semaphore holders grant at the same time. */
+static uint64_t raise_fence(struct lock_file_header *h)
+{
+    uint64_t f = __atomic_load_n(&h->fence, __ATOMIC_SEQ_CST), next;
+    do
+        next = (f ? f : first_fence()) + 1;
+    while (!__atomic_compare_exchange_n(&h->fence, &f, next, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST));
+    return next;
+}
+
 /* A grant's bookkeeping in the mapped header, under the kernel lock: the
  * fence raised, the holder noted. The waiting count is not touched. */
 static int grant_in_memory(struct lock_file_header *h, const char *dir, const struct dlock_provider_lock *lk)
 {
-    static const char zeros[8];
-    if (memcmp(h->magic, HEADER_MAGIC, 8) != 0) {
-        if (memcmp(h->magic, zeros, 8) != 0 || h->fence != 0)
-            return dlock_seterr(DLOCK_EPROTOCOL,
-                                "local: the lock file for '%s' in %s is not a libdlock lock file "
-                                "(foreign or damaged); move it away", lk->name, dir);
-        memcpy(h->magic, HEADER_MAGIC, 8);
-    }
-    if (h->fence == 0)
-        h->fence = first_fence();
-    h->fence++;
+    int rc = header_is_ours(h, dir, lk);
+    if (rc != DLOCK_OK)
+        return rc;
+    raise_fence(h);
     h->holder_pid = __atomic_load_n(&my_pid, __ATOMIC_RELAXED);
     if (strncmp(h->owner, lk->owner, sizeof h->owner - 1) != 0)
         snprintf(h->owner, sizeof h->owner, "%s", lk->owner);
     return DLOCK_OK;
+}
+
+/* A lock name used as a semaphore, or the other way round: an error. */
+static int mode_mismatch(struct lock_file_header *h, const struct dlock_provider_lock *lk)
+{
+    uint32_t permits = __atomic_load_n(&h->permits, __ATOMIC_SEQ_CST);
+    if (lk->mode != DLOCK_MODE_SEMAPHORE && permits != 0)
+        return dlock_seterr(DLOCK_EINVAL, "local: '%s' is a semaphore of %u permits, not a lock", lk->name,
+                            permits);
+    return DLOCK_OK;
+}
+
+/* One try at a range, with the watch set up before a second look when the
+ * first finds it busy (so a release between the two is seen by wait()).
+ * DLOCK_OK with *busy set, or a failure. */
+static int try_range(struct local_instance *inst, struct dlock_provider_lock *lk, short type, off_t start,
+                     off_t len, bool *busy)
+{
+    struct local_lock *ll = lk->priv;
+    for (int look = 0; look < 2; look++) {
+        if (set_range(ll->fd, type, start, len, busy) != 0)
+            return dlock_seterr(DLOCK_EUNAVAILABLE, "local: cannot lock the file for '%s' in %s: %s", lk->name,
+                                inst->dir, strerror(errno));
+        if (!*busy || ll->watch_fd)
+            return DLOCK_OK;
+        start_watch(inst, lk);
+    }
+    return DLOCK_OK;
+}
+
+/* A shared hold: past the turnstile (no exclusive request waits or holds),
+ * then a read lock on HOLD_BYTE beside the other readers'. */
+static int acquire_shared(struct local_instance *inst, struct dlock_provider_lock *lk, struct dlock_grant *grant)
+{
+    struct local_lock *ll = lk->priv;
+    bool busy;
+    int rc = try_range(inst, lk, F_RDLCK, TURNSTILE_BYTE, 1, &busy);
+    if (rc == DLOCK_OK && !busy) {
+        if (set_range(ll->fd, F_RDLCK, HOLD_BYTE, 1, &busy) != 0)
+            rc = dlock_seterr(DLOCK_EUNAVAILABLE, "local: cannot lock the file for '%s' in %s: %s", lk->name,
+                              inst->dir, strerror(errno));
+        set_range(ll->fd, F_UNLCK, TURNSTILE_BYTE, 1, NULL);
+    }
+    if (rc != DLOCK_OK)
+        return rc;
+    if (busy) {
+        grant->retry_hint_ms = -1;
+        return DLOCK_EBUSY;
+    }
+    stop_watch(ll);
+    if ((rc = header_is_ours(ll->map, inst->dir, lk)) != DLOCK_OK) {
+        set_range(ll->fd, F_UNLCK, HOLD_BYTE, 1, NULL);
+        return rc;
+    }
+    ll->held = true;
+    grant->fence = raise_fence(ll->map);
+    grant->has_fence = 1;
+    return DLOCK_OK;
+}
+
+/* A semaphore hold: the first free one of the name's permits. */
+static int acquire_permit(struct local_instance *inst, struct dlock_provider_lock *lk, struct dlock_grant *grant)
+{
+    struct local_lock *ll = lk->priv;
+    int rc = header_is_ours(ll->map, inst->dir, lk);
+    if (rc != DLOCK_OK)
+        return rc;
+    uint32_t permits = 0;
+    if (!__atomic_compare_exchange_n(&ll->map->permits, &permits, lk->permits, false, __ATOMIC_SEQ_CST,
+                                     __ATOMIC_SEQ_CST) &&
+        permits != lk->permits)
+        return dlock_seterr(DLOCK_EINVAL, "local: '%s' is a semaphore of %u permits, not %u", lk->name, permits,
+                            lk->permits);
+    for (int look = 0; look < 2; look++) {
+        for (unsigned i = 0; i < lk->permits; i++) {
+            bool busy;
+            if (set_range(ll->fd, F_WRLCK, SLOT_BASE + (off_t)i, 1, &busy) != 0)
+                return dlock_seterr(DLOCK_EUNAVAILABLE, "local: cannot lock the file for '%s' in %s: %s",
+                                    lk->name, inst->dir, strerror(errno));
+            if (!busy) {
+                stop_watch(ll);
+                ll->slot = (int)i;
+                ll->held = true;
+                grant->fence = raise_fence(ll->map);
+                grant->has_fence = 1;
+                return DLOCK_OK;
+            }
+        }
+        if (ll->watch_fd)
+            break;
+        start_watch(inst, lk); /* then look once more, as try_range does */
+    }
+    grant->retry_hint_ms = -1;
+    return DLOCK_EBUSY;
 }
 
 static int local_acquire(void *instance, struct dlock_provider_lock *lk, struct dlock_grant *grant)
@@ -488,22 +619,29 @@ static int local_acquire(void *instance, struct dlock_provider_lock *lk, struct 
     int rc = open_lock_file(inst, lk);
     if (rc != DLOCK_OK)
         return rc;
+    if (lk->mode != DLOCK_MODE_EXCLUSIVE && !ll->map)
+        return dlock_seterr(DLOCK_EUNAVAILABLE,
+                            "local: shared holds and semaphores need the lock file of '%s' in %s mapped "
+                            "into memory, and it could not be", lk->name, inst->dir);
+    if (ll->map && (rc = mode_mismatch(ll->map, lk)) != DLOCK_OK)
+        return rc;
+    if (lk->mode == DLOCK_MODE_SHARED)
+        return acquire_shared(inst, lk, grant);
+    if (lk->mode == DLOCK_MODE_SEMAPHORE)
+        return acquire_permit(inst, lk, grant);
     bool busy = false;
-    if (set_lock(ll->fd, F_WRLCK, &busy) != 0)
-        return dlock_seterr(DLOCK_EUNAVAILABLE, "local: cannot lock the file for '%s' in %s: %s", lk->name,
-                            inst->dir, strerror(errno));
-    if (busy && !ll->watch_fd) {
-        /* Watch first, then look again: a release between the two is then
-         * seen by the watch, so wait() cannot miss it. */
-        start_watch(inst, lk);
-        if (set_lock(ll->fd, F_WRLCK, &busy) != 0)
-            return dlock_seterr(DLOCK_EUNAVAILABLE, "local: cannot lock the file for '%s' in %s: %s",
-                                lk->name, inst->dir, strerror(errno));
-    }
+    if ((rc = try_range(inst, lk, F_WRLCK, 0, 0, &busy)) != DLOCK_OK)
+        return rc;
     if (busy) {
+        /* Keep shared requests that come after this one out until it is
+         * granted (or gives up): they must pass the turnstile. */
+        bool taken;
+        if (!ll->turnstile && set_range(ll->fd, F_WRLCK, TURNSTILE_BYTE, 1, &taken) == 0 && !taken)
+            ll->turnstile = true;
         grant->retry_hint_ms = -1;
         return DLOCK_EBUSY;
     }
+    ll->turnstile = false; /* within the whole-file lock now */
     stop_watch(ll);
     if (ll->map) {
         rc = grant_in_memory(ll->map, inst->dir, lk);
@@ -566,7 +704,10 @@ static int local_release(void *instance, struct dlock_provider_lock *lk)
      * them only while the kernel says the file is locked, and not rewriting
      * them saves a read and a write per release. */
     ll->held = false;
-    if (set_lock(ll->fd, F_UNLCK, NULL) != 0) {
+    int unlocked = lk->mode == DLOCK_MODE_SHARED      ? set_range(ll->fd, F_UNLCK, HOLD_BYTE, 1, NULL)
+                   : lk->mode == DLOCK_MODE_SEMAPHORE ? set_range(ll->fd, F_UNLCK, SLOT_BASE + ll->slot, 1, NULL)
+                                                      : set_lock(ll->fd, F_UNLCK, NULL);
+    if (unlocked != 0) {
         /* Closing the descriptor drops the lock whatever went wrong (and
          * tells the watchers with IN_CLOSE_WRITE). */
         close_lock_file(ll);
@@ -639,7 +780,14 @@ static int local_status(struct local_instance *inst, struct dlock_ctl_status *ar
 static void local_abandon(void *instance, struct dlock_provider_lock *lk)
 {
     (void)instance;
-    stop_watch(lk->priv);
+    struct local_lock *ll = lk->priv;
+    stop_watch(ll);
+    if (ll->turnstile && ll->fd_open) {
+        /* The shared requests it kept out may go now: wake them. */
+        set_range(ll->fd, F_UNLCK, TURNSTILE_BYTE, 1, NULL);
+        futimens(ll->fd, NULL);
+    }
+    ll->turnstile = false;
 }
 
 static int local_ctl(void *instance, int op, void *arg)
@@ -650,9 +798,10 @@ static int local_ctl(void *instance, int op, void *arg)
 }
 
 const struct dlock_provider dlock__local_provider = {
-    .version = DLOCK_PROVIDER_VERSION_1,
+    .version = DLOCK_PROVIDER_VERSION_2,
     .name = "local",
-    .capabilities = DLOCK_CAP_RENEW | DLOCK_CAP_FENCE | DLOCK_CAP_FENCE_LINEARIZABLE | DLOCK_CAP_NATIVE_WAIT,
+    .capabilities = DLOCK_CAP_RENEW | DLOCK_CAP_FENCE | DLOCK_CAP_FENCE_LINEARIZABLE | DLOCK_CAP_NATIVE_WAIT |
+                    DLOCK_CAP_SHARED | DLOCK_CAP_SEMAPHORE,
     .lock_priv_size = sizeof(struct local_lock),
     .settings = local_settings,
     .open = local_open,

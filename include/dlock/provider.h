@@ -27,7 +27,11 @@ extern "C" {
 #endif
 
 #define DLOCK_PROVIDER_VERSION_1 1
-#define DLOCK_PROVIDER_VERSION DLOCK_PROVIDER_VERSION_1
+/* Version 2: shared holds and semaphores (dlock_provider_lock.mode and
+ * .permits, DLOCK_CAP_SHARED and DLOCK_CAP_SEMAPHORE). A version 1
+ * provider is never asked for them. */
+#define DLOCK_PROVIDER_VERSION_2 2
+#define DLOCK_PROVIDER_VERSION DLOCK_PROVIDER_VERSION_2
 
 /* Name of the function a module exports; see dlock_module_entry_fn. */
 #define DLOCK_MODULE_ENTRY "dlock_module_provider"
@@ -108,11 +112,17 @@ struct dlock_provider_lock {
     const char *name;     /* name bytes, NUL-terminated for convenience */
     size_t name_len;      /* the name may contain any byte but NUL */
     const char *owner;    /* printable id of the owning (client, thread):
-                           * "<32 hex digits of 128 random bits>:<thread no>";
-                           * set before acquire, constant during a hold */
+                           * "<32 hex digits of 128 random bits>:<thread no>",
+                           * and "/<holder no>" after it for a shared or
+                           * semaphore hold (one per handle); set before
+                           * acquire, constant during a hold */
     int64_t lease_ms;     /* lease to grant or renew, > 0 */
     void *priv;           /* lock_priv_size bytes of provider state */
     unsigned flags;       /* DLOCK_LOCK_* of the acquiring handle (set before acquire) */
+    /* --- version 2 (the core sets them for every provider; only a version 2
+     * provider with the capability is ever asked for more than exclusive) --- */
+    unsigned mode;        /* DLOCK_MODE_* of this hold, constant for the lock */
+    unsigned permits;     /* DLOCK_MODE_SEMAPHORE: the name's number of permits */
 };
 
 /* What a successful or busy acquire reports. */

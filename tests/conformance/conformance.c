@@ -22,7 +22,7 @@
 
 static const struct conformance_target *target;
 
-static dlock_client *open_client(int lease_ms, int retry_cap_ms)
+dlock_client *conformance_open_client(int lease_ms, int retry_cap_ms)
 {
     char text[2048];
     target->config(text, sizeof text, lease_ms, retry_cap_ms);
@@ -31,6 +31,11 @@ static dlock_client *open_client(int lease_ms, int retry_cap_ms)
     if (rc != DLOCK_OK)
         fail_msg("%s: open: %s: %s", target->name, dlock_strerror(rc), dlock_errmsg());
     return c;
+}
+
+static dlock_client *open_client(int lease_ms, int retry_cap_ms)
+{
+    return conformance_open_client(lease_ms, retry_cap_ms);
 }
 
 static dlock_lock *lock_of(dlock_client *c, const char *name, size_t len, int64_t lease_ms, dlock_lost_fn on_lost,
@@ -52,7 +57,7 @@ static dlock_lock *named(dlock_client *c, const char *name)
     return lock_of(c, name, strlen(name), 0, NULL, NULL);
 }
 
-static int before_each(void **state)
+int conformance_before_each(void **state)
 {
     (void)state;
     if (target->reset)
@@ -323,9 +328,8 @@ static void fences_increase_across_holders(void **state)
     dlock_client_close(b);
 }
 
-static void killed_holder_is_replaced_within_its_lease(void **state)
+pid_t conformance_child_holding(const char *name, unsigned mode, unsigned permits)
 {
-    (void)state;
     int p[2];
     assert_int_equal(pipe(p), 0);
     pid_t pid = fork();
@@ -334,10 +338,12 @@ static void killed_holder_is_replaced_within_its_lease(void **state)
         char text[2048];
         target->config(text, sizeof text, 1000, 100);
         dlock_client *c = NULL;
-        if (dlock_client_open_string(&c, text) != DLOCK_OK)
-            _exit(2);
+        dlock_lock_options o = DLOCK_LOCK_OPTIONS_INIT;
+        o.mode = mode;
+        o.permits = permits;
         dlock_lock *l = NULL;
-        if (dlock_lock_new(c, "conf-victim", 11, NULL, &l) != DLOCK_OK || dlock_acquire(l, 2000) != DLOCK_OK)
+        if (dlock_client_open_string(&c, text) != DLOCK_OK ||
+            dlock_lock_new(c, name, strlen(name), &o, &l) != DLOCK_OK || dlock_acquire(l, 2000) != DLOCK_OK)
             _exit(3);
         if (write(p[1], "H", 1) != 1)
             _exit(4);
@@ -348,6 +354,13 @@ static void killed_holder_is_replaced_within_its_lease(void **state)
     char ch;
     assert_int_equal(read(p[0], &ch, 1), 1);
     close(p[0]);
+    return pid;
+}
+
+static void killed_holder_is_replaced_within_its_lease(void **state)
+{
+    (void)state;
+    pid_t pid = conformance_child_holding("conf-victim", DLOCK_MODE_EXCLUSIVE, 0);
     dlock_client *b = open_client(1000, 100);
     dlock_lock *l = named(b, "conf-victim");
     assert_int_equal(dlock_acquire(l, 0), DLOCK_EBUSY);
@@ -447,19 +460,20 @@ int conformance_run(const struct conformance_target *t)
 {
     target = t;
     const struct CMUnitTest cases[] = {
-        cmocka_unit_test_setup(one_try_is_busy_while_held, before_each),
-        cmocka_unit_test_setup(wait_timeout_is_honoured_within_50_ms, before_each),
-        cmocka_unit_test_setup(wait_forever_ends_with_the_release, before_each),
-        cmocka_unit_test_setup(cancel_from_another_thread, before_each),
-        cmocka_unit_test_setup(reentry_is_counted, before_each),
-        cmocka_unit_test_setup(release_by_a_non_owner_changes_nothing, before_each),
-        cmocka_unit_test_setup(explicit_lease_runs_out, before_each),
-        cmocka_unit_test_setup(watchdog_keeps_a_hold_past_three_leases, before_each),
-        cmocka_unit_test_setup(lost_hold_is_reported_once, before_each),
-        cmocka_unit_test_setup(fences_increase_across_holders, before_each),
-        cmocka_unit_test_setup(killed_holder_is_replaced_within_its_lease, before_each),
-        cmocka_unit_test_setup(names_up_to_the_cap_any_bytes, before_each),
-        cmocka_unit_test_setup(many_cycles_do_not_grow, before_each),
+        cmocka_unit_test_setup(one_try_is_busy_while_held, conformance_before_each),
+        cmocka_unit_test_setup(wait_timeout_is_honoured_within_50_ms, conformance_before_each),
+        cmocka_unit_test_setup(wait_forever_ends_with_the_release, conformance_before_each),
+        cmocka_unit_test_setup(cancel_from_another_thread, conformance_before_each),
+        cmocka_unit_test_setup(reentry_is_counted, conformance_before_each),
+        cmocka_unit_test_setup(release_by_a_non_owner_changes_nothing, conformance_before_each),
+        cmocka_unit_test_setup(explicit_lease_runs_out, conformance_before_each),
+        cmocka_unit_test_setup(watchdog_keeps_a_hold_past_three_leases, conformance_before_each),
+        cmocka_unit_test_setup(lost_hold_is_reported_once, conformance_before_each),
+        cmocka_unit_test_setup(fences_increase_across_holders, conformance_before_each),
+        cmocka_unit_test_setup(killed_holder_is_replaced_within_its_lease, conformance_before_each),
+        cmocka_unit_test_setup(names_up_to_the_cap_any_bytes, conformance_before_each),
+        cmocka_unit_test_setup(many_cycles_do_not_grow, conformance_before_each),
     };
-    return _cmocka_run_group_tests(t->name, cases, sizeof cases / sizeof cases[0], NULL, NULL);
+    int failed = _cmocka_run_group_tests(t->name, cases, sizeof cases / sizeof cases[0], NULL, NULL);
+    return failed + conformance_run_shared(t);
 }

@@ -12,6 +12,7 @@
 
 #include <dlock.h>
 #include <stddef.h>
+#include <sys/types.h>
 
 struct conformance_target {
     const char *name;       /* printed as the cmocka group name */
@@ -30,7 +31,22 @@ struct conformance_target {
     int expiry_slack_ms;
 };
 
-/* Runs every case against target; returns the number of failed cases. */
+/* For the suite's files: a client of the target being run (fails the case
+ * when it cannot be opened), and the setup before each case. */
+dlock_client *conformance_open_client(int lease_ms, int retry_cap_ms);
+int conformance_before_each(void **state);
+/* Forks a child that opens its own client (lease 1 s), holds NAME in mode
+ * (permits for a semaphore), tells the parent and waits to be killed;
+ * returns its pid once it holds. */
+pid_t conformance_child_holding(const char *name, unsigned mode, unsigned permits);
+
+/* Runs every case against target, then conformance_run_shared(); returns
+ * the number of failed cases. */
 int conformance_run(const struct conformance_target *target);
+
+/* The shared-hold and semaphore cases (conformance_shared.c): run where the
+ * backend claims DLOCK_CAP_SHARED / DLOCK_CAP_SEMAPHORE, and otherwise a
+ * check that it refuses them with DLOCK_ENOTSUP. */
+int conformance_run_shared(const struct conformance_target *target);
 
 #endif

@@ -14,6 +14,13 @@ static inline int64_t now_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+static inline int64_t now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
 static inline void sleep_ms(int64_t ms)
 {
     struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };

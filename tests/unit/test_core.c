@@ -923,6 +923,36 @@ static void bad_arguments_are_errors_not_crashes(void **state)
     o.flags = DLOCK_LOCK_FAIR; /* the fake provider has no fair mode */
     assert_int_equal(dlock_lock_new(c, "a", 1, &o, &l), DLOCK_ENOTSUP);
     assert_non_null(strstr(dlock_errmsg(), "no fair mode"));
+    o.flags = 0;
+    o.mode = 7;
+    assert_int_equal(dlock_lock_new(c, "a", 1, &o, &l), DLOCK_EINVAL);
+    o.mode = DLOCK_MODE_SEMAPHORE;
+    o.permits = 0;
+    assert_int_equal(dlock_lock_new(c, "a", 1, &o, &l), DLOCK_EINVAL);
+    o.permits = 70000;
+    assert_int_equal(dlock_lock_new(c, "a", 1, &o, &l), DLOCK_EINVAL);
+    o.permits = 2; /* the fake provider is version 1: no semaphores, no shared holds */
+    assert_int_equal(dlock_lock_new(c, "a", 1, &o, &l), DLOCK_ENOTSUP);
+    assert_non_null(strstr(dlock_errmsg(), "no semaphores"));
+    o.mode = DLOCK_MODE_SHARED;
+    assert_int_equal(dlock_lock_new(c, "a", 1, &o, &l), DLOCK_EINVAL); /* permits with a shared lock */
+    o.permits = 0;
+    assert_int_equal(dlock_lock_new(c, "a", 1, &o, &l), DLOCK_ENOTSUP);
+    o.mode = DLOCK_MODE_EXCLUSIVE;
+    /* A caller built against the version 1 header passes the shorter
+     * struct: what lies after it is not read. */
+    struct {
+        unsigned version;
+        int64_t lease_ms;
+        dlock_lost_fn on_lost;
+        void *on_lost_arg;
+        unsigned flags;
+    } v1 = { 1, 0, NULL, NULL, 0 };
+    unsigned char *after = malloc(sizeof v1); /* the heap checkers see a read past it */
+    memcpy(after, &v1, sizeof v1);
+    assert_int_equal(dlock_lock_new(c, "a", 1, (const dlock_lock_options *)(void *)after, &l), DLOCK_OK);
+    free(after);
+    dlock_lock_free(l);
     assert_int_equal(dlock_acquire(NULL, 0), DLOCK_EINVAL);
     assert_int_equal(dlock_release(NULL), DLOCK_EINVAL);
     assert_int_equal(dlock_renew(NULL), DLOCK_EINVAL);

@@ -1,0 +1,343 @@
+/* tests/conformance/conformance_shared.c - shared holds and semaphores, as
+ * every backend that claims DLOCK_CAP_SHARED / DLOCK_CAP_SEMAPHORE keeps
+ * them; a backend that does not claim one must refuse it with
+ * DLOCK_ENOTSUP. Part of the conformance suite (conformance.h). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "conformance.h"
+#include "../support/test_time.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static const struct conformance_target *target;
+
+static dlock_client *open_client(int lease_ms)
+{
+    return conformance_open_client(lease_ms, 100);
+}
+
+/* A handle of NAME in mode (permits for a semaphore); NULL when the backend
+ * refuses the mode, which it may only do with DLOCK_ENOTSUP and only
+ * without the capability. */
+static dlock_lock *handle(dlock_client *c, const char *name, unsigned mode, unsigned permits)
+{
+    dlock_lock_options o = DLOCK_LOCK_OPTIONS_INIT;
+    o.mode = mode;
+    o.permits = permits;
+    dlock_lock *l = NULL;
+    int rc = dlock_lock_new(c, name, strlen(name), &o, &l);
+    unsigned cap = mode == DLOCK_MODE_SHARED ? DLOCK_CAP_SHARED : mode == DLOCK_MODE_SEMAPHORE ? DLOCK_CAP_SEMAPHORE : 0;
+    if (cap && !(dlock_client_capabilities(c) & cap)) {
+        assert_int_equal(rc, DLOCK_ENOTSUP);
+        return NULL;
+    }
+    if (rc != DLOCK_OK)
+        fail_msg("lock_new: %s: %s", dlock_strerror(rc), dlock_errmsg());
+    return l;
+}
+
+static uint64_t fence_of(dlock_lock *l)
+{
+    uint64_t f = 0;
+    assert_int_equal(dlock_fence(l, &f), DLOCK_OK);
+    return f;
+}
+
+
+/* ---- shared and exclusive ------------------------------------------------------------ */
+
+/* Shared holders of one name hold together, from two clients and from two
+ * handles of one client, each with its own, higher fence. */
+static void shared_holders_overlap(void **state)
+{
+    (void)state;
+    dlock_client *a = open_client(30000), *b = open_client(30000);
+    dlock_lock *a1 = handle(a, "sh-overlap", DLOCK_MODE_SHARED, 0);
+    if (!a1)
+        goto out;
+    dlock_lock *a2 = handle(a, "sh-overlap", DLOCK_MODE_SHARED, 0), *b1 = handle(b, "sh-overlap", DLOCK_MODE_SHARED, 0);
+    assert_int_equal(dlock_acquire(a1, 0), DLOCK_OK);
+    assert_int_equal(dlock_acquire(a2, 0), DLOCK_OK);
+    assert_int_equal(dlock_acquire(b1, 0), DLOCK_OK);
+    uint64_t f1 = fence_of(a1), f2 = fence_of(a2), f3 = fence_of(b1);
+    assert_true(f1 < f2 && f2 < f3);
+    assert_true(dlock_validity_ms(b1) > 0);
+    assert_int_equal(dlock_release(a1), DLOCK_OK);
+    assert_int_equal(dlock_release(a2), DLOCK_OK);
+    assert_int_equal(dlock_release(b1), DLOCK_OK);
+    dlock_lock_free(a1);
+    dlock_lock_free(a2);
+    dlock_lock_free(b1);
+out:
+    dlock_client_close(a);
+    dlock_client_close(b);
+}
+
+/* An exclusive hold keeps out both kinds, and a shared one keeps out the
+ * exclusive kind. */
+static void exclusive_excludes_both_kinds(void **state)
+{
+    (void)state;
+    dlock_client *a = open_client(30000), *b = open_client(30000);
+    dlock_lock *s = handle(a, "sh-excl", DLOCK_MODE_SHARED, 0);
+    if (!s)
+        goto out;
+    dlock_lock *x = handle(b, "sh-excl", DLOCK_MODE_EXCLUSIVE, 0), *s2 = handle(b, "sh-excl", DLOCK_MODE_SHARED, 0);
+    dlock_lock *x2 = handle(a, "sh-excl", DLOCK_MODE_EXCLUSIVE, 0);
+    assert_int_equal(dlock_acquire(s, 0), DLOCK_OK);
+    assert_int_equal(dlock_acquire(x, 0), DLOCK_EBUSY);
+    assert_int_equal(dlock_release(s), DLOCK_OK);
+    assert_int_equal(dlock_acquire(x, 0), DLOCK_OK);
+    assert_int_equal(dlock_acquire(s, 0), DLOCK_EBUSY);  /* another client's exclusive */
+    assert_int_equal(dlock_acquire(x2, 0), DLOCK_EBUSY);
+    assert_int_equal(dlock_acquire(s2, 0), DLOCK_EDEADLK); /* its own exclusive: no downgrade yet */
+    assert_int_equal(dlock_release(x), DLOCK_OK);
+    dlock_lock_free(s);
+    dlock_lock_free(x);
+    dlock_lock_free(s2);
+    dlock_lock_free(x2);
+out:
+    dlock_client_close(a);
+    dlock_client_close(b);
+}
+
+/* A thread that holds a name shared and asks for it exclusively is refused
+ * at once: it would wait for itself (and two such threads for each other). */
+static void upgrade_is_refused(void **state)
+{
+    (void)state;
+    dlock_client *a = open_client(30000);
+    dlock_lock *s = handle(a, "sh-upgrade", DLOCK_MODE_SHARED, 0);
+    if (!s)
+        goto out;
+    dlock_lock *x = handle(a, "sh-upgrade", DLOCK_MODE_EXCLUSIVE, 0);
+    assert_int_equal(dlock_acquire(s, 0), DLOCK_OK);
+    int64_t t0 = now_ms();
+    assert_int_equal(dlock_acquire(x, 5000), DLOCK_EDEADLK);
+    assert_true(now_ms() - t0 < 1000);
+    assert_non_null(strstr(dlock_errmsg(), "shared"));
+    assert_int_equal(dlock_release(s), DLOCK_OK);
+    assert_int_equal(dlock_acquire(x, 0), DLOCK_OK);
+    assert_int_equal(dlock_release(x), DLOCK_OK);
+    dlock_lock_free(s);
+    dlock_lock_free(x);
+out:
+    dlock_client_close(a);
+}
+
+struct taker {
+    dlock_lock *lock;
+    int rc;
+    int64_t granted_at;
+    int hold_ms;
+};
+
+static void *take_and_hold(void *arg)
+{
+    struct taker *t = arg;
+    t->rc = dlock_acquire(t->lock, 10000);
+    t->granted_at = now_us();
+    if (t->rc == DLOCK_OK) {
+        sleep_ms(t->hold_ms);
+        dlock_release(t->lock);
+    }
+    return NULL;
+}
+
+/* A writer waiting behind a reader keeps the readers that come after it
+ * out, and is granted before them: a stream of readers cannot starve it. */
+static void a_waiting_writer_goes_before_later_readers(void **state)
+{
+    (void)state;
+    dlock_client *a = open_client(30000), *b = open_client(30000), *c = open_client(30000);
+    dlock_lock *first = handle(a, "sh-writer", DLOCK_MODE_SHARED, 0);
+    if (!first)
+        goto out;
+    struct taker writer = { handle(b, "sh-writer", DLOCK_MODE_EXCLUSIVE, 0), -1, 0, 100 };
+    struct taker reader = { handle(c, "sh-writer", DLOCK_MODE_SHARED, 0), -1, 0, 0 };
+    assert_int_equal(dlock_acquire(first, 0), DLOCK_OK);
+    pthread_t tw, tr;
+    assert_int_equal(pthread_create(&tw, NULL, take_and_hold, &writer), 0);
+    /* The writer has asked and found the reader there. */
+    dlock_lock *probe = handle(c, "sh-writer", DLOCK_MODE_SHARED, 0);
+    int64_t t0 = now_ms();
+    int rc;
+    while ((rc = dlock_acquire(probe, 0)) == DLOCK_OK && now_ms() - t0 < 5000) {
+        dlock_release(probe);
+        sleep_ms(10);
+    }
+    assert_int_equal(rc, DLOCK_EBUSY); /* a later reader is kept out while the writer waits */
+    assert_int_equal(pthread_create(&tr, NULL, take_and_hold, &reader), 0);
+    sleep_ms(100);
+    assert_int_equal(dlock_release(first), DLOCK_OK);
+    pthread_join(tw, NULL);
+    pthread_join(tr, NULL);
+    assert_int_equal(writer.rc, DLOCK_OK);
+    assert_int_equal(reader.rc, DLOCK_OK);
+    assert_true(writer.granted_at < reader.granted_at);
+    dlock_lock_free(first);
+    dlock_lock_free(probe);
+    dlock_lock_free(writer.lock);
+    dlock_lock_free(reader.lock);
+out:
+    dlock_client_close(a);
+    dlock_client_close(b);
+    dlock_client_close(c);
+}
+
+/* A holder of NAME in mode killed by SIGKILL lets `waiter` (a handle of
+ * another client, open with a 1 s lease) in within its lease. */
+static void killed_holder_lets_in(dlock_lock *waiter, const char *name, unsigned mode, unsigned permits)
+{
+    pid_t pid = conformance_child_holding(name, mode, permits);
+    assert_int_equal(dlock_acquire(waiter, 0), DLOCK_EBUSY);
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    int64_t t0 = now_ms();
+    assert_int_equal(dlock_acquire(waiter, 5000), DLOCK_OK);
+    if (now_ms() - t0 > 1000 + 250 + target->expiry_slack_ms)
+        fail_msg("the killed holder of '%s' let go after %lld ms", name, (long long)(now_ms() - t0));
+    assert_int_equal(dlock_release(waiter), DLOCK_OK);
+}
+
+/* A shared holder killed by SIGKILL gives its share back within its lease. */
+static void a_killed_readers_share_comes_back(void **state)
+{
+    (void)state;
+    dlock_client *b = open_client(1000);
+    dlock_lock *probe = handle(b, "sh-victim", DLOCK_MODE_SHARED, 0);
+    if (probe) {
+        dlock_lock_free(probe);
+        dlock_lock *x = handle(b, "sh-victim", DLOCK_MODE_EXCLUSIVE, 0);
+        killed_holder_lets_in(x, "sh-victim", DLOCK_MODE_SHARED, 0);
+        dlock_lock_free(x);
+    }
+    dlock_client_close(b);
+}
+
+/* ---- semaphores -------------------------------------------------------------------- */
+
+/* Three permits: three holders at once (each with a higher fence), the
+ * fourth waits, and gets one when a holder lets go. */
+static void no_more_than_n_holders(void **state)
+{
+    (void)state;
+    dlock_client *a = open_client(30000), *b = open_client(30000);
+    dlock_lock *h[4];
+    if (!(h[0] = handle(a, "sem-3", DLOCK_MODE_SEMAPHORE, 3)))
+        goto out;
+    h[1] = handle(a, "sem-3", DLOCK_MODE_SEMAPHORE, 3);
+    h[2] = handle(b, "sem-3", DLOCK_MODE_SEMAPHORE, 3);
+    h[3] = handle(b, "sem-3", DLOCK_MODE_SEMAPHORE, 3);
+    uint64_t last = 0;
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(dlock_acquire(h[i], 0), DLOCK_OK);
+        uint64_t f = fence_of(h[i]);
+        assert_true(f > last);
+        last = f;
+    }
+    assert_int_equal(dlock_acquire(h[3], 0), DLOCK_EBUSY);
+    struct taker fourth = { h[3], -1, 0, 0 };
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, take_and_hold, &fourth), 0);
+    sleep_ms(100);
+    int64_t released_at = now_us();
+    assert_int_equal(dlock_release(h[1]), DLOCK_OK);
+    pthread_join(t, NULL);
+    assert_int_equal(fourth.rc, DLOCK_OK);
+    assert_true(fourth.granted_at >= released_at);
+    assert_int_equal(dlock_release(h[0]), DLOCK_OK);
+    assert_int_equal(dlock_release(h[2]), DLOCK_OK);
+    for (int i = 0; i < 4; i++)
+        dlock_lock_free(h[i]);
+out:
+    dlock_client_close(a);
+    dlock_client_close(b);
+}
+
+/* The number of permits is the name's: asking with another is an error
+ * that says both numbers, not a silent mix. */
+static void a_different_number_of_permits_is_an_error(void **state)
+{
+    (void)state;
+    dlock_client *a = open_client(30000);
+    dlock_lock *three = handle(a, "sem-n", DLOCK_MODE_SEMAPHORE, 3);
+    if (!three)
+        goto out;
+    dlock_lock *two = handle(a, "sem-n", DLOCK_MODE_SEMAPHORE, 2);
+    assert_int_equal(dlock_acquire(three, 0), DLOCK_OK);
+    assert_int_equal(dlock_acquire(two, 0), DLOCK_EINVAL);
+    assert_non_null(strstr(dlock_errmsg(), "3 permits"));
+    assert_int_equal(dlock_release(three), DLOCK_OK);
+    dlock_lock_free(three);
+    dlock_lock_free(two);
+out:
+    dlock_client_close(a);
+}
+
+/* A permit holder killed by SIGKILL gives its permit back within its lease. */
+static void a_killed_holders_permit_comes_back(void **state)
+{
+    (void)state;
+    dlock_client *b = open_client(1000);
+    dlock_lock *l = handle(b, "sem-victim", DLOCK_MODE_SEMAPHORE, 1);
+    if (l) {
+        killed_holder_lets_in(l, "sem-victim", DLOCK_MODE_SEMAPHORE, 1);
+        dlock_lock_free(l);
+    }
+    dlock_client_close(b);
+}
+
+/* Names at the length cap work in both modes. */
+static void names_at_the_cap_in_both_modes(void **state)
+{
+    (void)state;
+    char name[DLOCK_NAME_MAX + 1];
+    memset(name, 'n', DLOCK_NAME_MAX);
+    name[DLOCK_NAME_MAX] = 0;
+    dlock_client *a = open_client(30000);
+    dlock_lock *s = handle(a, name, DLOCK_MODE_SHARED, 0);
+    if (s) {
+        assert_int_equal(dlock_acquire(s, 0), DLOCK_OK);
+        assert_int_equal(dlock_release(s), DLOCK_OK);
+        dlock_lock_free(s);
+    }
+    name[0] = 's';
+    dlock_lock *p = handle(a, name, DLOCK_MODE_SEMAPHORE, 2);
+    if (p) {
+        assert_int_equal(dlock_acquire(p, 0), DLOCK_OK);
+        assert_int_equal(dlock_release(p), DLOCK_OK);
+        dlock_lock_free(p);
+    }
+    dlock_client_close(a);
+}
+
+int conformance_run_shared(const struct conformance_target *t)
+{
+    target = t;
+    char group[128];
+    snprintf(group, sizeof group, "%s: shared holds and semaphores", t->name);
+    const struct CMUnitTest cases[] = {
+        cmocka_unit_test_setup(shared_holders_overlap, conformance_before_each),
+        cmocka_unit_test_setup(exclusive_excludes_both_kinds, conformance_before_each),
+        cmocka_unit_test_setup(upgrade_is_refused, conformance_before_each),
+        cmocka_unit_test_setup(a_waiting_writer_goes_before_later_readers, conformance_before_each),
+        cmocka_unit_test_setup(a_killed_readers_share_comes_back, conformance_before_each),
+        cmocka_unit_test_setup(no_more_than_n_holders, conformance_before_each),
+        cmocka_unit_test_setup(a_different_number_of_permits_is_an_error, conformance_before_each),
+        cmocka_unit_test_setup(a_killed_holders_permit_comes_back, conformance_before_each),
+        cmocka_unit_test_setup(names_at_the_cap_in_both_modes, conformance_before_each),
+    };
+    return _cmocka_run_group_tests(group, cases, sizeof cases / sizeof cases[0], NULL, NULL);
+}
