@@ -16,6 +16,19 @@
  * the holds on it, and checks their keys with one more: the lease's list of
  * the keys attached to it.
  *
+ * Shared holds and semaphores (provider version 2) queue in the same line.
+ * Their keys carry their kind after the name's directory ("~s~" shared,
+ * "~p~" a permit; an exclusive key starts with the owner's hex id, so every
+ * exclusive key of a name sorts before "<dir>~" and one range finds them).
+ * A shared request holds when no exclusive key is older than its own, and
+ * waits for the deletion of the youngest exclusive key before it; an
+ * exclusive request holds when its key is the oldest of all (so a waiting
+ * writer keeps every later reader out); a permit request holds when its key
+ * is among the N oldest and waits for any deletion in the name (a permit
+ * may come back from any holder). A semaphore's N is kept in a key beside
+ * the directory, "<prefix><escaped name>#permits", made by the first
+ * request; a request with another N is refused.
+ *
  * Lease TTLs are whole seconds: a lease of lease_ms asks for
  * ceil(lease_ms / 1000) s, at least what the core counts validity by. */
 #include "config.h"
@@ -58,6 +71,8 @@ struct etcd_lock {
     int64_t lease_id;           /* the lease our key is on */
     char *pred;                 /* while busy: the key just before ours */
     size_t pred_len;
+    bool wait_any;              /* while busy (a permit): wait for any deletion in the name */
+    bool permits_checked;       /* a semaphore: its N matches the name's */
     int64_t watch_from;         /* the revision to watch pred from */
 };
 
@@ -112,13 +127,15 @@ static int ensure_keys(struct etcd_instance *inst, struct dlock_provider_lock *l
         el->dir[el->dir_len] = 0;
     }
     free(el->key);
-    size_t olen = strlen(lk->owner);
-    el->key = malloc(el->dir_len + olen + 1);
+    const char *kind = lk->mode == DLOCK_MODE_SHARED ? "~s~" : lk->mode == DLOCK_MODE_SEMAPHORE ? "~p~" : "";
+    size_t olen = strlen(lk->owner), klen = strlen(kind);
+    el->key = malloc(el->dir_len + klen + olen + 1);
     if (!el->key)
         return dlock_seterr(DLOCK_ENOMEM, "etcd: out of memory");
     memcpy(el->key, el->dir, el->dir_len);
-    memcpy(el->key + el->dir_len, lk->owner, olen + 1);
-    el->key_len = el->dir_len + olen;
+    memcpy(el->key + el->dir_len, kind, klen);
+    memcpy(el->key + el->dir_len + klen, lk->owner, olen + 1);
+    el->key_len = el->dir_len + klen + olen;
     free(el->key_b64);
     if (!(el->key_b64 = etcd_b64(el->key, el->key_len)))
         return dlock_seterr(DLOCK_ENOMEM, "etcd: out of memory");
@@ -137,6 +154,32 @@ static struct json_object *dir_range(const struct etcd_lock *el)
     memcpy(end, el->dir, n);
     end[n - 1]++; /* '/' + 1 = '0' */
     json_object_object_add(r, "range_end", etcd_json_b64(end, n));
+    return r;
+}
+
+/* {"key": dir, "range_end": dir + "~"}: the name's exclusive keys. */
+static struct json_object *exclusive_range(const struct etcd_lock *el)
+{
+    struct json_object *r = json_object_new_object();
+    json_object_object_add(r, "key", etcd_json_b64(el->dir, el->dir_len));
+    char end[KEY_MAX];
+    size_t n = el->dir_len < sizeof end - 1 ? el->dir_len : sizeof end - 2;
+    memcpy(end, el->dir, n);
+    end[n++] = '~';
+    json_object_object_add(r, "range_end", etcd_json_b64(end, n));
+    return r;
+}
+
+/* What decides a grant, read in the same txn as the queueing: the oldest
+ * key (exclusive), the oldest exclusive key (shared), the N oldest keys
+ * (a permit). */
+static struct json_object *deciding_range(const struct dlock_provider_lock *lk, const struct etcd_lock *el)
+{
+    struct json_object *r = lk->mode == DLOCK_MODE_SHARED ? exclusive_range(el) : dir_range(el);
+    json_object_object_add(r, "sort_order", json_object_new_string("ASCEND"));
+    json_object_object_add(r, "sort_target", json_object_new_string("CREATE"));
+    json_object_object_add(r, "limit", etcd_json_int_str(lk->mode == DLOCK_MODE_SEMAPHORE ? lk->permits : 1));
+    json_object_object_add(r, "keys_only", json_object_new_boolean(1));
     return r;
 }
 
@@ -251,8 +294,8 @@ static int keepalive(struct etcd_instance *inst, int64_t id);
 
 /* One transaction: create our key on the lease unless it exists, then read
  * the first key of the name (lowest create_revision). */
-static int enqueue(struct etcd_instance *inst, struct etcd_lock *el, int64_t lease_id, struct json_object **reply,
-                   struct etcd_status *st)
+static int enqueue(struct etcd_instance *inst, const struct dlock_provider_lock *lk, struct etcd_lock *el,
+                   int64_t lease_id, struct json_object **reply, struct etcd_status *st)
 {
     struct json_object *cmp = json_object_new_object();
     json_object_object_add(cmp, "key", etcd_json_b64(el->key, el->key_len));
@@ -265,13 +308,7 @@ static int enqueue(struct etcd_instance *inst, struct etcd_lock *el, int64_t lea
     json_object_object_add(put, "key", etcd_json_b64(el->key, el->key_len));
     json_object_object_add(put, "value", etcd_json_b64(el->owner, strlen(el->owner)));
     json_object_object_add(put, "lease", etcd_json_int_str(lease_id));
-    struct json_object *first_a = dir_range(el), *first_b = dir_range(el);
-    struct json_object *firsts[2] = { first_a, first_b };
-    for (int i = 0; i < 2; i++) {
-        json_object_object_add(firsts[i], "sort_order", json_object_new_string("ASCEND"));
-        json_object_object_add(firsts[i], "sort_target", json_object_new_string("CREATE"));
-        json_object_object_add(firsts[i], "limit", etcd_json_int_str(1));
-    }
+    struct json_object *first_a = deciding_range(lk, el), *first_b = deciding_range(lk, el);
     struct json_object *mine = json_object_new_object();
     json_object_object_add(mine, "key", etcd_json_b64(el->key, el->key_len));
     struct json_object *success = json_object_new_array(), *failure = json_object_new_array();
@@ -306,12 +343,32 @@ static struct json_object *first_kv(struct json_object *range)
     return json_object_array_get_idx(kvs, 0);
 }
 
-/* Busy: finds the key just before ours, to wait for its deletion. */
-static int find_predecessor(struct etcd_instance *inst, struct etcd_lock *el)
+/* Whether the txn's deciding range (deciding_range) grants our key. */
+static bool is_granted(const struct dlock_provider_lock *lk, const struct etcd_lock *el,
+                       struct json_object *deciding)
+{
+    struct json_object *kv = first_kv(deciding);
+    if (lk->mode == DLOCK_MODE_SHARED)
+        return !kv || etcd_json_int(kv, "create_revision") > el->create_rev; /* no older writer */
+    if (lk->mode != DLOCK_MODE_SEMAPHORE)
+        return kv && etcd_json_int(kv, "create_revision") == el->create_rev;
+    struct json_object *kvs = etcd_json_get(deciding, "kvs");
+    size_t n = kvs && json_object_is_type(kvs, json_type_array) ? json_object_array_length(kvs) : 0;
+    for (size_t i = 0; i < n; i++)
+        if (etcd_json_int(json_object_array_get_idx(kvs, i), "create_revision") == el->create_rev)
+            return true; /* among the N oldest */
+    return false;
+}
+
+/* Busy: finds the key just before ours that keeps us out (any key for an
+ * exclusive request, an exclusive one for a shared request), to wait for
+ * its deletion. */
+static int find_predecessor(struct etcd_instance *inst, const struct dlock_provider_lock *lk,
+                            struct etcd_lock *el)
 {
     free(el->pred);
     el->pred = NULL;
-    struct json_object *req = dir_range(el), *reply = NULL;
+    struct json_object *req = lk->mode == DLOCK_MODE_SHARED ? exclusive_range(el) : dir_range(el), *reply = NULL;
     json_object_object_add(req, "sort_order", json_object_new_string("DESCEND"));
     json_object_object_add(req, "sort_target", json_object_new_string("CREATE"));
     json_object_object_add(req, "limit", etcd_json_int_str(1));
@@ -335,11 +392,57 @@ static int find_predecessor(struct etcd_instance *inst, struct etcd_lock *el)
     return DLOCK_OK;
 }
 
+/* A semaphore's N is the name's: the first request writes it beside the
+ * name's keys (no lease: it outlives every holder), later ones compare. */
+static int check_permits(struct etcd_instance *inst, const struct dlock_provider_lock *lk, struct etcd_lock *el)
+{
+    char meta[KEY_MAX], value[16];
+    int mlen = snprintf(meta, sizeof meta, "%.*s#permits", (int)(el->dir_len - 1), el->dir);
+    int vlen = snprintf(value, sizeof value, "%u", lk->permits);
+    struct json_object *cmp = json_object_new_object();
+    json_object_object_add(cmp, "key", etcd_json_b64(meta, (size_t)mlen));
+    json_object_object_add(cmp, "target", json_object_new_string("CREATE"));
+    json_object_object_add(cmp, "create_revision", etcd_json_int_str(0));
+    struct json_object *compare = json_object_new_array();
+    json_object_array_add(compare, cmp);
+    struct json_object *put = json_object_new_object();
+    json_object_object_add(put, "key", etcd_json_b64(meta, (size_t)mlen));
+    json_object_object_add(put, "value", etcd_json_b64(value, (size_t)vlen));
+    struct json_object *get = json_object_new_object();
+    json_object_object_add(get, "key", etcd_json_b64(meta, (size_t)mlen));
+    struct json_object *success = json_object_new_array(), *failure = json_object_new_array();
+    json_object_array_add(success, op("request_put", put));
+    json_object_array_add(failure, op("request_range", get));
+    struct json_object *txn = json_object_new_object(), *reply = NULL;
+    json_object_object_add(txn, "compare", compare);
+    json_object_object_add(txn, "success", success);
+    json_object_object_add(txn, "failure", failure);
+    int rc = etcd_call(&inst->http, "/v3/kv/txn", txn, &reply, NULL);
+    json_object_put(txn);
+    if (rc != DLOCK_OK)
+        return rc;
+    bool made = etcd_json_get(reply, "succeeded") && json_object_get_boolean(etcd_json_get(reply, "succeeded"));
+    char stored[16] = "";
+    if (!made) {
+        int n = etcd_json_unb64(first_kv(txn_response(reply, 0, "response_range")), "value", stored,
+                                sizeof stored - 1);
+        stored[n > 0 ? n : 0] = 0;
+    }
+    json_object_put(reply);
+    if (!made && strcmp(stored, value) != 0)
+        return dlock_seterr(DLOCK_EINVAL, "%s: '%s' is a semaphore of %s permits, not %u", inst->http.label,
+                            lk->name, stored[0] ? stored : "an unknown number of", lk->permits);
+    el->permits_checked = true;
+    return DLOCK_OK;
+}
+
 static int etcd_acquire(void *instance, struct dlock_provider_lock *lk, struct dlock_grant *g)
 {
     struct etcd_instance *inst = instance;
     struct etcd_lock *el = lk->priv;
     int rc = ensure_keys(inst, lk);
+    if (rc == DLOCK_OK && lk->mode == DLOCK_MODE_SEMAPHORE && !el->permits_checked)
+        rc = check_permits(inst, lk, el);
     int64_t lease_id = 0;
     if (rc == DLOCK_OK)
         rc = lease_for(inst, lk->lease_ms, &lease_id);
@@ -347,19 +450,20 @@ static int etcd_acquire(void *instance, struct dlock_provider_lock *lk, struct d
         return rc;
     struct json_object *reply = NULL;
     struct etcd_status st;
-    rc = enqueue(inst, el, lease_id, &reply, &st);
+    rc = enqueue(inst, lk, el, lease_id, &reply, &st);
     if (rc == DLOCK_EUNAVAILABLE && st.grpc_code == 5) {
         /* "requested lease not found": it expired (the client was cut off
          * longer than its TTL). Every hold on it is lost; start a new one. */
         forget_lease(inst, lease_id);
         if ((rc = lease_for(inst, lk->lease_ms, &lease_id)) == DLOCK_OK)
-            rc = enqueue(inst, el, lease_id, &reply, &st);
+            rc = enqueue(inst, lk, el, lease_id, &reply, &st);
     }
     if (rc != DLOCK_OK)
         return rc;
     bool created = etcd_json_get(reply, "succeeded") != NULL &&
                    json_object_get_boolean(etcd_json_get(reply, "succeeded"));
-    struct json_object *first = first_kv(txn_response(reply, 1, "response_range"));
+    struct json_object *deciding = txn_response(reply, 1, "response_range");
+    int64_t at_revision = etcd_json_int(etcd_json_get(reply, "header"), "revision");
     if (created) {
         struct json_object *put = txn_response(reply, 0, "response_put");
         el->create_rev = etcd_json_int(etcd_json_get(put, "header"), "revision");
@@ -369,7 +473,8 @@ static int etcd_acquire(void *instance, struct dlock_provider_lock *lk, struct d
         el->create_rev = etcd_json_int(kv, "create_revision");
         el->lease_id = etcd_json_int(kv, "lease");
     }
-    int64_t first_rev = etcd_json_int(first, "create_revision");
+    bool first = is_granted(lk, el, deciding);
+    bool consistent = el->create_rev && (lk->mode == DLOCK_MODE_SHARED || first_kv(deciding));
     json_object_put(reply);
     if (!created && el->create_rev && (el->create_rev == el->granted_rev || el->lease_id != lease_id)) {
         /* Our key of a hold granted before and declared lost, whose
@@ -382,10 +487,10 @@ static int etcd_acquire(void *instance, struct dlock_provider_lock *lk, struct d
         el->granted_rev = 0;
         return etcd_acquire(instance, lk, g);
     }
-    if (!el->create_rev || !first_rev)
+    if (!consistent)
         return dlock_seterr(DLOCK_EPROTOCOL, "%s: the queue of lock '%s' read back inconsistently (our key %s)",
                             inst->http.label, lk->name, created ? "just made" : "already there");
-    if (first_rev == el->create_rev) {
+    if (first) {
         /* The lease was granted or last kept alive some time ago (holds
          * share it, and nothing keeps it alive between holds), while the
          * core counts this hold's validity from this attempt. If at least
@@ -419,8 +524,18 @@ static int etcd_acquire(void *instance, struct dlock_provider_lock *lk, struct d
         g->has_fence = 1;
         return DLOCK_OK;
     }
+    if (lk->mode == DLOCK_MODE_SEMAPHORE) {
+        /* Behind N others: any of them may let go. */
+        free(el->pred);
+        el->pred = NULL;
+        el->wait_any = true;
+        el->watch_from = at_revision + 1;
+        g->retry_hint_ms = -1;
+        return DLOCK_EBUSY;
+    }
     /* Queued behind others: wait for the one just before us. */
-    if ((rc = find_predecessor(inst, el)) != DLOCK_OK)
+    el->wait_any = false;
+    if ((rc = find_predecessor(inst, lk, el)) != DLOCK_OK)
         return rc;
     g->retry_hint_ms = el->pred ? -1 : 0; /* it just went: look again at once */
     return DLOCK_EBUSY;
@@ -430,7 +545,7 @@ static int etcd_wait(void *instance, struct dlock_provider_lock *lk, int64_t tim
 {
     struct etcd_instance *inst = instance;
     struct etcd_lock *el = lk->priv;
-    if (!el->pred)
+    if (!el->pred && !el->wait_any)
         return DLOCK_OK;
     /* Nothing else keeps a waiter's lease alive: without this its key
      * would expire while it waits, and it would lose its place in line. */
@@ -439,6 +554,14 @@ static int etcd_wait(void *instance, struct dlock_provider_lock *lk, int64_t tim
         return DLOCK_OK; /* its key is gone: look again (a new lease, the back of the line) */
     if (rc != DLOCK_OK)
         return rc;
+    if (el->wait_any) {
+        char end[KEY_MAX];
+        size_t n = el->dir_len < sizeof end ? el->dir_len : sizeof end - 1;
+        memcpy(end, el->dir, n);
+        end[n - 1]++; /* '/' + 1: the end of the name's keys */
+        return etcd_watch_deletions(&inst->http, el->dir, el->dir_len, end, n, el->watch_from, timeout_ms,
+                                    wake_fd);
+    }
     return etcd_watch_change(&inst->http, el->pred, el->pred_len, el->watch_from, timeout_ms, wake_fd);
 }
 
@@ -713,10 +836,11 @@ static void etcd_close(void *instance)
 }
 
 static const struct dlock_provider etcd_provider = {
-    .version = DLOCK_PROVIDER_VERSION_1,
+    .version = DLOCK_PROVIDER_VERSION_2,
     .name = "etcd",
     .capabilities = DLOCK_CAP_RENEW | DLOCK_CAP_FENCE | DLOCK_CAP_FENCE_LINEARIZABLE | DLOCK_CAP_NATIVE_WAIT |
-                    DLOCK_CAP_FAIR | DLOCK_CAP_SERVER_EXPIRY | DLOCK_CAP_MULTI_HOST,
+                    DLOCK_CAP_FAIR | DLOCK_CAP_SERVER_EXPIRY | DLOCK_CAP_MULTI_HOST | DLOCK_CAP_SHARED |
+                    DLOCK_CAP_SEMAPHORE,
     .lock_priv_size = sizeof(struct etcd_lock),
     .settings = etcd_settings,
     .open = etcd_open,

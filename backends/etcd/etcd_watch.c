@@ -70,6 +70,12 @@ static bool changed_before_the_watch(struct etcd_http *h, const char *key, size_
 int etcd_watch_change(struct etcd_http *h, const char *key, size_t key_len, int64_t start_revision,
                       int64_t timeout_ms, int wake_fd)
 {
+    return etcd_watch_deletions(h, key, key_len, NULL, 0, start_revision, timeout_ms, wake_fd);
+}
+
+int etcd_watch_deletions(struct etcd_http *h, const char *key, size_t key_len, const char *range_end,
+                         size_t range_end_len, int64_t start_revision, int64_t timeout_ms, int wake_fd)
+{
     char endpoint[256], token[512];
     pthread_mutex_lock(&h->mu);
     snprintf(endpoint, sizeof endpoint, "%s", h->endpoints[h->current]);
@@ -78,11 +84,19 @@ int etcd_watch_change(struct etcd_http *h, const char *key, size_t key_len, int6
 
     struct json_object *create = json_object_new_object();
     json_object_object_add(create, "key", etcd_json_b64(key, key_len));
-    /* From the server's current revision, not from start_revision: the
-     * server serves a watch that starts in the past from a loop that runs
-     * every 100 ms, which put up to 100 ms into every hand-off. What
+    /* One key: from the server's current revision, not from start_revision:
+     * the server serves a watch that starts in the past from a loop that
+     * runs every 100 ms, which put up to 100 ms into every hand-off. What
      * happened between start_revision and the watch's creation is looked
-     * at once it is created (below). */
+     * at once it is created (below). A range (a semaphore's waiters, any of
+     * whose predecessors may go): from start_revision, and deletions only. */
+    if (range_end) {
+        json_object_object_add(create, "range_end", etcd_json_b64(range_end, range_end_len));
+        json_object_object_add(create, "start_revision", etcd_json_int_str(start_revision));
+        struct json_object *filters = json_object_new_array();
+        json_object_array_add(filters, json_object_new_string("NOPUT"));
+        json_object_object_add(create, "filters", filters);
+    }
     struct json_object *body = json_object_new_object();
     json_object_object_add(body, "create_request", create);
     const char *text = json_object_to_json_string_ext(body, JSON_C_TO_STRING_PLAIN);
@@ -113,7 +127,7 @@ int etcd_watch_change(struct etcd_http *h, const char *key, size_t key_len, int6
             rc = DLOCK_OK;
             break;
         }
-        if (s.created_at && !checked) {
+        if (s.created_at && !checked && !range_end) {
             /* Created at s.created_at: changes after it will come as
              * events; one at start_revision .. created_at may have passed. */
             checked = true;

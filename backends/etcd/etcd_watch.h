@@ -20,4 +20,9 @@
 int etcd_watch_change(struct etcd_http *h, const char *key, size_t key_len, int64_t start_revision,
                       int64_t timeout_ms, int wake_fd);
 
+/* The same for every key in [key, range_end) (range_end NULL: key alone),
+ * deletions only when it is a range, from start_revision. */
+int etcd_watch_deletions(struct etcd_http *h, const char *key, size_t key_len, const char *range_end,
+                         size_t range_end_len, int64_t start_revision, int64_t timeout_ms, int wake_fd);
+
 #endif
