@@ -39,12 +39,15 @@ static void usage(FILE *f)
             "Usage: %s [-c FILE] COMMAND [ARGS]\n"
             "\n"
             "Commands:\n"
-            "  run [--wait T] [--lease T] [--kill-after T] NAME -- CMD [ARGS...]\n"
+            "  run [--wait T] [--lease T] [--kill-after T] [--shared | --permits N]\n"
+            "      NAME -- CMD [ARGS...]\n"
             "        run CMD while holding the lock NAME, then release it. CMD gets\n"
             "        DLOCK_NAME and DLOCK_FENCE in its environment. T is milliseconds,\n"
             "        or a number with ms, s or m; --wait -1 (the default) waits forever,\n"
             "        --wait 0 tries once. --lease sets a fixed lease (default: the\n"
-            "        watchdog keeps the lock while CMD runs).\n"
+            "        watchdog keeps the lock while CMD runs). --shared holds NAME\n"
+            "        shared (beside other shared holders; flock -s); --permits N holds\n"
+            "        one of N permits of the semaphore NAME.\n"
             "  status NAME           show whether NAME is held, by whom, and its fence\n"
             "  check-config FILE     report every error in a configuration file\n"
             "  metrics [NAME]        print the client's metrics (Prometheus text); with\n"
@@ -301,12 +304,39 @@ static int wait_child(pid_t pid, int64_t kill_after_ms)
     }
 }
 
-/* Takes "--wait T", "--wait=T" (and --lease, --kill-after) at argv[*i],
- * for options written after NAME as in `dlock run NAME --wait 5s -- cmd`. */
+/* --permits N: 1..65535. */
+static bool parse_permits(const char *text, unsigned *out)
+{
+    char *end;
+    unsigned long v = strtoul(text, &end, 10);
+    if (!*text || *end || v < 1 || v > 65535) {
+        fprintf(stderr, "%s: --permits takes a number of permits, 1..65535, not '%s'\n", progname, text);
+        return false;
+    }
+    *out = (unsigned)v;
+    return true;
+}
+
+/* Takes "--wait T", "--wait=T" (and --lease, --kill-after, --shared,
+ * --permits N) at argv[*i], for options written after NAME as in
+ * `dlock run NAME --wait 5s -- cmd`. */
 static bool run_option_after_name(int argc, char **argv, int *i, int64_t *wait_ms, int64_t *lease_ms,
-                                  int64_t *kill_after_ms)
+                                  int64_t *kill_after_ms, bool *shared, unsigned *permits)
 {
     const char *arg = argv[*i];
+    if (strcmp(arg, "--shared") == 0) {
+        *shared = true;
+        *i += 1;
+        return true;
+    }
+    if (strcmp(arg, "--permits") == 0 && *i + 1 < argc) {
+        *i += 2;
+        return parse_permits(argv[*i - 1], permits);
+    }
+    if (strncmp(arg, "--permits=", 10) == 0) {
+        *i += 1;
+        return parse_permits(arg + 10, permits);
+    }
     const char *names[3] = { "--wait", "--lease", "--kill-after" };
     int64_t *targets[3] = { wait_ms, lease_ms, kill_after_ms };
     for (int k = 0; k < 3; k++) {
@@ -328,24 +358,36 @@ static bool run_option_after_name(int argc, char **argv, int *i, int64_t *wait_m
         }
         return true;
     }
-    fprintf(stderr, "%s: unexpected '%s' before -- (expected --wait, --lease or --kill-after)\n", progname, arg);
+    fprintf(stderr, "%s: unexpected '%s' before -- (expected --wait, --lease, --kill-after, --shared or --permits)\n",
+            progname, arg);
     return false;
 }
 
 static int cmd_run(const char *config, int argc, char **argv)
 {
     int64_t wait_ms = -1, lease_ms = 0, kill_after_ms = 5000;
+    bool shared = false;
+    unsigned permits = 0;
     static const struct option opts[] = {
         { "wait", required_argument, NULL, 'w' },
         { "lease", required_argument, NULL, 'l' },
         { "kill-after", required_argument, NULL, 'k' },
+        { "shared", no_argument, NULL, 's' },
+        { "permits", required_argument, NULL, 'p' },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 },
     };
     optind = 1;
     int c;
-    while ((c = getopt_long(argc, argv, "+w:l:k:h", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "+w:l:k:sp:h", opts, NULL)) != -1) {
         switch (c) {
+        case 's':
+            shared = true;
+            break;
+        case 'p':
+            if (!parse_permits(optarg, &permits))
+                return EXIT_USAGE;
+            break;
         case 'w':
             if (!parse_duration(optarg, true, &wait_ms))
                 return fprintf(stderr, "%s: --wait takes milliseconds (or 2s, 1m, -1), not '%s'\n", progname, optarg), EXIT_USAGE;
@@ -372,8 +414,13 @@ static int cmd_run(const char *config, int argc, char **argv)
     }
     const char *name = argv[optind++];
     while (optind < argc && strcmp(argv[optind], "--") != 0) {
-        if (!run_option_after_name(argc, argv, &optind, &wait_ms, &lease_ms, &kill_after_ms))
+        if (!run_option_after_name(argc, argv, &optind, &wait_ms, &lease_ms, &kill_after_ms, &shared, &permits))
             return EXIT_USAGE;
+    }
+    if (shared && permits) {
+        fprintf(stderr, "%s: --shared and --permits do not go together: a name is a lock or a semaphore\n",
+                progname);
+        return EXIT_USAGE;
     }
     if (optind >= argc || strcmp(argv[optind], "--") != 0 || optind + 1 >= argc) {
         fprintf(stderr, "%s: run needs a command after --\n", progname);
@@ -401,6 +448,8 @@ static int cmd_run(const char *config, int argc, char **argv)
     dlock_lock_options lo = DLOCK_LOCK_OPTIONS_INIT;
     lo.lease_ms = lease_ms;
     lo.on_lost = on_lost;
+    lo.mode = shared ? DLOCK_MODE_SHARED : permits ? DLOCK_MODE_SEMAPHORE : DLOCK_MODE_EXCLUSIVE;
+    lo.permits = permits;
     int rc = dlock_lock_new(client, name, strlen(name), &lo, &run.lock);
     if (rc != DLOCK_OK) {
         code = fail(rc, "bad lock");

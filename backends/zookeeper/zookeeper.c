@@ -16,6 +16,16 @@
  * connection loss answers "unavailable" (suspended: the core's validity
  * keeps counting down from the last renewal) and an expired session "lost".
  *
+ * Shared holds and semaphores queue among the same nodes; a node's kind is
+ * marked before "-lock-": "~s" shared, "~p<N>" a permit of a semaphore of
+ * N, nothing for exclusive (owner tags never contain '~'). As Curator's
+ * read/write lock: a shared node holds when no exclusive node is below it
+ * and watches the nearest exclusive one below; an exclusive node holds when
+ * it is the lowest of all, so a waiting writer keeps later readers out. A
+ * permit node holds when fewer than N nodes are below it and watches the
+ * parent's children (any holder may let go); a permit node with another N
+ * in the queue is an error for both.
+ *
  * A contender only ever deletes a node that carries its own owner tag, and
  * one whose create may have happened without a reply (connection loss) is
  * found again by that tag, or remembered and deleted later: no orphan of
@@ -67,6 +77,7 @@ struct zk_lock {
     int64_t czxid;                   /* node's creation zxid: the fence */
     char prefix[128];                /* "<owner tag>_<attempt>-lock-" of node */
     char *predecessor;               /* while busy: the node to wait for */
+    bool wait_children;              /* while busy (a permit): wait for any change of the parent's children */
     int notify_fd;                   /* eventfd + 1 once created */
 };
 
@@ -246,7 +257,12 @@ static int create_own_node(struct zk_instance *inst, zhandle_t *zh, struct dlock
     if (!zk_node_prefix(lk->owner, tag, sizeof tag) || strlen(tag) + 9 >= sizeof zl->prefix)
         return dlock_seterr(DLOCK_EINTERNAL, "zookeeper: owner id too long");
     tag[strlen(tag) - strlen("-lock-")] = '\0';
-    snprintf(zl->prefix, sizeof zl->prefix, "%s_%08x-lock-", tag, nonce);
+    char kind[16] = "";
+    if (lk->mode == DLOCK_MODE_SHARED)
+        snprintf(kind, sizeof kind, "~s");
+    else if (lk->mode == DLOCK_MODE_SEMAPHORE)
+        snprintf(kind, sizeof kind, "~p%u", lk->permits);
+    snprintf(zl->prefix, sizeof zl->prefix, "%s_%08x%s-lock-", tag, nonce, kind);
     char *path = join(zl->parent, zl->prefix);
     char created[ZK_PATH_MAX];
     if (!path)
@@ -306,9 +322,25 @@ static int ensure_names(struct zk_instance *inst, struct dlock_provider_lock *lk
     return DLOCK_OK;
 }
 
-/* Where our node stands: DLOCK_OK (lowest: we hold it), DLOCK_EBUSY with
- * zl->predecessor set, DLOCK_ENOTOWNER (our node is gone), or a failure. */
-static int standing(struct zk_instance *inst, zhandle_t *zh, struct zk_lock *zl)
+/* A child's kind: 'x' exclusive, 's' shared, 'p' a permit (with *permits). */
+static char kind_of(const char *child, unsigned *permits)
+{
+    const char *mark = strstr(child, "-lock-");
+    const char *tilde = mark ? memchr(child, '~', (size_t)(mark - child)) : NULL;
+    if (!tilde)
+        return 'x';
+    if (tilde[1] == 'p') {
+        *permits = (unsigned)strtoul(tilde + 2, NULL, 10);
+        return 'p';
+    }
+    return 's';
+}
+
+/* Where our node stands: DLOCK_OK (we hold it), DLOCK_EBUSY with
+ * zl->predecessor set (or zl->wait_children for a permit), DLOCK_ENOTOWNER
+ * (our node is gone), DLOCK_EINVAL (a semaphore of another N), or a failure. */
+static int standing(struct zk_instance *inst, zhandle_t *zh, const struct dlock_provider_lock *lk,
+                    struct zk_lock *zl)
 {
     struct String_vector children = { 0, NULL };
     int zrc = zoo_get_children(zh, zl->parent, 0, &children);
@@ -318,19 +350,40 @@ static int standing(struct zk_instance *inst, zhandle_t *zh, struct zk_lock *zl)
     int64_t own_seq = zk_sequence_of(own), best_below = -1;
     const char *pred = NULL;
     bool found = false;
+    unsigned below = 0, other_n = 0;
     for (int i = 0; i < children.count; i++) {
         int64_t seq = zk_sequence_of(children.data[i]);
+        unsigned n = 0;
+        char kind = kind_of(children.data[i], &n);
+        if (kind == 'p' && lk->mode == DLOCK_MODE_SEMAPHORE && n != lk->permits)
+            other_n = n;
         if (strcmp(children.data[i], own) == 0)
             found = true;
-        else if (seq >= 0 && seq < own_seq && seq > best_below) {
-            best_below = seq;
-            pred = children.data[i];
+        else if (seq >= 0 && seq < own_seq) {
+            below++;
+            /* Only an exclusive node keeps a shared one out. */
+            if ((lk->mode != DLOCK_MODE_SHARED || kind == 'x') && seq > best_below) {
+                best_below = seq;
+                pred = children.data[i];
+            }
         }
     }
-    int rc = !found ? DLOCK_ENOTOWNER : pred ? DLOCK_EBUSY : DLOCK_OK;
+    zl->wait_children = false;
+    int rc;
+    if (!found)
+        rc = DLOCK_ENOTOWNER;
+    else if (other_n)
+        rc = dlock_seterr(DLOCK_EINVAL, "zookeeper: '%s' is a semaphore of %u permits, not %u", lk->name, other_n,
+                          lk->permits);
+    else if (lk->mode == DLOCK_MODE_SEMAPHORE) {
+        rc = below < lk->permits ? DLOCK_OK : DLOCK_EBUSY;
+        zl->wait_children = rc == DLOCK_EBUSY;
+        pred = NULL;
+    } else
+        rc = pred ? DLOCK_EBUSY : DLOCK_OK;
     free(zl->predecessor);
     zl->predecessor = NULL;
-    if (rc == DLOCK_EBUSY && !(zl->predecessor = join(zl->parent, pred)))
+    if (rc == DLOCK_EBUSY && pred && !(zl->predecessor = join(zl->parent, pred)))
         rc = dlock_seterr(DLOCK_ENOMEM, "zookeeper: out of memory");
     deallocate_String_vector(&children);
     return rc;
@@ -360,7 +413,7 @@ static int zk_acquire(void *instance, struct dlock_provider_lock *lk, struct dlo
                 break;
             zl->generation = generation;
         }
-        rc = standing(inst, zh, zl);
+        rc = standing(inst, zh, lk, zl);
         if (rc != DLOCK_ENOTOWNER)
             break;
         forget_node(zl); /* deleted behind our back: queue again */
@@ -528,8 +581,8 @@ static int zk_wait(void *instance, struct dlock_provider_lock *lk, int64_t timeo
     int fd = zl->notify_fd - 1;
     struct pollfd p[2] = { { .fd = wake_fd, .events = POLLIN }, { .fd = fd, .events = POLLIN } };
     int nfds = 1;
-    struct zk_waiter w = { .path = zl->predecessor, .fd = fd };
-    if (zl->predecessor) {
+    struct zk_waiter w = { .path = zl->wait_children ? zl->parent : zl->predecessor, .fd = fd };
+    if (w.path) {
         /* Registered before the watch is set, so its event cannot slip by. */
         zk_session_add_waiter(&inst->session, &w);
         zhandle_t *zh;
@@ -537,7 +590,15 @@ static int zk_wait(void *instance, struct dlock_provider_lock *lk, int64_t timeo
         int zrc = ZSYSTEMERROR;
         if (zk_session_get(&inst->session, &zh, &generation) == DLOCK_OK) {
             struct Stat st;
-            zrc = zoo_wexists(zh, zl->predecessor, zk_session_watcher, &inst->session, &st);
+            if (zl->wait_children) {
+                /* A permit may come back from any holder: any change of the
+                 * children (a herd among a semaphore's waiters). */
+                struct String_vector children = { 0, NULL };
+                zrc = zoo_wget_children(zh, zl->parent, zk_session_watcher, &inst->session, &children);
+                deallocate_String_vector(&children);
+            } else {
+                zrc = zoo_wexists(zh, zl->predecessor, zk_session_watcher, &inst->session, &st);
+            }
             zk_session_put(&inst->session);
         }
         if (zrc != ZOK) {
@@ -558,6 +619,7 @@ static int zk_wait(void *instance, struct dlock_provider_lock *lk, int64_t timeo
         return dlock_seterr(DLOCK_EUNAVAILABLE, "zookeeper: poll failed: %s", strerror(errno));
     return n == 0 ? DLOCK_ETIMEDOUT : DLOCK_OK;
 }
+
 
 static void zk_abandon(void *instance, struct dlock_provider_lock *lk)
 {
@@ -719,10 +781,11 @@ static int zk_open(void **instance, const struct dlock_provider_env *env)
 }
 
 static const struct dlock_provider zk_provider = {
-    .version = DLOCK_PROVIDER_VERSION_1,
+    .version = DLOCK_PROVIDER_VERSION_2,
     .name = "zookeeper",
     .capabilities = DLOCK_CAP_RENEW | DLOCK_CAP_FENCE | DLOCK_CAP_FENCE_LINEARIZABLE | DLOCK_CAP_NATIVE_WAIT |
-                    DLOCK_CAP_FAIR | DLOCK_CAP_SERVER_EXPIRY | DLOCK_CAP_MULTI_HOST,
+                    DLOCK_CAP_FAIR | DLOCK_CAP_SERVER_EXPIRY | DLOCK_CAP_MULTI_HOST |
+                    DLOCK_CAP_SHARED | DLOCK_CAP_SEMAPHORE,
     .lock_priv_size = sizeof(struct zk_lock),
     .settings = zk_settings,
     .open = zk_open,

@@ -57,8 +57,43 @@ static dlock_lock *named(dlock_client *c, const char *name)
     return lock_of(c, name, strlen(name), 0, NULL, NULL);
 }
 
+/* Children a case forked that hold a lock: a case that fails (or crashes)
+ * before it kills its child leaves it here, and the next case kills it, so
+ * no holder outlives its case (nor keeps the test's output open). */
+static pid_t children[16];
+
+static void remember_child(pid_t pid)
+{
+    for (size_t i = 0; i < sizeof children / sizeof children[0]; i++)
+        if (!children[i]) {
+            children[i] = pid;
+            return;
+        }
+}
+
+void conformance_child_kill(pid_t pid)
+{
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    for (size_t i = 0; i < sizeof children / sizeof children[0]; i++)
+        if (children[i] == pid)
+            children[i] = 0;
+}
+
+int conformance_group_teardown(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < sizeof children / sizeof children[0]; i++)
+        if (children[i])
+            conformance_child_kill(children[i]);
+    return 0;
+}
+
 int conformance_before_each(void **state)
 {
+    for (size_t i = 0; i < sizeof children / sizeof children[0]; i++)
+        if (children[i])
+            conformance_child_kill(children[i]);
     (void)state;
     if (target->reset)
         target->reset();
@@ -351,6 +386,7 @@ pid_t conformance_child_holding(const char *name, unsigned mode, unsigned permit
         _exit(0);
     }
     close(p[1]);
+    remember_child(pid);
     char ch;
     assert_int_equal(read(p[0], &ch, 1), 1);
     close(p[0]);
@@ -364,8 +400,7 @@ static void killed_holder_is_replaced_within_its_lease(void **state)
     dlock_client *b = open_client(1000, 100);
     dlock_lock *l = named(b, "conf-victim");
     assert_int_equal(dlock_acquire(l, 0), DLOCK_EBUSY);
-    kill(pid, SIGKILL);
-    waitpid(pid, NULL, 0);
+    conformance_child_kill(pid);
     int64_t t0 = now_ms();
     assert_int_equal(dlock_acquire(l, 5000), DLOCK_OK);
     int64_t took = now_ms() - t0;
@@ -474,6 +509,7 @@ int conformance_run(const struct conformance_target *t)
         cmocka_unit_test_setup(names_up_to_the_cap_any_bytes, conformance_before_each),
         cmocka_unit_test_setup(many_cycles_do_not_grow, conformance_before_each),
     };
-    int failed = _cmocka_run_group_tests(t->name, cases, sizeof cases / sizeof cases[0], NULL, NULL);
+    int failed = _cmocka_run_group_tests(t->name, cases, sizeof cases / sizeof cases[0], NULL,
+                                         conformance_group_teardown);
     return failed + conformance_run_shared(t);
 }

@@ -39,6 +39,11 @@ int conformance_before_each(void **state);
  * (permits for a semaphore), tells the parent and waits to be killed;
  * returns its pid once it holds. */
 pid_t conformance_child_holding(const char *name, unsigned mode, unsigned permits);
+/* Kills such a child (SIGKILL) and reaps it. A child a failed case left
+ * behind is killed before the next case. */
+void conformance_child_kill(pid_t pid);
+/* A group's teardown: kills the children its last case left. */
+int conformance_group_teardown(void **state);
 
 /* Runs every case against target, then conformance_run_shared(); returns
  * the number of failed cases. */

@@ -1,0 +1,42 @@
+# dlock run --shared and --permits: shared holders run together and keep an
+# exclusive run out; a semaphore admits N; bad combinations are usage errors.
+. "${DLOCK_TEST_SRCDIR:-$(dirname "$0")/..}/cli/lib.sh"
+
+# Two shared runs of 600 ms each overlap: both are running at one moment.
+"$DLOCK" run --shared books -- sh -c "touch $T/r1; sleep 0.6" &
+r1=$!
+"$DLOCK" run books --shared -- sh -c "touch $T/r2; sleep 0.6" &
+r2=$!
+for _ in $(seq 1 100); do [ -e "$T/r1" ] && [ -e "$T/r2" ] && break; sleep 0.02; done
+if [ -e "$T/r1" ] && [ -e "$T/r2" ] && kill -0 $r1 2>/dev/null && kill -0 $r2 2>/dev/null; then
+    ok "two shared runs hold together"
+else
+    not_ok "two shared runs did not hold together"
+fi
+"$DLOCK" run --wait 0 books -- true 2>/dev/null
+expect_status 75 $? "an exclusive run while shared holders run"
+wait $r1; expect_status 0 $? "first shared run"
+wait $r2; expect_status 0 $? "second shared run"
+"$DLOCK" run --wait 0 books -- true
+expect_status 0 $? "an exclusive run after them"
+
+# A semaphore of 2: two at once, a third is kept out.
+"$DLOCK" run --permits 2 pool -- sh -c "touch $T/p1; sleep 0.6" &
+p1=$!
+"$DLOCK" run --permits 2 pool -- sh -c "touch $T/p2; sleep 0.6" &
+p2=$!
+for _ in $(seq 1 100); do [ -e "$T/p1" ] && [ -e "$T/p2" ] && break; sleep 0.02; done
+"$DLOCK" run --permits 2 --wait 0 pool -- true 2>/dev/null
+expect_status 75 $? "a third holder of 2 permits"
+"$DLOCK" run --permits 3 --wait 0 pool -- true 2>"$T/err"
+st=$?
+[ $st != 0 ] && grep -q "2 permits" "$T/err" && ok "another number of permits is refused, naming the name's (exit $st)" \
+    || not_ok "another number of permits: exit $st, $(cat "$T/err")"
+wait $p1; expect_status 0 $? "first permit run"
+wait $p2; expect_status 0 $? "second permit run"
+
+"$DLOCK" run --shared --permits 2 x -- true 2>/dev/null
+expect_status 64 $? "--shared with --permits"
+"$DLOCK" run --permits 0 x -- true 2>/dev/null
+expect_status 64 $? "--permits 0"
+finish
