@@ -43,6 +43,12 @@ double figure_median(const char *label, const char *scenario, const char *metric
 void run_uncontended(const struct bench_config *cfg, int64_t *samples);
 void run_contended(const struct bench_config *cfg, int workers, int64_t *samples);
 void run_many_locks(const struct bench_config *cfg);
+/* Shared holds and semaphores (bench_shared.c): worker processes, 90 %
+ * shared and 10 % exclusive holds on one name ("rw-Nw"), or holds of a
+ * semaphore of N/2 permits ("semaphore-Nw"); skipped (with a note) where
+ * the backend has none. */
+void run_rw(const struct bench_config *cfg, int workers, int64_t *samples);
+void run_semaphore(const struct bench_config *cfg, int workers, int64_t *samples);
 
 /* The plain client loop of each backend (bench_baselines.c): the limit the
  * library is compared with. They return false when the backend has none. */

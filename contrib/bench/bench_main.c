@@ -19,7 +19,8 @@
 
 struct bench_options opt = { 3.0, 3, { 8 }, 1, false, 1, 5, 10000, false, NULL, NULL };
 
-static const char *const all_scenarios[] = { "uncontended", "contended", "many-locks", "baseline" };
+static const char *const default_scenarios[] = { "uncontended", "contended", "many-locks", "baseline" };
+static const char *const all_scenarios[] = { "uncontended", "contended", "many-locks", "baseline", "rw", "semaphore" };
 
 static void usage(FILE *f)
 {
@@ -27,7 +28,8 @@ static void usage(FILE *f)
             "usage: dlock-bench -c FILE [-c FILE ...] [--scenario NAME ...] [--duration S] [--repeat R]\n"
             "                   [--workers N[,N...]] [--threads] [--hold-ms X] [--pause-ms Y] [--locks K]\n"
             "                   [--fair] [--csv FILE] [--plot DIR]\n"
-            "scenarios: uncontended contended many-locks baseline (default: all)\n"
+            "scenarios: uncontended contended many-locks baseline rw semaphore\n"
+            "(default: the first four)\n"
             "Each -c FILE is one backend setup; see dlock-bench(1).\n");
 }
 
@@ -109,8 +111,8 @@ int main(int argc, char **argv)
         return 64;
     }
     if (nscenarios == 0)
-        for (size_t i = 0; i < sizeof all_scenarios / sizeof all_scenarios[0]; i++)
-            scenarios[nscenarios++] = all_scenarios[i];
+        for (size_t i = 0; i < sizeof default_scenarios / sizeof default_scenarios[0]; i++)
+            scenarios[nscenarios++] = default_scenarios[i];
     for (int s = 0; s < nscenarios; s++) {
         bool known = false;
         for (size_t i = 0; i < sizeof all_scenarios / sizeof all_scenarios[0]; i++)
@@ -154,6 +156,12 @@ int main(int argc, char **argv)
                 } else if (!strcmp(scenarios[s], "contended")) {
                     for (int w = 0; w < opt.nworker_counts; w++)
                         run_contended(cfg, opt.worker_counts[w], samples);
+                } else if (!strcmp(scenarios[s], "rw")) {
+                    for (int w = 0; w < opt.nworker_counts; w++)
+                        run_rw(cfg, opt.worker_counts[w], samples);
+                } else if (!strcmp(scenarios[s], "semaphore")) {
+                    for (int w = 0; w < opt.nworker_counts; w++)
+                        run_semaphore(cfg, opt.worker_counts[w], samples);
                 } else if (!strcmp(scenarios[s], "many-locks")) {
                     run_many_locks(cfg);
                     if (with_baseline)
@@ -164,6 +172,18 @@ int main(int argc, char **argv)
     }
     if (progress)
         fprintf(stderr, "\r%60s\r", "");
+    /* Shared throughput beside the exclusive-only figure of the same
+     * backend and worker count in this run. */
+    for (int i = 0; i < nconfigs; i++)
+        for (int w = 0; w < opt.nworker_counts; w++) {
+            char rw[48], ex[48];
+            snprintf(rw, sizeof rw, "rw-%dw", opt.worker_counts[w]);
+            snprintf(ex, sizeof ex, "contended-%dw", opt.worker_counts[w]);
+            double a = figure_median(configs[i].label, rw, "grants/s");
+            double b = figure_median(configs[i].label, ex, "grants/s");
+            if (a == a && b == b && b > 0) /* both taken (not NAN) */
+                figure_add(configs[i].label, rw, "x exclusive-only grants/s", "ratio", a / b);
+        }
     report_table(configs, nconfigs);
     int status = 0;
     if (opt.csv && report_csv(opt.csv) != 0)
