@@ -54,7 +54,10 @@ static void refuses(const char *backend, const char *why)
 static void bad_modules_are_refused_with_reasons(void **state)
 {
     (void)state;
-    refuses("testmod_future", "provider version 2 is not supported by this libdlock");
+    char future[96];
+    snprintf(future, sizeof future, "provider version %d is not supported by this libdlock",
+             DLOCK_PROVIDER_VERSION + 1);
+    refuses("testmod_future", future);
     refuses("testmod_partial", "lacks the required member release");
     refuses("testmod_noentry", "does not export dlock_module_provider()");
     refuses("testmod_absent", "no module dlock_testmod_absent.so in");
