@@ -754,9 +754,12 @@ static int local_status(struct local_instance *inst, struct dlock_ctl_status *ar
         out->held = 0; /* never locked */
         return DLOCK_OK;
     }
-    struct flock fl = { .l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 0, .l_pid = 0 };
+    /* Byte 0 is locked only by an exclusive hold (the whole file); HOLD_BYTE
+     * by shared holds too; a waiting writer's turnstile is no hold. */
+    struct flock fl = { .l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 1, .l_pid = 0 };
+    struct flock shared = { .l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = HOLD_BYTE, .l_len = 1, .l_pid = 0 };
     int rc = DLOCK_OK;
-    if (fcntl(fd, F_OFD_GETLK, &fl) != 0) {
+    if (fcntl(fd, F_OFD_GETLK, &fl) != 0 || fcntl(fd, F_OFD_GETLK, &shared) != 0) {
         rc = dlock_seterr(DLOCK_EUNAVAILABLE, "local: cannot query the lock on %s/%s: %s", inst->dir, file,
                           strerror(errno));
     } else {
@@ -768,6 +771,16 @@ static int local_status(struct local_instance *inst, struct dlock_ctl_status *ar
             if (out->held && h.holder_pid > 0) {
                 out->holder_pid = h.holder_pid;
                 snprintf(out->holder, sizeof out->holder, "%s", h.owner);
+            } else if (!out->held && shared.l_type != F_UNLCK) {
+                out->held = 1;
+                snprintf(out->holder, sizeof out->holder, "shared holders");
+            } else if (!out->held && h.permits) {
+                struct flock slots = { .l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = SLOT_BASE,
+                                       .l_len = (off_t)h.permits, .l_pid = 0 };
+                if (fcntl(fd, F_OFD_GETLK, &slots) == 0 && slots.l_type != F_UNLCK) {
+                    out->held = 1;
+                    snprintf(out->holder, sizeof out->holder, "holders of a semaphore of %u permits", h.permits);
+                }
             }
         }
     }

@@ -15,6 +15,10 @@ else
 fi
 "$DLOCK" run --wait 0 books -- true 2>/dev/null
 expect_status 75 $? "an exclusive run while shared holders run"
+"$DLOCK" status books > "$T/status" 2>&1
+st=$?
+[ $st = 1 ] && grep -q "shared holders" "$T/status" && ok "status says shared holders hold it (exit 1)" \
+    || not_ok "status of a shared hold: exit $st, $(cat "$T/status")"
 wait $r1; expect_status 0 $? "first shared run"
 wait $r2; expect_status 0 $? "second shared run"
 "$DLOCK" run --wait 0 books -- true
@@ -28,6 +32,10 @@ p2=$!
 for _ in $(seq 1 100); do [ -e "$T/p1" ] && [ -e "$T/p2" ] && break; sleep 0.02; done
 "$DLOCK" run --permits 2 --wait 0 pool -- true 2>/dev/null
 expect_status 75 $? "a third holder of 2 permits"
+"$DLOCK" status pool > "$T/status" 2>&1
+st=$?
+[ $st = 1 ] && grep -q "semaphore of 2 permits" "$T/status" && ok "status says a semaphore's holders hold it (exit 1)" \
+    || not_ok "status of a semaphore: exit $st, $(cat "$T/status")"
 "$DLOCK" run --permits 3 --wait 0 pool -- true 2>"$T/err"
 st=$?
 [ $st != 0 ] && grep -q "2 permits" "$T/err" && ok "another number of permits is refused, naming the name's (exit $st)" \
