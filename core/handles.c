@@ -405,10 +405,10 @@ void dlock_lock_free(dlock_lock *lock)
     dlock_client *c = e->client;
     pthread_mutex_lock(&c->entries_mu);
     bool last = --e->handles == 0;
-    /* Pinned until this free is done: a handle made and freed meanwhile by
-     * another thread must not destroy the entry under us. */
-    if (last)
-        e->frees_in_flight++;
+    /* Pinned until this free is done, last handle or not: below it still
+     * waits on e->mu for on_lost calls, and another thread freeing the last
+     * handle meanwhile must not destroy the entry under it. */
+    e->frees_in_flight++;
     if (lock->prev)
         lock->prev->next = lock->next;
     else
@@ -434,8 +434,7 @@ void dlock_lock_free(dlock_lock *lock)
 
     if (last && held_by_me)
         dlock__hold_release(c, e);
-    if (last)
-        entry_unpin_maybe_destroy(c, e);
+    entry_unpin_maybe_destroy(c, e);
 }
 
 /* ---- queries ------------------------------------------------------------------ */
