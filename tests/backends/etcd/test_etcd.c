@@ -237,8 +237,11 @@ static void many_holds_renew_on_one_lease(void **state)
     long txns = server_count("Txn"), ranges = server_count("Range");
     sleep_ms(1500);
     long rounds = server_count("LeaseKeepAlive") - keepalives;
+    long looked = server_count("LeaseTimeToLive") - looks;
     assert_true(rounds >= 1);
-    assert_int_equal(server_count("LeaseTimeToLive") - looks, rounds);
+    /* One look a round; a round may be between its two requests when the
+     * counters are read, at either end of the window. */
+    assert_true(looked >= rounds - 1 && looked <= rounds + 1);
     assert_int_equal(server_count("Txn"), txns);
     assert_int_equal(server_count("Range"), ranges);
     for (int i = 0; i < N; i++) {
