@@ -2,12 +2,16 @@
 # exclusive run out; a semaphore admits N; bad combinations are usage errors.
 . "${DLOCK_TEST_SRCDIR:-$(dirname "$0")/..}/cli/lib.sh"
 
-# Two shared runs of 600 ms each overlap: both are running at one moment.
-"$DLOCK" run --shared books -- sh -c "touch $T/r1; sleep 0.6" &
+# The holders hold until the test lets them go ($T/go-*), however slowly
+# the checks below run (a sanitizer build starts processes slowly).
+hold_until() { echo "touch $T/$1; while [ ! -e $T/go-$2 ]; do sleep 0.02; done"; }
+
+# Two shared runs overlap: both are running at one moment.
+"$DLOCK" run --shared books -- sh -c "$(hold_until r1 books)" &
 r1=$!
-"$DLOCK" run books --shared -- sh -c "touch $T/r2; sleep 0.6" &
+"$DLOCK" run books --shared -- sh -c "$(hold_until r2 books)" &
 r2=$!
-for _ in $(seq 1 100); do [ -e "$T/r1" ] && [ -e "$T/r2" ] && break; sleep 0.02; done
+for _ in $(seq 1 500); do [ -e "$T/r1" ] && [ -e "$T/r2" ] && break; sleep 0.02; done
 if [ -e "$T/r1" ] && [ -e "$T/r2" ] && kill -0 $r1 2>/dev/null && kill -0 $r2 2>/dev/null; then
     ok "two shared runs hold together"
 else
@@ -19,17 +23,18 @@ expect_status 75 $? "an exclusive run while shared holders run"
 st=$?
 [ $st = 1 ] && grep -q "shared holders" "$T/status" && ok "status says shared holders hold it (exit 1)" \
     || not_ok "status of a shared hold: exit $st, $(cat "$T/status")"
+touch "$T/go-books"
 wait $r1; expect_status 0 $? "first shared run"
 wait $r2; expect_status 0 $? "second shared run"
 "$DLOCK" run --wait 0 books -- true
 expect_status 0 $? "an exclusive run after them"
 
 # A semaphore of 2: two at once, a third is kept out.
-"$DLOCK" run --permits 2 pool -- sh -c "touch $T/p1; sleep 0.6" &
+"$DLOCK" run --permits 2 pool -- sh -c "$(hold_until p1 pool)" &
 p1=$!
-"$DLOCK" run --permits 2 pool -- sh -c "touch $T/p2; sleep 0.6" &
+"$DLOCK" run --permits 2 pool -- sh -c "$(hold_until p2 pool)" &
 p2=$!
-for _ in $(seq 1 100); do [ -e "$T/p1" ] && [ -e "$T/p2" ] && break; sleep 0.02; done
+for _ in $(seq 1 500); do [ -e "$T/p1" ] && [ -e "$T/p2" ] && break; sleep 0.02; done
 "$DLOCK" run --permits 2 --wait 0 pool -- true 2>/dev/null
 expect_status 75 $? "a third holder of 2 permits"
 "$DLOCK" status pool > "$T/status" 2>&1
@@ -40,6 +45,7 @@ st=$?
 st=$?
 [ $st != 0 ] && grep -q "2 permits" "$T/err" && ok "another number of permits is refused, naming the name's (exit $st)" \
     || not_ok "another number of permits: exit $st, $(cat "$T/err")"
+touch "$T/go-pool"
 wait $p1; expect_status 0 $? "first permit run"
 wait $p2; expect_status 0 $? "second permit run"
 
