@@ -436,6 +436,14 @@ static int check_permits(struct etcd_instance *inst, const struct dlock_provider
     return DLOCK_OK;
 }
 
+/* A grant on our key: its create_revision is the fence. */
+static void grant_on_our_key(struct etcd_lock *el, struct dlock_grant *g)
+{
+    el->granted_rev = el->create_rev;
+    g->fence = (uint64_t)el->create_rev;
+    g->has_fence = 1;
+}
+
 static int etcd_acquire(void *instance, struct dlock_provider_lock *lk, struct dlock_grant *g)
 {
     struct etcd_instance *inst = instance;
@@ -506,9 +514,7 @@ static int etcd_acquire(void *instance, struct dlock_provider_lock *lk, struct d
         int64_t left = lease_left_ms(inst, el->lease_id) -
                        (dlock_provider_drift_ms(ttl_ms) - dlock_provider_drift_ms(lk->lease_ms));
         if (left >= lk->lease_ms - lk->lease_ms / 3) {
-            el->granted_rev = el->create_rev;
-            g->fence = (uint64_t)el->create_rev;
-            g->has_fence = 1;
+            grant_on_our_key(el, g);
             g->valid_ms = left < lk->lease_ms ? left : 0;
             return DLOCK_OK;
         }
@@ -519,9 +525,7 @@ static int etcd_acquire(void *instance, struct dlock_provider_lock *lk, struct d
             g->retry_hint_ms = 0;
             return DLOCK_EBUSY;
         }
-        el->granted_rev = el->create_rev;
-        g->fence = (uint64_t)el->create_rev;
-        g->has_fence = 1;
+        grant_on_our_key(el, g);
         return DLOCK_OK;
     }
     if (lk->mode == DLOCK_MODE_SEMAPHORE) {
