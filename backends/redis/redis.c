@@ -17,7 +17,14 @@
  * answer the lock subscribes to its channel, and only once the server has
  * confirmed does it try again, so a release between the two is never missed.
  * A waiter retries at the latest after the holder's TTL or half the waiter
- * timeout, which keeps its place and covers a lost message. */
+ * timeout, which keeps its place and covers a lost message.
+ *
+ * Shared holds and permits use the same hash, with its field "" (never an
+ * owner id) saying the kind ("s", or "p<N>" for N permits), and each holder
+ * in <prefix>{NAME}:holders scored by its expiry on the server's clock; the
+ * hash lives as long as the latest holder, so an exclusive request needs
+ * no change to see them. They wait in the same queue: a queue entry with a
+ * '/' in it is a shared or permit waiter (see dlock_provider_lock.owner). */
 #include "config.h"
 
 #include "redis_cluster.h"
@@ -394,7 +401,7 @@ static int unexpected(struct redis_instance *inst, const char *what)
 /* The acquire script and WAIT in one pipeline, on one connection (WAIT
  * counts the replicas that have that connection's writes). *acked gets
  * WAIT's answer. Returns the script's reply, or NULL with *rc. */
-static redisReply *acquire_and_wait(struct redis_instance *inst, enum redis_script which, int nargs,
+static redisReply *acquire_and_wait(struct redis_instance *inst, enum redis_script which, int nkeys, int nargs,
                                     const char **args, const size_t *lens, long long *acked, int *rc)
 {
     char replicas[24], timeout[24];
@@ -402,13 +409,13 @@ static redisReply *acquire_and_wait(struct redis_instance *inst, enum redis_scri
     snprintf(timeout, sizeof timeout, "%lld", (long long)inst->wait_timeout_ms);
     for (int attempt = 0; attempt < 2; attempt++) {
         struct redis_evalsha e;
-        if ((*rc = redis_evalsha_build(&e, &inst->scripts, which, 4, nargs, args, lens)) != DLOCK_OK)
+        if ((*rc = redis_evalsha_build(&e, &inst->scripts, which, nkeys, nargs, args, lens)) != DLOCK_OK)
             return NULL;
         if (!e.sha[0]) { /* not loaded yet: load, then build again with the SHA1 */
             redis_evalsha_free(&e);
             if ((*rc = preload_scripts(inst, args[0], lens[0])) != DLOCK_OK)
                 return NULL;
-            if ((*rc = redis_evalsha_build(&e, &inst->scripts, which, 4, nargs, args, lens)) != DLOCK_OK)
+            if ((*rc = redis_evalsha_build(&e, &inst->scripts, which, nkeys, nargs, args, lens)) != DLOCK_OK)
                 return NULL;
         }
         const char *wait[3] = { "WAIT", replicas, timeout };
@@ -442,26 +449,69 @@ static redisReply *acquire_and_wait(struct redis_instance *inst, enum redis_scri
 
 static int redis_release(void *instance, struct dlock_provider_lock *lk);
 
+static bool is_shared_kind(const struct dlock_provider_lock *lk)
+{
+    return lk->mode == DLOCK_MODE_SHARED || lk->mode == DLOCK_MODE_SEMAPHORE;
+}
+
+/* The answer {2, permits}: the name is held in another kind, or with
+ * another number of permits. */
+static int kind_mismatch(struct redis_instance *inst, const struct dlock_provider_lock *lk, long long permits)
+{
+    const char *name = lk->name;
+    if (lk->mode == DLOCK_MODE_SEMAPHORE && permits > 0)
+        return dlock_seterr(DLOCK_EINVAL, "%s: '%s' is a semaphore of %lld permits, not %u", label(inst), name,
+                            permits, lk->permits);
+    if (lk->mode == DLOCK_MODE_SEMAPHORE)
+        return dlock_seterr(DLOCK_EINVAL, "%s: '%s' is held as a shared lock, not as a semaphore", label(inst), name);
+    return dlock_seterr(DLOCK_EINVAL, "%s: '%s' is a semaphore of %lld permits, not a shared lock", label(inst), name,
+                        permits);
+}
+
 /* One run of the acquire script: DLOCK_OK (granted), DLOCK_EBUSY, or a failure. */
 static int try_acquire(struct redis_instance *inst, struct dlock_provider_lock *lk, struct dlock_grant *g)
 {
     struct redis_lock *rl = lk->priv;
-    char lease[24], queue_timeout[24];
+    char lease[24], queue_timeout[24], kind[16], permits[16];
     int lease_len = snprintf(lease, sizeof lease, "%lld", (long long)lk->lease_ms);
     int qt_len = snprintf(queue_timeout, sizeof queue_timeout, "%lld", (long long)inst->waiter_timeout_ms);
     const char *registered = rl->registered ? "1" : "0";
-    const char *args[8] = { rl->k.key, rl->k.fence_key, rl->k.queue_key, rl->k.timeouts_key, lk->owner, lease,
-                            queue_timeout, registered };
-    size_t lens[8] = { rl->k.key_len, rl->k.fence_key_len, rl->k.queue_key_len, rl->k.timeouts_key_len,
-                       strlen(lk->owner), (size_t)lease_len, (size_t)qt_len, 1 };
+    bool shared = is_shared_kind(lk);
+    unsigned limit = lk->mode == DLOCK_MODE_SEMAPHORE ? lk->permits : 0;
+    int kind_len = limit ? snprintf(kind, sizeof kind, "p%u", limit) : snprintf(kind, sizeof kind, "s");
+    int permits_len = snprintf(permits, sizeof permits, "%u", limit);
+    const char *args[13];
+    size_t lens[13];
+    int nkeys = 4, nargs = 0;
+    enum redis_script which = is_fair(lk) ? SCRIPT_ACQUIRE_FAIR : SCRIPT_ACQUIRE;
+#define ARG(text, len) (args[nargs] = (text), lens[nargs++] = (size_t)(len))
+    ARG(rl->k.key, rl->k.key_len);
+    ARG(rl->k.fence_key, rl->k.fence_key_len);
+    ARG(rl->k.queue_key, rl->k.queue_key_len);
+    ARG(rl->k.timeouts_key, rl->k.timeouts_key_len);
+    if (shared) {
+        which = SCRIPT_ACQUIRE_SHARED;
+        nkeys = 5;
+        ARG(rl->k.holders_key, rl->k.holders_key_len);
+    }
+    ARG(lk->owner, strlen(lk->owner));
+    ARG(lease, lease_len);
+    ARG(queue_timeout, qt_len);
+    if (shared || !is_fair(lk))
+        ARG(registered, 1);
+    if (shared) {
+        ARG(kind, kind_len);
+        ARG(permits, permits_len);
+        ARG(rl->k.channel_prefix, rl->k.channel_prefix_len);
+        ARG(inst->publish, strlen(inst->publish));
+    }
+#undef ARG
     int rc;
     long long acked = -1;
     g->retry_hint_ms = -1; /* set again only by a busy answer or a passing cluster state */
-    enum redis_script which = is_fair(lk) ? SCRIPT_ACQUIRE_FAIR : SCRIPT_ACQUIRE;
-    int nargs = is_fair(lk) ? 7 : 8;
     redisReply *r = inst->wait_replicas > 0
-                        ? acquire_and_wait(inst, which, nargs, args, lens, &acked, &rc)
-                        : run_script_hinted(inst, which, 4, nargs, args, lens, &rc, &g->retry_hint_ms);
+                        ? acquire_and_wait(inst, which, nkeys, nargs, args, lens, &acked, &rc)
+                        : run_script_hinted(inst, which, nkeys, nargs, args, lens, &rc, &g->retry_hint_ms);
     if (!r)
         return rc;
     if (!is_int_array(r, 2)) {
@@ -470,6 +520,8 @@ static int try_acquire(struct redis_instance *inst, struct dlock_provider_lock *
     }
     long long granted = r->element[0]->integer, value = r->element[1]->integer;
     freeReplyObject(r);
+    if (granted == 2)
+        return kind_mismatch(inst, lk, value);
     rl->registered = !granted; /* a busy answer put us in the queue; a grant took us out */
     if (granted && inst->wait_replicas > 0 && acked < inst->wait_replicas) {
         /* A failover now could promote a replica without this grant and hand
@@ -557,7 +609,18 @@ static int redis_release(void *instance, struct dlock_provider_lock *lk)
                             inst->publish };
     size_t lens[7] = { rl->k.key_len, rl->k.queue_key_len, rl->k.timeouts_key_len, strlen(lk->owner),
                        rl->k.channel_prefix_len, (size_t)lease_len, strlen(inst->publish) };
-    redisReply *r = run_script(inst, SCRIPT_RELEASE, 3, 7, args, lens, &rc);
+    redisReply *r;
+    if (is_shared_kind(lk)) {
+        char permits[16];
+        int permits_len = snprintf(permits, sizeof permits, "%u", lk->mode == DLOCK_MODE_SEMAPHORE ? lk->permits : 0);
+        const char *sargs[8] = { rl->k.key, rl->k.queue_key, rl->k.timeouts_key, rl->k.holders_key, lk->owner,
+                                 rl->k.channel_prefix, inst->publish, permits };
+        size_t slens[8] = { rl->k.key_len, rl->k.queue_key_len, rl->k.timeouts_key_len, rl->k.holders_key_len,
+                            strlen(lk->owner), rl->k.channel_prefix_len, strlen(inst->publish), (size_t)permits_len };
+        r = run_script(inst, SCRIPT_RELEASE_SHARED, 4, 8, sargs, slens, &rc);
+    } else {
+        r = run_script(inst, SCRIPT_RELEASE, 3, 7, args, lens, &rc);
+    }
     if (!r)
         return rc;
     if (r->type != REDIS_REPLY_INTEGER) {
@@ -574,21 +637,36 @@ static int redis_release(void *instance, struct dlock_provider_lock *lk)
     return left < 0 ? DLOCK_ENOTOWNER : DLOCK_OK;
 }
 
+/* Exclusive holds are renewed by one script (a key per hold), shared holds
+ * and permits by another (the lock and its holders set per hold). */
+struct renew_kind {
+    enum redis_script script;
+    size_t keys;                /* keys per hold; each hold takes keys + 2 arguments */
+};
+
+static const struct renew_kind renew_exclusive = { SCRIPT_RENEW, 1 };
+static const struct renew_kind renew_shared = { SCRIPT_RENEW_SHARED, 2 };
+
 /* The renew script's arguments for locks[idx[0]], ..., locks[idx[m - 1]]
- * (keys ready): m keys, then (owner, lease) pairs, in args/lens (3 m each),
- * the leases' text in leases (m). */
-static void renew_args(struct dlock_provider_lock *const *locks, const size_t *idx, size_t m, const char **args,
-                       size_t *lens, char (*leases)[24])
+ * (keys ready): the keys, then (owner, lease) pairs, in args/lens
+ * ((kind->keys + 2) m each), the leases' text in leases (m). */
+static void renew_args(const struct renew_kind *kind, struct dlock_provider_lock *const *locks, const size_t *idx,
+                       size_t m, const char **args, size_t *lens, char (*leases)[24])
 {
+    size_t pairs = kind->keys * m;
     for (size_t j = 0; j < m; j++) {
         const struct dlock_provider_lock *lk = locks[idx[j]];
         struct redis_lock *rl = lk->priv;
-        args[j] = rl->k.key;
-        lens[j] = rl->k.key_len;
-        args[m + 2 * j] = lk->owner;
-        lens[m + 2 * j] = strlen(lk->owner);
-        lens[m + 2 * j + 1] = (size_t)snprintf(leases[j], sizeof leases[j], "%lld", (long long)lk->lease_ms);
-        args[m + 2 * j + 1] = leases[j];
+        args[kind->keys * j] = rl->k.key;
+        lens[kind->keys * j] = rl->k.key_len;
+        if (kind->keys == 2) {
+            args[2 * j + 1] = rl->k.holders_key;
+            lens[2 * j + 1] = rl->k.holders_key_len;
+        }
+        args[pairs + 2 * j] = lk->owner;
+        lens[pairs + 2 * j] = strlen(lk->owner);
+        lens[pairs + 2 * j + 1] = (size_t)snprintf(leases[j], sizeof leases[j], "%lld", (long long)lk->lease_ms);
+        args[pairs + 2 * j + 1] = leases[j];
     }
 }
 
@@ -617,9 +695,11 @@ static int by_slot(const void *a, const void *b)
 /* In a cluster a script may only touch one slot: one renew script per slot,
  * all those of one node in one pipeline (redis_cluster_scatter). A group
  * whose node is down fails only its own holds. */
-static void renew_in_cluster(struct redis_instance *inst, struct dlock_provider_lock *const *locks, size_t n,
-                             size_t *idx, const char **args, size_t *lens, char (*leases)[24], int *results)
+static void renew_in_cluster(struct redis_instance *inst, const struct renew_kind *kind,
+                             struct dlock_provider_lock *const *locks, size_t n, size_t *idx, const char **args,
+                             size_t *lens, char (*leases)[24], int *results)
 {
+    size_t per = kind->keys + 2;
     struct slot_index *order = malloc(n * sizeof *order);
     size_t *group_start = malloc((n + 1) * sizeof *group_start);
     struct redis_evalsha *calls = calloc(n, sizeof *calls);
@@ -650,14 +730,14 @@ static void renew_in_cluster(struct redis_instance *inst, struct dlock_provider_
         const struct redis_lock *rl0 = locks[idx[0]]->priv;
         rc = preload_scripts(inst, rl0->k.key, rl0->k.key_len);
     }
-    /* Group g's arguments sit at args + 3 * group_start[g]. */
+    /* Group g's arguments sit at args + per * group_start[g]. */
     for (size_t g = 0; rc == DLOCK_OK && g < ngroups; g++, built++) {
         size_t first = group_start[g], m = group_start[g + 1] - first;
-        renew_args(locks, idx + first, m, args + 3 * first, lens + 3 * first, leases + first);
-        rc = redis_evalsha_build(&calls[g], &inst->scripts, SCRIPT_RENEW, (int)m, (int)(3 * m), args + 3 * first,
-                                 lens + 3 * first);
-        keys[g] = args[3 * first];
-        key_lens[g] = lens[3 * first];
+        renew_args(kind, locks, idx + first, m, args + per * first, lens + per * first, leases + first);
+        rc = redis_evalsha_build(&calls[g], &inst->scripts, kind->script, (int)(kind->keys * m), (int)(per * m),
+                                 args + per * first, lens + per * first);
+        keys[g] = args[per * first];
+        key_lens[g] = lens[per * first];
         argcs[g] = calls[g].argc;
         argvs[g] = calls[g].argv;
         lenses[g] = calls[g].lens;
@@ -695,13 +775,14 @@ static void renew_in_cluster(struct redis_instance *inst, struct dlock_provider_
     free(replies);
 }
 
-/* One script for every hold on one server; per slot in a cluster. */
-static int redis_renew_batch(void *instance, struct dlock_provider_lock *const *locks, size_t n, int *results)
+/* One script for n holds of one kind on one server; per slot in a cluster. */
+static int renew_kind_batch(struct redis_instance *inst, const struct renew_kind *kind,
+                            struct dlock_provider_lock *const *locks, size_t n, int *results)
 {
-    struct redis_instance *inst = instance;
+    size_t per = kind->keys + 2;
     size_t *idx = malloc(n * sizeof *idx);
-    const char **args = malloc(3 * n * sizeof *args);
-    size_t *lens = malloc(3 * n * sizeof *lens);
+    const char **args = malloc(per * n * sizeof *args);
+    size_t *lens = malloc(per * n * sizeof *lens);
     char (*leases)[24] = malloc(n * sizeof *leases);
     int rc = DLOCK_OK;
     if (!idx || !args || !lens || !leases)
@@ -709,10 +790,10 @@ static int redis_renew_batch(void *instance, struct dlock_provider_lock *const *
     for (size_t i = 0; rc == DLOCK_OK && i < n; i++)
         idx[i] = i;
     if (rc == DLOCK_OK && inst->cluster) {
-        renew_in_cluster(inst, locks, n, idx, args, lens, leases, results);
+        renew_in_cluster(inst, kind, locks, n, idx, args, lens, leases, results);
     } else if (rc == DLOCK_OK) {
-        renew_args(locks, idx, n, args, lens, leases);
-        redisReply *r = run_script(inst, SCRIPT_RENEW, (int)n, (int)(3 * n), args, lens, &rc);
+        renew_args(kind, locks, idx, n, args, lens, leases);
+        redisReply *r = run_script(inst, kind->script, (int)(kind->keys * n), (int)(per * n), args, lens, &rc);
         if (r) {
             rc = renew_results(inst, r, idx, n, results);
             freeReplyObject(r);
@@ -723,6 +804,47 @@ static int redis_renew_batch(void *instance, struct dlock_provider_lock *const *
     free(lens);
     free(leases);
     return rc;
+}
+
+/* Exclusive holds in one script; shared holds and permits, if any, in a
+ * second. A failure of one kind's call fails only that kind's holds. */
+static int redis_renew_batch(void *instance, struct dlock_provider_lock *const *locks, size_t n, int *results)
+{
+    struct redis_instance *inst = instance;
+    size_t shared = 0;
+    for (size_t i = 0; i < n; i++)
+        shared += is_shared_kind(locks[i]);
+    if (shared == 0 || shared == n)
+        return renew_kind_batch(inst, shared ? &renew_shared : &renew_exclusive, locks, n, results);
+    struct dlock_provider_lock **sorted = malloc(n * sizeof *sorted);
+    size_t *from = malloc(n * sizeof *from);
+    int *sorted_results = malloc(n * sizeof *sorted_results);
+    if (!sorted || !from || !sorted_results) {
+        free(sorted);
+        free(from);
+        free(sorted_results);
+        return dlock_seterr(DLOCK_ENOMEM, "redis: out of memory for a renewal batch");
+    }
+    /* Exclusive holds first, then the others; from[] maps back. */
+    size_t x = 0, y = n - shared;
+    for (size_t i = 0; i < n; i++) {
+        size_t at = is_shared_kind(locks[i]) ? y++ : x++;
+        sorted[at] = locks[i];
+        from[at] = i;
+    }
+    size_t exclusive = n - shared;
+    int rc_x = renew_kind_batch(inst, &renew_exclusive, sorted, exclusive, sorted_results);
+    for (size_t i = 0; rc_x != DLOCK_OK && i < exclusive; i++)
+        sorted_results[i] = rc_x;
+    int rc_s = renew_kind_batch(inst, &renew_shared, sorted + exclusive, shared, sorted_results + exclusive);
+    for (size_t i = exclusive; rc_s != DLOCK_OK && i < n; i++)
+        sorted_results[i] = rc_s;
+    for (size_t i = 0; i < n; i++)
+        results[from[i]] = sorted_results[i];
+    free(sorted);
+    free(from);
+    free(sorted_results);
+    return DLOCK_OK;
 }
 
 static int redis_renew(void *instance, struct dlock_provider_lock *lk)
@@ -780,36 +902,58 @@ static void redis_lock_fini(void *instance, struct dlock_provider_lock *lk)
     memset(rl, 0, sizeof *rl);
 }
 
+/* Fills out from the lock hash's fields (HGETALL's array): an exclusive
+ * holder's owner, or for a name held shared or as permits (the field ""
+ * says which) how many hold it, from the holders set's size. */
+static void status_holder(dlock_status_info *out, const redisReply *fields, const redisReply *holders)
+{
+    const char *kind = NULL;
+    for (size_t i = 0; i + 1 < fields->elements; i += 2)
+        if (fields->element[i]->type == REDIS_REPLY_STRING && fields->element[i]->len == 0 &&
+            fields->element[i + 1]->type == REDIS_REPLY_STRING)
+            kind = fields->element[i + 1]->str;
+    long long n = holders->type == REDIS_REPLY_INTEGER ? holders->integer : 0;
+    if (kind && kind[0] == 'p')
+        snprintf(out->holder, sizeof out->holder, "%lld of %s permits held", n, kind + 1);
+    else if (kind)
+        snprintf(out->holder, sizeof out->holder, "%lld shared holder%s", n, n == 1 ? "" : "s");
+    else if (fields->element[0]->type == REDIS_REPLY_STRING)
+        snprintf(out->holder, sizeof out->holder, "%s", fields->element[0]->str);
+}
+
 static int redis_status(struct redis_instance *inst, struct dlock_ctl_status *arg)
 {
-    size_t key_len, fence_len;
+    size_t key_len, fence_len, holders_len;
     char *key = redis_key_for(inst->prefix, arg->name, arg->name_len, "", &key_len);
     char *fence = redis_key_for(inst->prefix, arg->name, arg->name_len, ":fence", &fence_len);
+    char *holders = redis_key_for(inst->prefix, arg->name, arg->name_len, ":holders", &holders_len);
     int rc = DLOCK_OK;
-    if (!key || !fence)
+    if (!key || !fence || !holders)
         rc = dlock_seterr(DLOCK_ENOMEM, "redis: out of memory");
     const char *hgetall[2] = { "HGETALL", key }, *pttl[2] = { "PTTL", key }, *get[2] = { "GET", fence };
-    size_t l1[2] = { 7, key_len }, l2[2] = { 4, key_len }, l3[2] = { 3, fence_len };
-    int argcs[3] = { 2, 2, 2 };
-    const char **argvs[3] = { hgetall, pttl, get };
-    const size_t *lenses[3] = { l1, l2, l3 };
-    redisReply *r[3];
+    const char *zcard[2] = { "ZCARD", holders };
+    size_t l1[2] = { 7, key_len }, l2[2] = { 4, key_len }, l3[2] = { 3, fence_len }, l4[2] = { 5, holders_len };
+    int argcs[4] = { 2, 2, 2, 2 };
+    const char **argvs[4] = { hgetall, pttl, get, zcard };
+    const size_t *lenses[4] = { l1, l2, l3, l4 };
+    redisReply *r[4];
     if (rc == DLOCK_OK)
-        rc = run_pipeline(inst, key, key_len, 3, argcs, argvs, lenses, r);
+        rc = run_pipeline(inst, key, key_len, 4, argcs, argvs, lenses, r);
     if (rc == DLOCK_OK) {
         dlock_status_info *out = arg->out;
         out->held = r[0]->type == REDIS_REPLY_ARRAY && r[0]->elements >= 2;
-        if (out->held && r[0]->element[0]->type == REDIS_REPLY_STRING)
-            snprintf(out->holder, sizeof out->holder, "%s", r[0]->element[0]->str);
+        if (out->held)
+            status_holder(out, r[0], r[3]);
         if (out->held && r[1]->type == REDIS_REPLY_INTEGER)
             out->ttl_ms = r[1]->integer;
         if (r[2]->type == REDIS_REPLY_STRING)
             out->fence = strtoull(r[2]->str, NULL, 10);
-        for (int i = 0; i < 3; i++)
+        for (int i = 0; i < 4; i++)
             freeReplyObject(r[i]);
     }
     free(key);
     free(fence);
+    free(holders);
     return rc;
 }
 
@@ -821,10 +965,10 @@ static int redis_ctl(void *instance, int op, void *arg)
 }
 
 static const struct dlock_provider redis_provider = {
-    .version = DLOCK_PROVIDER_VERSION_1,
+    .version = DLOCK_PROVIDER_VERSION_2,
     .name = "redis",
     .capabilities = DLOCK_CAP_RENEW | DLOCK_CAP_FENCE | DLOCK_CAP_NATIVE_WAIT | DLOCK_CAP_SERVER_EXPIRY |
-                    DLOCK_CAP_MULTI_HOST | DLOCK_CAP_FAIR,
+                    DLOCK_CAP_MULTI_HOST | DLOCK_CAP_FAIR | DLOCK_CAP_SHARED | DLOCK_CAP_SEMAPHORE,
     .lock_priv_size = sizeof(struct redis_lock),
     .settings = redis_settings,
     .open = redis_open,

@@ -39,7 +39,8 @@ int redis_lock_keys_init(struct redis_lock_keys *k, const char *prefix, const ch
     k->queue_key = redis_key_for(prefix, name, len, ":queue", &k->queue_key_len);
     k->timeouts_key = redis_key_for(prefix, name, len, ":timeouts", &k->timeouts_key_len);
     k->channel_prefix = redis_key_for(prefix, name, len, ":ch:", &k->channel_prefix_len);
-    if (!k->key || !k->fence_key || !k->queue_key || !k->timeouts_key || !k->channel_prefix) {
+    k->holders_key = redis_key_for(prefix, name, len, ":holders", &k->holders_key_len);
+    if (!k->key || !k->fence_key || !k->queue_key || !k->timeouts_key || !k->channel_prefix || !k->holders_key) {
         redis_lock_keys_free(k);
         return dlock_seterr(DLOCK_ENOMEM, "redis: out of memory for key names");
     }
@@ -53,5 +54,6 @@ void redis_lock_keys_free(struct redis_lock_keys *k)
     free(k->queue_key);
     free(k->timeouts_key);
     free(k->channel_prefix);
+    free(k->holders_key);
     memset(k, 0, sizeof *k);
 }

@@ -17,17 +17,22 @@
     "local t = redis.call('time')\n"                                          \
     "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
 
-/* A busy answer registers the owner as a waiter: at the tail of the queue if
- * new, with its deadline pushed out; the retry hint is the holder's TTL but
- * at most half the queue timeout, so a live waiter always renews its place. */
-#define LUA_REGISTER_WAITER                                                   \
-    LUA_NOW                                                                   \
+/* Puts the owner in the waiter queue: at the tail if new, with its deadline
+ * pushed out (needs LUA_NOW). */
+#define LUA_ENQUEUE                                                           \
     "if not redis.call('zscore', KEYS[4], ARGV[1]) then\n"                    \
     "  redis.call('rpush', KEYS[3], ARGV[1])\n"                               \
     "end\n"                                                                   \
     "redis.call('zadd', KEYS[4], now + tonumber(ARGV[3]), ARGV[1])\n"         \
     "redis.call('pexpire', KEYS[3], 2 * tonumber(ARGV[3]))\n"                 \
-    "redis.call('pexpire', KEYS[4], 2 * tonumber(ARGV[3]))\n"                 \
+    "redis.call('pexpire', KEYS[4], 2 * tonumber(ARGV[3]))\n"
+
+/* A busy answer registers the owner as a waiter; the retry hint is the
+ * holder's TTL but at most half the queue timeout, so a live waiter always
+ * renews its place. */
+#define LUA_REGISTER_WAITER                                                   \
+    LUA_NOW                                                                   \
+    LUA_ENQUEUE                                                               \
     "local ttl = redis.call('pttl', KEYS[1])\n"                               \
     "local most = math.floor(tonumber(ARGV[3]) / 2)\n"                        \
     "if ttl < 0 or ttl > most then ttl = most end\n"                          \
@@ -151,12 +156,12 @@ static const char *const script_text[SCRIPT_COUNT] = {
     "end\n"
     "return out\n",
 
-    /* leave the queue (gave up); if that frees the head of a free lock, wake
-     * the new head. */
+    /* leave the queue (gave up); if that makes a new head that may come in
+     * (the lock is free, or held shared or as permits), wake it. */
     "local was_head = redis.call('lindex', KEYS[2], 0) == ARGV[1]\n"
     "redis.call('lrem', KEYS[2], 0, ARGV[1])\n"
     "redis.call('zrem', KEYS[3], ARGV[1])\n"
-    "if was_head and redis.call('exists', KEYS[1]) == 0 then\n"
+    "if was_head and (redis.call('exists', KEYS[1]) == 0 or redis.call('hexists', KEYS[1], '') == 1) then\n"
     "  local head = redis.call('lindex', KEYS[2], 0)\n"
     "  if head then redis.call(ARGV[3], ARGV[2] .. head, 'released') end\n"
     "end\n"
@@ -169,6 +174,151 @@ static const char *const script_text[SCRIPT_COUNT] = {
     "  v = tonumber(ARGV[1])\n"
     "end\n"
     "return v\n",
+
+    /* acquire shared or a permit: expired holders go first; a name held in
+     * another kind (or with another number of permits) is refused; a name
+     * held exclusively, or out of permits, or with a waiter ahead that this
+     * request must not pass (any waiter, for permits; an exclusive one, for
+     * shared) is busy. A grant passes the turn on to the first live waiter
+     * when it could come in as well, so a run of readers wakes one by one. */
+    LUA_NOW
+    "local lease = tonumber(ARGV[2])\n"
+    "local limit = tonumber(ARGV[6])\n"
+    "redis.call('zremrangebyscore', KEYS[5], '-inf', now)\n"
+    "local kind = redis.call('hget', KEYS[1], '')\n"
+    "if kind and redis.call('zcard', KEYS[5]) == 0 then\n"
+    "  redis.call('del', KEYS[1])\n"
+    "  kind = false\n"
+    "end\n"
+    "if not kind then\n"
+    "  redis.call('del', KEYS[5])\n"
+    "end\n"
+    "if kind and kind ~= ARGV[5] then\n"
+    "  return {2, tonumber(string.sub(kind, 2)) or 0}\n"
+    "end\n"
+    "local function hold()\n"
+    "  redis.call('zadd', KEYS[5], now + lease, ARGV[1])\n"
+    "  redis.call('hset', KEYS[1], '', ARGV[5])\n"
+    "  local ttl = redis.call('pttl', KEYS[1])\n"
+    "  if ttl < lease then ttl = lease end\n"
+    "  redis.call('pexpire', KEYS[1], ttl)\n"
+    "  redis.call('pexpire', KEYS[5], ttl)\n"
+    "end\n"
+    /* Our own live hold: this very request sent twice. One hold, new fence. */
+    "if redis.call('zscore', KEYS[5], ARGV[1]) then\n"
+    "  hold()\n"
+    LUA_NEXT_FENCE
+    "  return {1, fence}\n"
+    "end\n"
+    "local busy = redis.call('exists', KEYS[1]) == 1 and not kind\n"
+    "if not busy and limit > 0 and redis.call('zcard', KEYS[5]) >= limit then\n"
+    "  busy = true\n"
+    "end\n"
+    "if not busy then\n"
+    "  for _, w in ipairs(redis.call('lrange', KEYS[3], 0, -1)) do\n"
+    "    if w == ARGV[1] then break end\n"
+    "    local dl = redis.call('zscore', KEYS[4], w)\n"
+    "    if dl and tonumber(dl) > now and (limit > 0 or not string.find(w, '/', 1, true)) then\n"
+    "      busy = true\n"
+    "      break\n"
+    "    end\n"
+    "  end\n"
+    "end\n"
+    "if not busy then\n"
+    "  hold()\n"
+    "  if ARGV[4] == '1' then\n"
+    "    redis.call('lrem', KEYS[3], 0, ARGV[1])\n"
+    "    redis.call('zrem', KEYS[4], ARGV[1])\n"
+    "  end\n"
+    LUA_NEXT_FENCE
+    "  local head = redis.call('lindex', KEYS[3], 0)\n"
+    "  while head do\n"
+    "    local dl = redis.call('zscore', KEYS[4], head)\n"
+    "    if dl and tonumber(dl) > now then\n"
+    "      if (limit == 0 and string.find(head, '/', 1, true)) or\n"
+    "         (limit > 0 and redis.call('zcard', KEYS[5]) < limit) then\n"
+    "        redis.call(ARGV[8], ARGV[7] .. head, 'released')\n"
+    "      end\n"
+    "      break\n"
+    "    end\n"
+    "    redis.call('lpop', KEYS[3])\n"
+    "    redis.call('zrem', KEYS[4], head)\n"
+    "    head = redis.call('lindex', KEYS[3], 0)\n"
+    "  end\n"
+    "  return {1, fence}\n"
+    "end\n"
+    /* Busy: out of permits, the earliest holder's expiry is when one may
+     * come back; otherwise the exclusive holder's TTL. */
+    "local hint\n"
+    "if limit > 0 then\n"
+    "  local first = redis.call('zrange', KEYS[5], 0, 0, 'withscores')\n"
+    "  if first[2] then hint = tonumber(first[2]) - now end\n"
+    "end\n"
+    LUA_ENQUEUE
+    "if not hint then hint = redis.call('pttl', KEYS[1]) end\n"
+    "local most = math.floor(tonumber(ARGV[3]) / 2)\n"
+    "if hint < 0 or hint > most then hint = most end\n"
+    "return {0, hint}\n",
+
+    /* release shared or a permit: only the owner's own live entry. The name
+     * is free when the last holder goes; otherwise its TTL follows the
+     * latest holder's expiry. A freed permit, or the last shared hold,
+     * wakes the first live waiter. */
+    LUA_NOW
+    "local mine = redis.call('zscore', KEYS[4], ARGV[1])\n"
+    "if not mine then\n"
+    "  return -1\n"
+    "end\n"
+    "redis.call('zrem', KEYS[4], ARGV[1])\n"
+    "redis.call('zremrangebyscore', KEYS[4], '-inf', now)\n"
+    "local left = redis.call('zcard', KEYS[4])\n"
+    "if left == 0 then\n"
+    "  redis.call('del', KEYS[1], KEYS[4])\n"
+    "else\n"
+    "  local last = redis.call('zrange', KEYS[4], -1, -1, 'withscores')\n"
+    "  local ttl = math.max(1, math.ceil(tonumber(last[2]) - now))\n"
+    "  redis.call('pexpire', KEYS[1], ttl)\n"
+    "  redis.call('pexpire', KEYS[4], ttl)\n"
+    "end\n"
+    "local result = 0\n"
+    "if tonumber(mine) <= now then result = -1 end\n"
+    "if tonumber(ARGV[4]) == 0 and left > 0 then\n"
+    "  return result\n"
+    "end\n"
+    "local head = redis.call('lindex', KEYS[2], 0)\n"
+    "while head do\n"
+    "  local dl = redis.call('zscore', KEYS[3], head)\n"
+    "  if dl and tonumber(dl) > now then\n"
+    "    redis.call(ARGV[3], ARGV[2] .. head, 'released')\n"
+    "    break\n"
+    "  end\n"
+    "  redis.call('lpop', KEYS[2])\n"
+    "  redis.call('zrem', KEYS[3], head)\n"
+    "  head = redis.call('lindex', KEYS[2], 0)\n"
+    "end\n"
+    "return result\n",
+
+    /* renew shared holds and permits: extend only live entries that are
+     * ours, on a name still marked as held that way. */
+    LUA_NOW
+    "local out = {}\n"
+    "for i = 1, #KEYS / 2 do\n"
+    "  local h, z = KEYS[2 * i - 1], KEYS[2 * i]\n"
+    "  local owner, lease = ARGV[2 * i - 1], tonumber(ARGV[2 * i])\n"
+    "  local s = redis.call('zscore', z, owner)\n"
+    "  if s and tonumber(s) > now and redis.call('hexists', h, '') == 1 then\n"
+    "    redis.call('zadd', z, now + lease, owner)\n"
+    "    local ttl = redis.call('pttl', h)\n"
+    "    if ttl < lease then ttl = lease end\n"
+    "    redis.call('pexpire', h, ttl)\n"
+    "    redis.call('pexpire', z, ttl)\n"
+    "    out[i] = 1\n"
+    "  else\n"
+    "    if s then redis.call('zrem', z, owner) end\n"
+    "    out[i] = 0\n"
+    "  end\n"
+    "end\n"
+    "return out\n",
 };
 
 void redis_scripts_init(struct redis_scripts *s)

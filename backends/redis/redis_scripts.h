@@ -26,6 +26,20 @@ enum redis_script {
     /* KEYS: fence; ARGV: value -> the counter, raised to value if lower
      * (Redlock: a majority agrees on the highest token handed out) */
     SCRIPT_FENCE_RAISE,
+    /* Shared holds and permits. The lock hash's field "" names the kind the
+     * name is held in ("s", or "p<N>" for N permits); each holder is a
+     * member of the holders set scored by its expiry on the server's clock.
+     * KEYS: lock, fence, queue, timeouts, holders; ARGV: owner, lease, queue
+     * timeout, "1" if registered, kind, permits ("0" for shared), channel
+     * prefix, publish command -> {1, fence} | {0, retry in ms} | {2, the
+     * name's permits (0: it is a shared lock)} when held in another kind */
+    SCRIPT_ACQUIRE_SHARED,
+    /* KEYS: lock, queue, timeouts, holders; ARGV: owner, channel prefix,
+     * publish command, permits ("0" for shared) -> 0, -1 not owner (or the
+     * hold had run out) */
+    SCRIPT_RELEASE_SHARED,
+    /* KEYS: (lock, holders)...; ARGV: (owner, lease)... -> {1|0, ...} */
+    SCRIPT_RENEW_SHARED,
     SCRIPT_COUNT
 };
 

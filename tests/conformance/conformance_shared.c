@@ -196,6 +196,86 @@ out:
     dlock_client_close(c);
 }
 
+/* Readers waiting behind a writer all come in when it lets go: the
+ * release lets every one of them in, not one per retry interval. */
+static void readers_waiting_behind_a_writer_all_come_in_at_its_release(void **state)
+{
+    (void)state;
+    enum { READERS = 3 };
+    dlock_client *w = open_client(30000), *r[READERS];
+    dlock_lock *probe = handle(w, "sh-herd", DLOCK_MODE_SHARED, 0);
+    if (!probe)
+        goto out;
+    dlock_lock *writer = handle(w, "sh-herd", DLOCK_MODE_EXCLUSIVE, 0);
+    assert_int_equal(dlock_acquire(writer, 0), DLOCK_OK);
+    struct taker readers[READERS];
+    pthread_t t[READERS];
+    for (int i = 0; i < READERS; i++) {
+        r[i] = open_client(30000);
+        readers[i] = (struct taker){ handle(r[i], "sh-herd", DLOCK_MODE_SHARED, 0), -1, 0, 300 };
+        assert_int_equal(pthread_create(&t[i], NULL, take_and_hold, &readers[i]), 0);
+    }
+    sleep_ms(300); /* every reader has asked and is waiting */
+    int64_t released_at = now_us();
+    assert_int_equal(dlock_release(writer), DLOCK_OK);
+    for (int i = 0; i < READERS; i++)
+        pthread_join(t[i], NULL);
+    for (int i = 0; i < READERS; i++) {
+        assert_int_equal(readers[i].rc, DLOCK_OK);
+        int64_t after_ms = (readers[i].granted_at - released_at) / 1000;
+        /* Each holds 300 ms: a reader that came in only after another let
+         * go would be 300 ms late. */
+        if (after_ms > 250 + target->expiry_slack_ms)
+            fail_msg("reader %d came in %lld ms after the writer let go", i, (long long)after_ms);
+        dlock_lock_free(readers[i].lock);
+        dlock_client_close(r[i]);
+    }
+    dlock_lock_free(writer);
+out:
+    dlock_lock_free(probe);
+    dlock_client_close(w);
+}
+
+/* Holds of each kind, side by side in one client, are kept by the
+ * watchdog past three leases, and keep others out all along. */
+static void holds_of_every_kind_outlive_three_leases(void **state)
+{
+    (void)state;
+    dlock_client *a = open_client(600), *b = open_client(600);
+    dlock_lock *s = handle(a, "mix-shared", DLOCK_MODE_SHARED, 0);
+    dlock_lock *p = handle(a, "mix-permit", DLOCK_MODE_SEMAPHORE, 1);
+    if (!s || !p)
+        goto out;
+    dlock_lock *x = handle(a, "mix-exclusive", DLOCK_MODE_EXCLUSIVE, 0);
+    dlock_lock *other[3] = { handle(b, "mix-shared", DLOCK_MODE_EXCLUSIVE, 0),
+                             handle(b, "mix-permit", DLOCK_MODE_SEMAPHORE, 1),
+                             handle(b, "mix-exclusive", DLOCK_MODE_EXCLUSIVE, 0) };
+    dlock_lock *mine[3] = { s, p, x };
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(dlock_acquire(mine[i], 0), DLOCK_OK);
+    int64_t t0 = now_ms();
+    while (now_ms() - t0 < 3 * 600) {
+        for (int i = 0; i < 3; i++) {
+            assert_true(dlock_validity_ms(mine[i]) > 0);
+            assert_int_equal(dlock_acquire(other[i], 0), DLOCK_EBUSY);
+        }
+        sleep_ms(150);
+    }
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(dlock_release(mine[i]), DLOCK_OK);
+        assert_int_equal(dlock_acquire(other[i], 0), DLOCK_OK);
+        assert_int_equal(dlock_release(other[i]), DLOCK_OK);
+        dlock_lock_free(mine[i]);
+        dlock_lock_free(other[i]);
+    }
+    s = p = NULL;
+out:
+    dlock_lock_free(s);
+    dlock_lock_free(p);
+    dlock_client_close(a);
+    dlock_client_close(b);
+}
+
 /* Whether the target claims cap (a client opened and closed to ask). */
 static bool claims(unsigned cap)
 {
@@ -335,6 +415,8 @@ int conformance_run_shared(const struct conformance_target *t)
         cmocka_unit_test_setup(exclusive_excludes_both_kinds, conformance_before_each),
         cmocka_unit_test_setup(upgrade_is_refused, conformance_before_each),
         cmocka_unit_test_setup(a_waiting_writer_goes_before_later_readers, conformance_before_each),
+        cmocka_unit_test_setup(readers_waiting_behind_a_writer_all_come_in_at_its_release, conformance_before_each),
+        cmocka_unit_test_setup(holds_of_every_kind_outlive_three_leases, conformance_before_each),
         cmocka_unit_test_setup(a_killed_readers_share_comes_back, conformance_before_each),
         cmocka_unit_test_setup(no_more_than_n_holders, conformance_before_each),
         cmocka_unit_test_setup(a_different_number_of_permits_is_an_error, conformance_before_each),

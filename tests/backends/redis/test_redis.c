@@ -400,7 +400,7 @@ static void authentication(void **state)
 #define LOCKER_ACL                                                                                    \
     "ACL SETUSER locker reset on >s3cret ~dlock:* &dlock:* +ping +evalsha +script|load +subscribe " \
     "+unsubscribe +exists +hset +hget +hexists +hincrby +hgetall +pexpire +pttl +incr +get +set +del "   \
-    "+publish +time +lindex +lpop +rpush +lrem +zscore +zadd +zrem"
+    "+publish +time +lindex +lpop +rpush +lrem +zscore +zadd +zrem +zcard +zrange +zremrangebyscore +lrange"
 
 static void least_privilege_acl_user_is_enough(void **state)
 {
@@ -434,6 +434,30 @@ static void least_privilege_acl_user_is_enough(void **state)
     assert_int_equal(dlock_acquire(fa, 0), DLOCK_OK);
     assert_int_equal(dlock_release(fa), DLOCK_OK);
     dlock_lock_free(fa);
+    /* Shared holds and permits: grant, busy + queue, renewal, release. */
+    dlock_lock_options so = DLOCK_LOCK_OPTIONS_INIT, po = DLOCK_LOCK_OPTIONS_INIT;
+    so.mode = DLOCK_MODE_SHARED;
+    po.mode = DLOCK_MODE_SEMAPHORE;
+    po.permits = 1;
+    dlock_lock *sa, *sb, *pa, *pb;
+    assert_int_equal(dlock_lock_new(a, "acl-s", 5, &so, &sa), DLOCK_OK);
+    assert_int_equal(dlock_lock_new(b, "acl-s", 5, &so, &sb), DLOCK_OK);
+    assert_int_equal(dlock_lock_new(a, "acl-p", 5, &po, &pa), DLOCK_OK);
+    assert_int_equal(dlock_lock_new(b, "acl-p", 5, &po, &pb), DLOCK_OK);
+    assert_int_equal(dlock_acquire(sa, 0), DLOCK_OK);
+    assert_int_equal(dlock_acquire(sb, 0), DLOCK_OK);
+    assert_int_equal(dlock_acquire(pa, 0), DLOCK_OK);
+    assert_int_equal(dlock_acquire(pb, 0), DLOCK_EBUSY);
+    sleep_ms(450);
+    assert_true(dlock_validity_ms(sa) > 0 && dlock_validity_ms(pa) > 0);
+    assert_int_equal(dlock_status(a, "acl-p", 5, &info), DLOCK_OK);
+    assert_int_equal(dlock_release(sa), DLOCK_OK);
+    assert_int_equal(dlock_release(sb), DLOCK_OK);
+    assert_int_equal(dlock_release(pa), DLOCK_OK);
+    dlock_lock_free(sa);
+    dlock_lock_free(sb);
+    dlock_lock_free(pa);
+    dlock_lock_free(pb);
     /* And nothing else: other keys are out of reach. */
     struct timeval tv = { 1, 0 };
     redisContext *c = redisConnectWithTimeout("127.0.0.1", server.port, tv);
@@ -450,6 +474,128 @@ static void least_privilege_acl_user_is_enough(void **state)
     dlock_lock_free(lb);
     dlock_client_close(a);
     dlock_client_close(b);
+}
+
+/* ---- shared holds and semaphores ------------------------------------------------ */
+
+static dlock_lock *kind_of(dlock_client *c, const char *name, unsigned mode, unsigned permits)
+{
+    dlock_lock_options o = DLOCK_LOCK_OPTIONS_INIT;
+    o.mode = mode;
+    o.permits = permits;
+    dlock_lock *l;
+    assert_int_equal(dlock_lock_new(c, name, strlen(name), &o, &l), DLOCK_OK);
+    return l;
+}
+
+/* The value of the hash key's field "" (which no owner id can be). */
+static char *kind_field(const char *key)
+{
+    redisReply *r = test_redis_cmd(&server, "HGET %s %b", key, "", (size_t)0);
+    assert_non_null(r);
+    char *v = strdup(r->type == REDIS_REPLY_STRING ? r->str : "(none)");
+    freeReplyObject(r);
+    return v;
+}
+
+/* The layout: the hash's field "" names the kind, each holder is a member of
+ * <name>:holders scored by its expiry; status counts them; a name held in
+ * one kind is refused in another with a message that says which. */
+static void shared_layout_status_and_kinds(void **state)
+{
+    (void)state;
+    dlock_client *a = open_redis(30000, 100, NULL), *b = open_redis(30000, 100, NULL);
+    dlock_lock *s1 = kind_of(a, "rw", DLOCK_MODE_SHARED, 0), *s2 = kind_of(b, "rw", DLOCK_MODE_SHARED, 0);
+    assert_int_equal(dlock_acquire(s1, 0), DLOCK_OK);
+    assert_int_equal(dlock_acquire(s2, 0), DLOCK_OK);
+    char *kind = kind_field("dlock:{rw}");
+    assert_string_equal(kind, "s");
+    free(kind);
+    assert_int_equal(redis_int("ZCARD %s", "dlock:{rw}:holders"), 2);
+    long long ttl = redis_int("PTTL %s", "dlock:{rw}");
+    assert_true(ttl > 29000 && ttl <= 30000);
+    dlock_status_info info;
+    assert_int_equal(dlock_status(a, "rw", 2, &info), DLOCK_OK);
+    assert_int_equal(info.held, 1);
+    assert_string_equal(info.holder, "2 shared holders");
+    dlock_lock *wrong = kind_of(a, "rw", DLOCK_MODE_SEMAPHORE, 2);
+    assert_int_equal(dlock_acquire(wrong, 0), DLOCK_EINVAL);
+    assert_non_null(strstr(dlock_errmsg(), "shared lock, not as a semaphore"));
+    dlock_lock_free(wrong);
+
+    dlock_lock *p = kind_of(a, "sem", DLOCK_MODE_SEMAPHORE, 3);
+    assert_int_equal(dlock_acquire(p, 0), DLOCK_OK);
+    assert_int_equal(dlock_status(a, "sem", 3, &info), DLOCK_OK);
+    assert_string_equal(info.holder, "1 of 3 permits held");
+    wrong = kind_of(b, "sem", DLOCK_MODE_SHARED, 0);
+    assert_int_equal(dlock_acquire(wrong, 0), DLOCK_EINVAL);
+    assert_non_null(strstr(dlock_errmsg(), "semaphore of 3 permits, not a shared lock"));
+    dlock_lock_free(wrong);
+
+    /* The last holder out leaves nothing behind but the fence. */
+    assert_int_equal(dlock_release(s1), DLOCK_OK);
+    assert_int_equal(redis_int("EXISTS %s", "dlock:{rw}"), 1);
+    assert_int_equal(dlock_release(s2), DLOCK_OK);
+    assert_int_equal(dlock_release(p), DLOCK_OK);
+    assert_int_equal(redis_int("EXISTS %s", "dlock:{rw}"), 0);
+    assert_int_equal(redis_int("EXISTS %s", "dlock:{rw}:holders"), 0);
+    assert_int_equal(redis_int("EXISTS %s", "dlock:{sem}"), 0);
+    assert_int_equal(dlock_release(s1), DLOCK_ENOTOWNER);
+    dlock_lock_free(s1);
+    dlock_lock_free(s2);
+    dlock_lock_free(p);
+    dlock_client_close(a);
+    dlock_client_close(b);
+}
+
+struct timed_taker {
+    dlock_lock *lock;
+    int64_t wait_ms;
+    int rc;
+    int64_t done_at;
+};
+
+static void *take_then_let_go(void *arg)
+{
+    struct timed_taker *t = arg;
+    t->rc = dlock_acquire(t->lock, t->wait_ms);
+    t->done_at = now_ms();
+    if (t->rc == DLOCK_OK)
+        dlock_release(t->lock);
+    return NULL;
+}
+
+/* A reader queued behind a waiting writer is let in as soon as the writer
+ * gives up, not at its next retry (half the waiter timeout, 2.5 s here). */
+static void a_reader_behind_a_writer_that_gives_up_comes_in_at_once(void **state)
+{
+    (void)state;
+    dlock_client *a = open_redis(30000, 10000, NULL), *b = open_redis(30000, 10000, NULL),
+                 *c = open_redis(30000, 10000, NULL);
+    dlock_lock *first = kind_of(a, "give-way", DLOCK_MODE_SHARED, 0);
+    struct timed_taker writer = { kind_of(b, "give-way", DLOCK_MODE_EXCLUSIVE, 0), 400, -1, 0 };
+    struct timed_taker reader = { kind_of(c, "give-way", DLOCK_MODE_SHARED, 0), 5000, -1, 0 };
+    assert_int_equal(dlock_acquire(first, 0), DLOCK_OK);
+    int64_t t0 = now_ms();
+    pthread_t tw, tr;
+    pthread_create(&tw, NULL, take_then_let_go, &writer);
+    sleep_ms(150);
+    pthread_create(&tr, NULL, take_then_let_go, &reader);
+    pthread_join(tw, NULL);
+    pthread_join(tr, NULL);
+    assert_int_equal(writer.rc, DLOCK_ETIMEDOUT);
+    assert_int_equal(reader.rc, DLOCK_OK);
+    assert_true(reader.done_at >= writer.done_at - 20);
+    if (reader.done_at - t0 > 400 + 300)
+        fail_msg("the reader came in %lld ms after the start; the writer gave up at %lld ms",
+                 (long long)(reader.done_at - t0), (long long)(writer.done_at - t0));
+    assert_int_equal(dlock_release(first), DLOCK_OK);
+    dlock_lock_free(first);
+    dlock_lock_free(writer.lock);
+    dlock_lock_free(reader.lock);
+    dlock_client_close(a);
+    dlock_client_close(b);
+    dlock_client_close(c);
 }
 
 static void unreachable_server_is_a_clear_error(void **state)
@@ -847,6 +993,8 @@ int main(void)
         cmocka_unit_test_setup(fair_mode_grants_in_arrival_order, before_each),
         cmocka_unit_test_setup(fair_waiter_that_gives_up_leaves_the_queue, before_each),
         cmocka_unit_test_setup(killed_fair_waiter_drops_out, before_each),
+        cmocka_unit_test_setup(shared_layout_status_and_kinds, before_each),
+        cmocka_unit_test_setup(a_reader_behind_a_writer_that_gives_up_comes_in_at_once, before_each),
         cmocka_unit_test_setup(authentication, before_each),
         cmocka_unit_test_setup(server_restart_mid_run, before_each),
         cmocka_unit_test_setup(fences_keep_growing_after_a_restart_from_an_older_snapshot, before_each),
