@@ -122,7 +122,7 @@ const char *dlock_client_backend(const dlock_client *c)
 
 unsigned dlock_client_capabilities(const dlock_client *c)
 {
-    return c ? c->provider->capabilities : 0;
+    return c ? c->capabilities : 0;
 }
 
 int dlock_client_metrics(dlock_client *c, char **out)

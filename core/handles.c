@@ -282,11 +282,11 @@ static int check_options(const dlock_client *c, const dlock_lock_options *o)
                             (long long)o->lease_ms);
     if (o->flags & ~DLOCK_LOCK_FAIR)
         return dlock_seterr(DLOCK_EINVAL, "unknown lock flags 0x%x", o->flags & ~DLOCK_LOCK_FAIR);
-    if ((o->flags & DLOCK_LOCK_FAIR) && !(c->provider->capabilities & DLOCK_CAP_FAIR))
+    if ((o->flags & DLOCK_LOCK_FAIR) && !(c->capabilities & DLOCK_CAP_FAIR))
         return dlock_seterr(DLOCK_ENOTSUP, "the %s backend has no fair mode", c->provider->name);
     if (o->version < 2)
         return DLOCK_OK;
-    unsigned caps = c->provider->version >= DLOCK_PROVIDER_VERSION_2 ? c->provider->capabilities : 0;
+    unsigned caps = c->capabilities;
     switch (o->mode) {
     case DLOCK_MODE_EXCLUSIVE:
         if (o->permits != 0)

@@ -216,6 +216,7 @@ struct dlock_client {
     struct dlock__config config;
     const struct dlock_provider *provider;
     void *instance;
+    unsigned capabilities;          /* DLOCK_CAP_* of this client: the module's, less what its instance lacks */
     char client_id[33];             /* 128 random bits, hex */
     struct dlock__log log;
     struct dlock__metrics metrics;

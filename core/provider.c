@@ -35,10 +35,23 @@ static int checked(const struct dlock_provider *p, const char *op, int rc)
 int dlock__p_open(dlock_client *c, const struct dlock_provider_env *env)
 {
     dlock_seterr(DLOCK_EUNAVAILABLE, "the %s backend failed to open without saying why", c->provider->name);
-    int rc = checked(c->provider, "open", c->provider->open(&c->instance, env));
+    const struct dlock_provider *p = c->provider;
+    int rc = checked(p, "open", p->open(&c->instance, env));
     if (rc == DLOCK_OK && !c->instance)
         c->instance = NULL; /* allowed: a provider may keep no state */
-    return rc;
+    if (rc != DLOCK_OK)
+        return rc;
+    /* A version 1 module is never asked for more than exclusive locks,
+     * whatever bits it sets; an instance may lack some of its module's
+     * capabilities (a mode of the backend chosen in the configuration). */
+    unsigned caps = p->capabilities;
+    if (p->version < DLOCK_PROVIDER_VERSION_2)
+        caps &= ~(unsigned)(DLOCK_CAP_SHARED | DLOCK_CAP_SEMAPHORE);
+    unsigned narrowed = caps;
+    if (p->ctl && p->ctl(c->instance, DLOCK_CTL_CAPABILITIES, &narrowed) == DLOCK_OK)
+        caps &= narrowed;
+    c->capabilities = caps;
+    return DLOCK_OK;
 }
 
 void dlock__p_close(dlock_client *c)
@@ -70,7 +83,7 @@ int dlock__p_release(dlock_client *c, struct dlock__entry *e)
 
 bool dlock__p_can_renew(const dlock_client *c)
 {
-    return (c->provider->capabilities & DLOCK_CAP_RENEW) && HAS(c->provider, renew, 1);
+    return (c->capabilities & DLOCK_CAP_RENEW) && HAS(c->provider, renew, 1);
 }
 
 int dlock__p_renew(dlock_client *c, struct dlock__entry *e)

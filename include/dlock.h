@@ -126,7 +126,9 @@ void dlock_client_close(dlock_client *client);
 /* Name of the client's backend, e.g. "local"; owned by the client. */
 const char *dlock_client_backend(const dlock_client *client);
 
-/* DLOCK_CAP_* bits of the client's backend (0 for NULL). */
+/* DLOCK_CAP_* bits of this client (0 for NULL): its backend's, less any
+ * the configured mode cannot keep (postgres session mode: no SHARED or
+ * SEMAPHORE). Thread-safe. */
 unsigned dlock_client_capabilities(const dlock_client *client);
 
 /* Log levels for dlock_client_set_log(). */

@@ -331,9 +331,11 @@ int pg_result_check(const struct pg_server *srv, const PGresult *res, const char
         return DLOCK_OK;
     const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
     const char *msg = PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY);
-    /* 42501 insufficient privilege, 42P01 undefined table, 3D000 no database,
-     * 28xxx authorization: wrong setup, not a passing fault. */
+    /* 42501 insufficient privilege, 42P01 undefined table, 42703 undefined
+     * column, 3D000 no database, 28xxx authorization: wrong setup, not a
+     * passing fault. */
     bool config = state && (strcmp(state, "42501") == 0 || strcmp(state, "42P01") == 0 ||
+                            strcmp(state, "42703") == 0 ||
                             strcmp(state, "3D000") == 0 || strncmp(state, "28", 2) == 0);
     return dlock_seterr(config ? DLOCK_ECONFIG : DLOCK_EUNAVAILABLE, "%s: %s failed: %s (SQLSTATE %s)", srv->label,
                         what, msg ? msg : PQresStatus(st), state ? state : "none");

@@ -10,7 +10,20 @@
  * The upsert takes the row when it is free, expired or already ours; on
  * conflict PostgreSQL locks the row and re-checks the WHERE against its
  * newest version, so two contenders can never both take it, and the fence
- * is raised under that row lock: strictly increasing per name. */
+ * is raised under that row lock: strictly increasing per name.
+ *
+ * Shared holds and permits live in the same row: owner is then a marker,
+ * "~s" or "~p<N>" (owner ids never start with '~'), expires_at the latest
+ * holder's expiry, and holders a JSON object of owner -> expiry in ms on the
+ * server's clock. The exclusive statements see a row held by someone else
+ * until the last holder goes, with no change. Every decision about holders
+ * is made from the row being updated (never from a separate read), which
+ * PostgreSQL re-reads after waiting for a concurrent update of the row, so
+ * two statements cannot both decide on an old list. A writer waiting on a
+ * shared row registers in it (writer, writer_until, writer_fence); shared
+ * requests after it are busy until it gets its turn (any grant raises the
+ * fence, which voids the registration), gives up, or stops renewing the
+ * registration for two of its leases. */
 #include "config.h"
 
 #include "pg_sql.h"
@@ -23,6 +36,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Now on the server's clock in ms, as the holders' expiries are kept. */
+#define NOW_MS "(extract(epoch FROM now()) * 1000)::bigint"
+/* The holders of row t other than $2 that are still live, as (k, v). */
+#define OTHER_LIVE_HOLDERS "jsonb_each(t.holders) AS e(k, v) WHERE k <> $2 AND v::bigint > " NOW_MS
+
 int pg_sql_init(struct pg_sql *sql, const char *table)
 {
     memset(sql, 0, sizeof *sql);
@@ -30,13 +48,22 @@ int pg_sql_init(struct pg_sql *sql, const char *table)
     /* The name is checked to be [A-Za-z0-9_]: quoting keeps its case. */
     const char *t = table;
     char **q = sql->text;
-    q[PG_EXISTS] = sql_format("SELECT to_regclass($1) IS NOT NULL, to_regclass($2) IS NOT NULL");
+    q[PG_EXISTS] = sql_format("SELECT to_regclass($1) IS NOT NULL, to_regclass($2) IS NOT NULL,\n"
+                              "  EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass($1)\n"
+                              "          AND attname = 'writer_fence' AND NOT attisdropped)");
     q[PG_CREATE_TABLE] = sql_format("CREATE TABLE IF NOT EXISTS \"%s\" (\n"
                                 "  name bytea PRIMARY KEY,\n"
                                 "  owner text,\n"
                                 "  fence bigint NOT NULL,\n"
-                                "  expires_at timestamptz NOT NULL)",
+                                "  expires_at timestamptz NOT NULL,\n"
+                                "  holders jsonb, writer text, writer_until timestamptz, writer_fence bigint)",
                                 t);
+    /* Tables made before shared holds existed get their columns. */
+    q[PG_ADD_SHARED_COLUMNS] = sql_format("ALTER TABLE \"%s\" ADD COLUMN IF NOT EXISTS holders jsonb,\n"
+                                          "  ADD COLUMN IF NOT EXISTS writer text,\n"
+                                          "  ADD COLUMN IF NOT EXISTS writer_until timestamptz,\n"
+                                          "  ADD COLUMN IF NOT EXISTS writer_fence bigint",
+                                          t);
     q[PG_CREATE_SEQUENCE] = sql_format("CREATE SEQUENCE IF NOT EXISTS \"%s_fence\" AS bigint CACHE 1 NO CYCLE", t);
     /* An UPDATE of the row costs less than INSERT .. ON CONFLICT (no
      * speculative insertion, no CTE); it is tried first when the lock was
@@ -48,7 +75,7 @@ int pg_sql_init(struct pg_sql *sql, const char *table)
                         "RETURNING fence",
                         t);
     q[PG_ACQUIRE] = sql_format(
-        "WITH prev AS (SELECT expires_at FROM \"%s\" WHERE name = $1),\n"
+        "WITH prev AS (SELECT owner, expires_at FROM \"%s\" WHERE name = $1),\n"
         "up AS (INSERT INTO \"%s\" AS t (name, owner, fence, expires_at)\n"
         "  VALUES ($1, $2, 1, now() + $3::bigint * interval '1 millisecond')\n"
         "  ON CONFLICT (name) DO UPDATE SET\n"
@@ -58,8 +85,73 @@ int pg_sql_init(struct pg_sql *sql, const char *table)
         "  WHERE t.owner IS NULL OR t.expires_at < now() OR t.owner = excluded.owner\n"
         "  RETURNING fence)\n"
         "SELECT (SELECT fence FROM up),\n"
-        "       (SELECT greatest(0, ceil(extract(epoch FROM expires_at - now()) * 1000))::bigint FROM prev)",
+        "       (SELECT greatest(0, ceil(extract(epoch FROM expires_at - now()) * 1000))::bigint FROM prev),\n"
+        "       (SELECT left(owner, 1) = '~' FROM prev WHERE expires_at >= now())",
         t, t);
+    q[PG_SHARED_ACQUIRE] = sql_format(
+        "WITH prev AS (SELECT owner, expires_at, holders FROM \"%s\" WHERE name = $1),\n"
+        "up AS (INSERT INTO \"%s\" AS t (name, owner, fence, expires_at, holders)\n"
+        "  VALUES ($1, $4, 1, now() + $3::bigint * interval '1 millisecond',\n"
+        "          jsonb_build_object($2::text, " NOW_MS " + $3::bigint))\n"
+        "  ON CONFLICT (name) DO UPDATE SET\n"
+        "    fence = t.fence + 1,\n"
+        "    owner = excluded.owner,\n"
+        "    holders = (SELECT coalesce(jsonb_object_agg(k, v), '{}') FROM " OTHER_LIVE_HOLDERS "\n"
+        "               AND t.owner = excluded.owner) || excluded.holders,\n"
+        "    expires_at = CASE WHEN t.owner = excluded.owner AND t.expires_at > excluded.expires_at\n"
+        "                 THEN t.expires_at ELSE excluded.expires_at END,\n"
+        "    writer = NULL\n"
+        "  WHERE (t.owner IS NULL OR t.expires_at < now() OR t.owner = excluded.owner)\n"
+        "    AND ($5::bigint = 0 OR (SELECT count(*) FROM " OTHER_LIVE_HOLDERS " AND t.owner = excluded.owner) < $5)\n"
+        "    AND ($5::bigint <> 0 OR t.writer IS NULL OR t.writer = $2 OR t.writer_until < now()\n"
+        "         OR t.writer_fence <> t.fence)\n"
+        "  RETURNING fence)\n"
+        "SELECT (SELECT fence FROM up),\n"
+        "       (SELECT greatest(0, CASE WHEN $5::bigint > 0 AND owner = $4\n"
+        "          THEN (SELECT min(v::bigint) FROM jsonb_each(holders) AS e(k, v)) - " NOW_MS "\n"
+        "          ELSE ceil(extract(epoch FROM expires_at - now()) * 1000) END)::bigint FROM prev),\n"
+        "       (SELECT owner FROM prev WHERE expires_at >= now() AND left(owner, 1) = '~')",
+        t, t);
+    q[PG_REGISTER_WRITER] = sql_format(
+        "UPDATE \"%s\" SET writer = $2, writer_until = now() + 2 * $3::bigint * interval '1 millisecond',\n"
+        "  writer_fence = fence\n"
+        "WHERE name = $1 AND left(owner, 1) = '~' AND expires_at >= now()\n"
+        "  AND (writer IS NULL OR writer = $2 OR writer_until < now() OR writer_fence <> fence)",
+        t);
+    q[PG_UNREGISTER_WRITER] = sql_format(
+        "WITH r AS (UPDATE \"%s\" SET writer = NULL WHERE name = $1 AND writer = $2 RETURNING 1)\n"
+        "SELECT pg_notify($3, '') FROM r",
+        t);
+    q[PG_SHARED_RELEASE] = sql_format(
+        "WITH r AS (UPDATE \"%s\" AS t SET\n"
+        "    holders = (SELECT coalesce(jsonb_object_agg(k, v), '{}') FROM " OTHER_LIVE_HOLDERS "),\n"
+        "    owner = CASE WHEN EXISTS (SELECT 1 FROM " OTHER_LIVE_HOLDERS ") THEN t.owner END,\n"
+        "    expires_at = coalesce((SELECT to_timestamp(max(v::bigint) / 1000.0) FROM " OTHER_LIVE_HOLDERS "),\n"
+        "                          now())\n"
+        "  WHERE t.name = $1 AND left(t.owner, 1) = '~' AND (t.holders ->> $2)::bigint > " NOW_MS "\n"
+        "  RETURNING 1)\n"
+        "SELECT pg_notify($3, '') FROM r",
+        t);
+    /* Holders of one name renewed in one batch update its row once: the
+     * batch is grouped by name first (an UPDATE .. FROM meeting one row
+     * twice would apply only one of the two). */
+    q[PG_SHARED_RENEW_BATCH] = sql_format(
+        "WITH u AS (SELECT name, array_agg(owner) AS owners, array_agg(lease) AS leases, array_agg(i) AS idx\n"
+        "           FROM unnest($1::bytea[], $2::text[], $3::bigint[]) WITH ORDINALITY AS u(name, owner, lease, i)\n"
+        "           GROUP BY name),\n"
+        "r AS (UPDATE \"%s\" AS t SET\n"
+        "    holders = t.holders || (SELECT coalesce(jsonb_object_agg(o, " NOW_MS " + l), '{}')\n"
+        "        FROM unnest(u.owners, u.leases) AS x(o, l) WHERE (t.holders ->> o)::bigint > " NOW_MS "),\n"
+        "    expires_at = greatest(t.expires_at, now() + (SELECT max(l) FROM unnest(u.owners, u.leases) AS x(o, l)\n"
+        "        WHERE (t.holders ->> o)::bigint > " NOW_MS ") * interval '1 millisecond')\n"
+        "  FROM u WHERE t.name = u.name AND left(t.owner, 1) = '~' AND t.expires_at >= now()\n"
+        "  RETURNING u.owners, u.idx, t.holders)\n"
+        "SELECT i FROM r, unnest(r.owners, r.idx) AS x(o, i) WHERE (r.holders ->> o)::bigint > " NOW_MS,
+        t);
+    q[PG_SHARED_STATUS] = sql_format(
+        "SELECT count(*) FROM \"%s\" AS t, jsonb_each(t.holders) AS e(k, v)\n"
+        "WHERE t.name = $1 AND v::bigint > " NOW_MS,
+        t);
     /* Renewals, of one hold or of every hold due together, in one
      * statement: the arrays are zipped by unnest, and the positions of the
      * rows still ours come back (the others expired or were taken). */

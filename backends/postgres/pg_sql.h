@@ -11,16 +11,26 @@
 #define PG_TABLE_MAX 50
 
 enum pg_statement {
-    PG_EXISTS,           /* $1 table, $2 sequence (quoted, as text) -> two booleans */
+    PG_EXISTS,           /* $1 table, $2 sequence (quoted, as text) -> table?, sequence?, shared columns? */
     PG_CREATE_TABLE,
+    PG_ADD_SHARED_COLUMNS,
     PG_CREATE_SEQUENCE,
     /* lease mode: $1 key (bytea), $2 owner, $3 lease ms */
     PG_TAKE,             /* the fast path: -> fence when the existing row was taken, else no row */
-    PG_ACQUIRE,          /* -> (fence or NULL when busy, holder's ms left or NULL) */
+    PG_ACQUIRE,          /* -> (fence or NULL when busy, holder's ms left or NULL,
+                          * true when held shared or as permits) */
     PG_RENEW_BATCH,      /* $1 keys (bytea[]), $2 owners (text[]), $3 leases (bigint[]) -> the
                           * 1-based positions of the holds still ours */
     PG_RELEASE,          /* $3 channel -> one row when released */
     PG_STATUS,           /* $1 key -> owner, fence, ms left, valid */
+    /* shared holds and permits (lease mode): $1 key, $2 owner */
+    PG_SHARED_ACQUIRE,   /* $3 lease ms, $4 kind ("~s", "~p<N>"), $5 permits (0: shared) ->
+                          * (fence or NULL, ms to retry after, the kind held when busy or NULL) */
+    PG_REGISTER_WRITER,  /* $3 lease ms: a busy exclusive request keeps later shared ones out */
+    PG_UNREGISTER_WRITER,/* $3 channel: it gave up (wakes the readers) */
+    PG_SHARED_RELEASE,   /* $3 channel -> one row when released */
+    PG_SHARED_RENEW_BATCH, /* as PG_RENEW_BATCH */
+    PG_SHARED_STATUS,    /* $1 key -> live holders */
     /* session mode: $1 advisory key (bigint) */
     PG_SESSION_ACQUIRE,  /* -> granted? */
     PG_SESSION_FENCE,    /* -> next fence while this session holds $1, else NULL */

@@ -27,6 +27,7 @@
  * covered by retrying after the holder's remaining lease. */
 #include "config.h"
 
+#include "../common/renew_by_kind.h"
 #include "../common/sql_text.h"
 #include "pg_conn.h"
 #include "pg_sql.h"
@@ -61,6 +62,7 @@ struct pg_lock {
     char advisory[24];           /* the session-mode key (k.digest), as decimal text */
     PGconn *listener;            /* while LISTENing on channel */
     bool last_busy;              /* the last attempt found the lock held */
+    bool writer_registered;      /* an exclusive request waiting on shared holders said so in the row */
     uint64_t generation;         /* session mode: holder connection the hold was taken on */
 };
 /* sql_renew_batch_init reads the key at the start of each lock's state. */
@@ -151,6 +153,8 @@ static void drain_notifications(struct pg_lock *pl)
 
 /* ---- lease mode -------------------------------------------------------------------------- */
 
+static void register_writer(struct pg_instance *inst, struct dlock_provider_lock *lk);
+
 static int lease_try(struct pg_instance *inst, struct dlock_provider_lock *lk, struct dlock_grant *g)
 {
     struct pg_lock *pl = lk->priv;
@@ -180,14 +184,17 @@ static int lease_try(struct pg_instance *inst, struct dlock_provider_lock *lk, s
     if (!res)
         return rc;
     rc = pg_result_check(&inst->server, res, "acquire");
-    if (rc == DLOCK_OK && (PQntuples(res) != 1 || PQnfields(res) != 2))
+    if (rc == DLOCK_OK && (PQntuples(res) != 1 || PQnfields(res) != 3))
         rc = dlock_seterr(DLOCK_EPROTOCOL, "%s: acquire returned %d rows", inst->server.label, PQntuples(res));
+    bool held_shared = false;
     if (rc == DLOCK_OK) {
         if (!PQgetisnull(res, 0, 0)) {
             g->fence = strtoull(PQgetvalue(res, 0, 0), NULL, 10);
             g->has_fence = 1;
+            pl->writer_registered = false; /* the grant raised the fence: that voids it */
         } else {
             g->retry_hint_ms = PQgetisnull(res, 0, 1) ? -1 : strtoll(PQgetvalue(res, 0, 1), NULL, 10);
+            held_shared = !PQgetisnull(res, 0, 2) && strcmp(PQgetvalue(res, 0, 2), "t") == 0;
             rc = DLOCK_EBUSY;
         }
     }
@@ -195,13 +202,89 @@ static int lease_try(struct pg_instance *inst, struct dlock_provider_lock *lk, s
      * holder's remaining lease. */
     pl->last_busy = rc == DLOCK_EBUSY;
     PQclear(res);
+    if (held_shared)
+        register_writer(inst, lk);
     return rc;
 }
 
-/* Every hold due together in one statement: the rows still ours come back
- * by position, the others expired or were taken (DLOCK_ELOST). */
-static int lease_renew_batch(struct pg_instance *inst, struct dlock_provider_lock *const *locks, size_t n,
-                             int *results)
+/* An exclusive request kept out by shared holders says so in the row, so
+ * that shared requests after it wait behind it instead of starving it.
+ * Best effort: if it fails, the request still waits, only without that
+ * priority. */
+static void register_writer(struct pg_instance *inst, struct dlock_provider_lock *lk)
+{
+    struct pg_lock *pl = lk->priv;
+    char lease[24];
+    snprintf(lease, sizeof lease, "%" PRId64, lk->lease_ms);
+    const char *values[3] = { pl->k.key, lk->owner, lease };
+    int lengths[3] = { (int)pl->k.key_len, 0, 0 }, formats[3] = { 1, 0, 0 };
+    int rc;
+    PGresult *res = pg_pool_exec(&inst->pool, PG_REGISTER_WRITER, 3, values, lengths, formats, &rc);
+    if (res && pg_result_check(&inst->server, res, "registering a waiting writer") == DLOCK_OK)
+        pl->writer_registered = true;
+    PQclear(res);
+}
+
+/* The kind a name is held in ("~s", "~p<N>") is its own: asking for
+ * another is an error, not a wait. */
+static int kind_mismatch(struct pg_instance *inst, const struct dlock_provider_lock *lk, const char *held)
+{
+    long permits = held[1] == 'p' ? strtol(held + 2, NULL, 10) : 0;
+    if (lk->mode == DLOCK_MODE_SEMAPHORE && permits > 0)
+        return dlock_seterr(DLOCK_EINVAL, "%s: '%s' is a semaphore of %ld permits, not %u", inst->server.label,
+                            lk->name, permits, lk->permits);
+    if (lk->mode == DLOCK_MODE_SEMAPHORE)
+        return dlock_seterr(DLOCK_EINVAL, "%s: '%s' is held as a shared lock, not as a semaphore",
+                            inst->server.label, lk->name);
+    return dlock_seterr(DLOCK_EINVAL, "%s: '%s' is a semaphore of %ld permits, not a shared lock",
+                        inst->server.label, lk->name, permits);
+}
+
+/* One attempt at a shared hold or a permit. */
+static int shared_try(struct pg_instance *inst, struct dlock_provider_lock *lk, struct dlock_grant *g)
+{
+    struct pg_lock *pl = lk->priv;
+    char lease[24], kind[16], permits[16];
+    unsigned limit = lk->mode == DLOCK_MODE_SEMAPHORE ? lk->permits : 0;
+    snprintf(lease, sizeof lease, "%" PRId64, lk->lease_ms);
+    if (limit)
+        snprintf(kind, sizeof kind, "~p%u", limit);
+    else
+        snprintf(kind, sizeof kind, "~s");
+    snprintf(permits, sizeof permits, "%u", limit);
+    const char *values[5] = { pl->k.key, lk->owner, lease, kind, permits };
+    int lengths[5] = { (int)pl->k.key_len, 0, 0, 0, 0 }, formats[5] = { 1, 0, 0, 0, 0 };
+    int rc;
+    PGresult *res = pg_pool_exec(&inst->pool, PG_SHARED_ACQUIRE, 5, values, lengths, formats, &rc);
+    if (!res)
+        return rc;
+    rc = pg_result_check(&inst->server, res, "acquire");
+    const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+    if (state && strcmp(state, "42703") == 0)
+        rc = dlock_seterr(DLOCK_ECONFIG,
+                          "%s: table \"%s\" has no columns for shared holds and semaphores: add them with the "
+                          "ALTER TABLE in dlock.conf(5), or let libdlock do it (postgres.create_table = true)",
+                          inst->server.label, inst->sql.table);
+    if (rc == DLOCK_OK && (PQntuples(res) != 1 || PQnfields(res) != 3))
+        rc = dlock_seterr(DLOCK_EPROTOCOL, "%s: acquire returned %d rows", inst->server.label, PQntuples(res));
+    if (rc == DLOCK_OK && !PQgetisnull(res, 0, 0)) {
+        g->fence = strtoull(PQgetvalue(res, 0, 0), NULL, 10);
+        g->has_fence = 1;
+    } else if (rc == DLOCK_OK && !PQgetisnull(res, 0, 2) && strcmp(PQgetvalue(res, 0, 2), kind) != 0) {
+        rc = kind_mismatch(inst, lk, PQgetvalue(res, 0, 2));
+    } else if (rc == DLOCK_OK) {
+        g->retry_hint_ms = PQgetisnull(res, 0, 1) ? -1 : strtoll(PQgetvalue(res, 0, 1), NULL, 10);
+        rc = DLOCK_EBUSY;
+    }
+    PQclear(res);
+    return rc;
+}
+
+/* Every hold of one kind due together in one statement (PG_RENEW_BATCH or
+ * PG_SHARED_RENEW_BATCH): the holds still ours come back by position, the
+ * others expired or were taken (DLOCK_ELOST). */
+static int renew_statement(struct pg_instance *inst, int which, struct dlock_provider_lock *const *locks, size_t n,
+                           int *results)
 {
     struct sql_renew_batch b;
     char *arrays[3] = { NULL, NULL, NULL };
@@ -212,7 +295,7 @@ static int lease_renew_batch(struct pg_instance *inst, struct dlock_provider_loc
     sql_renew_batch_free(&b);
     PGresult *res = NULL;
     if (rc == DLOCK_OK)
-        res = pg_pool_exec(&inst->pool, PG_RENEW_BATCH, 3, (const char *const *)arrays, NULL, NULL, &rc);
+        res = pg_pool_exec(&inst->pool, which, 3, (const char *const *)arrays, NULL, NULL, &rc);
     if (res) {
         rc = pg_result_check(&inst->server, res, "renew");
         for (size_t i = 0; rc == DLOCK_OK && i < n; i++)
@@ -226,7 +309,22 @@ static int lease_renew_batch(struct pg_instance *inst, struct dlock_provider_loc
     }
     for (int j = 0; j < 3; j++)
         free(arrays[j]);
+    for (size_t i = 0; rc != DLOCK_OK && i < n; i++)
+        results[i] = rc;
     return rc;
+}
+
+static int renew_one_kind(void *ctx, bool shared, struct dlock_provider_lock *const *locks, size_t n, int *results)
+{
+    return renew_statement(ctx, shared ? PG_SHARED_RENEW_BATCH : PG_RENEW_BATCH, locks, n, results);
+}
+
+/* Exclusive holds in one statement, shared holds and permits (if any) in
+ * a second. */
+static int lease_renew_batch(struct pg_instance *inst, struct dlock_provider_lock *const *locks, size_t n,
+                             int *results)
+{
+    return renew_by_kind(inst, renew_one_kind, locks, n, results);
 }
 
 static int lease_renew(struct pg_instance *inst, struct dlock_provider_lock *lk)
@@ -242,7 +340,8 @@ static int lease_release(struct pg_instance *inst, struct dlock_provider_lock *l
     const char *values[3] = { pl->k.key, lk->owner, pl->k.tag };
     int lengths[3] = { (int)pl->k.key_len, 0, 0 }, formats[3] = { 1, 0, 0 };
     int rc;
-    PGresult *res = pg_pool_exec(&inst->pool, PG_RELEASE, 3, values, lengths, formats, &rc);
+    PGresult *res = pg_pool_exec(&inst->pool, kind_is_shared(lk) ? PG_SHARED_RELEASE : PG_RELEASE, 3, values,
+                                 lengths, formats, &rc);
     if (!res)
         return rc;
     rc = pg_result_check(&inst->server, res, "release");
@@ -397,13 +496,18 @@ static int session_release(struct pg_instance *inst, struct dlock_provider_lock 
 
 static int try_once(struct pg_instance *inst, struct dlock_provider_lock *lk, struct dlock_grant *g)
 {
-    return inst->session_mode ? session_try(inst, lk, g) : lease_try(inst, lk, g);
+    if (inst->session_mode)
+        return session_try(inst, lk, g);
+    return kind_is_shared(lk) ? shared_try(inst, lk, g) : lease_try(inst, lk, g);
 }
 
 static int pg_acquire(void *instance, struct dlock_provider_lock *lk, struct dlock_grant *g)
 {
     struct pg_instance *inst = instance;
     struct pg_lock *pl = lk->priv;
+    if (inst->session_mode && kind_is_shared(lk)) /* the core never asks: see pg_ctl */
+        return dlock_seterr(DLOCK_ENOTSUP, "%s: shared holds and semaphores need postgres.mode = \"lease\"",
+                            inst->server.label);
     int rc = ensure_key(inst, lk);
     if (rc != DLOCK_OK)
         return rc;
@@ -485,7 +589,17 @@ static int pg_wait(void *instance, struct dlock_provider_lock *lk, int64_t timeo
 
 static void pg_abandon(void *instance, struct dlock_provider_lock *lk)
 {
-    stop_listening(instance, lk->priv);
+    struct pg_instance *inst = instance;
+    struct pg_lock *pl = lk->priv;
+    if (pl->writer_registered) {
+        /* Out of the way now, waking the readers held back for us. */
+        const char *values[3] = { pl->k.key, lk->owner, pl->k.tag };
+        int lengths[3] = { (int)pl->k.key_len, 0, 0 }, formats[3] = { 1, 0, 0 };
+        int rc;
+        PQclear(pg_pool_exec(&inst->pool, PG_UNREGISTER_WRITER, 3, values, lengths, formats, &rc));
+        pl->writer_registered = false;
+    }
+    stop_listening(inst, pl);
 }
 
 static void pg_lock_fini(void *instance, struct dlock_provider_lock *lk)
@@ -494,6 +608,24 @@ static void pg_lock_fini(void *instance, struct dlock_provider_lock *lk)
     stop_listening(instance, pl);
     sql_lock_key_free(&pl->k);
     memset(pl, 0, sizeof *pl);
+}
+
+/* out->holder is a kind marker ("~s", "~p<N>"): says how many hold it. */
+static int shared_status(struct pg_instance *inst, const struct pg_lock *pl, dlock_status_info *out)
+{
+    const char *values[1] = { pl->k.key };
+    int lengths[1] = { (int)pl->k.key_len }, formats[1] = { 1 };
+    int rc;
+    PGresult *res = pg_pool_exec(&inst->pool, PG_SHARED_STATUS, 1, values, lengths, formats, &rc);
+    if (res && (rc = pg_result_check(&inst->server, res, "status")) == DLOCK_OK && PQntuples(res) == 1) {
+        long long n = strtoll(PQgetvalue(res, 0, 0), NULL, 10);
+        if (out->holder[1] == 'p')
+            snprintf(out->holder, sizeof out->holder, "%lld of %ld permits held", n, strtol(out->holder + 2, NULL, 10));
+        else
+            snprintf(out->holder, sizeof out->holder, "%lld shared holder%s", n, n == 1 ? "" : "s");
+    }
+    PQclear(res);
+    return rc;
 }
 
 static int pg_status(struct pg_instance *inst, struct dlock_ctl_status *arg)
@@ -528,6 +660,8 @@ static int pg_status(struct pg_instance *inst, struct dlock_ctl_status *arg)
                 out->held = 1;
                 out->ttl_ms = strtoll(PQgetvalue(res, 0, 2), NULL, 10);
                 snprintf(out->holder, sizeof out->holder, "%s", PQgetvalue(res, 0, 0));
+                if (out->holder[0] == '~')
+                    rc = shared_status(inst, &pl, out);
             }
         }
     }
@@ -538,9 +672,39 @@ static int pg_status(struct pg_instance *inst, struct dlock_ctl_status *arg)
 
 static int pg_ctl(void *instance, int op, void *arg)
 {
+    struct pg_instance *inst = instance;
     if (op == DLOCK_CTL_STATUS)
-        return pg_status(instance, arg);
+        return pg_status(inst, arg);
+    if (op == DLOCK_CTL_CAPABILITIES) {
+        /* One session carries every hold of a client, and PostgreSQL never
+         * lets a session conflict with itself: a shared advisory lock of
+         * one handle would not keep out an exclusive one of another. */
+        if (inst->session_mode)
+            *(unsigned *)arg &= ~(unsigned)(DLOCK_CAP_SHARED | DLOCK_CAP_SEMAPHORE);
+        return DLOCK_OK;
+    }
     return DLOCK_ENOTSUP;
+}
+
+/* A table made before shared holds existed: give it their columns, or say
+ * how (exclusive locks work without them; shared and permit requests fail
+ * until then). */
+static int add_shared_columns(struct pg_instance *inst, bool create)
+{
+    if (!create) {
+        dlock_provider_log(inst->log_handle, DLOCK_LOG_WARN,
+                           "%s: table \"%s\" has no columns for shared holds and semaphores; they will fail "
+                           "until it has them (ALTER TABLE in dlock.conf(5))",
+                           inst->server.label, inst->sql.table);
+        return DLOCK_OK;
+    }
+    int rc;
+    PGresult *res = pg_pool_exec(&inst->pool, PG_ADD_SHARED_COLUMNS, 0, NULL, NULL, NULL, &rc);
+    if (res) {
+        rc = pg_result_check(&inst->server, res, "ALTER TABLE (the columns of shared holds)");
+        PQclear(res);
+    }
+    return rc;
 }
 
 /* Creates the table and sequence when missing (and allowed to). */
@@ -557,7 +721,10 @@ static int prepare_schema(struct pg_instance *inst, bool create)
     rc = pg_result_check(&inst->server, res, "looking for the lock table");
     bool have_table = rc == DLOCK_OK && strcmp(PQgetvalue(res, 0, 0), "t") == 0;
     bool have_sequence = rc == DLOCK_OK && strcmp(PQgetvalue(res, 0, 1), "t") == 0;
+    bool have_columns = rc == DLOCK_OK && strcmp(PQgetvalue(res, 0, 2), "t") == 0;
     PQclear(res);
+    if (rc == DLOCK_OK && have_table && !have_columns)
+        rc = add_shared_columns(inst, create);
     if (rc != DLOCK_OK || (have_table && have_sequence))
         return rc;
     if (!create)
@@ -636,10 +803,10 @@ static int pg_open(void **instance, const struct dlock_provider_env *env)
 }
 
 static const struct dlock_provider pg_provider = {
-    .version = DLOCK_PROVIDER_VERSION_1,
+    .version = DLOCK_PROVIDER_VERSION_2,
     .name = "postgres",
     .capabilities = DLOCK_CAP_RENEW | DLOCK_CAP_FENCE | DLOCK_CAP_NATIVE_WAIT | DLOCK_CAP_SERVER_EXPIRY |
-                    DLOCK_CAP_MULTI_HOST,
+                    DLOCK_CAP_MULTI_HOST | DLOCK_CAP_SHARED | DLOCK_CAP_SEMAPHORE,
     .lock_priv_size = sizeof(struct pg_lock),
     .settings = pg_settings,
     .open = pg_open,

@@ -27,6 +27,7 @@
  * '/' in it is a shared or permit waiter (see dlock_provider_lock.owner). */
 #include "config.h"
 
+#include "../common/renew_by_kind.h"
 #include "redis_cluster.h"
 #include "redis_conn.h"
 #include "redis_keys.h"
@@ -449,11 +450,6 @@ static redisReply *acquire_and_wait(struct redis_instance *inst, enum redis_scri
 
 static int redis_release(void *instance, struct dlock_provider_lock *lk);
 
-static bool is_shared_kind(const struct dlock_provider_lock *lk)
-{
-    return lk->mode == DLOCK_MODE_SHARED || lk->mode == DLOCK_MODE_SEMAPHORE;
-}
-
 /* The answer {2, permits}: the name is held in another kind, or with
  * another number of permits. */
 static int kind_mismatch(struct redis_instance *inst, const struct dlock_provider_lock *lk, long long permits)
@@ -476,7 +472,7 @@ static int try_acquire(struct redis_instance *inst, struct dlock_provider_lock *
     int lease_len = snprintf(lease, sizeof lease, "%lld", (long long)lk->lease_ms);
     int qt_len = snprintf(queue_timeout, sizeof queue_timeout, "%lld", (long long)inst->waiter_timeout_ms);
     const char *registered = rl->registered ? "1" : "0";
-    bool shared = is_shared_kind(lk);
+    bool shared = kind_is_shared(lk);
     unsigned limit = lk->mode == DLOCK_MODE_SEMAPHORE ? lk->permits : 0;
     int kind_len = limit ? snprintf(kind, sizeof kind, "p%u", limit) : snprintf(kind, sizeof kind, "s");
     int permits_len = snprintf(permits, sizeof permits, "%u", limit);
@@ -610,7 +606,7 @@ static int redis_release(void *instance, struct dlock_provider_lock *lk)
     size_t lens[7] = { rl->k.key_len, rl->k.queue_key_len, rl->k.timeouts_key_len, strlen(lk->owner),
                        rl->k.channel_prefix_len, (size_t)lease_len, strlen(inst->publish) };
     redisReply *r;
-    if (is_shared_kind(lk)) {
+    if (kind_is_shared(lk)) {
         char permits[16];
         int permits_len = snprintf(permits, sizeof permits, "%u", lk->mode == DLOCK_MODE_SEMAPHORE ? lk->permits : 0);
         const char *sargs[8] = { rl->k.key, rl->k.queue_key, rl->k.timeouts_key, rl->k.holders_key, lk->owner,
@@ -806,45 +802,16 @@ static int renew_kind_batch(struct redis_instance *inst, const struct renew_kind
     return rc;
 }
 
+static int renew_one_kind(void *ctx, bool shared, struct dlock_provider_lock *const *locks, size_t n, int *results)
+{
+    return renew_kind_batch(ctx, shared ? &renew_shared : &renew_exclusive, locks, n, results);
+}
+
 /* Exclusive holds in one script; shared holds and permits, if any, in a
- * second. A failure of one kind's call fails only that kind's holds. */
+ * second. */
 static int redis_renew_batch(void *instance, struct dlock_provider_lock *const *locks, size_t n, int *results)
 {
-    struct redis_instance *inst = instance;
-    size_t shared = 0;
-    for (size_t i = 0; i < n; i++)
-        shared += is_shared_kind(locks[i]);
-    if (shared == 0 || shared == n)
-        return renew_kind_batch(inst, shared ? &renew_shared : &renew_exclusive, locks, n, results);
-    struct dlock_provider_lock **sorted = malloc(n * sizeof *sorted);
-    size_t *from = malloc(n * sizeof *from);
-    int *sorted_results = malloc(n * sizeof *sorted_results);
-    if (!sorted || !from || !sorted_results) {
-        free(sorted);
-        free(from);
-        free(sorted_results);
-        return dlock_seterr(DLOCK_ENOMEM, "redis: out of memory for a renewal batch");
-    }
-    /* Exclusive holds first, then the others; from[] maps back. */
-    size_t x = 0, y = n - shared;
-    for (size_t i = 0; i < n; i++) {
-        size_t at = is_shared_kind(locks[i]) ? y++ : x++;
-        sorted[at] = locks[i];
-        from[at] = i;
-    }
-    size_t exclusive = n - shared;
-    int rc_x = renew_kind_batch(inst, &renew_exclusive, sorted, exclusive, sorted_results);
-    for (size_t i = 0; rc_x != DLOCK_OK && i < exclusive; i++)
-        sorted_results[i] = rc_x;
-    int rc_s = renew_kind_batch(inst, &renew_shared, sorted + exclusive, shared, sorted_results + exclusive);
-    for (size_t i = exclusive; rc_s != DLOCK_OK && i < n; i++)
-        sorted_results[i] = rc_s;
-    for (size_t i = 0; i < n; i++)
-        results[from[i]] = sorted_results[i];
-    free(sorted);
-    free(from);
-    free(sorted_results);
-    return DLOCK_OK;
+    return renew_by_kind(instance, renew_one_kind, locks, n, results);
 }
 
 static int redis_renew(void *instance, struct dlock_provider_lock *lk)

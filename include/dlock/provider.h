@@ -162,7 +162,11 @@ struct dlock_ctl_status {
 };
 
 enum dlock_ctl_op {
-    DLOCK_CTL_STATUS = 1  /* arg: struct dlock_ctl_status * */
+    DLOCK_CTL_STATUS = 1,       /* arg: struct dlock_ctl_status * */
+    /* arg: unsigned *, the module's capabilities on entry: clear the bits
+     * this instance lacks (a mode chosen in the configuration that cannot
+     * keep them). Asked once, right after open. */
+    DLOCK_CTL_CAPABILITIES = 2
 };
 
 /* ---- the provider table ---------------------------------------------------- */

@@ -141,12 +141,13 @@ struct taker {
     int rc;
     int64_t granted_at;
     int hold_ms;
+    int64_t wait_ms;            /* 0: 10 s */
 };
 
 static void *take_and_hold(void *arg)
 {
     struct taker *t = arg;
-    t->rc = dlock_acquire(t->lock, 10000);
+    t->rc = dlock_acquire(t->lock, t->wait_ms ? t->wait_ms : 10000);
     t->granted_at = now_us();
     if (t->rc == DLOCK_OK) {
         sleep_ms(t->hold_ms);
@@ -164,8 +165,8 @@ static void a_waiting_writer_goes_before_later_readers(void **state)
     dlock_lock *first = handle(a, "sh-writer", DLOCK_MODE_SHARED, 0);
     if (!first)
         goto out;
-    struct taker writer = { handle(b, "sh-writer", DLOCK_MODE_EXCLUSIVE, 0), -1, 0, 100 };
-    struct taker reader = { handle(c, "sh-writer", DLOCK_MODE_SHARED, 0), -1, 0, 0 };
+    struct taker writer = { .lock = handle(b, "sh-writer", DLOCK_MODE_EXCLUSIVE, 0), .rc = -1, .hold_ms = 100 };
+    struct taker reader = { .lock = handle(c, "sh-writer", DLOCK_MODE_SHARED, 0), .rc = -1, .hold_ms = 0 };
     assert_int_equal(dlock_acquire(first, 0), DLOCK_OK);
     pthread_t tw, tr;
     assert_int_equal(pthread_create(&tw, NULL, take_and_hold, &writer), 0);
@@ -212,7 +213,7 @@ static void readers_waiting_behind_a_writer_all_come_in_at_its_release(void **st
     pthread_t t[READERS];
     for (int i = 0; i < READERS; i++) {
         r[i] = open_client(30000);
-        readers[i] = (struct taker){ handle(r[i], "sh-herd", DLOCK_MODE_SHARED, 0), -1, 0, 300 };
+        readers[i] = (struct taker){ .lock = handle(r[i], "sh-herd", DLOCK_MODE_SHARED, 0), .rc = -1, .hold_ms = 300 };
         assert_int_equal(pthread_create(&t[i], NULL, take_and_hold, &readers[i]), 0);
     }
     sleep_ms(300); /* every reader has asked and is waiting */
@@ -276,6 +277,41 @@ out:
     dlock_client_close(b);
 }
 
+/* A reader queued behind a waiting writer is let in as soon as the writer
+ * gives up, not at some later retry or expiry. */
+static void a_reader_behind_a_writer_that_gives_up_comes_in_at_once(void **state)
+{
+    (void)state;
+    dlock_client *a = open_client(30000), *b = open_client(30000), *c = open_client(30000);
+    dlock_lock *first = handle(a, "sh-give-way", DLOCK_MODE_SHARED, 0);
+    if (!first)
+        goto out;
+    struct taker writer = { .lock = handle(b, "sh-give-way", DLOCK_MODE_EXCLUSIVE, 0), .rc = -1, .hold_ms = 0 };
+    struct taker reader = { .lock = handle(c, "sh-give-way", DLOCK_MODE_SHARED, 0), .rc = -1, .hold_ms = 0 };
+    assert_int_equal(dlock_acquire(first, 0), DLOCK_OK);
+    int64_t t0 = now_us();
+    pthread_t tw, tr;
+    writer.wait_ms = 400;
+    assert_int_equal(pthread_create(&tw, NULL, take_and_hold, &writer), 0);
+    sleep_ms(150);
+    assert_int_equal(pthread_create(&tr, NULL, take_and_hold, &reader), 0);
+    pthread_join(tw, NULL);
+    pthread_join(tr, NULL);
+    assert_int_equal(writer.rc, DLOCK_ETIMEDOUT);
+    assert_int_equal(reader.rc, DLOCK_OK);
+    int64_t after_ms = (reader.granted_at - t0) / 1000;
+    if (after_ms < 400 - 20 || after_ms > 400 + 300 + target->expiry_slack_ms)
+        fail_msg("the reader came in %lld ms after the start; the writer gave up at 400 ms", (long long)after_ms);
+    assert_int_equal(dlock_release(first), DLOCK_OK);
+    dlock_lock_free(first);
+    dlock_lock_free(writer.lock);
+    dlock_lock_free(reader.lock);
+out:
+    dlock_client_close(a);
+    dlock_client_close(b);
+    dlock_client_close(c);
+}
+
 /* Whether the target claims cap (a client opened and closed to ask). */
 static bool claims(unsigned cap)
 {
@@ -335,7 +371,7 @@ static void no_more_than_n_holders(void **state)
         last = f;
     }
     assert_int_equal(dlock_acquire(h[3], 0), DLOCK_EBUSY);
-    struct taker fourth = { h[3], -1, 0, 0 };
+    struct taker fourth = { .lock = h[3], .rc = -1, .hold_ms = 0 };
     pthread_t t;
     assert_int_equal(pthread_create(&t, NULL, take_and_hold, &fourth), 0);
     sleep_ms(100);
@@ -416,6 +452,7 @@ int conformance_run_shared(const struct conformance_target *t)
         cmocka_unit_test_setup(upgrade_is_refused, conformance_before_each),
         cmocka_unit_test_setup(a_waiting_writer_goes_before_later_readers, conformance_before_each),
         cmocka_unit_test_setup(readers_waiting_behind_a_writer_all_come_in_at_its_release, conformance_before_each),
+        cmocka_unit_test_setup(a_reader_behind_a_writer_that_gives_up_comes_in_at_once, conformance_before_each),
         cmocka_unit_test_setup(holds_of_every_kind_outlive_three_leases, conformance_before_each),
         cmocka_unit_test_setup(a_killed_readers_share_comes_back, conformance_before_each),
         cmocka_unit_test_setup(no_more_than_n_holders, conformance_before_each),

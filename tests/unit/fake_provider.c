@@ -212,6 +212,17 @@ static int fake_wait(void *instance, struct dlock_provider_lock *lk, int64_t tim
     }
 }
 
+static int fake_ctl(void *instance, int op, void *arg)
+{
+    (void)instance;
+    if (op != DLOCK_CTL_CAPABILITIES)
+        return DLOCK_ENOTSUP;
+    pthread_mutex_lock(&fake.mu);
+    *(unsigned *)arg &= ~fake.caps_lacking;
+    pthread_mutex_unlock(&fake.mu);
+    return DLOCK_OK;
+}
+
 static void fake_lock_fini(void *instance, struct dlock_provider_lock *lk)
 {
     (void)instance;
@@ -234,6 +245,7 @@ const struct dlock_provider fake_provider = {
     .renew = fake_renew,
     .renew_batch = fake_renew_batch,
     .lock_fini = fake_lock_fini,
+    .ctl = fake_ctl,
 };
 
 const struct dlock_provider fake_wait_provider = {

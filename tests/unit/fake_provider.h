@@ -31,6 +31,7 @@ struct fake_server {
     int64_t granted_lease_ms; /* if > 0, acquire reports this as the lease granted */
     int64_t granted_valid_ms; /* if non-zero, acquire reports this as what is left of the lease */
     int passing_failures;     /* acquire answers this many DLOCK_EUNAVAILABLE with a 20 ms retry hint */
+    unsigned caps_lacking;    /* DLOCK_CTL_CAPABILITIES clears these bits (an instance lacking them) */
     int64_t renew_at[FAKE_TIMES];
     int nrenew_at;
     int64_t last_batch_n;

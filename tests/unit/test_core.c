@@ -650,6 +650,27 @@ static void fixed_lease_on_lost_before_the_slow_give_back(void **state)
 /* The grant rides on a server lease refreshed earlier, with 600 ms of its
  * 3 s left: the hold is valid for those 600 ms only, is renewed within
  * them, and has its whole lease again after that renewal. */
+/* An instance that lacks a capability of its module (a mode chosen in the
+ * configuration) says so at open; the client then neither claims nor uses
+ * it: here no renewals, so the hold runs out with its lease. */
+static void an_instance_may_lack_capabilities_of_its_module(void **state)
+{
+    (void)state;
+    FAKE_SET(caps_lacking, DLOCK_CAP_RENEW);
+    dlock_client *c = open_fake("fake", 300);
+    FAKE_SET(caps_lacking, 0);
+    assert_int_equal(dlock_client_capabilities(c), DLOCK_CAP_FENCE);
+    dlock_lock *l;
+    assert_int_equal(dlock_lock_new(c, "a", 1, NULL, &l), DLOCK_OK);
+    assert_int_equal(dlock_acquire(l, 0), DLOCK_OK);
+    sleep_ms(450);
+    assert_int_equal(fake_get(&fake.renews), 0);
+    assert_true(dlock_validity_ms(l) <= 0);
+    dlock_release(l);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+}
+
 static void validity_of_a_grant_follows_what_is_left_of_the_lease(void **state)
 {
     (void)state;
@@ -1111,7 +1132,8 @@ int main(void)
         cmocka_unit_test_setup(on_lost_fires_at_validity_end_while_renewal_blocks, setup),
         cmocka_unit_test_setup(fixed_lease_on_lost_before_the_slow_give_back, setup),
         cmocka_unit_test_setup(validity_never_exceeds_the_granted_lease, setup),
-        cmocka_unit_test_setup(validity_of_a_grant_follows_what_is_left_of_the_lease, setup),
+        cmocka_unit_test_setup(an_instance_may_lack_capabilities_of_its_module, setup),
+cmocka_unit_test_setup(validity_of_a_grant_follows_what_is_left_of_the_lease, setup),
         cmocka_unit_test_setup(holds_granted_apart_are_renewed_together, setup),
         cmocka_unit_test_setup(cancel_reaches_threads_queued_in_the_client, setup),
         cmocka_unit_test_setup(validity_counts_time_the_host_was_suspended, setup),

@@ -17,6 +17,7 @@
 
 #include <dlock.h>
 #include <libpq-fe.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -269,6 +270,106 @@ static void session_holds_renew_in_batches(void **state)
     dlock_client_close(c);
 }
 
+/* ---- shared holds and semaphores -------------------------------------------------------- */
+
+static dlock_lock *kind_of(dlock_client *c, const char *name, unsigned mode, unsigned permits)
+{
+    dlock_lock_options o = DLOCK_LOCK_OPTIONS_INIT;
+    o.mode = mode;
+    o.permits = permits;
+    dlock_lock *l = NULL;
+    int rc = dlock_lock_new(c, name, strlen(name), &o, &l);
+    if (rc != DLOCK_OK)
+        fail_msg("lock_new: %s", dlock_errmsg());
+    return l;
+}
+
+/* Shared holders share the name's row: owner is the kind, holders their
+ * expiries; status counts them; another kind is refused with a message
+ * that says which; the last one out frees the row and keeps its fence.
+ * Session mode has neither (one session carries all of a client's holds). */
+static void shared_holds_live_in_the_row(void **state)
+{
+    (void)state;
+    dlock_client *a = open_ok(""), *b = open_ok("");
+    dlock_lock *s1 = kind_of(a, "rw", DLOCK_MODE_SHARED, 0), *s2 = kind_of(b, "rw", DLOCK_MODE_SHARED, 0);
+    assert_int_equal(dlock_acquire(s1, 0), DLOCK_OK);
+    assert_int_equal(dlock_acquire(s2, 0), DLOCK_OK);
+    assert_string_equal(admin("SELECT owner || ' ' || (SELECT count(*) FROM jsonb_each(holders)) || ' ' || fence"
+                              " FROM dlock_locks WHERE name = convert_to('dlock:rw', 'UTF8')"
+                              " AND expires_at BETWEEN now() + interval '29 s' AND now() + interval '30 s'"),
+                        "~s 2 2");
+    dlock_status_info st;
+    assert_int_equal(dlock_status(a, "rw", 2, &st), DLOCK_OK);
+    assert_string_equal(st.holder, "2 shared holders");
+    dlock_lock *wrong = kind_of(a, "rw", DLOCK_MODE_SEMAPHORE, 2);
+    assert_int_equal(dlock_acquire(wrong, 0), DLOCK_EINVAL);
+    assert_non_null(strstr(dlock_errmsg(), "shared lock, not as a semaphore"));
+    dlock_lock_free(wrong);
+    dlock_lock *p = kind_of(a, "sem", DLOCK_MODE_SEMAPHORE, 3);
+    assert_int_equal(dlock_acquire(p, 0), DLOCK_OK);
+    assert_int_equal(dlock_status(a, "sem", 3, &st), DLOCK_OK);
+    assert_string_equal(st.holder, "1 of 3 permits held");
+    wrong = kind_of(b, "sem", DLOCK_MODE_SHARED, 0);
+    assert_int_equal(dlock_acquire(wrong, 0), DLOCK_EINVAL);
+    assert_non_null(strstr(dlock_errmsg(), "semaphore of 3 permits, not a shared lock"));
+    dlock_lock_free(wrong);
+    assert_int_equal(dlock_release(s1), DLOCK_OK);
+    assert_int_equal(dlock_release(s2), DLOCK_OK);
+    assert_int_equal(dlock_release(p), DLOCK_OK);
+    assert_string_equal(admin("SELECT count(*) FROM dlock_locks WHERE name = convert_to('dlock:rw', 'UTF8')"
+                              " AND owner IS NULL AND fence = 2"), "1");
+    assert_int_equal(dlock_release(s1), DLOCK_ENOTOWNER);
+    dlock_lock_free(s1);
+    dlock_lock_free(s2);
+    dlock_lock_free(p);
+    dlock_client_close(a);
+    dlock_client_close(b);
+    dlock_client *c = open_ok("mode = \"session\";");
+    assert_int_equal(dlock_client_capabilities(c) & (DLOCK_CAP_SHARED | DLOCK_CAP_SEMAPHORE), 0);
+    dlock_lock_options o = DLOCK_LOCK_OPTIONS_INIT;
+    o.mode = DLOCK_MODE_SHARED;
+    dlock_lock *l = NULL;
+    assert_int_equal(dlock_lock_new(c, "rw", 2, &o, &l), DLOCK_ENOTSUP);
+    dlock_client_close(c);
+}
+
+/* A table made before shared holds existed: opened with create_table (the
+ * default) it gets their columns; without, exclusive locks work and a
+ * shared request says what to run. */
+static void a_table_from_before_shared_holds(void **state)
+{
+    (void)state;
+    static const char *const old_ddl[2] = {
+        "CREATE TABLE old_locks (name bytea PRIMARY KEY, owner text, fence bigint NOT NULL,"
+        " expires_at timestamptz NOT NULL)",
+        "CREATE TABLE older_locks (name bytea PRIMARY KEY, owner text, fence bigint NOT NULL,"
+        " expires_at timestamptz NOT NULL)",
+    };
+    admin("DROP TABLE IF EXISTS old_locks, older_locks");
+    admin(old_ddl[0]);
+    admin(old_ddl[1]);
+    admin("CREATE SEQUENCE IF NOT EXISTS older_locks_fence AS bigint CACHE 1 NO CYCLE");
+    dlock_client *c = open_ok("table = \"old_locks\";");
+    dlock_lock *s = kind_of(c, "old", DLOCK_MODE_SHARED, 0);
+    assert_int_equal(dlock_acquire(s, 0), DLOCK_OK);
+    assert_int_equal(dlock_release(s), DLOCK_OK);
+    dlock_lock_free(s);
+    dlock_client_close(c);
+    c = open_ok("table = \"older_locks\"; create_table = false;");
+    dlock_lock *x = test_lock_named(c, "older");
+    assert_int_equal(dlock_acquire(x, 0), DLOCK_OK);
+    assert_int_equal(dlock_release(x), DLOCK_OK);
+    s = kind_of(c, "older", DLOCK_MODE_SHARED, 0);
+    assert_int_equal(dlock_acquire(s, 0), DLOCK_ECONFIG);
+    assert_non_null(strstr(dlock_errmsg(), "ALTER TABLE"));
+    dlock_lock_free(s);
+    dlock_lock_free(x);
+    dlock_client_close(c);
+    admin("DROP TABLE old_locks, older_locks");
+    admin("DROP SEQUENCE IF EXISTS old_locks_fence, older_locks_fence");
+}
+
 static void missing_table_without_create_is_a_config_error(void **state)
 {
     (void)state;
@@ -298,6 +399,12 @@ static void a_least_privilege_role_is_enough(void **state)
     if (rc != DLOCK_OK)
         fail_msg("open as dlock_app: %s", dlock_errmsg());
     dlock_lock *l = test_lock_named(c, "least");
+    assert_int_equal(dlock_acquire(l, 0), DLOCK_OK);
+    assert_int_equal(dlock_renew(l), DLOCK_OK);
+    assert_int_equal(dlock_release(l), DLOCK_OK);
+    dlock_lock_free(l);
+    /* Shared holds and permits need no more than that. */
+    l = kind_of(c, "least-shared", DLOCK_MODE_SHARED, 0);
     assert_int_equal(dlock_acquire(l, 0), DLOCK_OK);
     assert_int_equal(dlock_renew(l), DLOCK_OK);
     assert_int_equal(dlock_release(l), DLOCK_OK);
@@ -445,6 +552,8 @@ int main(void)
         cmocka_unit_test(lease_holds_renew_in_batches),
         cmocka_unit_test(session_holds_renew_in_batches),
         cmocka_unit_test(missing_table_without_create_is_a_config_error),
+        cmocka_unit_test(shared_holds_live_in_the_row),
+        cmocka_unit_test(a_table_from_before_shared_holds),
         cmocka_unit_test(a_least_privilege_role_is_enough),
         cmocka_unit_test(bad_settings_are_config_errors),
         cmocka_unit_test(release_resent_after_a_lost_answer_is_ok),

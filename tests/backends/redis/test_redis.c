@@ -548,56 +548,6 @@ static void shared_layout_status_and_kinds(void **state)
     dlock_client_close(b);
 }
 
-struct timed_taker {
-    dlock_lock *lock;
-    int64_t wait_ms;
-    int rc;
-    int64_t done_at;
-};
-
-static void *take_then_let_go(void *arg)
-{
-    struct timed_taker *t = arg;
-    t->rc = dlock_acquire(t->lock, t->wait_ms);
-    t->done_at = now_ms();
-    if (t->rc == DLOCK_OK)
-        dlock_release(t->lock);
-    return NULL;
-}
-
-/* A reader queued behind a waiting writer is let in as soon as the writer
- * gives up, not at its next retry (half the waiter timeout, 2.5 s here). */
-static void a_reader_behind_a_writer_that_gives_up_comes_in_at_once(void **state)
-{
-    (void)state;
-    dlock_client *a = open_redis(30000, 10000, NULL), *b = open_redis(30000, 10000, NULL),
-                 *c = open_redis(30000, 10000, NULL);
-    dlock_lock *first = kind_of(a, "give-way", DLOCK_MODE_SHARED, 0);
-    struct timed_taker writer = { kind_of(b, "give-way", DLOCK_MODE_EXCLUSIVE, 0), 400, -1, 0 };
-    struct timed_taker reader = { kind_of(c, "give-way", DLOCK_MODE_SHARED, 0), 5000, -1, 0 };
-    assert_int_equal(dlock_acquire(first, 0), DLOCK_OK);
-    int64_t t0 = now_ms();
-    pthread_t tw, tr;
-    pthread_create(&tw, NULL, take_then_let_go, &writer);
-    sleep_ms(150);
-    pthread_create(&tr, NULL, take_then_let_go, &reader);
-    pthread_join(tw, NULL);
-    pthread_join(tr, NULL);
-    assert_int_equal(writer.rc, DLOCK_ETIMEDOUT);
-    assert_int_equal(reader.rc, DLOCK_OK);
-    assert_true(reader.done_at >= writer.done_at - 20);
-    if (reader.done_at - t0 > 400 + 300)
-        fail_msg("the reader came in %lld ms after the start; the writer gave up at %lld ms",
-                 (long long)(reader.done_at - t0), (long long)(writer.done_at - t0));
-    assert_int_equal(dlock_release(first), DLOCK_OK);
-    dlock_lock_free(first);
-    dlock_lock_free(writer.lock);
-    dlock_lock_free(reader.lock);
-    dlock_client_close(a);
-    dlock_client_close(b);
-    dlock_client_close(c);
-}
-
 static void unreachable_server_is_a_clear_error(void **state)
 {
     (void)state;
@@ -994,7 +944,6 @@ int main(void)
         cmocka_unit_test_setup(fair_waiter_that_gives_up_leaves_the_queue, before_each),
         cmocka_unit_test_setup(killed_fair_waiter_drops_out, before_each),
         cmocka_unit_test_setup(shared_layout_status_and_kinds, before_each),
-        cmocka_unit_test_setup(a_reader_behind_a_writer_that_gives_up_comes_in_at_once, before_each),
         cmocka_unit_test_setup(authentication, before_each),
         cmocka_unit_test_setup(server_restart_mid_run, before_each),
         cmocka_unit_test_setup(fences_keep_growing_after_a_restart_from_an_older_snapshot, before_each),
