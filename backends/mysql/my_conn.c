@@ -186,10 +186,13 @@ int my_run(const struct my_server *srv, struct my_conn *c, int which, const stru
     if (rc != DLOCK_OK)
         return rc;
     MYSQL_STMT *st = c->stmt[which];
-    MYSQL_BIND bind[8];
+    MYSQL_BIND bind[MY_MAX_PARAMS];
     memset(bind, 0, sizeof bind);
-    long long values[8];
-    for (int i = 0; i < n && i < 8; i++) {
+    long long values[MY_MAX_PARAMS];
+    if (n > MY_MAX_PARAMS)
+        return dlock_seterr(DLOCK_EINTERNAL, "%s: a statement with %d parameters (at most %d)", srv->label, n,
+                            MY_MAX_PARAMS);
+    for (int i = 0; i < n; i++) {
         if (params[i].bytes) {
             bind[i].buffer_type = MYSQL_TYPE_BLOB;
             bind[i].buffer = (void *)params[i].bytes;

@@ -12,7 +12,15 @@
  * fence and owner are decided from the old owner and expiry, and expires_at
  * last, from the owner just written. The statement cannot return a row, so
  * it reports through LAST_INSERT_ID(expr), which the OK packet carries:
- * the fence on a grant, MY_BUSY_MARK + the holder's remaining ms when busy. */
+ * the fence on a grant, MY_BUSY_MARK + the holder's remaining ms when busy
+ * (plus MY_SHARED_FLAG when the holders are shared or permit holders).
+ *
+ * Shared holds and permits live in the same row, as in the postgres
+ * backend: owner is the kind ("~s", "~p<N>"), expires_at the latest
+ * holder's expiry, holders a JSON object of owner -> expiry in ms. Their
+ * acquire is one UPDATE of the row (made first if missing) that decides
+ * once, into @dlock_take, from the row InnoDB has locked for the update,
+ * and every later assignment follows that decision. */
 #include "config.h"
 
 #include "my_sql.h"
@@ -28,6 +36,10 @@
 /* The server's clock, UTC (the session's time_zone is +00:00), in ms. */
 #define NOW_MS "CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)"
 #define FREE_OR_EXPIRED "(owner IS NULL OR expires_at < " NOW_MS ")"
+/* The holders of the row as (j.k), with their expiry HOLDER_EXPIRY. */
+#define HOLDER_KEYS "JSON_TABLE(JSON_KEYS(COALESCE(holders, '{}')), '$[*]' COLUMNS (k VARCHAR(100) PATH '$')) AS j"
+#define HOLDER_EXPIRY "JSON_EXTRACT(holders, CONCAT('$.\"', j.k, '\"'))"
+#define OWNER_PATH "CONCAT('$.\"', ?, '\"')"
 
 int my_sql_init(struct my_sql *sql, const char *table)
 {
@@ -38,19 +50,81 @@ int my_sql_init(struct my_sql *sql, const char *table)
                                "  name VARBINARY(600) NOT NULL PRIMARY KEY,\n"
                                "  owner VARCHAR(100) NULL,\n"
                                "  fence BIGINT UNSIGNED NOT NULL,\n"
-                               "  expires_at BIGINT NOT NULL\n"
+                               "  expires_at BIGINT NOT NULL,\n"
+                               "  holders JSON NULL,\n"
+                               "  writer VARCHAR(100) NULL,\n"
+                               "  writer_until BIGINT NULL,\n"
+                               "  writer_fence BIGINT UNSIGNED NULL\n"
                                ") ENGINE=InnoDB",
                                t);
+    sql->add_shared_columns = sql_format("ALTER TABLE `%s` ADD COLUMN holders JSON NULL,\n"
+                                         "  ADD COLUMN writer VARCHAR(100) NULL,\n"
+                                         "  ADD COLUMN writer_until BIGINT NULL,\n"
+                                         "  ADD COLUMN writer_fence BIGINT UNSIGNED NULL",
+                                         t);
     sql->text[MY_ACQUIRE] = sql_format(
         "INSERT INTO `%s` (name, owner, fence, expires_at)\n"
         "VALUES (?, ?, LAST_INSERT_ID(1), " NOW_MS " + ?)\n"
         "ON DUPLICATE KEY UPDATE\n"
         "  fence = IF(" FREE_OR_EXPIRED ", LAST_INSERT_ID(fence + 1),\n"
         "             IF(owner = VALUES(owner), LAST_INSERT_ID(fence),\n"
-        "                fence + 0 * LAST_INSERT_ID(%llu + GREATEST(expires_at - " NOW_MS ", 0)))),\n"
+        "                fence + 0 * LAST_INSERT_ID(%llu + GREATEST(expires_at - " NOW_MS ", 0)\n"
+        "                                           + IF(LEFT(owner, 1) = '~', %llu, 0)))),\n"
         "  owner = IF(" FREE_OR_EXPIRED " OR owner = VALUES(owner), VALUES(owner), owner),\n"
         "  expires_at = IF(owner = VALUES(owner), VALUES(expires_at), expires_at)",
-        t, (unsigned long long)MY_BUSY_MARK);
+        t, (unsigned long long)MY_BUSY_MARK, (unsigned long long)MY_SHARED_FLAG);
+    sql->text[MY_ENSURE_ROW] = sql_format("INSERT INTO `%s` (name, owner, fence, expires_at) VALUES (?, NULL, 0, 0)\n"
+                                          "ON DUPLICATE KEY UPDATE name = name",
+                                          t);
+    /* Parameters: kind, kind, owner, permits, permits, permits, owner, kind,
+     * kind, owner, lease, kind, lease, kind, key. */
+    sql->text[MY_SHARED_ACQUIRE] = sql_format(
+        "UPDATE `%s` SET\n"
+        "  fence = IF((@dlock_take := (owner IS NULL OR expires_at < " NOW_MS " OR owner = ?)\n"
+        "      AND (SELECT COUNT(*) FROM " HOLDER_KEYS "\n"
+        "           WHERE owner = ? AND j.k <> ? AND " HOLDER_EXPIRY " > " NOW_MS ") < IF(? = 0, 4294967296, ?)\n"
+        "      AND (? <> 0 OR writer IS NULL OR writer = ? OR writer_until < " NOW_MS " OR writer_fence <> fence)),\n"
+        "    LAST_INSERT_ID(fence + 1),\n"
+        "    IF(owner <> ? AND LEFT(owner, 1) = '~' AND expires_at >= " NOW_MS ",\n"
+        "       fence + 0 * LAST_INSERT_ID(%llu + CAST(CONCAT('0', SUBSTRING(owner, 3)) AS UNSIGNED)),\n"
+        "       fence + 0 * LAST_INSERT_ID(%llu + GREATEST(expires_at - " NOW_MS ", 0)))),\n"
+        "  holders = IF(@dlock_take, JSON_SET(COALESCE((SELECT JSON_OBJECTAGG(j.k, " HOLDER_EXPIRY ")\n"
+        "      FROM " HOLDER_KEYS " WHERE owner = ? AND " HOLDER_EXPIRY " > " NOW_MS "), JSON_OBJECT()),\n"
+        "    " OWNER_PATH ", " NOW_MS " + ?), holders),\n"
+        "  expires_at = IF(@dlock_take, GREATEST(IF(owner = ?, expires_at, 0), " NOW_MS " + ?), expires_at),\n"
+        "  owner = IF(@dlock_take, ?, owner),\n"
+        "  writer = IF(@dlock_take, NULL, writer)\n"
+        "WHERE name = ?",
+        t, (unsigned long long)MY_KIND_MARK, (unsigned long long)MY_BUSY_MARK);
+    /* owner, lease, lease, key, owner */
+    sql->text[MY_SHARED_RENEW] = sql_format(
+        "UPDATE `%s` SET holders = JSON_SET(holders, " OWNER_PATH ", " NOW_MS " + ?),\n"
+        "  expires_at = GREATEST(expires_at, " NOW_MS " + ?)\n"
+        "WHERE name = ? AND LEFT(owner, 1) = '~' AND expires_at >= " NOW_MS "\n"
+        "  AND JSON_EXTRACT(holders, " OWNER_PATH ") > " NOW_MS,
+        t);
+    /* owner, key, owner: the others still live stay; the last one out frees
+     * the row (holders is assigned first, so the later ones see the rest). */
+    sql->text[MY_SHARED_RELEASE] = sql_format(
+        "UPDATE `%s` SET\n"
+        "  holders = COALESCE((SELECT JSON_OBJECTAGG(j.k, " HOLDER_EXPIRY ") FROM " HOLDER_KEYS "\n"
+        "                      WHERE j.k <> ? AND " HOLDER_EXPIRY " > " NOW_MS "), JSON_OBJECT()),\n"
+        "  expires_at = COALESCE((SELECT MAX(CAST(" HOLDER_EXPIRY " AS SIGNED)) FROM " HOLDER_KEYS "), " NOW_MS "),\n"
+        "  owner = IF(JSON_LENGTH(holders) = 0, NULL, owner)\n"
+        "WHERE name = ? AND LEFT(owner, 1) = '~' AND JSON_EXTRACT(holders, " OWNER_PATH ") > " NOW_MS,
+        t);
+    /* owner, lease, key, owner */
+    sql->text[MY_REGISTER_WRITER] = sql_format(
+        "UPDATE `%s` SET writer = ?, writer_until = " NOW_MS " + 2 * ?, writer_fence = fence\n"
+        "WHERE name = ? AND LEFT(owner, 1) = '~' AND expires_at >= " NOW_MS "\n"
+        "  AND (writer IS NULL OR writer = ? OR writer_until < " NOW_MS " OR writer_fence <> fence)",
+        t);
+    sql->text[MY_UNREGISTER_WRITER] = sql_format("UPDATE `%s` SET writer = NULL WHERE name = ? AND writer = ?", t);
+    sql->text[MY_SHARED_STATUS] = sql_format(
+        "SELECT COUNT(*) FROM `%s` AS t, " HOLDER_KEYS " WHERE t.name = ? AND " HOLDER_EXPIRY " > " NOW_MS, t);
+    sql->text[MY_HAS_SHARED_COLUMNS] = sql_format(
+        "SELECT COUNT(*) FROM information_schema.columns\n"
+        "WHERE table_schema = DATABASE() AND table_name = ? AND column_name = 'writer_fence'");
     sql->text[MY_RENEW] = sql_format("UPDATE `%s` SET expires_at = " NOW_MS " + ?\n"
                                  "WHERE name = ? AND owner = ? AND expires_at >= " NOW_MS,
                                  t);
@@ -87,7 +161,7 @@ int my_sql_init(struct my_sql *sql, const char *table)
         "WHERE IS_USED_LOCK(u.n) = CONNECTION_ID()");
     sql->text[MY_SESSION_RELEASE] = sql_format("SELECT RELEASE_LOCK(?)");
     sql->text[MY_SESSION_STATUS] = sql_format("SELECT IS_USED_LOCK(?)");
-    bool ok = sql->create_table != NULL;
+    bool ok = sql->create_table != NULL && sql->add_shared_columns != NULL;
     for (int i = 0; i < MY_STATEMENT_COUNT; i++)
         ok &= sql->text[i] != NULL;
     if (!ok) {
@@ -100,6 +174,7 @@ int my_sql_init(struct my_sql *sql, const char *table)
 void my_sql_free(struct my_sql *sql)
 {
     free(sql->create_table);
+    free(sql->add_shared_columns);
     for (int i = 0; i < MY_STATEMENT_COUNT; i++)
         free(sql->text[i]);
     memset(sql, 0, sizeof *sql);

@@ -14,14 +14,31 @@
 /* A busy acquire reports the holder's remaining lease through
  * LAST_INSERT_ID as MY_BUSY_MARK + ms; fences stay far below it. */
 #define MY_BUSY_MARK (UINT64_C(1) << 62)
+/* Added to the busy answer's ms when the holders are shared or permit
+ * holders (an exclusive request then registers as a waiting writer). */
+#define MY_SHARED_FLAG (UINT64_C(1) << 60)
+/* A shared or permit request on a name held in another kind reports
+ * MY_KIND_MARK + that kind's permits (0: shared). */
+#define MY_KIND_MARK (UINT64_C(1) << 61)
 
 enum my_statement {
-    MY_ACQUIRE,          /* key, owner, lease ms -> insert id: fence, or MY_BUSY_MARK + ms */
+    MY_ACQUIRE,          /* key, owner, lease ms -> insert id: fence, or MY_BUSY_MARK + ms
+                          * (+ MY_SHARED_FLAG) */
     MY_RENEW,            /* lease ms, key, owner -> 1 row found when still ours */
     MY_RENEW_BATCH,      /* JSON [[hex key, owner, lease ms], ...] -> rows found still ours
                           * (needs JSON_TABLE: MariaDB >= 10.6, MySQL >= 8.0.4) */
     MY_RELEASE,          /* key, owner -> 1 row found when released */
     MY_STATUS,           /* key -> owner, fence, ms left, valid */
+    /* shared holds and permits (lease mode) */
+    MY_ENSURE_ROW,       /* key: the name's row exists (free) */
+    MY_SHARED_ACQUIRE,   /* see my_sql.c -> rows found 0: no row; insert id: fence, MY_KIND_MARK + N,
+                          * or MY_BUSY_MARK + ms */
+    MY_SHARED_RENEW,     /* owner, lease, lease, key, owner -> 1 row found when still ours */
+    MY_SHARED_RELEASE,   /* owner, key, owner -> 1 row found when released */
+    MY_REGISTER_WRITER,  /* owner, lease, key, owner: an exclusive request waiting on shared holders */
+    MY_UNREGISTER_WRITER,/* key, owner */
+    MY_SHARED_STATUS,    /* key -> live holders */
+    MY_HAS_SHARED_COLUMNS, /* table name -> 1 when the table has the shared columns */
     MY_SESSION_ACQUIRE,  /* lock name -> 1 granted, 0 busy */
     MY_SESSION_FENCE,    /* key, lock name -> rows > 0 while held here; insert id: fence */
     MY_SESSION_CHECK,    /* lock name -> 1 while this connection holds it */
@@ -34,6 +51,7 @@ enum my_statement {
 struct my_sql {
     char table[MY_TABLE_MAX + 1];
     char *create_table;
+    char *add_shared_columns;   /* for a table made before shared holds existed */
     char *text[MY_STATEMENT_COUNT];
 };
 

@@ -19,6 +19,7 @@
  * lease runs out (the busy answer carries the remaining time). */
 #include "config.h"
 
+#include "../common/renew_by_kind.h"
 #include "../common/sql_text.h"
 #include "my_conn.h"
 #include "my_sql.h"
@@ -48,6 +49,7 @@ struct my_instance {
 struct my_lock {
     struct sql_lock_key k;       /* the row's name; k.tag the session-mode GET_LOCK name */
     uint64_t generation;         /* session mode: holder connection of the hold */
+    bool writer_registered;      /* an exclusive request waiting on shared holders said so in the row */
 };
 /* sql_renew_batch_init reads the key at the start of each lock's state. */
 _Static_assert(offsetof(struct my_lock, k) == 0, "the sql_lock_key comes first");
@@ -87,6 +89,8 @@ static struct my_param integer(long long v)
 
 /* ---- lease mode ---------------------------------------------------------------------- */
 
+static void register_writer(struct my_instance *inst, struct dlock_provider_lock *lk);
+
 static int lease_try(struct my_instance *inst, struct dlock_provider_lock *lk, struct dlock_grant *g)
 {
     struct my_lock *ml = lk->priv;
@@ -97,7 +101,10 @@ static int lease_try(struct my_instance *inst, struct dlock_provider_lock *lk, s
     if (rc != DLOCK_OK)
         return rc;
     if (o.insert_id >= MY_BUSY_MARK) {
-        g->retry_hint_ms = (int64_t)(o.insert_id - MY_BUSY_MARK);
+        uint64_t v = o.insert_id - MY_BUSY_MARK;
+        g->retry_hint_ms = (int64_t)(v & (MY_SHARED_FLAG - 1));
+        if (v & MY_SHARED_FLAG)
+            register_writer(inst, lk);
         return DLOCK_EBUSY;
     }
     if (o.affected == 0 || o.insert_id == 0)
@@ -105,11 +112,101 @@ static int lease_try(struct my_instance *inst, struct dlock_provider_lock *lk, s
                             (unsigned long long)o.affected, (unsigned long long)o.insert_id);
     g->fence = o.insert_id;
     g->has_fence = 1;
+    ml->writer_registered = false; /* the grant raised the fence: that voids it */
     return DLOCK_OK;
+}
+
+/* An exclusive request kept out by shared holders says so in the row, so
+ * that shared requests after it wait behind it instead of starving it.
+ * Best effort: if it fails, the request still waits, only without that
+ * priority. */
+static void register_writer(struct my_instance *inst, struct dlock_provider_lock *lk)
+{
+    struct my_lock *ml = lk->priv;
+    struct my_param p[4] = { bytes(lk->owner, strlen(lk->owner)), integer(lk->lease_ms),
+                             bytes(ml->k.key, ml->k.key_len), bytes(lk->owner, strlen(lk->owner)) };
+    struct my_outcome o;
+    if (my_pool_run(&inst->pool, MY_REGISTER_WRITER, p, 4, -1, &o) == DLOCK_OK)
+        ml->writer_registered = true;
+}
+
+/* The kind a name is held in is its own: asking for another is an error,
+ * not a wait. permits: the held kind's (0: shared). */
+static int kind_mismatch(struct my_instance *inst, const struct dlock_provider_lock *lk, uint64_t permits)
+{
+    if (lk->mode == DLOCK_MODE_SEMAPHORE && permits > 0)
+        return dlock_seterr(DLOCK_EINVAL, "%s: '%s' is a semaphore of %llu permits, not %u", inst->server.label,
+                            lk->name, (unsigned long long)permits, lk->permits);
+    if (lk->mode == DLOCK_MODE_SEMAPHORE)
+        return dlock_seterr(DLOCK_EINVAL, "%s: '%s' is held as a shared lock, not as a semaphore",
+                            inst->server.label, lk->name);
+    return dlock_seterr(DLOCK_EINVAL, "%s: '%s' is a semaphore of %llu permits, not a shared lock",
+                        inst->server.label, lk->name, (unsigned long long)permits);
+}
+
+/* One attempt at a shared hold or a permit: the row is made first if the
+ * name has none yet. */
+static int shared_try(struct my_instance *inst, struct dlock_provider_lock *lk, struct dlock_grant *g)
+{
+    struct my_lock *ml = lk->priv;
+    char kind[16];
+    unsigned limit = lk->mode == DLOCK_MODE_SEMAPHORE ? lk->permits : 0;
+    if (limit)
+        snprintf(kind, sizeof kind, "~p%u", limit);
+    else
+        snprintf(kind, sizeof kind, "~s");
+    struct my_param k = bytes(kind, strlen(kind)), who = bytes(lk->owner, strlen(lk->owner));
+    struct my_param n = integer(limit), lease = integer(lk->lease_ms), key = bytes(ml->k.key, ml->k.key_len);
+    struct my_param p[15] = { k, k, who, n, n, n, who, k, k, who, lease, k, lease, k, key };
+    struct my_outcome o = { .affected = 0 }; /* untouched when no connection could be had */
+    int rc = DLOCK_OK;
+    for (int attempt = 0; attempt < 2; attempt++) {
+        rc = my_pool_run(&inst->pool, MY_SHARED_ACQUIRE, p, 15, -1, &o);
+        if (rc != DLOCK_OK || o.affected != 0)
+            break;
+        struct my_outcome made;
+        if ((rc = my_pool_run(&inst->pool, MY_ENSURE_ROW, &key, 1, -1, &made)) != DLOCK_OK)
+            break;
+    }
+    if (rc == DLOCK_OK && o.server_errno == 0 && o.affected == 0)
+        rc = dlock_seterr(DLOCK_EPROTOCOL, "%s: the row of '%s' vanished while it was taken", inst->server.label,
+                          lk->name);
+    if (rc != DLOCK_OK) {
+        if (o.server_errno == ER_BAD_FIELD_ERROR)
+            rc = dlock_seterr(DLOCK_ECONFIG,
+                              "%s: table `%s` has no columns for shared holds and semaphores: add them with the "
+                              "ALTER TABLE in dlock.conf(5), or let libdlock do it (mysql.create_table = true)",
+                              inst->server.label, inst->sql.table);
+        return rc;
+    }
+    if (o.insert_id >= MY_BUSY_MARK) {
+        g->retry_hint_ms = (int64_t)(o.insert_id - MY_BUSY_MARK);
+        return DLOCK_EBUSY;
+    }
+    if (o.insert_id >= MY_KIND_MARK)
+        return kind_mismatch(inst, lk, o.insert_id - MY_KIND_MARK);
+    g->fence = o.insert_id;
+    g->has_fence = 1;
+    return DLOCK_OK;
+}
+
+static int shared_renew(struct my_instance *inst, struct dlock_provider_lock *lk)
+{
+    struct my_lock *ml = lk->priv;
+    struct my_param p[5] = { bytes(lk->owner, strlen(lk->owner)), integer(lk->lease_ms), integer(lk->lease_ms),
+                             bytes(ml->k.key, ml->k.key_len), bytes(lk->owner, strlen(lk->owner)) };
+    struct my_outcome o;
+    int rc = my_pool_run(&inst->pool, MY_SHARED_RENEW, p, 5, -1, &o);
+    if (rc == DLOCK_OK && o.affected != 1)
+        rc = dlock_seterr(DLOCK_ELOST, "%s: the hold of '%s' is no longer in its row (expired or taken)",
+                          inst->server.label, lk->name);
+    return rc;
 }
 
 static int lease_renew(struct my_instance *inst, struct dlock_provider_lock *lk)
 {
+    if (kind_is_shared(lk))
+        return shared_renew(inst, lk);
     struct my_lock *ml = lk->priv;
     struct my_param p[3] = { integer(lk->lease_ms), bytes(ml->k.key, ml->k.key_len),
                              bytes(lk->owner, strlen(lk->owner)) };
@@ -138,8 +235,8 @@ static bool batch_refused(struct my_instance *inst, const struct my_outcome *o)
  * rows still ours; when that is all of them (the usual case) every hold is
  * renewed, otherwise each is renewed on its own to learn which were lost
  * (renewing a hold twice is harmless). */
-static int lease_renew_batch(struct my_instance *inst, struct dlock_provider_lock *const *locks, size_t n,
-                             int *results)
+static int exclusive_renew_batch(struct my_instance *inst, struct dlock_provider_lock *const *locks, size_t n,
+                                 int *results)
 {
     struct sql_renew_batch b;
     char *json = NULL;
@@ -171,12 +268,38 @@ static int lease_renew_batch(struct my_instance *inst, struct dlock_provider_loc
     return rc;
 }
 
+/* Exclusive holds in one statement; shared holds and permits one
+ * statement each (a multi-table UPDATE meets a row once, and holders of
+ * one name share a row). */
+static int renew_one_kind(void *ctx, bool shared, struct dlock_provider_lock *const *locks, size_t n, int *results)
+{
+    struct my_instance *inst = ctx;
+    if (!shared)
+        return exclusive_renew_batch(inst, locks, n, results);
+    for (size_t i = 0; i < n; i++)
+        results[i] = shared_renew(inst, locks[i]);
+    return DLOCK_OK;
+}
+
+static int lease_renew_batch(struct my_instance *inst, struct dlock_provider_lock *const *locks, size_t n,
+                             int *results)
+{
+    return renew_by_kind(inst, renew_one_kind, locks, n, results);
+}
+
 static int lease_release(struct my_instance *inst, struct dlock_provider_lock *lk)
 {
     struct my_lock *ml = lk->priv;
-    struct my_param p[2] = { bytes(ml->k.key, ml->k.key_len), bytes(lk->owner, strlen(lk->owner)) };
+    struct my_param p[3] = { bytes(ml->k.key, ml->k.key_len), bytes(lk->owner, strlen(lk->owner)) };
     struct my_outcome o;
-    int rc = my_pool_run(&inst->pool, MY_RELEASE, p, 2, -1, &o);
+    int rc;
+    if (kind_is_shared(lk)) {
+        struct my_param sp[3] = { bytes(lk->owner, strlen(lk->owner)), bytes(ml->k.key, ml->k.key_len),
+                                  bytes(lk->owner, strlen(lk->owner)) };
+        rc = my_pool_run(&inst->pool, MY_SHARED_RELEASE, sp, 3, -1, &o);
+    } else {
+        rc = my_pool_run(&inst->pool, MY_RELEASE, p, 2, -1, &o);
+    }
     /* Sent twice because the connection died under the first: a hold
      * already freed is the first one's work, not a loss. */
     if (rc == DLOCK_OK && o.affected != 1)
@@ -353,7 +476,9 @@ static int my_acquire(void *instance, struct dlock_provider_lock *lk, struct dlo
     int rc = ensure_key(inst, lk);
     if (rc != DLOCK_OK)
         return rc;
-    return inst->session_mode ? session_try(inst, lk, g) : lease_try(inst, lk, g);
+    if (inst->session_mode)
+        return session_try(inst, lk, g);
+    return kind_is_shared(lk) ? shared_try(inst, lk, g) : lease_try(inst, lk, g);
 }
 
 static int my_release(void *instance, struct dlock_provider_lock *lk)
@@ -385,12 +510,41 @@ static int my_fence(void *instance, struct dlock_provider_lock *lk, uint64_t *ou
     return session_fence(inst, lk, out);
 }
 
+static void my_abandon(void *instance, struct dlock_provider_lock *lk)
+{
+    struct my_instance *inst = instance;
+    struct my_lock *ml = lk->priv;
+    if (!ml->writer_registered)
+        return;
+    /* Out of the way now: the readers held back for us may come in. */
+    struct my_param p[2] = { bytes(ml->k.key, ml->k.key_len), bytes(lk->owner, strlen(lk->owner)) };
+    struct my_outcome o;
+    my_pool_run(&inst->pool, MY_UNREGISTER_WRITER, p, 2, -1, &o);
+    ml->writer_registered = false;
+}
+
 static void my_lock_fini(void *instance, struct dlock_provider_lock *lk)
 {
     (void)instance;
     struct my_lock *ml = lk->priv;
     sql_lock_key_free(&ml->k);
     memset(ml, 0, sizeof *ml);
+}
+
+/* out->holder is a kind marker ("~s", "~p<N>"): says how many hold it. */
+static int shared_status(struct my_instance *inst, const struct my_lock *ml, dlock_status_info *out)
+{
+    struct my_param p[1] = { bytes(ml->k.key, ml->k.key_len) };
+    struct my_outcome o;
+    int rc = my_pool_run(&inst->pool, MY_SHARED_STATUS, p, 1, -1, &o);
+    if (rc == DLOCK_OK && o.has_row) {
+        long long n = o.ints[0];
+        if (out->holder[1] == 'p')
+            snprintf(out->holder, sizeof out->holder, "%lld of %ld permits held", n, strtol(out->holder + 2, NULL, 10));
+        else
+            snprintf(out->holder, sizeof out->holder, "%lld shared holder%s", n, n == 1 ? "" : "s");
+    }
+    return rc;
 }
 
 static int my_status(struct my_instance *inst, struct dlock_ctl_status *arg)
@@ -423,6 +577,8 @@ static int my_status(struct my_instance *inst, struct dlock_ctl_status *arg)
                 out->held = 1;
                 out->ttl_ms = o.ints[2];
                 snprintf(out->holder, sizeof out->holder, "%s", o.text);
+                if (out->holder[0] == '~')
+                    rc = shared_status(inst, &ml, out);
             }
         }
     }
@@ -432,9 +588,41 @@ static int my_status(struct my_instance *inst, struct dlock_ctl_status *arg)
 
 static int my_ctl(void *instance, int op, void *arg)
 {
+    struct my_instance *inst = instance;
     if (op == DLOCK_CTL_STATUS)
-        return my_status(instance, arg);
+        return my_status(inst, arg);
+    if (op == DLOCK_CTL_CAPABILITIES) {
+        /* GET_LOCK has no shared kind, and one connection carries every
+         * hold of a client. */
+        if (inst->session_mode)
+            *(unsigned *)arg &= ~(unsigned)(DLOCK_CAP_SHARED | DLOCK_CAP_SEMAPHORE);
+        return DLOCK_OK;
+    }
     return DLOCK_ENOTSUP;
+}
+
+/* A table made before shared holds existed: give it their columns, or say
+ * how (exclusive locks work without them; shared and permit requests fail
+ * until then). */
+static int add_shared_columns(struct my_instance *inst, struct my_conn *c, bool create)
+{
+    struct my_outcome o;
+    struct my_param p[1] = { bytes(inst->sql.table, strlen(inst->sql.table)) };
+    int rc = my_run(&inst->server, c, MY_HAS_SHARED_COLUMNS, p, 1, -1, &o);
+    if (rc != DLOCK_OK || (o.has_row && o.ints[0] > 0))
+        return rc;
+    if (!create) {
+        dlock_provider_log(inst->log_handle, DLOCK_LOG_WARN,
+                           "%s: table `%s` has no columns for shared holds and semaphores; they will fail until it "
+                           "has them (ALTER TABLE in dlock.conf(5))",
+                           inst->server.label, inst->sql.table);
+        return DLOCK_OK;
+    }
+    if (mysql_query(c->db, inst->sql.add_shared_columns) != 0 && mysql_errno(c->db) != ER_DUP_FIELDNAME)
+        return dlock_seterr(mysql_errno(c->db) == 1142 ? DLOCK_ECONFIG : DLOCK_EUNAVAILABLE,
+                            "%s: ALTER TABLE `%s` (the columns of shared holds) failed: %s", inst->server.label,
+                            inst->sql.table, mysql_error(c->db));
+    return DLOCK_OK;
 }
 
 static int prepare_schema(struct my_instance *inst, bool create)
@@ -459,6 +647,8 @@ static int prepare_schema(struct my_instance *inst, bool create)
         rc = dlock_seterr(DLOCK_ECONFIG, "%s (mysql.create_table is false: create it with the DDL in dlock.conf(5))",
                           dlock_errmsg());
     }
+    if (rc == DLOCK_OK)
+        rc = add_shared_columns(inst, c, create);
     my_pool_put(&inst->pool, c);
     return rc;
 }
@@ -519,9 +709,10 @@ static int my_open(void **instance, const struct dlock_provider_env *env)
 }
 
 static const struct dlock_provider my_provider = {
-    .version = DLOCK_PROVIDER_VERSION_1,
+    .version = DLOCK_PROVIDER_VERSION_2,
     .name = "mysql",
-    .capabilities = DLOCK_CAP_RENEW | DLOCK_CAP_FENCE | DLOCK_CAP_SERVER_EXPIRY | DLOCK_CAP_MULTI_HOST,
+    .capabilities = DLOCK_CAP_RENEW | DLOCK_CAP_FENCE | DLOCK_CAP_SERVER_EXPIRY | DLOCK_CAP_MULTI_HOST |
+                    DLOCK_CAP_SHARED | DLOCK_CAP_SEMAPHORE,
     .lock_priv_size = sizeof(struct my_lock),
     .settings = my_settings,
     .open = my_open,
@@ -533,6 +724,7 @@ static const struct dlock_provider my_provider = {
     .fence = my_fence,
     .lock_fini = my_lock_fini,
     .ctl = my_ctl,
+    .abandon = my_abandon,
 };
 
 DLOCK_MODULE(my_provider)

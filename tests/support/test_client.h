@@ -27,6 +27,19 @@ static inline dlock_lock *test_lock_named(dlock_client *c, const char *name)
     return l;
 }
 
+/* A handle for NAME in mode (DLOCK_MODE_*; permits for a semaphore). */
+static inline dlock_lock *test_lock_of_kind(dlock_client *c, const char *name, unsigned mode, unsigned permits)
+{
+    dlock_lock_options o = DLOCK_LOCK_OPTIONS_INIT;
+    o.mode = mode;
+    o.permits = permits;
+    dlock_lock *l = NULL;
+    int rc = dlock_lock_new(c, name, strlen(name), &o, &l);
+    if (rc != DLOCK_OK)
+        fail_msg("lock_new: %s: %s", dlock_strerror(rc), dlock_errmsg());
+    return l;
+}
+
 /* on_lost that counts its calls in the int at arg (atomically). */
 static inline void test_count_loss(dlock_lock *l, void *arg)
 {

@@ -13,6 +13,7 @@
 #include "../../support/fault_proxy.h"
 #include "../../support/test_time.h"
 #include "../../support/test_client.h"
+#include "../../support/shared_kinds.h"
 #include "../../support/fence_guard_case.h"
 
 #include <dlock.h>
@@ -350,6 +351,72 @@ static void session_holds_renew_in_batches(void **state)
     dlock_client_close(c);
 }
 
+/* ---- shared holds and semaphores -------------------------------------------------------- */
+
+/* Shared holders share the name's row: owner is the kind, holders their
+ * expiries; status counts them; another kind is refused with a message
+ * that says which; the last one out frees the row and keeps its fence.
+ * Session mode has neither (GET_LOCK has no shared kind). */
+static void shared_holds_live_in_the_row(void **state)
+{
+    (void)state;
+    dlock_client *a = open_ok(""), *b = open_ok("");
+    dlock_lock *held[3];
+    test_shared_kinds_hold(a, b, held);
+    dlock_lock *s1 = held[0], *s2 = held[1], *p = held[2];
+    assert_string_equal(admin("SELECT CONCAT(owner, ' ', JSON_LENGTH(holders), ' ', fence) FROM dlock_locks"
+                              " WHERE name = 'dlock:rw' AND expires_at - UNIX_TIMESTAMP(NOW(3)) * 1000"
+                              " BETWEEN 29000 AND 30000"),
+                        "~s 2 2");
+    assert_int_equal(dlock_release(s1), DLOCK_OK);
+    assert_int_equal(dlock_release(s2), DLOCK_OK);
+    assert_int_equal(dlock_release(p), DLOCK_OK);
+    assert_string_equal(admin("SELECT COUNT(*) FROM dlock_locks WHERE name = 'dlock:rw' AND owner IS NULL"
+                              " AND fence = 2"), "1");
+    assert_int_equal(dlock_release(s1), DLOCK_ENOTOWNER);
+    dlock_lock_free(s1);
+    dlock_lock_free(s2);
+    dlock_lock_free(p);
+    dlock_client_close(a);
+    dlock_client_close(b);
+    dlock_client *c = open_ok("mode = \"session\";");
+    assert_int_equal(dlock_client_capabilities(c) & (DLOCK_CAP_SHARED | DLOCK_CAP_SEMAPHORE), 0);
+    dlock_lock_options o = DLOCK_LOCK_OPTIONS_INIT;
+    o.mode = DLOCK_MODE_SHARED;
+    dlock_lock *l = NULL;
+    assert_int_equal(dlock_lock_new(c, "rw", 2, &o, &l), DLOCK_ENOTSUP);
+    dlock_client_close(c);
+}
+
+/* A table made before shared holds existed: opened with create_table (the
+ * default) it gets their columns; without, exclusive locks work and a
+ * shared request says what to run. */
+static void a_table_from_before_shared_holds(void **state)
+{
+    (void)state;
+    admin("DROP TABLE IF EXISTS old_locks, older_locks");
+    admin("CREATE TABLE old_locks (name VARBINARY(600) NOT NULL PRIMARY KEY, owner VARCHAR(100) NULL,"
+          " fence BIGINT UNSIGNED NOT NULL, expires_at BIGINT NOT NULL) ENGINE=InnoDB");
+    admin("CREATE TABLE older_locks LIKE old_locks");
+    dlock_client *c = open_ok("table = \"old_locks\";");
+    dlock_lock *s = test_lock_of_kind(c, "old", DLOCK_MODE_SHARED, 0);
+    assert_int_equal(dlock_acquire(s, 0), DLOCK_OK);
+    assert_int_equal(dlock_release(s), DLOCK_OK);
+    dlock_lock_free(s);
+    dlock_client_close(c);
+    c = open_ok("table = \"older_locks\"; create_table = false;");
+    dlock_lock *x = test_lock_named(c, "older");
+    assert_int_equal(dlock_acquire(x, 0), DLOCK_OK);
+    assert_int_equal(dlock_release(x), DLOCK_OK);
+    s = test_lock_of_kind(c, "older", DLOCK_MODE_SHARED, 0);
+    assert_int_equal(dlock_acquire(s, 0), DLOCK_ECONFIG);
+    assert_non_null(strstr(dlock_errmsg(), "ALTER TABLE"));
+    dlock_lock_free(s);
+    dlock_lock_free(x);
+    dlock_client_close(c);
+    admin("DROP TABLE old_locks, older_locks");
+}
+
 static void missing_table_without_create_is_a_config_error(void **state)
 {
     (void)state;
@@ -376,6 +443,12 @@ static void a_least_privilege_user_is_enough(void **state)
     if (rc != DLOCK_OK)
         fail_msg("open as dlock_app: %s", dlock_errmsg());
     dlock_lock *l = test_lock_named(c, "least");
+    assert_int_equal(dlock_acquire(l, 0), DLOCK_OK);
+    assert_int_equal(dlock_renew(l), DLOCK_OK);
+    assert_int_equal(dlock_release(l), DLOCK_OK);
+    dlock_lock_free(l);
+    /* Shared holds and permits need no more than that. */
+    l = test_lock_of_kind(c, "least-shared", DLOCK_MODE_SHARED, 0);
     assert_int_equal(dlock_acquire(l, 0), DLOCK_OK);
     assert_int_equal(dlock_renew(l), DLOCK_OK);
     assert_int_equal(dlock_release(l), DLOCK_OK);
@@ -491,6 +564,8 @@ int main(void)
         cmocka_unit_test(lease_holds_renew_in_batches),
         cmocka_unit_test(session_holds_renew_in_batches),
         cmocka_unit_test(missing_table_without_create_is_a_config_error),
+        cmocka_unit_test(shared_holds_live_in_the_row),
+        cmocka_unit_test(a_table_from_before_shared_holds),
         cmocka_unit_test(a_least_privilege_user_is_enough),
         cmocka_unit_test(bad_settings_are_config_errors),
         cmocka_unit_test(unreachable_server_is_a_clear_error),

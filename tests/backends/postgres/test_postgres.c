@@ -13,6 +13,7 @@
 #include "../../support/fault_proxy.h"
 #include "../../support/test_time.h"
 #include "../../support/test_client.h"
+#include "../../support/shared_kinds.h"
 #include "../../support/fence_guard_case.h"
 
 #include <dlock.h>
@@ -272,18 +273,6 @@ static void session_holds_renew_in_batches(void **state)
 
 /* ---- shared holds and semaphores -------------------------------------------------------- */
 
-static dlock_lock *kind_of(dlock_client *c, const char *name, unsigned mode, unsigned permits)
-{
-    dlock_lock_options o = DLOCK_LOCK_OPTIONS_INIT;
-    o.mode = mode;
-    o.permits = permits;
-    dlock_lock *l = NULL;
-    int rc = dlock_lock_new(c, name, strlen(name), &o, &l);
-    if (rc != DLOCK_OK)
-        fail_msg("lock_new: %s", dlock_errmsg());
-    return l;
-}
-
 /* Shared holders share the name's row: owner is the kind, holders their
  * expiries; status counts them; another kind is refused with a message
  * that says which; the last one out frees the row and keeps its fence.
@@ -292,28 +281,13 @@ static void shared_holds_live_in_the_row(void **state)
 {
     (void)state;
     dlock_client *a = open_ok(""), *b = open_ok("");
-    dlock_lock *s1 = kind_of(a, "rw", DLOCK_MODE_SHARED, 0), *s2 = kind_of(b, "rw", DLOCK_MODE_SHARED, 0);
-    assert_int_equal(dlock_acquire(s1, 0), DLOCK_OK);
-    assert_int_equal(dlock_acquire(s2, 0), DLOCK_OK);
+    dlock_lock *held[3];
+    test_shared_kinds_hold(a, b, held);
+    dlock_lock *s1 = held[0], *s2 = held[1], *p = held[2];
     assert_string_equal(admin("SELECT owner || ' ' || (SELECT count(*) FROM jsonb_each(holders)) || ' ' || fence"
                               " FROM dlock_locks WHERE name = convert_to('dlock:rw', 'UTF8')"
                               " AND expires_at BETWEEN now() + interval '29 s' AND now() + interval '30 s'"),
                         "~s 2 2");
-    dlock_status_info st;
-    assert_int_equal(dlock_status(a, "rw", 2, &st), DLOCK_OK);
-    assert_string_equal(st.holder, "2 shared holders");
-    dlock_lock *wrong = kind_of(a, "rw", DLOCK_MODE_SEMAPHORE, 2);
-    assert_int_equal(dlock_acquire(wrong, 0), DLOCK_EINVAL);
-    assert_non_null(strstr(dlock_errmsg(), "shared lock, not as a semaphore"));
-    dlock_lock_free(wrong);
-    dlock_lock *p = kind_of(a, "sem", DLOCK_MODE_SEMAPHORE, 3);
-    assert_int_equal(dlock_acquire(p, 0), DLOCK_OK);
-    assert_int_equal(dlock_status(a, "sem", 3, &st), DLOCK_OK);
-    assert_string_equal(st.holder, "1 of 3 permits held");
-    wrong = kind_of(b, "sem", DLOCK_MODE_SHARED, 0);
-    assert_int_equal(dlock_acquire(wrong, 0), DLOCK_EINVAL);
-    assert_non_null(strstr(dlock_errmsg(), "semaphore of 3 permits, not a shared lock"));
-    dlock_lock_free(wrong);
     assert_int_equal(dlock_release(s1), DLOCK_OK);
     assert_int_equal(dlock_release(s2), DLOCK_OK);
     assert_int_equal(dlock_release(p), DLOCK_OK);
@@ -351,7 +325,7 @@ static void a_table_from_before_shared_holds(void **state)
     admin(old_ddl[1]);
     admin("CREATE SEQUENCE IF NOT EXISTS older_locks_fence AS bigint CACHE 1 NO CYCLE");
     dlock_client *c = open_ok("table = \"old_locks\";");
-    dlock_lock *s = kind_of(c, "old", DLOCK_MODE_SHARED, 0);
+    dlock_lock *s = test_lock_of_kind(c, "old", DLOCK_MODE_SHARED, 0);
     assert_int_equal(dlock_acquire(s, 0), DLOCK_OK);
     assert_int_equal(dlock_release(s), DLOCK_OK);
     dlock_lock_free(s);
@@ -360,7 +334,7 @@ static void a_table_from_before_shared_holds(void **state)
     dlock_lock *x = test_lock_named(c, "older");
     assert_int_equal(dlock_acquire(x, 0), DLOCK_OK);
     assert_int_equal(dlock_release(x), DLOCK_OK);
-    s = kind_of(c, "older", DLOCK_MODE_SHARED, 0);
+    s = test_lock_of_kind(c, "older", DLOCK_MODE_SHARED, 0);
     assert_int_equal(dlock_acquire(s, 0), DLOCK_ECONFIG);
     assert_non_null(strstr(dlock_errmsg(), "ALTER TABLE"));
     dlock_lock_free(s);
@@ -404,7 +378,7 @@ static void a_least_privilege_role_is_enough(void **state)
     assert_int_equal(dlock_release(l), DLOCK_OK);
     dlock_lock_free(l);
     /* Shared holds and permits need no more than that. */
-    l = kind_of(c, "least-shared", DLOCK_MODE_SHARED, 0);
+    l = test_lock_of_kind(c, "least-shared", DLOCK_MODE_SHARED, 0);
     assert_int_equal(dlock_acquire(l, 0), DLOCK_OK);
     assert_int_equal(dlock_renew(l), DLOCK_OK);
     assert_int_equal(dlock_release(l), DLOCK_OK);

@@ -9,6 +9,7 @@
 #include "../../conformance/conformance.h"
 #include "../../support/redis_server.h"
 #include "../../support/test_client.h"
+#include "../../support/shared_kinds.h"
 #include "../../support/test_time.h"
 
 #include <dlock.h>
@@ -478,16 +479,6 @@ static void least_privilege_acl_user_is_enough(void **state)
 
 /* ---- shared holds and semaphores ------------------------------------------------ */
 
-static dlock_lock *kind_of(dlock_client *c, const char *name, unsigned mode, unsigned permits)
-{
-    dlock_lock_options o = DLOCK_LOCK_OPTIONS_INIT;
-    o.mode = mode;
-    o.permits = permits;
-    dlock_lock *l;
-    assert_int_equal(dlock_lock_new(c, name, strlen(name), &o, &l), DLOCK_OK);
-    return l;
-}
-
 /* The value of the hash key's field "" (which no owner id can be). */
 static char *kind_field(const char *key)
 {
@@ -505,32 +496,15 @@ static void shared_layout_status_and_kinds(void **state)
 {
     (void)state;
     dlock_client *a = open_redis(30000, 100, NULL), *b = open_redis(30000, 100, NULL);
-    dlock_lock *s1 = kind_of(a, "rw", DLOCK_MODE_SHARED, 0), *s2 = kind_of(b, "rw", DLOCK_MODE_SHARED, 0);
-    assert_int_equal(dlock_acquire(s1, 0), DLOCK_OK);
-    assert_int_equal(dlock_acquire(s2, 0), DLOCK_OK);
+    dlock_lock *held[3];
+    test_shared_kinds_hold(a, b, held);
+    dlock_lock *s1 = held[0], *s2 = held[1], *p = held[2];
     char *kind = kind_field("dlock:{rw}");
     assert_string_equal(kind, "s");
     free(kind);
     assert_int_equal(redis_int("ZCARD %s", "dlock:{rw}:holders"), 2);
     long long ttl = redis_int("PTTL %s", "dlock:{rw}");
     assert_true(ttl > 29000 && ttl <= 30000);
-    dlock_status_info info;
-    assert_int_equal(dlock_status(a, "rw", 2, &info), DLOCK_OK);
-    assert_int_equal(info.held, 1);
-    assert_string_equal(info.holder, "2 shared holders");
-    dlock_lock *wrong = kind_of(a, "rw", DLOCK_MODE_SEMAPHORE, 2);
-    assert_int_equal(dlock_acquire(wrong, 0), DLOCK_EINVAL);
-    assert_non_null(strstr(dlock_errmsg(), "shared lock, not as a semaphore"));
-    dlock_lock_free(wrong);
-
-    dlock_lock *p = kind_of(a, "sem", DLOCK_MODE_SEMAPHORE, 3);
-    assert_int_equal(dlock_acquire(p, 0), DLOCK_OK);
-    assert_int_equal(dlock_status(a, "sem", 3, &info), DLOCK_OK);
-    assert_string_equal(info.holder, "1 of 3 permits held");
-    wrong = kind_of(b, "sem", DLOCK_MODE_SHARED, 0);
-    assert_int_equal(dlock_acquire(wrong, 0), DLOCK_EINVAL);
-    assert_non_null(strstr(dlock_errmsg(), "semaphore of 3 permits, not a shared lock"));
-    dlock_lock_free(wrong);
 
     /* The last holder out leaves nothing behind but the fence. */
     assert_int_equal(dlock_release(s1), DLOCK_OK);
