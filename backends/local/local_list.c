@@ -218,10 +218,10 @@ static int locked_as(int fd, off_t start, off_t len, short *type)
     return 0;
 }
 
-/* Fills e (and *holder) from an open lock file; *report says whether the
- * name is held or waited for. */
-static int describe(int fd, const char *dir, const char *file, struct proc_locks *pl, dlock_list_entry *e,
-                    dlock_list_holder *holder, bool *report)
+/* Fills e (and *holder, which points into h) from an open lock file;
+ * *report says whether the name is held or waited for. */
+static int describe(int fd, const char *dir, const char *file, struct proc_locks *pl, struct lock_file_header *hp,
+                    dlock_list_entry *e, dlock_list_holder *holder, bool *report)
 {
     struct stat st;
     struct lock_file_header h;
@@ -233,6 +233,7 @@ static int describe(int fd, const char *dir, const char *file, struct proc_locks
     if (pread(fd, &h, sizeof h, 0) != (ssize_t)sizeof h || memcmp(h.magic, HEADER_MAGIC, 8) != 0)
         return DLOCK_OK; /* never granted, or not a libdlock lock file: nothing to report */
     h.owner[OWNER_MAX - 1] = 0;
+    *hp = h;
     uint32_t waiting = h.waiting;
     if (h.permits && locked_as(fd, SLOT_BASE, (off_t)h.permits, &slots) != 0)
         return dlock_seterr(DLOCK_EUNAVAILABLE, "local: cannot query the lock on %s/%s: %s", dir, file,
@@ -245,7 +246,7 @@ static int describe(int fd, const char *dir, const char *file, struct proc_locks
     if (whole != F_UNLCK) {
         e->kind = DLOCK_MODE_EXCLUSIVE;
         e->holder_count = 1;
-        *holder = (dlock_list_holder){ h.owner, h.holder_pid > 0 ? h.holder_pid : -1, "", h.fence, -1, -1 };
+        *holder = (dlock_list_holder){ hp->owner, h.holder_pid > 0 ? h.holder_pid : -1, "", h.fence, -1, -1 };
         e->holders = holder;
         e->n_holders = 1;
     } else if (h.permits) {
@@ -284,9 +285,10 @@ static int list_file(int dirfd, const char *dir, const char *file, struct dlock_
         return DLOCK_OK;
     }
     dlock_list_entry e = { .name = name, .name_len = name_len };
+    struct lock_file_header h;
     dlock_list_holder holder;
     bool report;
-    rc = describe(fd, dir, file, pl, &e, &holder, &report);
+    rc = describe(fd, dir, file, pl, &h, &e, &holder, &report);
     close(fd);
     if (rc != DLOCK_OK || !report)
         return rc;
