@@ -2,6 +2,8 @@
  * flock(1), for any backend), look at a lock, check a config file. */
 #include "config.h"
 
+#include "cli/cli.h"
+
 #include <dlock.h>
 
 #include <errno.h>
@@ -22,16 +24,7 @@
 
 extern char **environ;
 
-/* Exit statuses from sysexits.h, so shell scripts can tell outcomes apart. */
-enum {
-    EXIT_USAGE = 64,       /* EX_USAGE */
-    EXIT_UNAVAILABLE = 69, /* EX_UNAVAILABLE: backend unreachable */
-    EXIT_SOFTWARE = 70,    /* EX_SOFTWARE: lock lost while the command ran, other failures */
-    EXIT_TEMPFAIL = 75,    /* EX_TEMPFAIL: lock not had within the wait */
-    EXIT_CONFIG = 78,      /* EX_CONFIG */
-};
-
-static const char *progname = "dlock";
+const char *progname = "dlock";
 
 static void usage(FILE *f)
 {
@@ -49,6 +42,9 @@ static void usage(FILE *f)
             "        shared (beside other shared holders; flock -s); --permits N holds\n"
             "        one of N permits of the semaphore NAME.\n"
             "  status NAME           show whether NAME is held, by whom, and its fence\n"
+            "  list [--json] [--prefix P] [--limit N] [--cursor C]\n"
+            "                        list the names held or waited for (all, or the\n"
+            "                        first N), with holders, fence, lease and waiters\n"
             "  check-config FILE     report every error in a configuration file\n"
             "  metrics [NAME]        print the client's metrics (Prometheus text); with\n"
             "                        NAME, first take and release NAME once as a probe\n"
@@ -64,28 +60,6 @@ static void usage(FILE *f)
             "lost while CMD ran (CMD got SIGTERM, and SIGKILL after --kill-after);\n"
             "64 usage error. See dlock(1).\n",
             progname);
-}
-
-static int exit_code_for(int rc)
-{
-    switch (rc) {
-    case DLOCK_OK: return 0;
-    case DLOCK_EBUSY:
-    case DLOCK_ETIMEDOUT:
-    case DLOCK_ECANCELLED: return EXIT_TEMPFAIL;
-    case DLOCK_EUNAVAILABLE:
-    case DLOCK_ENOQUORUM:
-    case DLOCK_EPROTOCOL: return EXIT_UNAVAILABLE;
-    case DLOCK_ECONFIG: return EXIT_CONFIG;
-    case DLOCK_EINVAL: return EXIT_USAGE;
-    default: return EXIT_SOFTWARE;
-    }
-}
-
-static int fail(int rc, const char *what)
-{
-    fprintf(stderr, "%s: %s: %s (%s)\n", progname, what, dlock_strerror(rc), dlock_errmsg());
-    return exit_code_for(rc);
 }
 
 /* Parses "250", "250ms", "2s", "1m", "-1", "forever". */
@@ -113,14 +87,6 @@ static bool parse_duration(const char *s, bool allow_forever, int64_t *out)
         return false;
     *out = v * scale;
     return true;
-}
-
-static int open_client(dlock_client **client, const char *config)
-{
-    int rc = dlock_client_open(client, config);
-    if (rc != DLOCK_OK)
-        return fail(rc, "cannot open client");
-    return 0;
 }
 
 /* ---- run ------------------------------------------------------------------------ */
@@ -653,10 +619,12 @@ int main(int argc, char **argv)
         return cmd_run(config, sub_argc, sub_argv);
     if (strcmp(command, "status") == 0)
         return cmd_status(config, sub_argc, sub_argv);
+    if (strcmp(command, "list") == 0)
+        return cmd_list(config, sub_argc, sub_argv);
     if (strcmp(command, "check-config") == 0)
         return cmd_check_config(sub_argc, sub_argv);
     if (strcmp(command, "metrics") == 0)
         return cmd_metrics(config, sub_argc, sub_argv);
-    fprintf(stderr, "%s: unknown command '%s' (run, status, check-config, metrics)\n", progname, command);
+    fprintf(stderr, "%s: unknown command '%s' (run, status, list, check-config, metrics)\n", progname, command);
     return EXIT_USAGE;
 }

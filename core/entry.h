@@ -142,6 +142,9 @@ void dlock__p_abandon(dlock_client *c, struct dlock__entry *e);
 void dlock__p_lock_fini(dlock_client *c, struct dlock__entry *e);
 /* DLOCK_ENOTSUP when the provider has no ctl. */
 int dlock__p_ctl(dlock_client *c, int op, void *arg);
+/* One page of a listing; DLOCK_ENOTSUP (with the detail set) when the
+ * provider predates version 3 or does not list. */
+int dlock__p_list(dlock_client *c, struct dlock_provider_list *req);
 
 /* ---- expiry.c: declares holds lost at their validity end ------------------- */
 /* A thread per client (started with the first hold) that fires at each

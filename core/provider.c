@@ -182,3 +182,12 @@ int dlock__p_ctl(dlock_client *c, int op, void *arg)
         return DLOCK_ENOTSUP;
     return checked(c->provider, "ctl", c->provider->ctl(c->instance, op, arg));
 }
+
+int dlock__p_list(dlock_client *c, struct dlock_provider_list *req)
+{
+    if (!HAS(c->provider, list, DLOCK_PROVIDER_VERSION_3))
+        return dlock_seterr(DLOCK_ENOTSUP, "the %s backend cannot list its locks%s", c->provider->name,
+                            c->provider->version < DLOCK_PROVIDER_VERSION_3
+                                ? " (its module predates provider version 3)" : "");
+    return checked(c->provider, "list", c->provider->list(c->instance, req));
+}

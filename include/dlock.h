@@ -331,6 +331,62 @@ typedef struct dlock_status_info {
 int dlock_status(dlock_client *client, const char *name, size_t name_len,
                  dlock_status_info *out);
 
+/* One holder of a listed name, as far as the backend knows it. */
+typedef struct dlock_list_holder {
+    const char *owner;      /* owner id (see dlock_provider_lock.owner), "" if unknown */
+    int64_t pid;            /* holder process id, -1 if unknown */
+    const char *host;       /* holder host, "" if unknown */
+    uint64_t fence;         /* fencing token of this hold, 0 if unknown */
+    int64_t lease_left_ms;  /* remaining lease on the backend, -1 if unknown or none */
+    int64_t age_ms;         /* how long the hold has existed, -1 if unknown */
+} dlock_list_holder;
+
+/* One name that is held or waited for, as dlock_list() reports it. Every
+ * pointer in it (name, holders and their strings) is valid only during the
+ * callback: copy what you keep. */
+typedef struct dlock_list_entry {
+    const char *name;       /* name bytes; a NUL follows them, but the name is name_len bytes */
+    size_t name_len;
+    unsigned kind;          /* DLOCK_MODE_EXCLUSIVE, _SHARED or _SEMAPHORE */
+    unsigned permits;       /* a semaphore's number of permits, else 0 */
+    int64_t holder_count;   /* holders now (0: only waited for), -1 if unknown */
+    const dlock_list_holder *holders; /* the n_holders holders the backend can describe */
+    size_t n_holders;       /* <= holder_count; may be fewer (local shared holds are anonymous) */
+    uint64_t fence;         /* latest fencing token granted on the name, 0 if unknown */
+    int64_t lease_left_ms;  /* longest remaining lease of a holder, -1 if unknown or none */
+    int64_t age_ms;         /* age of the oldest hold, -1 if unknown */
+    int64_t waiters;        /* requests waiting for the name, -1 if unknown */
+} dlock_list_entry;
+
+/* Receives each entry of a dlock_list() page. Return DLOCK_OK to go on;
+ * any other value stops the listing and dlock_list() returns it. Must not
+ * call dlock_list() on the same client. */
+typedef int (*dlock_list_fn)(const dlock_list_entry *entry, void *arg);
+
+/*
+ * Lists the names under the client's prefix that are held or waited for,
+ * whose names start with the prefix_len bytes of prefix (NULL or 0: all),
+ * one page per call, without taking or waiting for anything. fn gets each
+ * entry of the page in turn, at most limit (>= 1) of them. cursor is NULL
+ * for the first page and then the *next_cursor of the page before.
+ *
+ * *next_cursor gets a malloc()ed, NUL-terminated, printable cursor for the
+ * next page (free() it), or NULL when the listing is complete. A page may
+ * hold fewer than limit entries, even none, and still have a next cursor
+ * (a backend reads a bounded slice per call). Over a listing, a name that
+ * is held or waited for from its start to its end is reported once (redis
+ * may report one twice if its keyspace is resized meanwhile); one that
+ * comes or goes meanwhile may or may not be. Entries are a snapshot per
+ * name, not of the whole backend.
+ *
+ * Returns DLOCK_OK; DLOCK_EINVAL (no fn or next_cursor, limit 0, a cursor
+ * this backend did not make); DLOCK_ENOTSUP (the backend cannot list:
+ * dlock_errmsg() says so); what fn returned when it stopped the listing
+ * (*next_cursor is then NULL); backend errors. Thread-safe.
+ */
+int dlock_list(dlock_client *client, const char *prefix, size_t prefix_len, const char *cursor,
+               size_t limit, dlock_list_fn fn, void *arg, char **next_cursor);
+
 /* One finding of dlock_config_check(). file and msg are valid during the call. */
 typedef void (*dlock_config_report_fn)(int is_error, const char *file, int line,
                                        const char *msg, void *arg);

@@ -39,6 +39,7 @@
 #include "config.h"
 
 #include "local.h"
+#include "local_file.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -56,30 +57,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define HEADER_MAGIC "DLOCKv1\n"
-#define HEADER_SIZE 128
-#define OWNER_MAX 96
-
-struct lock_file_header {
-    char magic[8];
-    uint64_t fence;
-    int64_t holder_pid;       /* 0 when free */
-    char owner[OWNER_MAX];
-    uint32_t waiting;         /* waiters watching the file (atomic, no lock) */
-    uint32_t permits;         /* a semaphore's number of permits; 0 for a lock */
-};
-
-/* Byte ranges locked beside the whole-file lock of an exclusive hold (which
- * covers them all): a shared hold read-locks HOLD_BYTE; an exclusive request
- * that finds the lock busy write-locks TURNSTILE_BYTE while it waits, and a
- * shared request must read-lock it for a moment before it may hold, so
- * readers that come after a waiting writer wait behind it; a semaphore's
- * permit i is a write lock on SLOT_BASE + i. */
-#define HOLD_BYTE 128
-#define TURNSTILE_BYTE 129
-#define SLOT_BASE 256
-
-_Static_assert(sizeof(struct lock_file_header) == HEADER_SIZE, "the header is HEADER_SIZE bytes on disk");
 
 struct local_instance {
     char dir[PATH_MAX];
@@ -239,6 +216,12 @@ void dlock__local_file_name(const char *name, size_t len, char *out)
         snprintf(out + o, NAME_MAX + 1 - o, ".lock");
 }
 
+static bool is_long_form(const char *file)
+{
+    size_t n = strlen(file);
+    return n > 6 && strcmp(file + n - 6, ".hlock") == 0;
+}
+
 /* ---- instance ------------------------------------------------------------------ */
 
 static int default_dir(char *out, size_t len)
@@ -364,6 +347,12 @@ static int open_lock_file(struct local_instance *inst, struct dlock_provider_loc
     ll->fd = fd;
     ll->fd_open = true;
     ll->map = map_header(fd);
+    if (is_long_form(file)) {
+        /* The listing reads the name back from here. Every opener writes
+         * the same bytes after its own map_header (which may have cut an
+         * earlier opener's copy off a new file), so one copy stays. */
+        (void)!pwrite(fd, lk->name, lk->name_len, NAME_OFFSET);
+    }
     track_open(ll);
     return DLOCK_OK;
 }
@@ -803,6 +792,12 @@ static void local_abandon(void *instance, struct dlock_provider_lock *lk)
     ll->turnstile = false;
 }
 
+static int local_list(void *instance, struct dlock_provider_list *req)
+{
+    struct local_instance *inst = instance;
+    return dlock__local_list(inst->dirfd, inst->dir, req);
+}
+
 static int local_ctl(void *instance, int op, void *arg)
 {
     if (op == DLOCK_CTL_STATUS)
@@ -811,7 +806,7 @@ static int local_ctl(void *instance, int op, void *arg)
 }
 
 const struct dlock_provider dlock__local_provider = {
-    .version = DLOCK_PROVIDER_VERSION_2,
+    .version = DLOCK_PROVIDER_VERSION_3,
     .name = "local",
     .capabilities = DLOCK_CAP_RENEW | DLOCK_CAP_FENCE | DLOCK_CAP_FENCE_LINEARIZABLE | DLOCK_CAP_NATIVE_WAIT |
                     DLOCK_CAP_SHARED | DLOCK_CAP_SEMAPHORE,
@@ -826,4 +821,5 @@ const struct dlock_provider dlock__local_provider = {
     .lock_fini = local_lock_fini,
     .ctl = local_ctl,
     .abandon = local_abandon,
+    .list = local_list,
 };

@@ -17,4 +17,8 @@ extern const struct dlock_provider dlock__local_provider;
  * hold NAME_MAX + 1 bytes. Never contains '/', never starts with '.'. */
 void dlock__local_file_name(const char *name, size_t len, char *out);
 
+/* One page of the lock directory dir (open as dirfd): the names whose lock
+ * file is locked or has waiters, in file name order (local_list.c). */
+int dlock__local_list(int dirfd, const char *dir, struct dlock_provider_list *req);
+
 #endif

@@ -31,6 +31,7 @@
 #include "redis_cluster.h"
 #include "redis_conn.h"
 #include "redis_keys.h"
+#include "redis_list.h"
 #include "redis_scripts.h"
 #include "redis_subscriber.h"
 
@@ -924,6 +925,18 @@ static int redis_status(struct redis_instance *inst, struct dlock_ctl_status *ar
     return rc;
 }
 
+static int redis_list(void *instance, struct dlock_provider_list *req)
+{
+    struct redis_instance *inst = instance;
+    /* A SCAN sees one node's keys; a listing of a cluster would have to
+     * walk every master and carry a cursor for each. */
+    if (inst->cluster)
+        return dlock_seterr(DLOCK_ENOTSUP,
+                            "redis: listing locks works on one server or under Sentinel, not on a Cluster "
+                            "(%s); use dlock status NAME there", label(inst));
+    return redis_list_page(&inst->pool, inst->prefix, req);
+}
+
 static int redis_ctl(void *instance, int op, void *arg)
 {
     if (op == DLOCK_CTL_STATUS)
@@ -932,7 +945,7 @@ static int redis_ctl(void *instance, int op, void *arg)
 }
 
 static const struct dlock_provider redis_provider = {
-    .version = DLOCK_PROVIDER_VERSION_2,
+    .version = DLOCK_PROVIDER_VERSION_3,
     .name = "redis",
     .capabilities = DLOCK_CAP_RENEW | DLOCK_CAP_FENCE | DLOCK_CAP_NATIVE_WAIT | DLOCK_CAP_SERVER_EXPIRY |
                     DLOCK_CAP_MULTI_HOST | DLOCK_CAP_FAIR | DLOCK_CAP_SHARED | DLOCK_CAP_SEMAPHORE,
@@ -948,6 +961,7 @@ static const struct dlock_provider redis_provider = {
     .lock_fini = redis_lock_fini,
     .ctl = redis_ctl,
     .abandon = redis_abandon,
+    .list = redis_list,
 };
 
 DLOCK_MODULE(redis_provider)

@@ -31,7 +31,11 @@ extern "C" {
  * .permits, DLOCK_CAP_SHARED and DLOCK_CAP_SEMAPHORE). A version 1
  * provider is never asked for them. */
 #define DLOCK_PROVIDER_VERSION_2 2
-#define DLOCK_PROVIDER_VERSION DLOCK_PROVIDER_VERSION_2
+/* Version 3: listing the names that are held or waited for
+ * (dlock_provider.list). A version 1 or 2 provider is reported as unable
+ * to list. */
+#define DLOCK_PROVIDER_VERSION_3 3
+#define DLOCK_PROVIDER_VERSION DLOCK_PROVIDER_VERSION_3
 
 /* Name of the function a module exports; see dlock_module_entry_fn. */
 #define DLOCK_MODULE_ENTRY "dlock_module_provider"
@@ -169,6 +173,21 @@ enum dlock_ctl_op {
     DLOCK_CTL_CAPABILITIES = 2
 };
 
+/* What dlock_provider.list receives: one page of a listing. */
+struct dlock_provider_list {
+    const char *prefix;     /* names starting with these bytes; "" (len 0) for all */
+    size_t prefix_len;
+    const char *cursor;     /* NULL: from the start; else a next_cursor this provider made */
+    size_t limit;           /* emit at most this many entries, >= 1 */
+    /* Hands one entry to the caller; everything e points to need only live
+     * during the call. A non-zero result means stop: return it at once. */
+    int (*emit)(const dlock_list_entry *e, void *emit_arg);
+    void *emit_arg;
+    /* Set by the provider: a malloc()ed NUL-terminated printable cursor for
+     * the next page, or NULL (the core's preset) when the listing is done. */
+    char *next_cursor;
+};
+
 /* ---- the provider table ---------------------------------------------------- */
 
 struct dlock_provider {
@@ -235,6 +254,19 @@ struct dlock_provider {
      * (timeout, cancel, failure) after acquire had answered busy: leave a
      * wait queue, drop a subscription. Errors are ignored. */
     void (*abandon)(void *instance, struct dlock_provider_lock *lk);
+
+    /* --- version 3 --- */
+
+    /* Optional. One page of the names under env->prefix that are held or
+     * waited for and start with req->prefix: at most req->limit calls of
+     * req->emit, then req->next_cursor. One bounded request sequence that
+     * neither blocks the backend (no KEYS, no locks taken) nor waits; fewer
+     * entries than the limit, even none, with a next cursor is fine. A name
+     * is emitted in one page only over a listing whose names stay put.
+     * DLOCK_OK, DLOCK_EINVAL (a cursor this provider did not make), the
+     * emit's non-zero result, DLOCK_ENOTSUP (this deployment cannot list:
+     * say why), backend failures. */
+    int (*list)(void *instance, struct dlock_provider_list *req);
 };
 
 /*

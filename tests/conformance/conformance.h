@@ -29,6 +29,9 @@ struct conformance_target {
     /* How much later than its lease the server may free a dead holder's
      * hold (etcd checks for expired leases every 500 ms); 0 for none. */
     int expiry_slack_ms;
+    /* The backend lists its locks (dlock_list); when 0 the suite checks
+     * that it answers DLOCK_ENOTSUP instead. */
+    int lists;
 };
 
 /* For the suite's files: a client of the target being run (fails the case
@@ -45,7 +48,8 @@ void conformance_child_kill(pid_t pid);
 /* A group's teardown: kills the children its last case left. */
 int conformance_group_teardown(void **state);
 
-/* Runs every case against target, then conformance_run_shared(); returns
+/* Runs every case against target, then conformance_run_shared() and
+ * conformance_run_list(); returns
  * the number of failed cases. */
 int conformance_run(const struct conformance_target *target);
 
@@ -53,5 +57,9 @@ int conformance_run(const struct conformance_target *target);
  * backend claims DLOCK_CAP_SHARED / DLOCK_CAP_SEMAPHORE, and otherwise a
  * check that it refuses them with DLOCK_ENOTSUP. */
 int conformance_run_shared(const struct conformance_target *target);
+
+/* The listing cases (conformance_list.c): run where target->lists is set,
+ * and otherwise a check that dlock_list() answers DLOCK_ENOTSUP. */
+int conformance_run_list(const struct conformance_target *target);
 
 #endif

@@ -102,12 +102,47 @@ static void provider_tables_are_checked_on_register(void **state)
     assert_int_equal(dlock_provider_register(&local_again), DLOCK_EINVAL);
 }
 
+static int list_must_not_be_called(void *i, struct dlock_provider_list *req)
+{
+    (void)i;
+    (void)req;
+    fail_msg("the core called list of a provider that predates version 3");
+    return DLOCK_EINTERNAL;
+}
+
+static int never_called(const dlock_list_entry *e, void *arg)
+{
+    (void)e;
+    (void)arg;
+    return DLOCK_EINTERNAL;
+}
+
+/* A version 2 provider's table ends before list: whatever lies there is
+ * never read, and listing is reported as not supported. */
+static void a_version_2_provider_cannot_list(void **state)
+{
+    (void)state;
+    static struct dlock_provider v2 = {
+        .version = DLOCK_PROVIDER_VERSION_2, .name = "dummyv2", .open = dummy_open, .close = dummy_close,
+        .acquire = dummy_acquire, .release = dummy_release, .list = list_must_not_be_called,
+    };
+    assert_int_equal(dlock_provider_register(&v2), DLOCK_OK);
+    dlock_client *c = NULL;
+    assert_int_equal(dlock_client_open_string(&c, "backend = \"dummyv2\";"), DLOCK_OK);
+    char *next = (char *)"untouched";
+    assert_int_equal(dlock_list(c, NULL, 0, NULL, 10, never_called, NULL, &next), DLOCK_ENOTSUP);
+    assert_null(next);
+    assert_non_null(strstr(dlock_errmsg(), "predates provider version 3"));
+    dlock_client_close(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(module_is_loaded_by_config),
         cmocka_unit_test(bad_modules_are_refused_with_reasons),
         cmocka_unit_test(provider_tables_are_checked_on_register),
+        cmocka_unit_test(a_version_2_provider_cannot_list),
     };
     return cmocka_run_group_tests_name("modules", tests, NULL, NULL);
 }

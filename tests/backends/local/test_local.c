@@ -673,6 +673,8 @@ static void conformance_config(char *buf, size_t size, int lease_ms, int retry_c
 
 int main(void)
 {
+    if (getenv("CMOCKA_FILTER")) /* one case by name */
+        cmocka_set_test_filter(getenv("CMOCKA_FILTER"));
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(two_processes_contend, make_dir, remove_dir),
         cmocka_unit_test_setup_teardown(killed_holder_frees_the_lock_at_once, make_dir, remove_dir),
@@ -694,7 +696,7 @@ int main(void)
     /* The conformance suite after the cases that fork: a child forked once
      * this process has had library threads trips TSan's thread registry. */
     make_dir(NULL);
-    static const struct conformance_target target = { "local conformance", conformance_config, NULL, NULL, 0 };
+    static const struct conformance_target target = { "local conformance", conformance_config, NULL, NULL, 0, 1 };
     failed += conformance_run(&target);
     remove_dir(NULL);
     return failed ? 1 : 0;

@@ -890,13 +890,15 @@ static void delete_the_hash(const char *name)
 
 int main(void)
 {
+    if (getenv("CMOCKA_FILTER")) /* one case by name */
+        cmocka_set_test_filter(getenv("CMOCKA_FILTER"));
     /* The conformance suite first, on the same server. */
     if (test_redis_start(&server) != 0) {
         printf("[  FAILED  ] 1 test(s), listed below:\n[  FAILED  ] redis-server did not start\n");
         return 1;
     }
     static const struct conformance_target target = { "redis conformance", conformance_config, delete_the_hash,
-                                                      flush_all, 0 };
+                                                      flush_all, 0, 1 };
     int failed = conformance_run(&target);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup(reentry_counts_and_server_layout, before_each),

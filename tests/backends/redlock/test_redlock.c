@@ -295,7 +295,7 @@ int main(void)
             return 1;
         }
     static const struct conformance_target target = { "redlock conformance (5 masters)", write_config,
-                                                      delete_everywhere, flush_everywhere, 0 };
+                                                      delete_everywhere, flush_everywhere, 0, 0 };
     int failed = conformance_run(&target);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup(granted_on_every_master_and_released_everywhere, before_each),

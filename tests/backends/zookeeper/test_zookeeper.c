@@ -524,7 +524,7 @@ int main(void)
         printf("[  FAILED  ] 1 test(s), listed below:\n[  FAILED  ] zookeeper did not start\n");
         return 1;
     }
-    static const struct conformance_target target = { "zookeeper", conformance_config, delete_holder_node, NULL, 0 };
+    static const struct conformance_target target = { "zookeeper", conformance_config, delete_holder_node, NULL, 0, 0 };
     int failed = conformance_run(&target);
     const struct CMUnitTest particular[] = {
         cmocka_unit_test(waiters_are_granted_in_arrival_order),

@@ -1,0 +1,38 @@
+/* backends/local/local_file.h - the layout of a lock file, which the lock
+ * operations (local.c) and the listing (local_list.c) both read. */
+#ifndef DLOCK_BACKEND_LOCAL_FILE_H
+#define DLOCK_BACKEND_LOCAL_FILE_H
+
+#include <stdint.h>
+
+#define HEADER_MAGIC "DLOCKv1\n"
+#define HEADER_SIZE 128
+#define OWNER_MAX 96
+
+struct lock_file_header {
+    char magic[8];
+    uint64_t fence;
+    int64_t holder_pid;       /* 0 when free */
+    char owner[OWNER_MAX];
+    uint32_t waiting;         /* waiters watching the file (atomic, no lock) */
+    uint32_t permits;         /* a semaphore's number of permits; 0 for a lock */
+};
+
+/* Byte ranges locked beside the whole-file lock of an exclusive hold (which
+ * covers them all): a shared hold read-locks HOLD_BYTE; an exclusive request
+ * that finds the lock busy write-locks TURNSTILE_BYTE while it waits, and a
+ * shared request must read-lock it for a moment before it may hold, so
+ * readers that come after a waiting writer wait behind it; a semaphore's
+ * permit i is a write lock on SLOT_BASE + i. */
+#define HOLD_BYTE 128
+#define TURNSTILE_BYTE 129
+#define SLOT_BASE 256
+
+_Static_assert(sizeof(struct lock_file_header) == HEADER_SIZE, "the header is HEADER_SIZE bytes on disk");
+
+/* A name whose file name is the hashed long form (".hlock") cannot be read
+ * back from the file name, so its bytes follow the header, to the end of
+ * the file, for the listing. */
+#define NAME_OFFSET HEADER_SIZE
+
+#endif

@@ -1,0 +1,32 @@
+/* contrib/cli/cli.h - what the dlock command's subcommands share. */
+#ifndef DLOCK_CLI_H
+#define DLOCK_CLI_H
+
+#include <dlock.h>
+
+/* Exit statuses from sysexits.h, so shell scripts can tell outcomes apart. */
+enum {
+    EXIT_USAGE = 64,       /* EX_USAGE */
+    EXIT_UNAVAILABLE = 69, /* EX_UNAVAILABLE: backend unreachable */
+    EXIT_SOFTWARE = 70,    /* EX_SOFTWARE: lock lost while the command ran, other failures */
+    EXIT_TEMPFAIL = 75,    /* EX_TEMPFAIL: lock not had within the wait */
+    EXIT_CONFIG = 78,      /* EX_CONFIG */
+};
+
+extern const char *progname;
+
+/* The exit status for a libdlock result. */
+int exit_code_for(int rc);
+
+/* Reports a failed call on stderr ("dlock: WHAT: text (detail)") and
+ * returns its exit status. */
+int fail(int rc, const char *what);
+
+/* Opens the client of config (NULL: the default); 0, or the exit status
+ * after reporting the failure. */
+int open_client(dlock_client **client, const char *config);
+
+/* dlock list (list.c). */
+int cmd_list(const char *config, int argc, char **argv);
+
+#endif

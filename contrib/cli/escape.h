@@ -1,0 +1,22 @@
+/* contrib/cli/escape.h - lock names (arbitrary bytes but NUL) as text. */
+#ifndef DLOCK_CLI_ESCAPE_H
+#define DLOCK_CLI_ESCAPE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdio.h>
+
+/* Writes s as a JSON string, quotes included: '"', '\\' and control
+ * characters escaped, well-formed UTF-8 as it is, and each byte that is not
+ * part of well-formed UTF-8 as U+FFFD. Returns false when such a byte was
+ * replaced, so the caller can add the exact bytes (see escape_hex). */
+bool escape_json(FILE *f, const char *s, size_t len);
+
+/* Writes s for a terminal, on one line: '\\', control characters and bytes
+ * that are not part of well-formed UTF-8 as C escapes (\n, \xHH). */
+void escape_text(FILE *f, const char *s, size_t len);
+
+/* Writes s as lower-case hex digits, two per byte. */
+void escape_hex(FILE *f, const char *s, size_t len);
+
+#endif
