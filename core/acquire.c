@@ -224,11 +224,17 @@ int dlock_acquire(dlock_lock *h, int64_t wait_ms)
     pthread_mutex_unlock(&e->mu);
 
     switch (rc) {
-    case DLOCK_OK:
-        dlock__histogram_observe(&c->metrics.wait_ms, dlock__now_ms() - start);
+    case DLOCK_OK: {
+        int64_t waited = dlock__now_ms() - start;
+        dlock__histogram_observe(&c->metrics.wait_ms, waited);
+        if (e->named)
+            dlock__histogram_observe(&e->named->wait_ms, waited);
         break;
+    }
     case DLOCK_ETIMEDOUT:
         dlock__metric_inc(&c->metrics.timeouts);
+        if (e->named)
+            dlock__metric_inc(&e->named->timeouts);
         break;
     case DLOCK_ECANCELLED:
         dlock__metric_inc(&c->metrics.cancels);

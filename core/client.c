@@ -2,6 +2,7 @@
 #include "config.h"
 
 #include "entry.h"
+#include "metrics_http.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +16,45 @@ static void log_config_finding(int is_error, const char *file, int line, const c
         dlock__logf(log, is_error ? DLOCK_LOG_ERROR : DLOCK_LOG_WARN, "%s:%d: %s", file, line, msg);
     else
         dlock__logf(log, is_error ? DLOCK_LOG_ERROR : DLOCK_LOG_WARN, "%s: %s", file, msg);
+}
+
+/* Starts the server of metrics.listen, if the configuration has one. It
+ * is started before the backend is opened: a port that is taken fails the
+ * open at once, before any connection is made. */
+static int metrics_http_start(dlock_client *c)
+{
+    if (!c->config.metrics_listen)
+        return DLOCK_OK;
+#ifdef DLOCK_HAVE_MICROHTTPD
+    struct dlock__metrics_http_source source = { &c->metrics, c->provider->name, &c->log };
+    return dlock__metrics_http_start((const struct sockaddr *)&c->config.metrics_listen_addr,
+                                     c->config.metrics_listen_addr_len, c->config.metrics_listen, &source,
+                                     &c->metrics_http);
+#else
+    /* The configuration refuses `listen` in a build without libmicrohttpd. */
+    return dlock_seterr(DLOCK_EINTERNAL, "metrics.listen set in a build without libmicrohttpd");
+#endif
+}
+
+static void metrics_http_stop(dlock_client *c)
+{
+#ifdef DLOCK_HAVE_MICROHTTPD
+    dlock__metrics_http_stop(c->metrics_http);
+    c->metrics_http = NULL;
+#else
+    (void)c;
+#endif
+}
+
+/* Undoes what client_open did before the backend was open, and returns rc. */
+static int open_failed(dlock_client *c, int rc)
+{
+    metrics_http_stop(c);
+    dlock__metrics_names_free(&c->metrics);
+    dlock__config_free(&c->config);
+    dlock__log_destroy(&c->log);
+    free(c);
+    return rc;
 }
 
 static int client_open(dlock_client **out, const char *path, const char *text)
@@ -51,12 +91,10 @@ static int client_open(dlock_client **out, const char *path, const char *text)
     c->provider = c->config.provider;
 
     unsigned char id[16];
-    if ((rc = dlock__random_bytes(id, sizeof id)) != DLOCK_OK) {
-        dlock__config_free(&c->config);
-        dlock__log_destroy(&c->log);
-        free(c);
-        return rc;
-    }
+    if ((rc = dlock__random_bytes(id, sizeof id)) != DLOCK_OK ||
+        (rc = dlock__metrics_names_init(&c->metrics, c->config.metrics_names, c->config.metrics_nnames)) != DLOCK_OK ||
+        (rc = metrics_http_start(c)) != DLOCK_OK)
+        return open_failed(c, rc);
     for (size_t i = 0; i < sizeof id; i++)
         snprintf(c->client_id + 2 * i, 3, "%02x", id[i]);
 
@@ -68,12 +106,8 @@ static int client_open(dlock_client **out, const char *path, const char *text)
         .log_handle = &c->log,
     };
     rc = dlock__p_open(c, &env);
-    if (rc != DLOCK_OK) {
-        dlock__config_free(&c->config);
-        dlock__log_destroy(&c->log);
-        free(c);
-        return rc;
-    }
+    if (rc != DLOCK_OK)
+        return open_failed(c, rc);
     pthread_mutex_init(&c->entries_mu, NULL);
     dlock__watchdog_init(c);
     dlock__expiry_init(c);
@@ -100,6 +134,8 @@ void dlock_client_close(dlock_client *c)
 {
     if (dlock__client_usable(c) != DLOCK_OK)
         return;
+    /* The server reads the metrics, which go with the client below. */
+    metrics_http_stop(c);
     /* Both threads stopped before either is torn down: each may schedule
      * on the other until it has stopped. */
     dlock__timer_thread_join(&c->expiry);
@@ -110,6 +146,7 @@ void dlock_client_close(dlock_client *c)
     dlock__entries_close_all(c);
     dlock__p_close(c);
     pthread_mutex_destroy(&c->entries_mu);
+    dlock__metrics_names_free(&c->metrics);
     dlock__config_free(&c->config);
     dlock__log_destroy(&c->log);
     free(c);

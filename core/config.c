@@ -5,14 +5,23 @@
 
 #include "internal.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
 static const char *const top_level_names[] = {
-    "backend", "lease_ms", "watchdog", "retry_base_ms", "retry_cap_ms", "prefix",
+    "backend", "lease_ms", "watchdog", "retry_base_ms", "retry_cap_ms", "prefix", "metrics",
+};
+
+/* The `metrics` group's settings; the values are checked further below. */
+static const struct dlock_setting_spec metrics_spec[] = {
+    { "listen", DLOCK_SETTING_STRING, 0, 0 },
+    { "names", DLOCK_SETTING_STRING_LIST, 0, 0 },
+    { NULL, 0, 0, 0 },
 };
 
 /* The backend names this source tree has modules for (configure collects
@@ -72,6 +81,159 @@ static bool valid_prefix(const char *p)
     return true;
 }
 
+/* "ADDRESS:PORT" with a numeric IPv4 address or a bracketed IPv6 one,
+ * e.g. "127.0.0.1:9464" or "[::1]:9464". Numeric only: opening a client
+ * must not wait on a name lookup, and an address says plainly which
+ * interface is exposed. */
+static bool parse_listen(const char *text, struct sockaddr_storage *ss, socklen_t *len)
+{
+    char host[INET6_ADDRSTRLEN];
+    const char *host_start = text, *host_end, *port;
+    bool v6 = text[0] == '[';
+    if (v6) {
+        host_start = text + 1;
+        host_end = strchr(host_start, ']');
+        if (!host_end || host_end[1] != ':')
+            return false;
+        port = host_end + 2;
+    } else {
+        host_end = strrchr(text, ':');
+        if (!host_end)
+            return false;
+        port = host_end + 1;
+    }
+    size_t host_len = (size_t)(host_end - host_start);
+    size_t port_len = strlen(port);
+    if (host_len == 0 || host_len >= sizeof host || port_len == 0 || port_len > 5 ||
+        strspn(port, "0123456789") != port_len)
+        return false;
+    long port_no = strtol(port, NULL, 10);
+    if (port_no < 1 || port_no > 65535)
+        return false;
+    memcpy(host, host_start, host_len);
+    host[host_len] = 0;
+    memset(ss, 0, sizeof *ss);
+    if (v6) {
+        struct sockaddr_in6 *a = (struct sockaddr_in6 *)ss;
+        a->sin6_family = AF_INET6;
+        a->sin6_port = htons((uint16_t)port_no);
+        *len = sizeof *a;
+        return inet_pton(AF_INET6, host, &a->sin6_addr) == 1;
+    }
+    struct sockaddr_in *a = (struct sockaddr_in *)ss;
+    a->sin_family = AF_INET;
+    a->sin_port = htons((uint16_t)port_no);
+    *len = sizeof *a;
+    return inet_pton(AF_INET, host, &a->sin_addr) == 1;
+}
+
+/* Label values of the exposition format are UTF-8: a listed name that is
+ * not would make every scrape unreadable. */
+static bool valid_utf8(const unsigned char *s, size_t n)
+{
+    for (size_t i = 0; i < n;) {
+        unsigned char c = s[i];
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        /* The lead byte says how many bytes follow and, to refuse overlong
+         * forms, surrogates and code points past U+10FFFF, the range the
+         * first of them must be in. */
+        size_t more;
+        unsigned char lo = 0x80, hi = 0xbf;
+        if (c >= 0xc2 && c <= 0xdf) {
+            more = 1;
+        } else if (c >= 0xe0 && c <= 0xef) {
+            more = 2;
+            lo = c == 0xe0 ? 0xa0 : 0x80;
+            hi = c == 0xed ? 0x9f : 0xbf;
+        } else if (c >= 0xf0 && c <= 0xf4) {
+            more = 3;
+            lo = c == 0xf0 ? 0x90 : 0x80;
+            hi = c == 0xf4 ? 0x8f : 0xbf;
+        } else {
+            return false;
+        }
+        if (n - i <= more || s[i + 1] < lo || s[i + 1] > hi)
+            return false;
+        for (size_t k = 2; k <= more; k++)
+            if ((s[i + k] & 0xc0) != 0x80)
+                return false;
+        i += more + 1;
+    }
+    return true;
+}
+
+static void check_metrics_names(struct dlock__config *cfg, const config_setting_t *list, struct dlock__diag *diag)
+{
+    const char *file = file_of(list, cfg->source);
+    int line = config_setting_source_line(list);
+    size_t n = (size_t)config_setting_length(list);
+    if (n > DLOCK__METRICS_NAMES_MAX) {
+        dlock__diag_add(diag, 1, file, line,
+                        "'metrics.names' lists %zu names, more than %d: every listed name adds its own series "
+                        "to each scrape; list only the locks worth watching one by one",
+                        n, DLOCK__METRICS_NAMES_MAX);
+        return;
+    }
+    if (n == 0)
+        return;
+    cfg->metrics_names = calloc(n, sizeof *cfg->metrics_names);
+    if (!cfg->metrics_names) {
+        dlock__diag_add(diag, 1, file, line, "out of memory for 'metrics.names'");
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        const char *name = config_setting_get_string_elem(list, (int)i);
+        size_t len = strlen(name);
+        if (len == 0 || len > DLOCK_NAME_MAX || !valid_utf8((const unsigned char *)name, len)) {
+            dlock__diag_add(diag, 1, file, line,
+                            "'metrics.names' item %zu is not a lock name: names here must be 1..%d bytes of UTF-8",
+                            i + 1, DLOCK_NAME_MAX);
+            continue;
+        }
+        bool repeated = false;
+        for (size_t j = 0; j < cfg->metrics_nnames; j++)
+            repeated = repeated || strcmp(cfg->metrics_names[j], name) == 0;
+        if (repeated)
+            dlock__diag_add(diag, 1, file, line, "'metrics.names' lists \"%s\" twice", name);
+        else
+            cfg->metrics_names[cfg->metrics_nnames++] = name;
+    }
+}
+
+static void check_metrics(struct dlock__config *cfg, const config_setting_t *group, struct dlock__diag *diag)
+{
+    if (dlock__settings_validate(group, cfg->source, metrics_spec, "metrics", diag) > 0)
+        return;
+    const config_setting_t *listen = config_setting_get_member(group, "listen");
+    const config_setting_t *names = config_setting_get_member(group, "names");
+    if (names)
+        check_metrics_names(cfg, names, diag);
+    if (!listen)
+        return;
+    const char *file = file_of(listen, cfg->source);
+    int line = config_setting_source_line(listen);
+    const char *text = config_setting_get_string(listen);
+    if (!parse_listen(text, &cfg->metrics_listen_addr, &cfg->metrics_listen_addr_len)) {
+        dlock__diag_add(diag, 1, file, line,
+                        "'metrics.listen' is \"%s\": it must be ADDRESS:PORT with a numeric address and a port "
+                        "of 1..65535, e.g. \"127.0.0.1:9464\" (this host only), \"0.0.0.0:9464\" (every "
+                        "interface) or \"[::1]:9464\"",
+                        text);
+        return;
+    }
+#ifdef DLOCK_HAVE_MICROHTTPD
+    cfg->metrics_listen = text;
+#else
+    dlock__diag_add(diag, 1, file, line,
+                    "'metrics.listen' cannot be served: this libdlock was built without libmicrohttpd. "
+                    "Rebuild it with libmicrohttpd (Debian: libmicrohttpd-dev; configure --with-microhttpd=yes), "
+                    "or drop 'listen' and read the metrics with dlock_client_metrics() or `dlock metrics`");
+#endif
+}
+
 static void check_top_level(struct dlock__config *cfg, struct dlock__diag *diag,
                             const config_setting_t **backend_setting)
 {
@@ -83,6 +245,14 @@ static void check_top_level(struct dlock__config *cfg, struct dlock__diag *diag,
         int line = config_setting_source_line(s);
         int type = config_setting_type(s);
 
+        if (strcmp(name, "metrics") == 0) {
+            if (type == CONFIG_TYPE_GROUP)
+                check_metrics(cfg, s, diag);
+            else
+                dlock__diag_add(diag, 1, file, line,
+                                "'metrics' must be a group, e.g. metrics = { listen = \"127.0.0.1:9464\"; }");
+            continue;
+        }
         if (type == CONFIG_TYPE_GROUP)
             continue; /* backend groups: checked once the backends are known */
         if (strcmp(name, "backend") == 0) {
@@ -129,9 +299,9 @@ static void check_groups(struct dlock__config *cfg, struct dlock__diag *diag)
     const config_setting_t *root = config_root_setting(&cfg->cfg);
     for (int i = 0; i < config_setting_length(root); i++) {
         const config_setting_t *s = config_setting_get_elem(root, (unsigned)i);
-        if (config_setting_type(s) != CONFIG_TYPE_GROUP)
-            continue;
         const char *name = config_setting_name(s);
+        if (config_setting_type(s) != CONFIG_TYPE_GROUP || strcmp(name, "metrics") == 0)
+            continue; /* the metrics group is the core's own (check_top_level) */
         const char *file = file_of(s, cfg->source);
         int line = config_setting_source_line(s);
         bool chosen = cfg->provider && strcmp(name, cfg->provider->name) == 0;
@@ -144,9 +314,10 @@ static void check_groups(struct dlock__config *cfg, struct dlock__diag *diag)
              * ours not built here, or an out-of-tree one) is not an error:
              * one file can serve hosts with different builds. A near miss
              * of a backend we know is taken for a typo. */
-            const char *known[MAX_KNOWN];
+            const char *known[MAX_KNOWN + 1];
             char names[512];
             size_t nknown = known_backends(known, names, sizeof names);
+            known[nknown++] = "metrics"; /* the one group that is not a backend's */
             const char *hint = dlock__suggest(name, known, nknown);
             if (hint && strcmp(hint, name) == 0)
                 hint = NULL;
@@ -284,6 +455,9 @@ int dlock__config_load(struct dlock__config *cfg, const char *path, const char *
 
 void dlock__config_free(struct dlock__config *cfg)
 {
+    free(cfg->metrics_names);
+    cfg->metrics_names = NULL;
+    cfg->metrics_nnames = 0;
     config_destroy(&cfg->cfg);
     free(cfg->source_copy);
     cfg->source_copy = NULL;

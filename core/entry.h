@@ -21,6 +21,7 @@ struct dlock__entry {
     uint64_t hash;
     char *name;
     size_t name_len;
+    struct dlock__name_metrics *named; /* the name's own series (metrics.names), or NULL (constant) */
     bool own_holder;                /* a shared or semaphore hold: this entry is one
                                      * handle's, never found by name (constant) */
     unsigned holder_no;             /* own_holder: its number in the client, for the owner id */

@@ -206,6 +206,7 @@ static struct dlock__entry *entry_new(dlock_client *c, const char *name, size_t 
     memcpy(e->name, name, len);
     e->name[len] = 0;
     e->name_len = len;
+    e->named = dlock__metrics_name_find(&c->metrics, name, len);
     e->hash = h;
     e->client = c;
     e->timer.heap_index = SIZE_MAX;

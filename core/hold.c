@@ -67,6 +67,8 @@ int dlock__hold_grant(dlock_client *c, struct dlock__entry *e, dlock_lock *h, ui
         return dlock_seterr(rc, "lock '%s': granted but not kept, since %s", dlock__entry_show(e), why);
     }
     dlock__metric_inc(&c->metrics.grants);
+    if (e->named)
+        dlock__metric_inc(&e->named->grants);
     return DLOCK_OK;
 }
 
@@ -104,7 +106,10 @@ int dlock__hold_release(dlock_client *c, struct dlock__entry *e)
     pthread_cond_broadcast(&e->cv);
     pthread_mutex_unlock(&e->mu);
 
-    dlock__histogram_observe(&c->metrics.hold_ms, dlock__now_ms() - granted_at);
+    int64_t held = dlock__now_ms() - granted_at;
+    dlock__histogram_observe(&c->metrics.hold_ms, held);
+    if (e->named)
+        dlock__histogram_observe(&e->named->hold_ms, held);
     if (lost) {
         dlock__metric_inc(&c->metrics.release_failures);
         return dlock_seterr(DLOCK_ELOST, "lock '%s': the hold had been lost (%s); nothing was released",
@@ -113,6 +118,8 @@ int dlock__hold_release(dlock_client *c, struct dlock__entry *e)
     if (rc == DLOCK_ENOTOWNER || rc == DLOCK_ELOST) {
         dlock__metric_inc(&c->metrics.release_failures);
         dlock__metric_inc(&c->metrics.losses);
+        if (e->named)
+            dlock__metric_inc(&e->named->losses);
         return dlock_seterr(DLOCK_ELOST, "lock '%s': the backend no longer had this hold (it expired or "
                             "was taken over); nothing was deleted", dlock__entry_show(e));
     }
@@ -122,6 +129,8 @@ int dlock__hold_release(dlock_client *c, struct dlock__entry *e)
         return rc; /* provider detail; the lease frees it */
     }
     dlock__metric_inc(&c->metrics.releases);
+    if (e->named)
+        dlock__metric_inc(&e->named->releases);
     return DLOCK_OK;
 }
 
@@ -172,6 +181,8 @@ static bool mark_lost(dlock_client *c, struct dlock__entry *e, const char *why)
         e->give_back_due = true;
         snprintf(e->lost_reason, sizeof e->lost_reason, "%s", why);
         dlock__metric_inc(&c->metrics.losses);
+        if (e->named)
+            dlock__metric_inc(&e->named->losses);
     }
     if (e->lost_notified || !e->on_lost)
         return false;

@@ -13,6 +13,7 @@
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/socket.h>
 #include <sys/types.h>
 
 #define DLOCK__INFINITE INT64_MAX
@@ -84,6 +85,14 @@ struct dlock__config {
     int64_t retry_base_ms;
     int64_t retry_cap_ms;
     char prefix[65];
+    /* The `metrics` group. listen is NULL when metrics are not served over
+     * HTTP; listen_addr is its parsed form. names (point into cfg) are the
+     * lock names that get series of their own. */
+    const char *metrics_listen;
+    struct sockaddr_storage metrics_listen_addr;
+    socklen_t metrics_listen_addr_len;
+    const char **metrics_names;
+    size_t metrics_nnames;
 };
 
 /* Receives each finding; is_error 0 = warning. */
@@ -152,15 +161,36 @@ struct dlock__histogram {
     uint64_t count;
     uint64_t sum_ms;
 };
+/* Most names `metrics.names` may list: each adds 32 series (4 counters, 2
+ * histograms of 14) to every scrape, and the list is there to keep that
+ * number known. */
+#define DLOCK__METRICS_NAMES_MAX 100
+/* The series one listed lock name has of its own (label name="..."). */
+struct dlock__name_metrics {
+    const char *name;               /* NUL-terminated; owned by the configuration */
+    size_t name_len;
+    uint64_t grants, timeouts, releases, losses;
+    struct dlock__histogram wait_ms, hold_ms;
+};
 struct dlock__metrics {
     uint64_t attempts, grants, reentries, busy, timeouts, cancels, releases, release_failures;
     uint64_t renewals, renewal_failures, losses, backend_errors;
     uint64_t renewal_rounds, renewal_round_us;  /* watchdog rounds that renewed, and their time */
     struct dlock__histogram wait_ms, hold_ms;
+    struct dlock__name_metrics *names;          /* fixed once the client is open */
+    size_t nnames;
 };
 void dlock__metric_inc(uint64_t *counter);
 void dlock__histogram_observe(struct dlock__histogram *h, int64_t ms);
 int dlock__metrics_format(const struct dlock__metrics *m, const char *backend, char **out);
+/* Gives each of the n names (which must outlive m) series of their own.
+ * DLOCK_OK or DLOCK_ENOMEM. Called before m is shared with other threads. */
+int dlock__metrics_names_init(struct dlock__metrics *m, const char *const *names, size_t n);
+void dlock__metrics_names_free(struct dlock__metrics *m);
+/* The series of a listed name, or NULL when the name is not listed. */
+struct dlock__name_metrics *dlock__metrics_name_find(struct dlock__metrics *m, const char *name, size_t len);
+
+struct dlock__metrics_http;
 
 /* ---- timer_thread.c: the watchdog and the expiry thread ------------------------------ */
 struct dlock__entry;
@@ -220,6 +250,7 @@ struct dlock_client {
     char client_id[33];             /* 128 random bits, hex */
     struct dlock__log log;
     struct dlock__metrics metrics;
+    struct dlock__metrics_http *metrics_http; /* the HTTP server of metrics.listen, or NULL */
     struct dlock__timer_thread watchdog; /* renewals and give-backs (core/watchdog.c) */
     struct dlock__timer_thread expiry;   /* loss at the validity end (core/expiry.c) */
 

@@ -105,7 +105,8 @@ const char *dlock_errmsg(void);
  * On success *out owns a new client; close it with dlock_client_close().
  * Errors: DLOCK_EINVAL (out NULL), DLOCK_ECONFIG (unreadable or invalid file;
  * dlock_errmsg() gives file:line), DLOCK_EUNAVAILABLE (backend module missing
- * or its server unreachable), DLOCK_ENOMEM. On error *out is set to NULL.
+ * or its server unreachable, or the metrics.listen address cannot be
+ * listened on), DLOCK_ENOMEM. On error *out is set to NULL.
  * Thread-safe (clients are independent).
  */
 int dlock_client_open(dlock_client **out, const char *config_path);
@@ -115,7 +116,8 @@ int dlock_client_open(dlock_client **out, const char *config_path);
 int dlock_client_open_string(dlock_client **out, const char *config_text);
 
 /*
- * Closes a client: stops its watchdog, releases every hold it still has on the
+ * Closes a client: stops its metrics server (metrics.listen) and its
+ * watchdog, releases every hold it still has on the
  * backend (a service that forgets a release does not block others until the
  * lease runs out) and frees everything, including lock handles not yet freed.
  * NULL is ignored. No other thread may use the client or its locks during or
@@ -155,8 +157,12 @@ void dlock_client_set_log(dlock_client *client, dlock_log_fn fn, void *arg, int 
  * Writes the client's metrics in the Prometheus text exposition format into a
  * new NUL-terminated string: attempts, grants, busy answers, timeouts,
  * cancellations, releases, renewals, renewal failures, losses, and histograms
- * of wait time and hold time. *out is malloc()ed and owned by the caller
- * (free() it). Thread-safe. Errors: DLOCK_EINVAL, DLOCK_ENOMEM.
+ * of wait time and hold time; then grants, timeouts, releases, losses and the
+ * two histograms of each lock name listed in the configuration's
+ * metrics.names, labelled name="...". With metrics.listen set the client
+ * serves the same text over HTTP at /metrics from open to close (see
+ * dlock.conf(5)). *out is malloc()ed and owned by the caller (free() it).
+ * Thread-safe. Errors: DLOCK_EINVAL, DLOCK_ENOMEM.
  */
 int dlock_client_metrics(dlock_client *client, char **out);
 

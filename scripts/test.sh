@@ -15,7 +15,9 @@ run_suite() { # builddir configure-options...
 }
 # Every backend this tree has is required here (=yes): a missing dependency
 # must fail the run, not quietly drop that backend's tests as =auto would.
-BACKENDS="--with-redis=yes --with-postgres=yes --with-mysql=yes --with-zookeeper=yes --with-etcd=yes"
+# The same for metrics over HTTP: without libmicrohttpd tests/metrics would
+# check only that metrics.listen is refused.
+BACKENDS="--with-redis=yes --with-postgres=yes --with-mysql=yes --with-zookeeper=yes --with-etcd=yes --with-microhttpd=yes"
 run_suite build $BACKENDS
 echo "== build: a backend module built out of tree, against the installed headers"
 tests/modules/out_of_tree.sh build > /dev/null || status=1
@@ -32,7 +34,7 @@ scripts/setup.sh build-valgrind $BACKENDS || status=1
 echo "== build-valgrind: cmocka programs under valgrind"
 # One program at a time: valgrind slows each ~20x, and the timing bounds of
 # the core tests leave little room for two of them sharing two cores.
-(cd build-valgrind && make -j1 check TESTS="tests/unit/test_basics tests/unit/test_config tests/unit/test_core tests/unit/test_modules tests/backends/local/test_local" \
+(cd build-valgrind && make -j1 check TESTS="tests/unit/test_basics tests/unit/test_config tests/unit/test_core tests/unit/test_modules tests/metrics/test_metrics tests/backends/local/test_local" \
     LOG_COMPILER="$(pwd)/../tests/valgrind.sh" > check.log 2>&1) || status=1
 echo "== fuzzing: the config loader and every backend's name mapping, 30 s each"
 tests/fuzz/run.sh build 30 || status=1
