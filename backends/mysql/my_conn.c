@@ -253,6 +253,20 @@ stmt_error:;
     return fail(srv, c, err, msg, "statement failed");
 }
 
+int my_query_rows(const struct my_server *srv, struct my_conn *c, const char *sql, MYSQL_RES **out)
+{
+    *out = NULL;
+    c->last_errno = 0;
+    if (my_conn_broken(c))
+        return dlock_seterr(DLOCK_EUNAVAILABLE, "%s: connection lost", srv->label);
+    if (mysql_real_query(c->db, sql, strlen(sql)) != 0 || !(*out = mysql_store_result(c->db))) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", mysql_error(c->db));
+        return fail(srv, c, mysql_errno(c->db), msg, "query failed");
+    }
+    return DLOCK_OK;
+}
+
 /* ---- the pool ------------------------------------------------------------------------- */
 
 static void *pool_connect(void *arg, int *rc)

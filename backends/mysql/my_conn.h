@@ -69,6 +69,11 @@ struct my_outcome {
 int my_run(const struct my_server *srv, struct my_conn *c, int which, const struct my_param *params, int n,
            int text_column, struct my_outcome *out);
 
+/* Runs sql (text: only for statements whose values are written as hex
+ * literals or numbers, never user strings) and stores its rows in *out
+ * (mysql_free_result it). DLOCK_OK, or a failure as my_run reports it. */
+int my_query_rows(const struct my_server *srv, struct my_conn *c, const char *sql, MYSQL_RES **out);
+
 /* True when the connection can no longer be used. */
 bool my_conn_broken(const struct my_conn *c);
 

@@ -22,6 +22,7 @@
 #include "../common/renew_by_kind.h"
 #include "../common/sql_text.h"
 #include "my_conn.h"
+#include "my_list.h"
 #include "my_sql.h"
 
 #include <dlock/provider.h>
@@ -586,6 +587,15 @@ static int my_status(struct my_instance *inst, struct dlock_ctl_status *arg)
     return rc;
 }
 
+static int my_list(void *instance, struct dlock_provider_list *req)
+{
+    struct my_instance *inst = instance;
+    if (inst->session_mode)
+        return dlock_seterr(DLOCK_ENOTSUP, "%s: session mode cannot list its locks: a named lock carries a digest "
+                            "of the name, not the name (lease mode can)", inst->server.label);
+    return my_list_page(&inst->pool, &inst->server, inst->sql.table, inst->prefix, req);
+}
+
 static int my_ctl(void *instance, int op, void *arg)
 {
     struct my_instance *inst = instance;
@@ -709,7 +719,7 @@ static int my_open(void **instance, const struct dlock_provider_env *env)
 }
 
 static const struct dlock_provider my_provider = {
-    .version = DLOCK_PROVIDER_VERSION_2,
+    .version = DLOCK_PROVIDER_VERSION_3,
     .name = "mysql",
     .capabilities = DLOCK_CAP_RENEW | DLOCK_CAP_FENCE | DLOCK_CAP_SERVER_EXPIRY | DLOCK_CAP_MULTI_HOST |
                     DLOCK_CAP_SHARED | DLOCK_CAP_SEMAPHORE,
@@ -725,6 +735,7 @@ static const struct dlock_provider my_provider = {
     .lock_fini = my_lock_fini,
     .ctl = my_ctl,
     .abandon = my_abandon,
+    .list = my_list,
 };
 
 DLOCK_MODULE(my_provider)

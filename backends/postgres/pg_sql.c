@@ -169,6 +169,17 @@ int pg_sql_init(struct pg_sql *sql, const char *table)
                           "       owner IS NOT NULL AND expires_at >= now()\n"
                           "FROM \"%s\" WHERE name = $1",
                           t);
+    /* One page of held names: keys starting with $1 after $2, in key
+     * order; shared holders as "owner ms-left" lines. A read, no locks. */
+    q[PG_LIST] = sql_format(
+        "SELECT name, owner, fence, greatest(0, ceil(extract(epoch FROM expires_at - now()) * 1000))::bigint,\n"
+        "  (SELECT string_agg(k || ' ' || (v::bigint - " NOW_MS "), E'\\n' ORDER BY k)\n"
+        "   FROM jsonb_each(t.holders) AS e(k, v) WHERE left(t.owner, 1) = '~' AND v::bigint > " NOW_MS ")\n"
+        "FROM \"%s\" AS t\n"
+        "WHERE name > $2::bytea AND substring(name FROM 1 FOR length($1::bytea)) = $1::bytea\n"
+        "  AND owner IS NOT NULL AND expires_at >= now()\n"
+        "ORDER BY name LIMIT $3::bigint",
+        t);
     q[PG_SESSION_ACQUIRE] = sql_format("SELECT pg_try_advisory_lock($1::bigint)");
     /* Drawn on demand, only while this session holds the lock: the last
      * holder drew its own before unlocking, so with a sequence without

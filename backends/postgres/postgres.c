@@ -30,6 +30,7 @@
 #include "../common/renew_by_kind.h"
 #include "../common/sql_text.h"
 #include "pg_conn.h"
+#include "pg_list.h"
 #include "pg_sql.h"
 
 #include <dlock/provider.h>
@@ -670,6 +671,15 @@ static int pg_status(struct pg_instance *inst, struct dlock_ctl_status *arg)
     return rc;
 }
 
+static int pg_list(void *instance, struct dlock_provider_list *req)
+{
+    struct pg_instance *inst = instance;
+    if (inst->session_mode)
+        return dlock_seterr(DLOCK_ENOTSUP, "%s: session mode cannot list its locks: an advisory lock carries a "
+                            "digest of the name, not the name (lease mode can)", inst->server.label);
+    return pg_list_page(&inst->pool, &inst->server, inst->prefix, req);
+}
+
 static int pg_ctl(void *instance, int op, void *arg)
 {
     struct pg_instance *inst = instance;
@@ -803,7 +813,7 @@ static int pg_open(void **instance, const struct dlock_provider_env *env)
 }
 
 static const struct dlock_provider pg_provider = {
-    .version = DLOCK_PROVIDER_VERSION_2,
+    .version = DLOCK_PROVIDER_VERSION_3,
     .name = "postgres",
     .capabilities = DLOCK_CAP_RENEW | DLOCK_CAP_FENCE | DLOCK_CAP_NATIVE_WAIT | DLOCK_CAP_SERVER_EXPIRY |
                     DLOCK_CAP_MULTI_HOST | DLOCK_CAP_SHARED | DLOCK_CAP_SEMAPHORE,
@@ -820,6 +830,7 @@ static const struct dlock_provider pg_provider = {
     .lock_fini = pg_lock_fini,
     .ctl = pg_ctl,
     .abandon = pg_abandon,
+    .list = pg_list,
 };
 
 DLOCK_MODULE(pg_provider)

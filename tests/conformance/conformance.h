@@ -14,6 +14,8 @@
 #include <stddef.h>
 #include <sys/types.h>
 
+enum { CONFORMANCE_LISTS = 1, CONFORMANCE_LISTS_NO_WAITERS = 2 };
+
 struct conformance_target {
     const char *name;       /* printed as the cmocka group name */
     /* Writes a complete configuration into buf: the backend with
@@ -29,8 +31,9 @@ struct conformance_target {
     /* How much later than its lease the server may free a dead holder's
      * hold (etcd checks for expired leases every 500 ms); 0 for none. */
     int expiry_slack_ms;
-    /* The backend lists its locks (dlock_list); when 0 the suite checks
-     * that it answers DLOCK_ENOTSUP instead. */
+    /* The backend lists its locks (dlock_list): CONFORMANCE_LISTS, or
+     * CONFORMANCE_LISTS_NO_WAITERS when it cannot count waiters (reports
+     * -1); when 0 the suite checks that it answers DLOCK_ENOTSUP instead. */
     int lists;
 };
 
