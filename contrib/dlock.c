@@ -45,6 +45,9 @@ static void usage(FILE *f)
             "  list [--json] [--prefix P] [--limit N] [--cursor C]\n"
             "                        list the names held or waited for (all, or the\n"
             "                        first N), with holders, fence, lease and waiters\n"
+            "  break --yes NAME      take NAME from its holders (stuck ones): the fence\n"
+            "                        moves past their tokens, they learn it at their\n"
+            "                        next renewal\n"
             "  check-config FILE     report every error in a configuration file\n"
             "  metrics [NAME]        print the client's metrics (Prometheus text); with\n"
             "                        NAME, first take and release NAME once as a probe\n"
@@ -621,10 +624,12 @@ int main(int argc, char **argv)
         return cmd_status(config, sub_argc, sub_argv);
     if (strcmp(command, "list") == 0)
         return cmd_list(config, sub_argc, sub_argv);
+    if (strcmp(command, "break") == 0)
+        return cmd_break(config, sub_argc, sub_argv);
     if (strcmp(command, "check-config") == 0)
         return cmd_check_config(sub_argc, sub_argv);
     if (strcmp(command, "metrics") == 0)
         return cmd_metrics(config, sub_argc, sub_argv);
-    fprintf(stderr, "%s: unknown command '%s' (run, status, list, check-config, metrics)\n", progname, command);
+    fprintf(stderr, "%s: unknown command '%s' (run, status, list, break, check-config, metrics)\n", progname, command);
     return EXIT_USAGE;
 }

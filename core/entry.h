@@ -146,6 +146,7 @@ int dlock__p_ctl(dlock_client *c, int op, void *arg);
 /* One page of a listing; DLOCK_ENOTSUP (with the detail set) when the
  * provider predates version 3 or does not list. */
 int dlock__p_list(dlock_client *c, struct dlock_provider_list *req);
+int dlock__p_break(dlock_client *c, const char *name, size_t name_len, int *broken, uint64_t *fence);
 
 /* ---- expiry.c: declares holds lost at their validity end ------------------- */
 /* A thread per client (started with the first hold) that fires at each

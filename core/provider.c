@@ -183,6 +183,15 @@ int dlock__p_ctl(dlock_client *c, int op, void *arg)
     return checked(c->provider, "ctl", c->provider->ctl(c->instance, op, arg));
 }
 
+int dlock__p_break(dlock_client *c, const char *name, size_t name_len, int *broken, uint64_t *fence)
+{
+    if (!HAS(c->provider, break_hold, DLOCK_PROVIDER_VERSION_3))
+        return dlock_seterr(DLOCK_ENOTSUP, "the %s backend cannot break a hold%s", c->provider->name,
+                            c->provider->version < DLOCK_PROVIDER_VERSION_3
+                                ? " (its module predates provider version 3)" : "");
+    return checked(c->provider, "break_hold", c->provider->break_hold(c->instance, name, name_len, broken, fence));
+}
+
 int dlock__p_list(dlock_client *c, struct dlock_provider_list *req)
 {
     if (!HAS(c->provider, list, DLOCK_PROVIDER_VERSION_3))

@@ -393,6 +393,26 @@ typedef int (*dlock_list_fn)(const dlock_list_entry *entry, void *arg);
 int dlock_list(dlock_client *client, const char *prefix, size_t prefix_len, const char *cursor,
                size_t limit, dlock_list_fn fn, void *arg, char **next_cursor);
 
+/*
+ * An operator's forced release of NAME, for a lock whose holder is stuck:
+ * every hold of the name (the exclusive holder, or all shared or permit
+ * holders) is removed on the backend and its fence counter is raised, so
+ * the next grant's token is higher than any the old holders have and a
+ * fenced resource refuses their late writes once the next holder has
+ * written. The old holders learn of it at their next renewal (on_lost,
+ * DLOCK_ELOST). Waiters are woken. This is not a release: the old holder
+ * may still be running, so use it only for holders known to be stuck, on
+ * resources that check the fence.
+ *
+ * *broken (may be NULL) gets 1 when the name was held, 0 when it was free
+ * (nothing was changed); *fence (may be NULL) the backend's fence counter
+ * afterwards (0 if unknown). Logged at DLOCK_LOG_WARN on the client's log.
+ * Returns DLOCK_OK; DLOCK_EINVAL; DLOCK_ENOTSUP when the backend cannot do
+ * it safely (dlock_errmsg() says why: local, whose kernel locks belong to
+ * the holding process); backend errors. Thread-safe.
+ */
+int dlock_break(dlock_client *client, const char *name, size_t name_len, int *broken, uint64_t *fence);
+
 /* One finding of dlock_config_check(). file and msg are valid during the call. */
 typedef void (*dlock_config_report_fn)(int is_error, const char *file, int line,
                                        const char *msg, void *arg);

@@ -792,6 +792,17 @@ static void local_abandon(void *instance, struct dlock_provider_lock *lk)
     ll->turnstile = false;
 }
 
+static int local_break(void *instance, const char *name, size_t name_len, int *broken, uint64_t *fence)
+{
+    (void)instance;
+    (void)name;
+    (void)name_len;
+    (void)broken;
+    (void)fence;
+    return dlock_seterr(DLOCK_ENOTSUP, "local: a kernel lock belongs to the process holding it and cannot be "
+                        "taken from it; stop that process (dlock status NAME shows its pid)");
+}
+
 static int local_list(void *instance, struct dlock_provider_list *req)
 {
     struct local_instance *inst = instance;
@@ -822,4 +833,5 @@ const struct dlock_provider dlock__local_provider = {
     .ctl = local_ctl,
     .abandon = local_abandon,
     .list = local_list,
+    .break_hold = local_break,
 };

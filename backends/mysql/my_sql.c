@@ -122,6 +122,12 @@ int my_sql_init(struct my_sql *sql, const char *table)
     sql->text[MY_UNREGISTER_WRITER] = sql_format("UPDATE `%s` SET writer = NULL WHERE name = ? AND writer = ?", t);
     sql->text[MY_SHARED_STATUS] = sql_format(
         "SELECT COUNT(*) FROM `%s` AS t, " HOLDER_KEYS " WHERE t.name = ? AND " HOLDER_EXPIRY " > " NOW_MS, t);
+    /* key: an operator's break (holders and a waiting writer's registration
+     * are void once owner is NULL and the fence moved). */
+    sql->text[MY_BREAK] = sql_format("UPDATE `%s` SET fence = LAST_INSERT_ID(fence + 1), owner = NULL,\n"
+                                     "  expires_at = " NOW_MS "\n"
+                                     "WHERE name = ? AND owner IS NOT NULL AND expires_at >= " NOW_MS,
+                                     t);
     sql->text[MY_HAS_SHARED_COLUMNS] = sql_format(
         "SELECT COUNT(*) FROM information_schema.columns\n"
         "WHERE table_schema = DATABASE() AND table_name = ? AND column_name = 'writer_fence'");

@@ -39,6 +39,7 @@ enum my_statement {
     MY_UNREGISTER_WRITER,/* key, owner */
     MY_SHARED_STATUS,    /* key -> live holders */
     MY_HAS_SHARED_COLUMNS, /* table name -> 1 when the table has the shared columns */
+    MY_BREAK,            /* key -> 1 row found when it was held; insert id: the new fence */
     MY_SESSION_ACQUIRE,  /* lock name -> 1 granted, 0 busy */
     MY_SESSION_FENCE,    /* key, lock name -> rows > 0 while held here; insert id: fence */
     MY_SESSION_CHECK,    /* lock name -> 1 while this connection holds it */

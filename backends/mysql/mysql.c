@@ -587,6 +587,27 @@ static int my_status(struct my_instance *inst, struct dlock_ctl_status *arg)
     return rc;
 }
 
+static int my_break(void *instance, const char *name, size_t name_len, int *broken, uint64_t *fence)
+{
+    struct my_instance *inst = instance;
+    if (inst->session_mode)
+        return dlock_seterr(DLOCK_ENOTSUP, "%s: session mode cannot break a hold: it is the holder's own "
+                            "connection's (end that connection with KILL instead)", inst->server.label);
+    struct sql_lock_key k;
+    int rc = sql_lock_key_init(&k, inst->prefix, name, name_len);
+    if (rc != DLOCK_OK)
+        return rc;
+    struct my_param p[1] = { bytes(k.key, k.key_len) };
+    struct my_outcome o;
+    rc = my_pool_run(&inst->pool, MY_BREAK, p, 1, -1, &o);
+    if (rc == DLOCK_OK) {
+        *broken = o.affected == 1;
+        *fence = *broken ? o.insert_id : 0;
+    }
+    sql_lock_key_free(&k);
+    return rc;
+}
+
 static int my_list(void *instance, struct dlock_provider_list *req)
 {
     struct my_instance *inst = instance;
@@ -736,6 +757,7 @@ static const struct dlock_provider my_provider = {
     .ctl = my_ctl,
     .abandon = my_abandon,
     .list = my_list,
+    .break_hold = my_break,
 };
 
 DLOCK_MODULE(my_provider)

@@ -180,6 +180,13 @@ int pg_sql_init(struct pg_sql *sql, const char *table)
         "  AND owner IS NOT NULL AND expires_at >= now()\n"
         "ORDER BY name LIMIT $3::bigint",
         t);
+    /* An operator's break: the holds go (holders and a waiting writer's
+     * registration are void once owner is NULL and the fence moved). */
+    q[PG_BREAK] = sql_format(
+        "WITH r AS (UPDATE \"%s\" SET owner = NULL, expires_at = now(), fence = fence + 1\n"
+        "  WHERE name = $1 AND owner IS NOT NULL AND expires_at >= now() RETURNING fence)\n"
+        "SELECT fence, pg_notify($2, '') FROM r",
+        t);
     q[PG_SESSION_ACQUIRE] = sql_format("SELECT pg_try_advisory_lock($1::bigint)");
     /* Drawn on demand, only while this session holds the lock: the last
      * holder drew its own before unlocking, so with a sequence without

@@ -31,6 +31,7 @@ enum pg_statement {
     PG_SHARED_RELEASE,   /* $3 channel -> one row when released */
     PG_SHARED_RENEW_BATCH, /* as PG_RENEW_BATCH */
     PG_SHARED_STATUS,    /* $1 key -> live holders */
+    PG_BREAK,            /* $1 key, $2 channel -> the new fence when it was held, else no row */
     PG_LIST,             /* $1 key prefix, $2 after this key, $3 limit -> (key, owner, fence, ms left,
                           * shared holders as "owner ms" lines or NULL) of held names */
     /* session mode: $1 advisory key (bigint) */

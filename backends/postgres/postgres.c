@@ -671,6 +671,28 @@ static int pg_status(struct pg_instance *inst, struct dlock_ctl_status *arg)
     return rc;
 }
 
+static int pg_break(void *instance, const char *name, size_t name_len, int *broken, uint64_t *fence)
+{
+    struct pg_instance *inst = instance;
+    if (inst->session_mode)
+        return dlock_seterr(DLOCK_ENOTSUP, "%s: session mode cannot break a hold: it is the holder's own session's "
+                            "(end that session with pg_terminate_backend instead)", inst->server.label);
+    struct sql_lock_key k;
+    int rc = sql_lock_key_init(&k, inst->prefix, name, name_len);
+    if (rc != DLOCK_OK)
+        return rc;
+    const char *values[2] = { k.key, k.tag };
+    int lengths[2] = { (int)k.key_len, 0 }, formats[2] = { 1, 0 };
+    PGresult *res = pg_pool_exec(&inst->pool, PG_BREAK, 2, values, lengths, formats, &rc);
+    if (res && (rc = pg_result_check(&inst->server, res, "breaking a hold")) == DLOCK_OK) {
+        *broken = PQntuples(res) == 1;
+        *fence = *broken ? strtoull(PQgetvalue(res, 0, 0), NULL, 10) : 0;
+    }
+    PQclear(res);
+    sql_lock_key_free(&k);
+    return rc;
+}
+
 static int pg_list(void *instance, struct dlock_provider_list *req)
 {
     struct pg_instance *inst = instance;
@@ -831,6 +853,7 @@ static const struct dlock_provider pg_provider = {
     .ctl = pg_ctl,
     .abandon = pg_abandon,
     .list = pg_list,
+    .break_hold = pg_break,
 };
 
 DLOCK_MODULE(pg_provider)

@@ -937,6 +937,30 @@ static int redis_list(void *instance, struct dlock_provider_list *req)
     return redis_list_page(&inst->pool, inst->prefix, req);
 }
 
+static int redis_break(void *instance, const char *name, size_t name_len, int *broken, uint64_t *fence)
+{
+    struct redis_instance *inst = instance;
+    struct redis_lock_keys k = { 0 };
+    int rc = redis_lock_keys_init(&k, inst->prefix, name, name_len);
+    if (rc != DLOCK_OK)
+        return rc;
+    const char *args[7] = { k.key, k.fence_key, k.holders_key, k.queue_key, k.timeouts_key, k.channel_prefix,
+                            inst->publish };
+    size_t lens[7] = { k.key_len, k.fence_key_len, k.holders_key_len, k.queue_key_len, k.timeouts_key_len,
+                       k.channel_prefix_len, strlen(inst->publish) };
+    redisReply *r = run_script(inst, SCRIPT_BREAK, 5, 7, args, lens, &rc);
+    if (r && !is_int_array(r, 2))
+        rc = unexpected(inst, "break");
+    if (rc == DLOCK_OK) {
+        *broken = r->element[0]->integer == 1;
+        *fence = (uint64_t)r->element[1]->integer;
+    }
+    if (r)
+        freeReplyObject(r);
+    redis_lock_keys_free(&k);
+    return rc;
+}
+
 static int redis_ctl(void *instance, int op, void *arg)
 {
     if (op == DLOCK_CTL_STATUS)
@@ -962,6 +986,7 @@ static const struct dlock_provider redis_provider = {
     .ctl = redis_ctl,
     .abandon = redis_abandon,
     .list = redis_list,
+    .break_hold = redis_break,
 };
 
 DLOCK_MODULE(redis_provider)

@@ -319,6 +319,28 @@ static const char *const script_text[SCRIPT_COUNT] = {
     "  end\n"
     "end\n"
     "return out\n",
+
+    /* break: every hold of the name goes at once, the fence counter moves
+     * past every token handed out, and the first live waiter is woken. A
+     * free name is left as it is. */
+    "if redis.call('exists', KEYS[1]) == 0 then\n"
+    "  return {0, tonumber(redis.call('get', KEYS[2]) or '0')}\n"
+    "end\n"
+    "redis.call('del', KEYS[1], KEYS[3])\n"
+    LUA_NEXT_FENCE
+    LUA_NOW
+    "local head = redis.call('lindex', KEYS[4], 0)\n"
+    "while head do\n"
+    "  local dl = redis.call('zscore', KEYS[5], head)\n"
+    "  if dl and tonumber(dl) > now then\n"
+    "    redis.call(ARGV[2], ARGV[1] .. head, 'released')\n"
+    "    break\n"
+    "  end\n"
+    "  redis.call('lpop', KEYS[4])\n"
+    "  redis.call('zrem', KEYS[5], head)\n"
+    "  head = redis.call('lindex', KEYS[4], 0)\n"
+    "end\n"
+    "return {1, fence}\n",
 };
 
 void redis_scripts_init(struct redis_scripts *s)

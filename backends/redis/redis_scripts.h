@@ -40,6 +40,9 @@ enum redis_script {
     SCRIPT_RELEASE_SHARED,
     /* KEYS: (lock, holders)...; ARGV: (owner, lease)... -> {1|0, ...} */
     SCRIPT_RENEW_SHARED,
+    /* KEYS: lock, fence, holders, queue, timeouts; ARGV: channel prefix,
+     * publish command -> {1 if it was held, the fence counter} */
+    SCRIPT_BREAK,
     SCRIPT_COUNT
 };
 

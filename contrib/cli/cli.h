@@ -29,4 +29,7 @@ int open_client(dlock_client **client, const char *config);
 /* dlock list (list.c). */
 int cmd_list(const char *config, int argc, char **argv);
 
+/* dlock break (break.c). */
+int cmd_break(const char *config, int argc, char **argv);
+
 #endif

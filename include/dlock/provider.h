@@ -267,6 +267,14 @@ struct dlock_provider {
      * emit's non-zero result, DLOCK_ENOTSUP (this deployment cannot list:
      * say why), backend failures. */
     int (*list)(void *instance, struct dlock_provider_list *req);
+
+    /* Optional. An operator's forced release of NAME (see dlock_break):
+     * remove every hold of the name in one atomic step, raise its fence
+     * counter by at least one, wake a waiter. *broken: 1 if it was held, 0
+     * if free; *fence: the counter afterwards, 0 if unknown. DLOCK_OK,
+     * DLOCK_ENOTSUP (this deployment cannot do it safely: say why),
+     * backend failures. */
+    int (*break_hold)(void *instance, const char *name, size_t name_len, int *broken, uint64_t *fence);
 };
 
 /*

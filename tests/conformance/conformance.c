@@ -335,6 +335,57 @@ static void lost_hold_is_reported_once(void **state)
     dlock_client_close(a);
 }
 
+/* An operator's break (dlock_break) of a held name: the holder learns it
+ * at its next renewal, the name is free at once, the next grant's fence is
+ * above the old holder's (so a resource that keeps the highest token seen
+ * refuses the old holder's late write once the new one wrote), and a
+ * second break finds nothing. A backend that cannot do it safely says
+ * why. */
+static void a_broken_hold_is_lost_and_fenced_out(void **state)
+{
+    (void)state;
+    __atomic_store_n(&lost_calls, 0, __ATOMIC_SEQ_CST);
+    dlock_client *a = open_client(600, 100), *op = open_client(30000, 100), *b = open_client(30000, 100);
+    dlock_lock *la = lock_of(a, "conf-break", 10, 0, test_count_loss, &lost_calls);
+    dlock_lock *lb = named(b, "conf-break");
+    assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
+    uint64_t fa = 0, fb = 0, after = 0;
+    assert_int_equal(dlock_fence(la, &fa), DLOCK_OK);
+    int broken = -1;
+    int rc = dlock_break(op, "conf-break", 10, &broken, &after);
+    if (rc == DLOCK_ENOTSUP) {
+        assert_true(strlen(dlock_errmsg()) > 20);
+        assert_int_equal(dlock_release(la), DLOCK_OK);
+        goto out;
+    }
+    assert_int_equal(rc, DLOCK_OK);
+    assert_int_equal(broken, 1);
+    assert_true(after == 0 || after > fa);
+    int64_t t0 = now_ms();
+    assert_int_equal(dlock_acquire(lb, 0), DLOCK_OK);
+    assert_int_equal(dlock_fence(lb, &fb), DLOCK_OK);
+    assert_true(fb > fa && (after == 0 || fb > after));
+    /* The resource: keeps the highest token it saw, refuses lower ones. */
+    uint64_t highest = fb; /* the new holder wrote first */
+    assert_true(fa < highest);
+    while (__atomic_load_n(&lost_calls, __ATOMIC_SEQ_CST) == 0 && now_ms() - t0 < 3000)
+        sleep_ms(10);
+    if (now_ms() - t0 > 200 + 250 + target->expiry_slack_ms)
+        fail_msg("the broken holder learnt it %lld ms later", (long long)(now_ms() - t0));
+    assert_int_equal(__atomic_load_n(&lost_calls, __ATOMIC_SEQ_CST), 1);
+    assert_int_equal(dlock_validity_ms(la), DLOCK_ELOST);
+    assert_int_equal(dlock_release(la), DLOCK_ELOST);
+    assert_int_equal(dlock_release(lb), DLOCK_OK);
+    assert_int_equal(dlock_break(op, "conf-break", 10, &broken, NULL), DLOCK_OK);
+    assert_int_equal(broken, 0);
+out:
+    dlock_lock_free(la);
+    dlock_lock_free(lb);
+    dlock_client_close(a);
+    dlock_client_close(op);
+    dlock_client_close(b);
+}
+
 static void fences_increase_across_holders(void **state)
 {
     (void)state;
@@ -533,6 +584,7 @@ int conformance_run(const struct conformance_target *t)
         cmocka_unit_test_setup(explicit_lease_runs_out, conformance_before_each),
         cmocka_unit_test_setup(watchdog_keeps_a_hold_past_three_leases, conformance_before_each),
         cmocka_unit_test_setup(lost_hold_is_reported_once, conformance_before_each),
+        cmocka_unit_test_setup(a_broken_hold_is_lost_and_fenced_out, conformance_before_each),
         cmocka_unit_test_setup(fences_increase_across_holders, conformance_before_each),
         cmocka_unit_test_setup(killed_holder_is_replaced_within_its_lease, conformance_before_each),
         cmocka_unit_test_setup(names_up_to_the_cap_any_bytes, conformance_before_each),
