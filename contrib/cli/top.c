@@ -29,7 +29,8 @@ struct top {
     dlock_client *client;
     enum sort_key sort;
     int64_t stale_ms;
-    bool tty;
+    bool tty;    /* colours */
+    bool redraw; /* clear the screen before each table */
 };
 
 /* Descending; what the backend does not know (-1) goes last. */
@@ -67,7 +68,7 @@ static void draw(const struct top *t, struct view *v)
     time_t now = (time_t)(v->generated_ms / 1000);
     char clock[16];
     strftime(clock, sizeof clock, "%H:%M:%S", localtime(&now));
-    if (t->tty)
+    if (t->redraw)
         fputs(CLEAR, stdout);
     printf("dlock top - backend %s - %s", dlock_client_backend(t->client), clock);
     if (v->rc != DLOCK_OK) {
@@ -115,7 +116,7 @@ static bool parse_interval(const char *s, int64_t *ms)
 
 int cmd_top(const char *config, int argc, char **argv)
 {
-    struct top t = { NULL, BY_AGE, 300000, isatty(STDOUT_FILENO) == 1 };
+    struct top t = { NULL, BY_AGE, 300000, isatty(STDOUT_FILENO) == 1, false };
     int64_t interval_ms = 2000;
     bool once = false;
     size_t stale_s;
@@ -161,10 +162,12 @@ int cmd_top(const char *config, int argc, char **argv)
     /* Not a terminal: one table for a pipe or a file, as with --once. */
     if (!t.tty)
         once = true;
+    t.redraw = !once;
     sigset_t sigs;
     sigemptyset(&sigs);
     sigaddset(&sigs, SIGINT);
     sigaddset(&sigs, SIGTERM);
+    sigaddset(&sigs, SIGHUP);
     if (!once)
         pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     int code = open_client(&t.client, config);
