@@ -81,7 +81,8 @@ static void draw(const struct top *t, struct view *v)
     if (s.oldest_age_ms >= 0)
         printf(", oldest hold %.1f s", (double)s.oldest_age_ms / 1000.0);
     printf("\n\n");
-    qsort(v->entries, v->n, sizeof *v->entries, t->sort == BY_AGE ? by_age : by_waiters);
+    if (v->n) /* an empty view has no array, and qsort wants one */
+        qsort(v->entries, v->n, sizeof *v->entries, t->sort == BY_AGE ? by_age : by_waiters);
     entry_header(stdout);
     size_t shown = v->n < room(t) ? v->n : room(t);
     for (size_t i = 0; i < shown; i++) {
