@@ -48,6 +48,12 @@ static void usage(FILE *f)
             "  break --yes NAME      take NAME from its holders (stuck ones): the fence\n"
             "                        moves past their tokens, they learn it at their\n"
             "                        next renewal\n"
+            "  serve [--listen ADDR:PORT] [--stale-after S]\n"
+            "        [--token-file F | --basic-auth-file F]\n"
+            "                        serve a read-only web panel of the listed names,\n"
+            "                        their JSON (/api/locks) and gauges (/metrics)\n"
+            "  top [--interval S] [--sort age|waiters] [--once]\n"
+            "                        the listed names as a table refreshed in the terminal\n"
             "  check-config FILE     report every error in a configuration file\n"
             "  metrics [NAME]        print the client's metrics (Prometheus text); with\n"
             "                        NAME, first take and release NAME once as a probe\n"
@@ -166,13 +172,6 @@ static int open_pidfd(pid_t pid)
     errno = ENOSYS;
     return -1;
 #endif
-}
-
-static int64_t monotonic_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 /* Starts CMD. In the child, before exec: the caller's signal mask and
@@ -626,10 +625,15 @@ int main(int argc, char **argv)
         return cmd_list(config, sub_argc, sub_argv);
     if (strcmp(command, "break") == 0)
         return cmd_break(config, sub_argc, sub_argv);
+    if (strcmp(command, "serve") == 0)
+        return cmd_serve(config, sub_argc, sub_argv);
+    if (strcmp(command, "top") == 0)
+        return cmd_top(config, sub_argc, sub_argv);
     if (strcmp(command, "check-config") == 0)
         return cmd_check_config(sub_argc, sub_argv);
     if (strcmp(command, "metrics") == 0)
         return cmd_metrics(config, sub_argc, sub_argv);
-    fprintf(stderr, "%s: unknown command '%s' (run, status, list, break, check-config, metrics)\n", progname, command);
+    fprintf(stderr, "%s: unknown command '%s' (run, status, list, break, serve, top, check-config, metrics)\n",
+            progname, command);
     return EXIT_USAGE;
 }

@@ -3,6 +3,8 @@
 #define DLOCK_CLI_H
 
 #include <dlock.h>
+#include <stdbool.h>
+#include <stddef.h>
 
 /* Exit statuses from sysexits.h, so shell scripts can tell outcomes apart. */
 enum {
@@ -26,8 +28,17 @@ int fail(int rc, const char *what);
  * after reporting the failure. */
 int open_client(dlock_client **client, const char *config);
 
-/* dlock list (list.c). */
+/* Parses a count of at least 1 and at most max, digits only. */
+bool parse_count(const char *s, size_t max, size_t *out);
+
+/* Milliseconds of the monotonic clock, and of the wall clock since 1970. */
+int64_t monotonic_ms(void);
+int64_t wall_ms(void);
+
+/* dlock list (list.c), dlock serve (serve.c), dlock top (top.c). */
 int cmd_list(const char *config, int argc, char **argv);
+int cmd_serve(const char *config, int argc, char **argv);
+int cmd_top(const char *config, int argc, char **argv);
 
 /* dlock break (break.c). */
 int cmd_break(const char *config, int argc, char **argv);

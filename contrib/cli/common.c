@@ -1,7 +1,10 @@
 /* contrib/cli/common.c - see cli.h. */
 #include "cli.h"
 
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
 
 int exit_code_for(int rc)
 {
@@ -31,4 +34,36 @@ int open_client(dlock_client **client, const char *config)
     if (rc != DLOCK_OK)
         return fail(rc, "cannot open client");
     return 0;
+}
+
+bool parse_count(const char *s, size_t max, size_t *out)
+{
+    char *end;
+    errno = 0;
+    /* strtoull takes "-1" as a huge number and skips leading space: only
+     * digits are a count here. */
+    if (s[0] < '0' || s[0] > '9')
+        return false;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || *end || v == 0 || v > max)
+        return false;
+    *out = (size_t)v;
+    return true;
+}
+
+static int64_t clock_ms(clockid_t id)
+{
+    struct timespec ts;
+    clock_gettime(id, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int64_t monotonic_ms(void)
+{
+    return clock_ms(CLOCK_MONOTONIC);
+}
+
+int64_t wall_ms(void)
+{
+    return clock_ms(CLOCK_REALTIME);
 }

@@ -54,7 +54,7 @@ bool escape_json(FILE *f, const char *s, size_t len)
             fputs("\\r", f);
         else if (c == '\t')
             fputs("\\t", f);
-        else if (c < 0x20 || c == 0x7F)
+        else if (c < 0x20 || c == 0x7F || c == '<' || c == '>' || c == '&')
             fprintf(f, "\\u%04x", c);
         else
             fwrite(u + i, 1, n, f);
@@ -78,6 +78,24 @@ void escape_text(FILE *f, const char *s, size_t len)
             fputs("\\t", f);
         else if (n == 0 || c < 0x20 || c == 0x7F)
             fprintf(f, "\\x%02x", c);
+        else
+            fwrite(u + i, 1, n, f);
+        i += n ? n : 1;
+    }
+}
+
+void escape_label(FILE *f, const char *s, size_t len)
+{
+    const unsigned char *u = (const unsigned char *)s;
+    for (size_t i = 0; i < len;) {
+        unsigned char c = u[i];
+        size_t n = utf8_sequence(u + i, len - i);
+        if (n == 0)
+            fputs("\xef\xbf\xbd", f);
+        else if (c == '\\' || c == '"')
+            fprintf(f, "\\%c", c);
+        else if (c == '\n')
+            fputs("\\n", f);
         else
             fwrite(u + i, 1, n, f);
         i += n ? n : 1;

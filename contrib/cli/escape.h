@@ -7,7 +7,10 @@
 #include <stdio.h>
 
 /* Writes s as a JSON string, quotes included: '"', '\\' and control
- * characters escaped, well-formed UTF-8 as it is, and each byte that is not
+ * characters escaped, and '<', '>' and '&' as \u escapes too, so that a
+ * name such as "</script>" cannot end a script or make markup wherever the
+ * document is pasted into HTML (dlock serve's /api/locks); well-formed
+ * UTF-8 as it is, and each byte that is not
  * part of well-formed UTF-8 as U+FFFD. Returns false when such a byte was
  * replaced, so the caller can add the exact bytes (see escape_hex). */
 bool escape_json(FILE *f, const char *s, size_t len);
@@ -15,6 +18,11 @@ bool escape_json(FILE *f, const char *s, size_t len);
 /* Writes s for a terminal, on one line: '\\', control characters and bytes
  * that are not part of well-formed UTF-8 as C escapes (\n, \xHH). */
 void escape_text(FILE *f, const char *s, size_t len);
+
+/* Writes s as the value of a Prometheus label, without the quotes: '\\',
+ * '"' and newline escaped as the text format wants, well-formed UTF-8 as
+ * it is, and each other byte as U+FFFD (the format is UTF-8 only). */
+void escape_label(FILE *f, const char *s, size_t len);
 
 /* Writes s as lower-case hex digits, two per byte. */
 void escape_hex(FILE *f, const char *s, size_t len);
