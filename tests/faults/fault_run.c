@@ -21,6 +21,23 @@
 #include <time.h>
 #include <unistd.h>
 
+void fault_run_semaphore_holder_killed(const char *scenario, const char *config_text, int lease_ms)
+{
+    struct fault_run run;
+    struct history_report r;
+    fault_run_start_permits(&run, config_text, 5, 5000 * fault_run_scale(), 40, 2);
+    fault_sleep_ms(1500);
+    pid_t holder = fault_run_holder(&run, 3000);
+    assert_true(holder > 0);
+    int64_t killed_at = fault_now_us();
+    kill(holder, SIGKILL);
+    fault_sleep_ms(lease_ms + 1000);
+    int grants = history_grants_between(run.dir, run.nworkers, killed_at, fault_now_us());
+    fault_run_finish(&run, scenario, &r);
+    assert_true(grants >= 1);
+    assert_int_equal(r.most_at_once, 2); /* the permits were used, not one at a time */
+}
+
 int64_t fault_now_us(void)
 {
     return fenced_now_us();
@@ -65,13 +82,16 @@ static void worker_path(char *out, size_t size)
         snprintf(out, size, "%s/../fault_worker", dir);
 }
 
-void fault_run_start(struct fault_run *run, const char *config_text, int nworkers, int duration_ms, int hold_ms)
+static void start_workers(struct fault_run *run, const char *config_text, int nworkers, int duration_ms,
+                          int hold_ms, int permits)
 {
     memset(run, 0, sizeof *run);
+    run->permits = permits;
     assert_true(nworkers > 0 && nworkers <= FAULT_RUN_MAX_WORKERS);
     snprintf(run->dir, sizeof run->dir, "/tmp/dlock-faults-XXXXXX");
     assert_non_null(mkdtemp(run->dir));
-    char config[256], worker[PATH_MAX + 32], id[16], duration[24], hold[24];
+    char config[256], worker[PATH_MAX + 32], id[16], duration[24], hold[24], n[16];
+    snprintf(n, sizeof n, "%d", permits);
     snprintf(config, sizeof config, "%s/dlock.conf", run->dir);
     FILE *f = fopen(config, "w");
     assert_non_null(f);
@@ -91,12 +111,26 @@ void fault_run_start(struct fault_run *run, const char *config_text, int nworker
         pid_t pid = fork();
         assert_true(pid >= 0);
         if (pid == 0) {
-            execl(worker, worker, config, "fault-suite-lock", run->dir, id, duration, hold, (char *)NULL);
+            if (permits > 0)
+                execl(worker, worker, config, "fault-suite-semaphore", run->dir, id, duration, hold, n, (char *)NULL);
+            else
+                execl(worker, worker, config, "fault-suite-lock", run->dir, id, duration, hold, (char *)NULL);
             fprintf(stderr, "cannot run %s: %s\n", worker, strerror(errno));
             _exit(127);
         }
         run->pids[i] = pid;
     }
+}
+
+void fault_run_start(struct fault_run *run, const char *config_text, int nworkers, int duration_ms, int hold_ms)
+{
+    start_workers(run, config_text, nworkers, duration_ms, hold_ms, 0);
+}
+
+void fault_run_start_permits(struct fault_run *run, const char *config_text, int nworkers, int duration_ms,
+                             int hold_ms, int permits)
+{
+    start_workers(run, config_text, nworkers, duration_ms, hold_ms, permits);
 }
 
 pid_t fault_run_holder(const struct fault_run *run, int wait_ms)
@@ -173,9 +207,35 @@ static void reap(struct fault_run *run)
     }
 }
 
+/* A passing run's logs go, unless a person asked to keep them. */
+static void remove_logs(const struct fault_run *run)
+{
+    if (getenv("DLOCK_FAULTS_KEEP")) { /* for a look at the logs of a passing run */
+        printf("# logs kept in %s\n", run->dir);
+        return;
+    }
+    char cmd[200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", run->dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", run->dir);
+}
+
 static void finish(struct fault_run *run, const char *scenario, struct history_report *r, bool overlap_ok)
 {
     reap(run);
+    if (run->permits > 0) {
+        int violations = history_check_permits(run->dir, run->nworkers, run->permits, r);
+        printf("# %s: %d grants, at most %d holding at once (semaphore of %d), %d losses reported, violations %d\n",
+               scenario, r->grants, r->most_at_once, run->permits, r->lost_notes + r->invalid_checks + r->releases_refused,
+               violations);
+        fflush(stdout);
+        if (violations)
+            fail_msg("%s: %d violation(s) in %s; the first: %s", scenario, violations, run->dir, r->first_violation);
+        if (r->grants == 0)
+            fail_msg("%s: no worker was ever granted a permit (see %s/worker-*.log)", scenario, run->dir);
+        remove_logs(run);
+        return;
+    }
     int violations = history_check(run->dir, run->nworkers, r);
     if (overlap_ok)
         violations -= r->overlaps;
@@ -191,14 +251,7 @@ static void finish(struct fault_run *run, const char *scenario, struct history_r
     /* A run in which nobody ever held the lock proves nothing. */
     if (r->grants == 0)
         fail_msg("%s: no worker was ever granted the lock (see %s/worker-*.log)", scenario, run->dir);
-    if (getenv("DLOCK_FAULTS_KEEP")) { /* for a look at the logs of a passing run */
-        printf("# logs kept in %s\n", run->dir);
-        return;
-    }
-    char cmd[200];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", run->dir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", run->dir);
+    remove_logs(run);
 }
 
 void fault_run_finish(struct fault_run *run, const char *scenario, struct history_report *r)

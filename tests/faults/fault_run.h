@@ -26,6 +26,7 @@ struct fault_run {
     int duration_ms;
     pid_t pids[FAULT_RUN_MAX_WORKERS];
     int64_t started_us;
+    int permits;            /* > 0: the workers hold permits of a semaphore of this many */
 };
 
 /* The DLOCK_FAULTS_LONG factor (>= 1). */
@@ -34,6 +35,12 @@ int fault_run_scale(void);
 /* Writes config_text to a fresh temp dir and starts the workers. Fails the
  * cmocka case if fault_worker cannot be found or started. */
 void fault_run_start(struct fault_run *run, const char *config_text, int nworkers, int duration_ms, int hold_ms);
+
+/* The same with workers that each hold one permit of a semaphore of
+ * `permits` (and make no increment); finish then checks that no more than
+ * `permits` hold at any moment and that no token is granted twice. */
+void fault_run_start_permits(struct fault_run *run, const char *config_text, int nworkers, int duration_ms,
+                             int hold_ms, int permits);
 
 /* The PID of the worker holding the lock now, waiting up to wait_ms for
  * one; 0 if none. */
@@ -66,6 +73,14 @@ void fault_run_finish(struct fault_run *run, const char *scenario, struct histor
  * stale write, and no increment may be lost. */
 void fault_run_finish_overlap_documented(struct fault_run *run, const char *scenario,
                                          struct history_report *report);
+
+/* The semaphore scenario every backend with semaphores runs: five workers
+ * on a semaphore of two under config_text (leases of lease_ms), one holder
+ * SIGKILLed once they are going. Fails the case unless the checker finds
+ * no more than two holds at any moment and no token twice, two did hold
+ * at once, and a grant came within the lease and a second after the kill
+ * (the dead holder's permit came back). */
+void fault_run_semaphore_holder_killed(const char *scenario, const char *config_text, int lease_ms);
 
 /* CLOCK_MONOTONIC in microseconds (the workers' clock). */
 int64_t fault_now_us(void);

@@ -1,4 +1,8 @@
-/* tests/faults/fault_worker.c CONFIG NAME DIR WORKER DURATION_MS HOLD_MS
+/* tests/faults/fault_worker.c CONFIG NAME DIR WORKER DURATION_MS HOLD_MS [PERMITS]
+ *
+ * With PERMITS > 0 the worker holds one permit of the semaphore NAME
+ * instead, and makes no increment (several hold at once by design): the
+ * checker then counts holders at each moment against PERMITS.
  *
  * One contender of the fault suite: for DURATION_MS, takes the lock NAME
  * (waiting up to 2 s), and under it does a read-sleep-write increment of the
@@ -73,10 +77,11 @@ static void set_holder(const char *dir, pid_t pid)
 
 int main(int argc, char **argv)
 {
-    if (argc != 7) {
-        fprintf(stderr, "usage: fault_worker CONFIG NAME DIR WORKER DURATION_MS HOLD_MS\n");
+    if (argc != 7 && argc != 8) {
+        fprintf(stderr, "usage: fault_worker CONFIG NAME DIR WORKER DURATION_MS HOLD_MS [PERMITS]\n");
         return 2;
     }
+    unsigned permits = argc == 8 ? (unsigned)atoi(argv[7]) : 0;
     const char *config = argv[1], *name = argv[2], *dir = argv[3];
     int worker = atoi(argv[4]);
     int64_t duration_us = atoll(argv[5]) * 1000, hold_us = atoll(argv[6]) * 1000;
@@ -93,6 +98,10 @@ int main(int argc, char **argv)
     }
     dlock_lock_options o = DLOCK_LOCK_OPTIONS_INIT;
     o.on_lost = on_lost;
+    if (permits > 0) {
+        o.mode = DLOCK_MODE_SEMAPHORE;
+        o.permits = permits;
+    }
     dlock_lock *l = NULL;
     if (dlock_lock_new(c, name, strlen(name), &o, &l) != DLOCK_OK)
         return 1;
@@ -114,7 +123,15 @@ int main(int argc, char **argv)
         note("grant %" PRIu64 " %" PRId64, fence, valid > 0 ? now + valid * 1000 : now);
         set_holder(dir, getpid());
         int64_t value;
-        if (fenced_counter_read(dir, worker, fence, &value) == 1) {
+        if (permits > 0) {
+            sleep_us(hold_us / 2 + rand() % (hold_us / 2 + 1));
+            now = fenced_now_us();
+            valid = dlock_validity_ms(l);
+            if (valid > 0)
+                note("valid %" PRId64, now + valid * 1000);
+            else
+                note("invalid %" PRId64, valid);
+        } else if (fenced_counter_read(dir, worker, fence, &value) == 1) {
             sleep_us(hold_us / 2 + rand() % (hold_us / 2 + 1));
             now = fenced_now_us();
             valid = dlock_validity_ms(l);

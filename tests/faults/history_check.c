@@ -216,6 +216,76 @@ int history_check(const char *dir, int nworkers, struct history_report *r)
     return r->overlaps + r->fence_disorder + r->stale_admitted + r->lost_updates + r->unreadable;
 }
 
+struct edge {
+    long long t;
+    int delta;      /* +1 a hold starts, -1 one ends */
+    const struct hold *h;
+};
+
+static int by_time(const void *a, const void *b)
+{
+    const struct edge *x = a, *y = b;
+    /* At one instant an end goes before a start: a permit handed from one
+     * holder to the next at the same microsecond is not two at once. */
+    return x->t != y->t ? (x->t < y->t ? -1 : 1) : x->delta - y->delta;
+}
+
+static int by_fence(const void *a, const void *b)
+{
+    const struct hold *x = a, *y = b;
+    return x->fence < y->fence ? -1 : x->fence > y->fence;
+}
+
+/* A sweep over the holds' starts and ends: never more than permits at once. */
+static void check_permits(struct hold_list *holds, int permits, struct history_report *r)
+{
+    struct edge *edges = malloc(2 * holds->n * sizeof *edges + 1);
+    if (!edges) {
+        r->unreadable++;
+        violation(r, "out of memory checking %zu holds", holds->n);
+        return;
+    }
+    size_t n = 0;
+    for (size_t i = 0; i < holds->n; i++) {
+        const struct hold *h = &holds->v[i];
+        if (h->end <= h->start)
+            continue; /* lost before it began: held at no moment */
+        edges[n++] = (struct edge){ h->start, +1, h };
+        edges[n++] = (struct edge){ h->end, -1, h };
+    }
+    qsort(edges, n, sizeof *edges, by_time);
+    int now = 0;
+    for (size_t i = 0; i < n; i++) {
+        now += edges[i].delta;
+        if (now > r->most_at_once)
+            r->most_at_once = now;
+        if (now > permits) {
+            r->overlaps++;
+            violation(r, "%d holds at once of a semaphore of %d: worker %d (fence %llu) granted at %lld us", now,
+                      permits, edges[i].h->worker, edges[i].h->fence, edges[i].t);
+        }
+    }
+    free(edges);
+    qsort(holds->v, holds->n, sizeof *holds->v, by_fence);
+    for (size_t i = 1; i < holds->n; i++)
+        if (holds->v[i].fence == holds->v[i - 1].fence) {
+            r->fence_disorder++;
+            violation(r, "token %llu granted twice (workers %d and %d)", holds->v[i].fence, holds->v[i - 1].worker,
+                      holds->v[i].worker);
+        }
+}
+
+int history_check_permits(const char *dir, int nworkers, int permits, struct history_report *r)
+{
+    memset(r, 0, sizeof *r);
+    struct hold_list holds = { 0 };
+    for (int w = 0; w < nworkers; w++)
+        read_worker(dir, w, &holds, r);
+    check_permits(&holds, permits, r);
+    free(holds.v);
+    return r->overlaps + r->fence_disorder + r->unreadable;
+}
+
 static long long scan(const char *dir, int nworkers, long long from, long long to, bool count_grants)
 {
     long long found = count_grants ? 0 : -1;

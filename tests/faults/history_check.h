@@ -25,6 +25,7 @@ struct history_report {
     long long counter;
     /* violations: all must be 0 */
     int overlaps, fence_disorder, stale_admitted, lost_updates, unreadable;
+    int most_at_once;       /* a semaphore's run: the most holds at one moment */
     char first_violation[400];
     /* the last grant's time (CLOCK_MONOTONIC us), for liveness checks */
     long long last_grant_us;
@@ -33,6 +34,12 @@ struct history_report {
 /* Checks the run in dir with workers 0..nworkers-1. Returns the number of
  * violations (0: the run is correct), overlaps included. */
 int history_check(const char *dir, int nworkers, struct history_report *r);
+
+/* The same run for workers holding permits of a semaphore of `permits`:
+ * at no moment more holds than permits (the windows as for locks; the most
+ * at once goes to r->most_at_once, each excess counts in r->overlaps), and
+ * no fencing token granted twice. No counter: nobody increments. */
+int history_check_permits(const char *dir, int nworkers, int permits, struct history_report *r);
 
 /* Grants whose time falls in [from_us, to_us). */
 int history_grants_between(const char *dir, int nworkers, long long from_us, long long to_us);

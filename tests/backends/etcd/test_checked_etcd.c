@@ -35,6 +35,19 @@ static void start(struct fault_run *run, int hold_ms)
     fault_sleep_ms(1000);
 }
 
+/* Permits of a semaphore, one holder SIGKILLed (see fault_run.h). */
+static void semaphore_holder_killed(void **state)
+{
+    (void)state;
+    char config[512];
+    snprintf(config, sizeof config,
+             "backend = \"etcd\";\nlease_ms = %d;\nretry_base_ms = 5;\nretry_cap_ms = 100;\n"
+             "etcd = { endpoints = ( \"http://127.0.0.1:%d\" ); prefix = \"dlock-faults:\"; "
+             "command_timeout_ms = 500; };\n",
+             LEASE_MS, server.port);
+    fault_run_semaphore_holder_killed("etcd, semaphore of 2, a holder SIGKILLed", config, LEASE_MS + 500);
+}
+
 static void no_fault(void **state)
 {
     (void)state;
@@ -91,6 +104,7 @@ int main(void)
     }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(no_fault),
+        cmocka_unit_test(semaphore_holder_killed),
         cmocka_unit_test(holder_paused_past_its_lease),
         cmocka_unit_test(server_paused_half_a_lease),
     };

@@ -71,6 +71,18 @@ static void holder_killed(void **state)
     assert_true(grants >= 1); /* within the lease + 1 s */
 }
 
+/* Permits of a semaphore, one holder SIGKILLed (see fault_run.h). */
+static void semaphore_holder_killed(void **state)
+{
+    (void)state;
+    char config[512];
+    snprintf(config, sizeof config,
+             "backend = \"redis\";\nlease_ms = %d;\nretry_base_ms = 5;\nretry_cap_ms = 100;\n"
+             "redis = { port = %d; command_timeout_ms = 1000; connect_timeout_ms = 500; };\n",
+             LEASE_MS, proxy_port);
+    fault_run_semaphore_holder_killed("redis, semaphore of 2, a holder SIGKILLed", config, LEASE_MS);
+}
+
 /* A fault held for ms while a holder is inside its (long) hold: begin(),
  * wait, end(), then 2.5 s of service; r gets the checked run, *after the
  * grants made once the fault ended. */
@@ -276,6 +288,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(no_fault),
         cmocka_unit_test(holder_killed),
+        cmocka_unit_test(semaphore_holder_killed),
         cmocka_unit_test(holder_paused_past_its_lease),
         cmocka_unit_test(server_paused_half_a_lease),
         cmocka_unit_test(server_paused_past_the_lease),

@@ -102,6 +102,32 @@ static void mysql_sessions_killed(void **state)
     run_with_sessions_ended("mysql session mode, KILL of every worker's connection", config, kill_mysql_sessions);
 }
 
+/* Permits of a semaphore in lease mode, one holder SIGKILLed (see
+ * fault_run.h). */
+static void postgres_semaphore_holder_killed(void **state)
+{
+    (void)state;
+    char config[512];
+    snprintf(config, sizeof config,
+             "backend = \"postgres\";\nlease_ms = %d;\nretry_base_ms = 5;\nretry_cap_ms = 100;\n"
+             "postgres = { port = %d; user = \"postgres\"; database = \"postgres\"; "
+             "connect_timeout_ms = 1000; command_timeout_ms = 1000; };\n",
+             LEASE_MS, postgres.port);
+    fault_run_semaphore_holder_killed("postgres lease mode, semaphore of 2, a holder SIGKILLed", config, LEASE_MS);
+}
+
+static void mysql_semaphore_holder_killed(void **state)
+{
+    (void)state;
+    char config[512];
+    snprintf(config, sizeof config,
+             "backend = \"mysql\";\nlease_ms = %d;\nretry_base_ms = 5;\nretry_cap_ms = 100;\n"
+             "mysql = { port = %d; user = \"root\"; database = \"dl\"; "
+             "connect_timeout_ms = 1000; command_timeout_ms = 1000; };\n",
+             LEASE_MS, mariadb.port);
+    fault_run_semaphore_holder_killed("mysql lease mode, semaphore of 2, a holder SIGKILLed", config, LEASE_MS);
+}
+
 int main(void)
 {
     if (test_service_start(&postgres) != 0 || test_service_start(&mariadb) != 0 ||
@@ -115,6 +141,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(postgres_sessions_terminated),
         cmocka_unit_test(mysql_sessions_killed),
+        cmocka_unit_test(postgres_semaphore_holder_killed),
+        cmocka_unit_test(mysql_semaphore_holder_killed),
     };
     int failed = cmocka_run_group_tests_name("checked faults (postgres, mysql)", tests, NULL, NULL);
     test_service_stop(&postgres);

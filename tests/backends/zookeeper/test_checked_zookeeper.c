@@ -35,6 +35,19 @@ static void start(struct fault_run *run)
     fault_sleep_ms(2000); /* sessions set up */
 }
 
+/* Permits of a semaphore, one holder SIGKILLed (see fault_run.h). */
+static void semaphore_holder_killed(void **state)
+{
+    (void)state;
+    char config[512];
+    snprintf(config, sizeof config,
+             "backend = \"zookeeper\";\nlease_ms = %d;\nretry_base_ms = 5;\nretry_cap_ms = 100;\n"
+             "zookeeper = { hosts = \"127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d\"; root = \"/dlock-faults\"; "
+             "connect_timeout_ms = 3000; };\n",
+             LEASE_MS, ensemble.port, ensemble.port + 1, ensemble.port + 2);
+    fault_run_semaphore_holder_killed("zookeeper, semaphore of 2, a holder SIGKILLed", config, LEASE_MS);
+}
+
 /* The holder paused for 1.5 sessions: its session expires, its node goes,
  * the next in line is granted; on resuming it learns the loss and its late
  * write is refused. */
@@ -112,6 +125,7 @@ int main(void)
     }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(holder_paused_past_its_session),
+        cmocka_unit_test(semaphore_holder_killed),
         cmocka_unit_test(leader_killed), /* last: leaves two nodes */
     };
     int failed = cmocka_run_group_tests_name("checked faults (zookeeper, 3 nodes)", tests, NULL, NULL);
