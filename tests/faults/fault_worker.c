@@ -61,6 +61,18 @@ static void sleep_us(int64_t us)
         ;
 }
 
+/* Holds for half to all of hold_us, then notes what the library says of
+ * the hold's validity (a deadline, or that it is gone). */
+static void hold_then_check(dlock_lock *l, int64_t hold_us)
+{
+    sleep_us(hold_us / 2 + rand() % (hold_us / 2 + 1));
+    int64_t now = fenced_now_us(), valid = dlock_validity_ms(l);
+    if (valid > 0)
+        note("valid %" PRId64, now + valid * 1000);
+    else
+        note("invalid %" PRId64, valid);
+}
+
 static void set_holder(const char *dir, pid_t pid)
 {
     char path[512], tmp[520], text[32];
@@ -124,21 +136,9 @@ int main(int argc, char **argv)
         set_holder(dir, getpid());
         int64_t value;
         if (permits > 0) {
-            sleep_us(hold_us / 2 + rand() % (hold_us / 2 + 1));
-            now = fenced_now_us();
-            valid = dlock_validity_ms(l);
-            if (valid > 0)
-                note("valid %" PRId64, now + valid * 1000);
-            else
-                note("invalid %" PRId64, valid);
+            hold_then_check(l, hold_us);
         } else if (fenced_counter_read(dir, worker, fence, &value) == 1) {
-            sleep_us(hold_us / 2 + rand() % (hold_us / 2 + 1));
-            now = fenced_now_us();
-            valid = dlock_validity_ms(l);
-            if (valid > 0)
-                note("valid %" PRId64, now + valid * 1000);
-            else
-                note("invalid %" PRId64, valid);
+            hold_then_check(l, hold_us);
             /* No longer the one to pause once the write is on its way: a
              * holder paused after its write has nothing left for the guard
              * to refuse, and the scenarios pause a holder to see that. */

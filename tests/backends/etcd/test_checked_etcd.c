@@ -23,14 +23,20 @@
 
 static struct test_service server = { .script = "etcd" };
 
-static void start(struct fault_run *run, int hold_ms)
+/* The workers' configuration. */
+static void worker_config(char *config, size_t size)
 {
-    char config[512];
-    snprintf(config, sizeof config,
+    snprintf(config, size,
              "backend = \"etcd\";\nlease_ms = %d;\nretry_base_ms = 5;\nretry_cap_ms = 100;\n"
              "etcd = { endpoints = ( \"http://127.0.0.1:%d\" ); prefix = \"dlock-faults:\"; "
              "command_timeout_ms = 500; };\n",
              LEASE_MS, server.port);
+}
+
+static void start(struct fault_run *run, int hold_ms)
+{
+    char config[512];
+    worker_config(config, sizeof config);
     fault_run_start(run, config, WORKERS, 6000 * fault_run_scale(), hold_ms);
     fault_sleep_ms(1000);
 }
@@ -40,11 +46,7 @@ static void semaphore_holder_killed(void **state)
 {
     (void)state;
     char config[512];
-    snprintf(config, sizeof config,
-             "backend = \"etcd\";\nlease_ms = %d;\nretry_base_ms = 5;\nretry_cap_ms = 100;\n"
-             "etcd = { endpoints = ( \"http://127.0.0.1:%d\" ); prefix = \"dlock-faults:\"; "
-             "command_timeout_ms = 500; };\n",
-             LEASE_MS, server.port);
+    worker_config(config, sizeof config);
     fault_run_semaphore_holder_killed("etcd, semaphore of 2, a holder SIGKILLed", config, LEASE_MS + 500);
 }
 

@@ -23,14 +23,20 @@
 
 static struct test_service ensemble = { .script = "zookeeper", .nodes = 3 };
 
-static void start(struct fault_run *run)
+/* The workers' configuration. */
+static void worker_config(char *config, size_t size)
 {
-    char config[512];
-    snprintf(config, sizeof config,
+    snprintf(config, size,
              "backend = \"zookeeper\";\nlease_ms = %d;\nretry_base_ms = 5;\nretry_cap_ms = 100;\n"
              "zookeeper = { hosts = \"127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d\"; root = \"/dlock-faults\"; "
              "connect_timeout_ms = 3000; };\n",
              LEASE_MS, ensemble.port, ensemble.port + 1, ensemble.port + 2);
+}
+
+static void start(struct fault_run *run)
+{
+    char config[512];
+    worker_config(config, sizeof config);
     fault_run_start(run, config, WORKERS, 6000 * fault_run_scale(), 40);
     fault_sleep_ms(2000); /* sessions set up */
 }
@@ -40,11 +46,7 @@ static void semaphore_holder_killed(void **state)
 {
     (void)state;
     char config[512];
-    snprintf(config, sizeof config,
-             "backend = \"zookeeper\";\nlease_ms = %d;\nretry_base_ms = 5;\nretry_cap_ms = 100;\n"
-             "zookeeper = { hosts = \"127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d\"; root = \"/dlock-faults\"; "
-             "connect_timeout_ms = 3000; };\n",
-             LEASE_MS, ensemble.port, ensemble.port + 1, ensemble.port + 2);
+    worker_config(config, sizeof config);
     fault_run_semaphore_holder_killed("zookeeper, semaphore of 2, a holder SIGKILLed", config, LEASE_MS);
 }
 
