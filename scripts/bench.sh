@@ -1,5 +1,5 @@
 #!/bin/sh
-# scripts/bench.sh [--quick] [--shared] [--out DIR] [BUILDDIR] - the comparative benchmark:
+# scripts/bench.sh [--quick] [--shared | --shared-only] [--out DIR] [BUILDDIR] - the comparative benchmark:
 # starts throwaway servers on private ports (redis-server, a 3-master Redis
 # Cluster, and PostgreSQL,
 # MariaDB, ZooKeeper and etcd when their backends are built), writes one config per backend and
@@ -7,7 +7,9 @@
 # dlock-bench over all of them in one interleaved run (each beside its own
 # plain client loop), prints the table, writes CSV and plots, and stops the
 # servers by PID. --shared adds the shared-hold and semaphore scenarios (rw,
-# semaphore) to the default ones, for the backends that have them.
+# semaphore) to the default ones, for the backends that have them;
+# --shared-only runs just those two beside the exclusive-only contended one
+# they are compared with.
 set -eu
 cd "$(dirname "$0")/.."
 quick=no
@@ -18,6 +20,7 @@ while [ $# -gt 0 ]; do
     case $1 in
     --quick) quick=yes ;;
     --shared) shared=yes ;;
+    --shared-only) shared=only ;;
     --out) out=$2; shift ;;
     *) B=$(cd "$1" && pwd) ;;
     esac
@@ -97,6 +100,8 @@ if [ $quick = yes ]; then set -- "$@" --duration 1 --repeat 3 --workers 2,8 --lo
 else set -- "$@" --duration 3 --repeat 5 --workers 2,4,8,16 --locks 10000; fi
 if [ $shared = yes ]; then
     for s in uncontended contended many-locks baseline rw semaphore; do set -- "$@" --scenario $s; done
+elif [ $shared = only ]; then
+    for s in contended rw semaphore; do set -- "$@" --scenario $s; done
 fi
 "$BENCH" "$@" --csv "$out/results.csv" --plot "$out/plots"
 echo "csv: $out/results.csv"
