@@ -26,6 +26,7 @@
 #include "../common/host_port.h"
 #include "redis_keys.h"
 #include "redis_scripts.h"
+#include "redlock_list.h"
 
 #include <dlock/provider.h>
 #include <stdio.h>
@@ -411,8 +412,46 @@ static int redlock_open(void **instance, const struct dlock_provider_env *env)
     return DLOCK_OK;
 }
 
+static int redlock_list(void *instance, struct dlock_provider_list *req)
+{
+    struct redlock_instance *inst = instance;
+    return redlock_list_page(inst->pools, inst->n, inst->quorum, inst->prefix, inst->log_handle, req);
+}
+
+/* The break script on every master at once: the hold goes wherever it is,
+ * and every counter the next majority can meet moves past the tokens. A
+ * quorum must answer, or a majority could still hold it. */
+static int redlock_break(void *instance, const char *name, size_t name_len, int *broken, uint64_t *fence)
+{
+    struct redlock_instance *inst = instance;
+    struct redis_lock_keys k = { 0 };
+    int rc = redis_lock_keys_init(&k, inst->prefix, name, name_len);
+    if (rc != DLOCK_OK)
+        return rc;
+    const char *args[7] = { k.key, k.fence_key, k.holders_key, k.queue_key, k.timeouts_key, k.channel_prefix,
+                            "publish" };
+    size_t lens[7] = { k.key_len, k.fence_key_len, k.holders_key_len, k.queue_key_len, k.timeouts_key_len,
+                       k.channel_prefix_len, 7 };
+    struct call call = { 5, 7, args, lens };
+    redisReply *replies[REDLOCK_MAX_SERVERS];
+    int answered = fan_out(inst, SCRIPT_BREAK, &call, NULL, replies);
+    *broken = 0;
+    *fence = 0;
+    for (int i = 0; i < inst->n; i++)
+        if (int_pair(replies[i])) {
+            *broken |= replies[i]->element[0]->integer == 1;
+            if ((uint64_t)replies[i]->element[1]->integer > *fence)
+                *fence = (uint64_t)replies[i]->element[1]->integer;
+        }
+    free_replies(inst, replies);
+    redis_lock_keys_free(&k);
+    if (answered < inst->quorum)
+        return no_quorum(inst, answered, "break");
+    return DLOCK_OK;
+}
+
 static const struct dlock_provider redlock_provider = {
-    .version = DLOCK_PROVIDER_VERSION_1,
+    .version = DLOCK_PROVIDER_VERSION_3,
     .name = "redlock",
     .capabilities = DLOCK_CAP_RENEW | DLOCK_CAP_FENCE | DLOCK_CAP_SERVER_EXPIRY | DLOCK_CAP_MULTI_HOST,
     .lock_priv_size = sizeof(struct redlock_lock),
@@ -424,6 +463,8 @@ static const struct dlock_provider redlock_provider = {
     .renew = redlock_renew,
     .lock_fini = redlock_lock_fini,
     .abandon = redlock_abandon,
+    .list = redlock_list,
+    .break_hold = redlock_break,
 };
 
 DLOCK_MODULE(redlock_provider)

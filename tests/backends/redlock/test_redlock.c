@@ -206,6 +206,49 @@ static void a_stopped_master_costs_one_timeout_not_the_lock(void **state)
     dlock_client_close(a);
 }
 
+static int count_listed(const dlock_list_entry *e, void *arg)
+{
+    if (e->name_len == 5 && memcmp(e->name, "stray", 5) == 0)
+        ++*(int *)arg;
+    return DLOCK_OK;
+}
+
+/* Lists the whole backend; how many times "stray" came out. */
+static int times_listed(dlock_client *c)
+{
+    int seen = 0;
+    char *cursor = NULL;
+    do {
+        char *next = NULL;
+        assert_int_equal(dlock_list(c, NULL, 0, cursor, 10, count_listed, &seen, &next), DLOCK_OK);
+        free(cursor);
+        cursor = next;
+    } while (cursor);
+    return seen;
+}
+
+/* A name is listed when a majority holds it for one owner, once, whichever
+ * masters those are: a hash left on two of five (a grant that failed and
+ * could not be undone) is not a lock. */
+static void listing_is_a_majoritys_view(void **state)
+{
+    (void)state;
+    flush_everywhere();
+    dlock_client *c = open_ok(30000);
+    /* Every grant leaves the name's fence counter, which the listing scans. */
+    for (int i = 0; i < 5; i++)
+        freeReplyObject(test_redis_cmd(&masters[i], "SET dlock:{stray}:fence 5"));
+    for (int i = 3; i < 5; i++)
+        freeReplyObject(test_redis_cmd(&masters[i], "HSET dlock:{stray} someone:1 1"));
+    assert_int_equal(times_listed(c), 0);
+    freeReplyObject(test_redis_cmd(&masters[2], "HSET dlock:{stray} someone:1 1"));
+    assert_int_equal(times_listed(c), 1);
+    freeReplyObject(test_redis_cmd(&masters[1], "HSET dlock:{stray} other:1 1")); /* another owner: no vote */
+    assert_int_equal(times_listed(c), 1);
+    flush_everywhere();
+    dlock_client_close(c);
+}
+
 static void bad_settings_are_config_errors(void **state)
 {
     (void)state;
@@ -295,7 +338,7 @@ int main(void)
             return 1;
         }
     static const struct conformance_target target = { "redlock conformance (5 masters)", write_config,
-                                                      delete_everywhere, flush_everywhere, 0, 0 };
+                                                      delete_everywhere, flush_everywhere, 0, CONFORMANCE_LISTS };
     int failed = conformance_run(&target);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup(granted_on_every_master_and_released_everywhere, before_each),
@@ -303,6 +346,7 @@ int main(void)
         cmocka_unit_test_setup(three_masters_down_is_no_quorum_quickly_then_recovery, before_each),
         cmocka_unit_test_setup(fences_survive_a_minority_losing_its_counters, before_each),
         cmocka_unit_test_setup(a_stopped_master_costs_one_timeout_not_the_lock, before_each),
+        cmocka_unit_test_setup(listing_is_a_majoritys_view, before_each),
         cmocka_unit_test_setup(bad_settings_are_config_errors, before_each),
         cmocka_unit_test_setup(failed_attempt_leaves_no_stray_hold_on_late_masters, before_each),
     };

@@ -1,0 +1,118 @@
+/* backends/redis/redlock_list.c - see redlock_list.h.
+ *
+ * Each master is listed with the redis backend's own page (redis_list.c);
+ * every name it reports as held goes through filter(), which asks the
+ * other masters (HGET of the owner's field in the name's hash) whether they
+ * hold it for the same owner. The view is a majority's: what a Redlock
+ * grant needs. The cursor is "<master>:<that master's cursor>". */
+#include "config.h"
+
+#include "redlock_list.h"
+#include "redis_keys.h"
+#include "redis_list.h"
+
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct majority {
+    struct redis_pool *pools;
+    int n, quorum, master;      /* master: the one being listed */
+    const char *prefix;
+    struct dlock_provider_list *outer;
+};
+
+/* Whether master m holds key's hash with a field for owner. An unreachable
+ * master holds nothing, as far as a grant could tell. */
+static bool holds_for(struct redis_pool *pool, const char *key, size_t key_len, const char *owner)
+{
+    const char *argv[3] = { "HEXISTS", key, owner };
+    size_t lens[3] = { 7, key_len, strlen(owner) };
+    int rc;
+    redisReply *r = redis_pool_command(pool, 3, argv, lens, &rc);
+    bool yes = r && r->type == REDIS_REPLY_INTEGER && r->integer == 1;
+    if (r)
+        freeReplyObject(r);
+    return yes;
+}
+
+static int filter(const dlock_list_entry *e, void *arg)
+{
+    struct majority *m = arg;
+    if (e->kind != DLOCK_MODE_EXCLUSIVE || e->n_holders == 0 || !e->holders[0].owner || !e->holders[0].owner[0])
+        return DLOCK_OK; /* waited for only, here: not a majority's hold */
+    size_t key_len;
+    char *key = redis_key_for(m->prefix, e->name, e->name_len, "", &key_len);
+    if (!key)
+        return dlock_seterr(DLOCK_ENOMEM, "redlock: out of memory listing locks");
+    const char *owner = e->holders[0].owner;
+    int holding = 1;
+    bool listed_before = false;
+    for (int j = 0; j < m->n && !listed_before; j++) {
+        if (j == m->master || !holds_for(&m->pools[j], key, key_len, owner))
+            continue;
+        holding++;
+        listed_before = j < m->master; /* that master's page reported it, or will have */
+    }
+    free(key);
+    if (listed_before || holding < m->quorum)
+        return DLOCK_OK;
+    dlock_list_entry out = *e;
+    out.holder_count = 1;
+    return m->outer->emit(&out, m->outer->emit_arg);
+}
+
+/* "<master>:<inner>" into its parts; inner may be "" (from the start). */
+static bool parse_cursor(const char *text, int n, int *master, const char **inner)
+{
+    char *end;
+    long i = strtol(text, &end, 10);
+    if (end == text || *end != ':' || i < 0 || i >= n)
+        return false;
+    *master = (int)i;
+    *inner = end + 1;
+    return true;
+}
+
+int redlock_list_page(struct redis_pool *pools, int n, int quorum, const char *prefix, void *log_handle,
+                      struct dlock_provider_list *req)
+{
+    int master = 0;
+    const char *inner = "";
+    if (req->cursor && !parse_cursor(req->cursor, n, &master, &inner))
+        return dlock_seterr(DLOCK_EINVAL, "redlock: '%s' is not a cursor of this backend's listing", req->cursor);
+    struct majority m = { pools, n, quorum, master, prefix, req };
+    struct dlock_provider_list one = *req;
+    one.cursor = inner[0] ? inner : NULL;
+    one.emit = filter;
+    one.emit_arg = &m;
+    one.next_cursor = NULL;
+    int rc = redis_list_page(&pools[master], prefix, &one);
+    if (rc != DLOCK_OK && rc != DLOCK_EUNAVAILABLE)
+        return rc; /* the caller's stop, or a bad cursor */
+    if (rc == DLOCK_EUNAVAILABLE) {
+        dlock_provider_log(log_handle, DLOCK_LOG_WARN, "redlock: master %s left out of the listing: %s",
+                           pools[master].server.label, dlock_errmsg());
+        free(one.next_cursor);
+        one.next_cursor = NULL;
+    }
+    /* Where the next page starts: further in this master, or the next one. */
+    char next[96];
+    if (one.next_cursor)
+        snprintf(next, sizeof next, "%d:", master);
+    else if (master + 1 < n)
+        snprintf(next, sizeof next, "%d:", master + 1);
+    else
+        return DLOCK_OK;
+    size_t a = strlen(next), b = one.next_cursor ? strlen(one.next_cursor) : 0;
+    req->next_cursor = malloc(a + b + 1);
+    if (!req->next_cursor) {
+        free(one.next_cursor);
+        return dlock_seterr(DLOCK_ENOMEM, "redlock: out of memory listing locks");
+    }
+    memcpy(req->next_cursor, next, a);
+    memcpy(req->next_cursor + a, one.next_cursor ? one.next_cursor : "", b + 1);
+    free(one.next_cursor);
+    return DLOCK_OK;
+}
