@@ -944,10 +944,9 @@ static int redis_break(void *instance, const char *name, size_t name_len, int *b
     int rc = redis_lock_keys_init(&k, inst->prefix, name, name_len);
     if (rc != DLOCK_OK)
         return rc;
-    const char *args[7] = { k.key, k.fence_key, k.holders_key, k.queue_key, k.timeouts_key, k.channel_prefix,
-                            inst->publish };
-    size_t lens[7] = { k.key_len, k.fence_key_len, k.holders_key_len, k.queue_key_len, k.timeouts_key_len,
-                       k.channel_prefix_len, strlen(inst->publish) };
+    const char *args[7];
+    size_t lens[7];
+    redis_break_args(&k, inst->publish, args, lens);
     redisReply *r = run_script(inst, SCRIPT_BREAK, 5, 7, args, lens, &rc);
     if (r && !is_int_array(r, 2))
         rc = unexpected(inst, "break");

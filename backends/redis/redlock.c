@@ -428,10 +428,9 @@ static int redlock_break(void *instance, const char *name, size_t name_len, int 
     int rc = redis_lock_keys_init(&k, inst->prefix, name, name_len);
     if (rc != DLOCK_OK)
         return rc;
-    const char *args[7] = { k.key, k.fence_key, k.holders_key, k.queue_key, k.timeouts_key, k.channel_prefix,
-                            "publish" };
-    size_t lens[7] = { k.key_len, k.fence_key_len, k.holders_key_len, k.queue_key_len, k.timeouts_key_len,
-                       k.channel_prefix_len, 7 };
+    const char *args[7];
+    size_t lens[7];
+    redis_break_args(&k, "publish", args, lens);
     struct call call = { 5, 7, args, lens };
     redisReply *replies[REDLOCK_MAX_SERVERS];
     int answered = fan_out(inst, SCRIPT_BREAK, &call, NULL, replies);
