@@ -29,10 +29,16 @@ struct conformance_target {
     /* How much later than its lease the server may free a dead holder's
      * hold (etcd checks for expired leases every 500 ms); 0 for none. */
     int expiry_slack_ms;
-    /* The backend lists its locks (dlock_list); when 0 the suite checks
-     * that it answers DLOCK_ENOTSUP instead. */
+    /* The backend lists its locks (dlock_list): CONFORMANCE_LISTS, or
+     * CONFORMANCE_LISTS_NO_LEASE_LEFT when its listing reports -1 for what
+     * is left of a hold although the server frees dead holders' holds
+     * (zookeeper: a session kept alive by its holder's heartbeats has no
+     * deadline another client can read). When 0 the suite checks that it
+     * answers DLOCK_ENOTSUP instead. */
     int lists;
 };
+
+enum { CONFORMANCE_LISTS = 1, CONFORMANCE_LISTS_NO_LEASE_LEFT = 2 };
 
 /* For the suite's files: a client of the target being run (fails the case
  * when it cannot be opened), and the setup before each case. */
