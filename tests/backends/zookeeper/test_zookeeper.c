@@ -274,17 +274,7 @@ static void empty_parents_and_foreign_nodes_are_not_listed(void **state)
     assert_int_equal(zoo_create(zh, empty, NULL, -1, &ZOO_OPEN_ACL_UNSAFE, 0, NULL, 0), ZOK);
     assert_int_equal(zoo_create(zh, foreign, NULL, -1, &ZOO_OPEN_ACL_UNSAFE, 0, NULL, 0), ZOK);
     struct listed_names seen = { 0 };
-    char *cursor = NULL;
-    int pages = 0;
-    do {
-        char *next = NULL;
-        int rc = dlock_list(a, p, strlen(p), cursor, 1, note_listed, &seen, &next);
-        if (rc != DLOCK_OK)
-            fail_msg("dlock_list: %s: %s", dlock_strerror(rc), dlock_errmsg());
-        free(cursor);
-        cursor = next;
-        assert_true(++pages < 10);
-    } while (cursor);
+    test_list_pages(a, p, 1, note_listed, &seen);
     assert_int_equal(seen.n, 1);
     assert_string_equal(seen.names[0], held);
     assert_int_equal(seen.waiters[0], 0);
