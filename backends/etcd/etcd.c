@@ -29,12 +29,18 @@
  * the directory, "<prefix><escaped name>#permits", made by the first
  * request; a request with another N is refused.
  *
+ * The listing (etcd_list.c) reads the same layout back: names from the
+ * keys, holders and waiters from each name's line.
+ *
  * Lease TTLs are whole seconds: a lease of lease_ms asks for
  * ceil(lease_ms / 1000) s, at least what the core counts validity by. */
 #include "config.h"
 
 #include "etcd_http.h"
+#include "etcd_keys.h"
+#include "etcd_list.h"
 #include "etcd_watch.h"
+#include "../common/name_escape.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -91,25 +97,6 @@ static const struct dlock_setting_spec etcd_settings[] = {
 
 /* ---- keys ---------------------------------------------------------------------------- */
 
-/* Bytes of a name that would let one name's keys fall in another's range
- * ('/', which ends a name's directory) are written %XX, and so is '%'. */
-static size_t escape_name(const char *name, size_t len, char *out)
-{
-    static const char hex[] = "0123456789ABCDEF";
-    size_t o = 0;
-    for (size_t i = 0; i < len; i++) {
-        unsigned char c = (unsigned char)name[i];
-        if (c == '/' || c == '%') {
-            out[o++] = '%';
-            out[o++] = hex[c >> 4];
-            out[o++] = hex[c & 15];
-        } else {
-            out[o++] = (char)c;
-        }
-    }
-    return o;
-}
-
 /* Builds (or rebuilds, when the contending thread changed) lk's keys. */
 static int ensure_keys(struct etcd_instance *inst, struct dlock_provider_lock *lk)
 {
@@ -122,12 +109,14 @@ static int ensure_keys(struct etcd_instance *inst, struct dlock_provider_lock *l
         if (!el->dir)
             return dlock_seterr(DLOCK_ENOMEM, "etcd: out of memory");
         memcpy(el->dir, inst->prefix, plen);
-        el->dir_len = plen + escape_name(lk->name, lk->name_len, el->dir + plen);
+        el->dir_len = plen + dlock_name_escape(lk->name, lk->name_len, etcd_name_plain, el->dir + plen);
         el->dir[el->dir_len++] = '/';
         el->dir[el->dir_len] = 0;
     }
     free(el->key);
-    const char *kind = lk->mode == DLOCK_MODE_SHARED ? "~s~" : lk->mode == DLOCK_MODE_SEMAPHORE ? "~p~" : "";
+    const char *kind = lk->mode == DLOCK_MODE_SHARED      ? ETCD_SHARED_MARK
+                       : lk->mode == DLOCK_MODE_SEMAPHORE ? ETCD_PERMIT_MARK
+                                                          : "";
     size_t olen = strlen(lk->owner), klen = strlen(kind);
     el->key = malloc(el->dir_len + klen + olen + 1);
     if (!el->key)
@@ -397,7 +386,7 @@ static int find_predecessor(struct etcd_instance *inst, const struct dlock_provi
 static int check_permits(struct etcd_instance *inst, const struct dlock_provider_lock *lk, struct etcd_lock *el)
 {
     char meta[KEY_MAX], value[16];
-    int mlen = snprintf(meta, sizeof meta, "%.*s#permits", (int)(el->dir_len - 1), el->dir);
+    int mlen = snprintf(meta, sizeof meta, "%.*s" ETCD_PERMITS_SUFFIX, (int)(el->dir_len - 1), el->dir);
     int vlen = snprintf(value, sizeof value, "%u", lk->permits);
     struct json_object *cmp = json_object_new_object();
     json_object_object_add(cmp, "key", etcd_json_b64(meta, (size_t)mlen));
@@ -745,7 +734,7 @@ static int etcd_status(struct etcd_instance *inst, struct dlock_ctl_status *arg)
     if (!el.dir)
         return dlock_seterr(DLOCK_ENOMEM, "etcd: out of memory");
     memcpy(el.dir, inst->prefix, plen);
-    el.dir_len = plen + escape_name(arg->name, arg->name_len, el.dir + plen);
+    el.dir_len = plen + dlock_name_escape(arg->name, arg->name_len, etcd_name_plain, el.dir + plen);
     el.dir[el.dir_len++] = '/';
     struct json_object *req = dir_range(&el), *reply = NULL;
     free(el.dir);
@@ -768,6 +757,12 @@ static int etcd_status(struct etcd_instance *inst, struct dlock_ctl_status *arg)
     }
     json_object_put(reply);
     return DLOCK_OK;
+}
+
+static int etcd_list(void *instance, struct dlock_provider_list *req)
+{
+    struct etcd_instance *inst = instance;
+    return etcd_list_page(&inst->http, inst->prefix, req);
 }
 
 static int etcd_ctl(void *instance, int op_code, void *arg)
@@ -840,7 +835,7 @@ static void etcd_close(void *instance)
 }
 
 static const struct dlock_provider etcd_provider = {
-    .version = DLOCK_PROVIDER_VERSION_2,
+    .version = DLOCK_PROVIDER_VERSION_3,
     .name = "etcd",
     .capabilities = DLOCK_CAP_RENEW | DLOCK_CAP_FENCE | DLOCK_CAP_FENCE_LINEARIZABLE | DLOCK_CAP_NATIVE_WAIT |
                     DLOCK_CAP_FAIR | DLOCK_CAP_SERVER_EXPIRY | DLOCK_CAP_MULTI_HOST | DLOCK_CAP_SHARED |
@@ -857,6 +852,7 @@ static const struct dlock_provider etcd_provider = {
     .lock_fini = etcd_lock_fini,
     .ctl = etcd_ctl,
     .abandon = etcd_abandon,
+    .list = etcd_list,
 };
 
 DLOCK_MODULE(etcd_provider)

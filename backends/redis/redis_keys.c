@@ -1,9 +1,9 @@
 /* backends/redis/redis_keys.c - see redis_keys.h */
 #include "redis_keys.h"
+#include "../common/name_escape.h"
 
 #include <dlock/provider.h>
 
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -17,13 +17,7 @@ char *redis_key_for(const char *prefix, const char *name, size_t len, const char
     memcpy(k, prefix, plen);
     o += plen;
     k[o++] = '{';
-    for (size_t i = 0; i < len; i++) {
-        char c = name[i];
-        if (c == '{' || c == '}' || c == '%')
-            o += (size_t)sprintf(k + o, "%%%02X", (unsigned char)c);
-        else
-            k[o++] = c;
-    }
+    o += dlock_name_escape(name, len, redis_name_plain, k + o);
     k[o++] = '}';
     memcpy(k + o, suffix, slen);
     o += slen;

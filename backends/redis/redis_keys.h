@@ -2,7 +2,15 @@
 #ifndef DLOCK_REDIS_KEYS_H
 #define DLOCK_REDIS_KEYS_H
 
+#include <stdbool.h>
 #include <stddef.h>
+
+/* The bytes of a name a key keeps as they are (name_escape.h): all but
+ * '{', '}' and '%'. */
+static inline bool redis_name_plain(unsigned char c)
+{
+    return c != '{' && c != '}' && c != '%';
+}
 
 /* Returns "<prefix>{<escaped name>}<suffix>" (malloc()ed, NUL-terminated,
  * its length in *out_len), or NULL when out of memory. '{', '}' and '%' in

@@ -16,6 +16,7 @@
 
 #include "redis_list.h"
 #include "redis_keys.h"
+#include "../common/name_escape.h"
 
 #include <inttypes.h>
 #include <stdbool.h>
@@ -120,29 +121,7 @@ static bool name_of_key(const char *prefix, const char *key, size_t key_len, cha
     if (key_len < plen + 2 + 7 || memcmp(key, prefix, plen) != 0 || key[plen] != '{' ||
         memcmp(key + key_len - 7, "}:fence", 7) != 0)
         return false;
-    size_t o = 0;
-    for (size_t i = plen + 1; i < key_len - 7; i++) {
-        char c = key[i];
-        if (c == '{' || c == '}' || o == DLOCK_NAME_MAX)
-            return false;
-        if (c == '%') {
-            if (i + 2 >= key_len - 7)
-                return false;
-            if (memcmp(key + i, "%7B", 3) == 0)
-                c = '{';
-            else if (memcmp(key + i, "%7D", 3) == 0)
-                c = '}';
-            else if (memcmp(key + i, "%25", 3) == 0)
-                c = '%';
-            else
-                return false;
-            i += 2;
-        }
-        name[o++] = c;
-    }
-    name[o] = 0;
-    *name_len = o;
-    return o > 0;
+    return dlock_name_unescape(key + plen + 1, key_len - 7 - plen - 1, redis_name_plain, name, name_len);
 }
 
 static int by_name(const void *a, const void *b)

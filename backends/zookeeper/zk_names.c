@@ -2,6 +2,7 @@
 #include "config.h"
 
 #include "zk_names.h"
+#include "../common/name_escape.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,20 +20,25 @@ char *zk_parent_path(const char *root, const char *name, size_t name_len)
     if (!out)
         return NULL;
     memcpy(out, root, root_len);
-    char *p = out + root_len;
-    *p++ = '/';
-    static const char hex[] = "0123456789ABCDEF";
-    for (size_t i = 0; i < name_len; i++) {
-        unsigned char c = (unsigned char)name[i];
-        if (plain(c)) {
-            *p++ = (char)c;
-        } else {
-            *p++ = '%';
-            *p++ = hex[c >> 4];
-            *p++ = hex[c & 15];
-        }
+    out[root_len] = '/';
+    out[root_len + 1 + dlock_name_escape(name, name_len, plain, out + root_len + 1)] = '\0';
+    return out;
+}
+
+bool zk_name_of_parent(const char *child, char *name, size_t *name_len)
+{
+    return dlock_name_unescape(child, strlen(child), plain, name, name_len);
+}
+
+char *zk_join(const char *parent, const char *child)
+{
+    size_t a = strlen(parent), b = strlen(child);
+    char *out = malloc(a + 1 + b + 1);
+    if (out) {
+        memcpy(out, parent, a);
+        out[a] = '/';
+        memcpy(out + a + 1, child, b + 1);
     }
-    *p = '\0';
     return out;
 }
 
@@ -70,4 +76,18 @@ bool zk_valid_root(const char *root)
             return false;
     return !strstr(root, "/./") && !strstr(root, "/../") && strcmp(root + n - 2, "/.") != 0 &&
            (n < 3 || strcmp(root + n - 3, "/..") != 0);
+}
+
+char zk_kind_of(const char *child, unsigned *permits)
+{
+    const char *mark = strstr(child, "-lock-");
+    const char *tilde = mark ? memchr(child, '~', (size_t)(mark - child)) : NULL;
+    *permits = 0;
+    if (!tilde)
+        return 'x';
+    if (tilde[1] == 'p') {
+        *permits = (unsigned)strtoul(tilde + 2, NULL, 10);
+        return 'p';
+    }
+    return 's';
 }

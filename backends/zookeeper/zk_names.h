@@ -17,11 +17,23 @@
 /* A malloc'ed "<root>/<escaped name>", or NULL when out of memory. */
 char *zk_parent_path(const char *root, const char *name, size_t name_len);
 
+/* A malloc'ed "<parent>/<child>", or NULL when out of memory. */
+char *zk_join(const char *parent, const char *child);
+
+/* The lock name whose parent node is named child (a child of the root),
+ * into name (room for DLOCK_NAME_MAX + 1 bytes) and *name_len; false for
+ * a node that is no escaped name. */
+bool zk_name_of_parent(const char *child, char *name, size_t *name_len);
+
 /* Writes "<owner tag>-lock-" into out (size bytes); false if it does not fit. */
 bool zk_node_prefix(const char *owner, char *out, size_t size);
 
 /* The sequence number of a child name "...-lock-NNNNNNNNNN", or -1. */
 int64_t zk_sequence_of(const char *child);
+
+/* A contender node's kind, from the mark before "-lock-": 'x' exclusive,
+ * 's' shared, 'p' a permit of a semaphore of *permits (else 0). */
+char zk_kind_of(const char *child, unsigned *permits);
 
 /* True when root is an absolute ZooKeeper path without a trailing '/',
  * empty components, "." or ".." components. */

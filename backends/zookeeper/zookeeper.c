@@ -26,12 +26,16 @@
  * parent's children (any holder may let go); a permit node with another N
  * in the queue is an error for both.
  *
+ * The listing (zk_list.c) reads the same tree back: a name per parent,
+ * holders and waiters from the sequence numbers and kinds.
+ *
  * A contender only ever deletes a node that carries its own owner tag, and
  * one whose create may have happened without a reply (connection loss) is
  * found again by that tag, or remembered and deleted later: no orphan of
  * ours is left queued in front of everyone else. */
 #include "config.h"
 
+#include "zk_list.h"
 #include "zk_names.h"
 #include "zk_session.h"
 
@@ -92,18 +96,6 @@ static const struct dlock_setting_spec zk_settings[] = {
 
 /* ---- small helpers --------------------------------------------------------------------- */
 
-static char *join(const char *a, const char *b)
-{
-    size_t la = strlen(a), lb = strlen(b);
-    char *out = malloc(la + 1 + lb + 1);
-    if (out) {
-        memcpy(out, a, la);
-        out[la] = '/';
-        memcpy(out + la + 1, b, lb + 1);
-    }
-    return out;
-}
-
 static void forget_node(struct zk_lock *zl)
 {
     free(zl->node);
@@ -142,7 +134,7 @@ static void sweep_orphans(struct zk_instance *inst, zhandle_t *zh)
         for (int i = 0; zrc == ZOK && i < children.count; i++) {
             if (strncmp(children.data[i], o->prefix, strlen(o->prefix)) != 0)
                 continue;
-            char *path = join(o->parent, children.data[i]);
+            char *path = zk_join(o->parent, children.data[i]);
             int drc = path ? zoo_delete(zh, path, -1) : ZSYSTEMERROR;
             done &= drc == ZOK || drc == ZNONODE;
             free(path);
@@ -218,7 +210,7 @@ static int find_own_node(struct zk_instance *inst, zhandle_t *zh, struct zk_lock
     for (int i = 0; i < children.count && !zl->node; i++) {
         if (strncmp(children.data[i], zl->prefix, strlen(zl->prefix)) != 0)
             continue;
-        zl->node = join(zl->parent, children.data[i]);
+        zl->node = zk_join(zl->parent, children.data[i]);
         struct Stat st;
         if (!zl->node)
             rc = dlock_seterr(DLOCK_ENOMEM, "zookeeper: out of memory");
@@ -263,7 +255,7 @@ static int create_own_node(struct zk_instance *inst, zhandle_t *zh, struct dlock
     else if (lk->mode == DLOCK_MODE_SEMAPHORE)
         snprintf(kind, sizeof kind, "~p%u", lk->permits);
     snprintf(zl->prefix, sizeof zl->prefix, "%s_%08x%s-lock-", tag, nonce, kind);
-    char *path = join(zl->parent, zl->prefix);
+    char *path = zk_join(zl->parent, zl->prefix);
     char created[ZK_PATH_MAX];
     if (!path)
         return dlock_seterr(DLOCK_ENOMEM, "zookeeper: out of memory");
@@ -322,20 +314,6 @@ static int ensure_names(struct zk_instance *inst, struct dlock_provider_lock *lk
     return DLOCK_OK;
 }
 
-/* A child's kind: 'x' exclusive, 's' shared, 'p' a permit (with *permits). */
-static char kind_of(const char *child, unsigned *permits)
-{
-    const char *mark = strstr(child, "-lock-");
-    const char *tilde = mark ? memchr(child, '~', (size_t)(mark - child)) : NULL;
-    if (!tilde)
-        return 'x';
-    if (tilde[1] == 'p') {
-        *permits = (unsigned)strtoul(tilde + 2, NULL, 10);
-        return 'p';
-    }
-    return 's';
-}
-
 /* Where our node stands: DLOCK_OK (we hold it), DLOCK_EBUSY with
  * zl->predecessor set (or zl->wait_children for a permit), DLOCK_ENOTOWNER
  * (our node is gone), DLOCK_EINVAL (a semaphore of another N), or a failure. */
@@ -354,7 +332,7 @@ static int standing(struct zk_instance *inst, zhandle_t *zh, const struct dlock_
     for (int i = 0; i < children.count; i++) {
         int64_t seq = zk_sequence_of(children.data[i]);
         unsigned n = 0;
-        char kind = kind_of(children.data[i], &n);
+        char kind = zk_kind_of(children.data[i], &n);
         if (kind == 'p' && lk->mode == DLOCK_MODE_SEMAPHORE && n != lk->permits)
             other_n = n;
         if (strcmp(children.data[i], own) == 0)
@@ -383,7 +361,7 @@ static int standing(struct zk_instance *inst, zhandle_t *zh, const struct dlock_
         rc = pred ? DLOCK_EBUSY : DLOCK_OK;
     free(zl->predecessor);
     zl->predecessor = NULL;
-    if (rc == DLOCK_EBUSY && pred && !(zl->predecessor = join(zl->parent, pred)))
+    if (rc == DLOCK_EBUSY && pred && !(zl->predecessor = zk_join(zl->parent, pred)))
         rc = dlock_seterr(DLOCK_ENOMEM, "zookeeper: out of memory");
     deallocate_String_vector(&children);
     return rc;
@@ -681,7 +659,7 @@ static int zk_status(struct zk_instance *inst, struct dlock_ctl_status *arg)
         }
     }
     if (lowest) {
-        char *path = join(parent, lowest);
+        char *path = zk_join(parent, lowest);
         char data[96];
         int len = (int)sizeof data - 1;
         struct Stat st;
@@ -697,6 +675,12 @@ static int zk_status(struct zk_instance *inst, struct dlock_ctl_status *arg)
     zk_session_put(&inst->session);
     free(parent);
     return rc;
+}
+
+static int zk_list(void *instance, struct dlock_provider_list *req)
+{
+    struct zk_instance *inst = instance;
+    return zk_list_page(&inst->session, inst->root, req);
 }
 
 static int zk_ctl(void *instance, int op, void *arg)
@@ -781,7 +765,7 @@ static int zk_open(void **instance, const struct dlock_provider_env *env)
 }
 
 static const struct dlock_provider zk_provider = {
-    .version = DLOCK_PROVIDER_VERSION_2,
+    .version = DLOCK_PROVIDER_VERSION_3,
     .name = "zookeeper",
     .capabilities = DLOCK_CAP_RENEW | DLOCK_CAP_FENCE | DLOCK_CAP_FENCE_LINEARIZABLE | DLOCK_CAP_NATIVE_WAIT |
                     DLOCK_CAP_FAIR | DLOCK_CAP_SERVER_EXPIRY | DLOCK_CAP_MULTI_HOST |
@@ -798,6 +782,7 @@ static const struct dlock_provider zk_provider = {
     .lock_fini = zk_lock_fini,
     .ctl = zk_ctl,
     .abandon = zk_abandon,
+    .list = zk_list,
 };
 
 DLOCK_MODULE(zk_provider)

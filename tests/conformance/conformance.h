@@ -14,8 +14,6 @@
 #include <stddef.h>
 #include <sys/types.h>
 
-enum { CONFORMANCE_LISTS = 1, CONFORMANCE_LISTS_NO_WAITERS = 2 };
-
 struct conformance_target {
     const char *name;       /* printed as the cmocka group name */
     /* Writes a complete configuration into buf: the backend with
@@ -31,11 +29,16 @@ struct conformance_target {
     /* How much later than its lease the server may free a dead holder's
      * hold (etcd checks for expired leases every 500 ms); 0 for none. */
     int expiry_slack_ms;
-    /* The backend lists its locks (dlock_list): CONFORMANCE_LISTS, or
-     * CONFORMANCE_LISTS_NO_WAITERS when it cannot count waiters (reports
-     * -1); when 0 the suite checks that it answers DLOCK_ENOTSUP instead. */
+    /* Whether the backend lists its locks (dlock_list): 0 when it does not (the suite checks that it answers DLOCK_ENOTSUP),
+     * else CONFORMANCE_LISTS, plus CONFORMANCE_LISTS_NO_WAITERS when it
+     * cannot count waiters (reports -1), plus CONFORMANCE_LISTS_NO_LEASE_LEFT
+     * when it reports -1 for what is left of a hold although the server
+     * frees dead holders' holds (zookeeper: a session kept alive by its
+     * holder's heartbeats has no deadline another client can read). */
     int lists;
 };
+
+enum { CONFORMANCE_LISTS = 1, CONFORMANCE_LISTS_NO_LEASE_LEFT = 2, CONFORMANCE_LISTS_NO_WAITERS = 4 };
 
 /* For the suite's files: a client of the target being run (fails the case
  * when it cannot be opened), and the setup before each case. */

@@ -111,4 +111,23 @@ static inline long long test_client_metric(dlock_client *c, const char *name)
     return v;
 }
 
+/* Lists every page of the names starting with prefix (a C string), limit
+ * entries a page, through fn; fails the case on an error or a cursor that
+ * does not end within 100 pages. Returns the number of pages. */
+static inline int test_list_pages(dlock_client *c, const char *prefix, size_t limit, dlock_list_fn fn, void *arg)
+{
+    char *cursor = NULL;
+    int pages = 0;
+    do {
+        char *next = NULL;
+        int rc = dlock_list(c, prefix, strlen(prefix), cursor, limit, fn, arg, &next);
+        if (rc != DLOCK_OK)
+            fail_msg("dlock_list: %s: %s", dlock_strerror(rc), dlock_errmsg());
+        free(cursor);
+        cursor = next;
+        assert_true(++pages < 100);
+    } while (cursor);
+    return pages;
+}
+
 #endif

@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static struct test_service server = { .script = "etcd" };
 static struct test_service tls_server = { .script = "etcd", .variant = "tls" };
@@ -191,6 +192,70 @@ static void names_with_slashes_stay_apart(void **state)
     dlock_lock_free(lc);
     dlock_client_close(a);
     dlock_client_close(b);
+}
+
+struct listed {
+    int n;
+    char names[8][64];
+    int64_t holder_count[8], waiters[8];
+    uint64_t fence[8];
+};
+
+static int note_listed(const dlock_list_entry *e, void *arg)
+{
+    struct listed *l = arg;
+    assert_true(l->n < 8);
+    snprintf(l->names[l->n], sizeof l->names[l->n], "%.*s", (int)e->name_len, e->name);
+    l->holder_count[l->n] = e->holder_count;
+    l->waiters[l->n] = e->waiters;
+    l->fence[l->n++] = e->fence;
+    return DLOCK_OK;
+}
+
+/* A name with more contender keys than one page reads (a holder and 600
+ * waiters, put by an operator's transactions) is listed once, whole, and
+ * the names after it are still reached. */
+static void a_name_longer_than_a_page_is_listed_once_whole(void **state)
+{
+    (void)state;
+    char p[64], name[96], cmd[1024];
+    snprintf(p, sizeof p, "big-%ld/", (long)getpid());
+    dlock_client *c = open_ok(30000);
+    dlock_lock *l[3];
+    const char *tails[3] = { "a", "big", "z" };
+    uint64_t big_fence = 0;
+    for (int i = 0; i < 3; i++) {
+        snprintf(name, sizeof name, "%s%s", p, tails[i]);
+        l[i] = test_lock_named(c, name);
+        assert_int_equal(dlock_acquire(l[i], 0), DLOCK_OK);
+    }
+    assert_int_equal(dlock_fence(l[1], &big_fence), DLOCK_OK);
+    /* 5 x 120 puts, within etcd's 128 operations per transaction. The
+     * escaped name's '/' is %2F. */
+    for (int t = 0; t < 5; t++) {
+        snprintf(cmd, sizeof cmd,
+                 "(echo; for i in $(seq %d %d); do echo \"put dlock:big-%ld%%2Fbig/w$i waiter-$i\"; done; "
+                 "echo; echo) | ETCDCTL_API=3 etcdctl --endpoints=http://127.0.0.1:%d txn > /dev/null 2>&1",
+                 t * 120, t * 120 + 119, (long)getpid(), server.port);
+        assert_int_equal(system(cmd), 0);
+    }
+    struct listed seen = { 0 };
+    int pages = test_list_pages(c, p, 10, note_listed, &seen);
+    assert_true(pages >= 2); /* the big name's keys did not fit one page's read */
+    assert_int_equal(seen.n, 3);
+    for (int i = 0; i < 3; i++) {
+        snprintf(name, sizeof name, "%s%s", p, tails[i]);
+        assert_string_equal(seen.names[i], name);
+        assert_int_equal(seen.holder_count[i], 1);
+        assert_int_equal(seen.waiters[i], i == 1 ? 600 : 0);
+    }
+    assert_int_equal(seen.fence[1], big_fence);
+    etcdctl(NULL, 0, "del --prefix 'dlock:big-%ld%%2Fbig/w'", (long)getpid());
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(dlock_release(l[i]), DLOCK_OK);
+        dlock_lock_free(l[i]);
+    }
+    dlock_client_close(c);
 }
 
 /* How many messages of a gRPC method (Txn, LeaseKeepAlive, ...) the test
@@ -605,12 +670,13 @@ int main(void)
     /* etcd's lessor looks for expired leases every 500 ms: a killed
      * holder's key goes up to that long after its TTL. */
     static const struct conformance_target target = { "etcd conformance", conformance_config, delete_holder_key,
-                                                      NULL, 500, 0 };
+                                                      NULL, 500, CONFORMANCE_LISTS };
     int failed = conformance_run(&target);
     const struct CMUnitTest particular[] = {
         cmocka_unit_test(waiters_are_granted_in_arrival_order),
         cmocka_unit_test(the_fence_is_the_keys_create_revision),
         cmocka_unit_test(names_with_slashes_stay_apart),
+        cmocka_unit_test(a_name_longer_than_a_page_is_listed_once_whole),
         cmocka_unit_test(many_holds_renew_on_one_lease),
         cmocka_unit_test(a_grant_on_an_old_lease_outlives_its_validity),
         cmocka_unit_test(a_grant_on_a_fresh_lease_sends_no_keepalive),

@@ -549,7 +549,8 @@ int main(void)
         return 1;
     }
     admin("CREATE DATABASE IF NOT EXISTS dl");
-    static const struct conformance_target lease = { "mysql lease mode", lease_config, steal_row, NULL, 0, CONFORMANCE_LISTS_NO_WAITERS };
+    static const struct conformance_target lease = { "mysql lease mode", lease_config, steal_row, NULL, 0,
+                                                     CONFORMANCE_LISTS | CONFORMANCE_LISTS_NO_WAITERS };
     static const struct conformance_target session = { "mysql session mode", session_config,
                                                        kill_holder_connection, NULL, 0, 0 };
     int failed = conformance_run(&lease);

@@ -514,7 +514,8 @@ int main(void)
         printf("[  FAILED  ] 1 test(s), listed below:\n[  FAILED  ] postgres did not start\n");
         return 1;
     }
-    static const struct conformance_target lease = { "postgres lease mode", lease_config, steal_row, NULL, 0, CONFORMANCE_LISTS_NO_WAITERS };
+    static const struct conformance_target lease = { "postgres lease mode", lease_config, steal_row, NULL, 0,
+                                                     CONFORMANCE_LISTS | CONFORMANCE_LISTS_NO_WAITERS };
     static const struct conformance_target session = { "postgres session mode", session_config,
                                                        terminate_holder_sessions, NULL, 0, 0 };
     int failed = conformance_run(&lease);

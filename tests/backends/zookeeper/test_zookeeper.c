@@ -240,6 +240,52 @@ static void names_never_leave_their_parent(void **state)
     dlock_client_close(a);
 }
 
+struct listed_names {
+    int n;
+    char names[8][64];
+    int64_t waiters[8];
+};
+
+static int note_listed(const dlock_list_entry *e, void *arg)
+{
+    struct listed_names *l = arg;
+    assert_true(l->n < 8);
+    snprintf(l->names[l->n], sizeof l->names[l->n], "%.*s", (int)e->name_len, e->name);
+    l->waiters[l->n++] = e->waiters;
+    return DLOCK_OK;
+}
+
+/* A parent nobody queues under (a container not reaped yet) and a node
+ * under the root that no escape makes are passed over, one entry a page,
+ * and the listing still ends. */
+static void empty_parents_and_foreign_nodes_are_not_listed(void **state)
+{
+    (void)state;
+    char p[64], held[96], empty[160], foreign[160];
+    snprintf(p, sizeof p, "zkl-%ld/", (long)getpid());
+    snprintf(held, sizeof held, "%sheld", p);
+    snprintf(empty, sizeof empty, "/dlock-test/zkl-%ld%%2Fempty", (long)getpid());
+    snprintf(foreign, sizeof foreign, "/dlock-test/zkl-%ld%%2Fforeign.x", (long)getpid()); /* '.' is always escaped */
+    dlock_client *a = open_ok("", 30000);
+    dlock_lock *l = NULL;
+    assert_int_equal(dlock_lock_new(a, held, strlen(held), NULL, &l), DLOCK_OK);
+    assert_int_equal(dlock_acquire(l, 0), DLOCK_OK); /* and the root exists */
+    zhandle_t *zh = admin_connect(standalone_hosts());
+    assert_int_equal(zoo_create(zh, empty, NULL, -1, &ZOO_OPEN_ACL_UNSAFE, 0, NULL, 0), ZOK);
+    assert_int_equal(zoo_create(zh, foreign, NULL, -1, &ZOO_OPEN_ACL_UNSAFE, 0, NULL, 0), ZOK);
+    struct listed_names seen = { 0 };
+    test_list_pages(a, p, 1, note_listed, &seen);
+    assert_int_equal(seen.n, 1);
+    assert_string_equal(seen.names[0], held);
+    assert_int_equal(seen.waiters[0], 0);
+    assert_int_equal(zoo_delete(zh, empty, -1), ZOK);
+    assert_int_equal(zoo_delete(zh, foreign, -1), ZOK);
+    zookeeper_close(zh);
+    assert_int_equal(dlock_release(l), DLOCK_OK);
+    dlock_lock_free(l);
+    dlock_client_close(a);
+}
+
 /* A partition shorter than the session but longer than the lease: the
  * holder declares its hold lost at the lease's end, while its session (and
  * so its node) survives the partition. The client must then delete the
@@ -524,7 +570,8 @@ int main(void)
         printf("[  FAILED  ] 1 test(s), listed below:\n[  FAILED  ] zookeeper did not start\n");
         return 1;
     }
-    static const struct conformance_target target = { "zookeeper", conformance_config, delete_holder_node, NULL, 0, 0 };
+    static const struct conformance_target target = { "zookeeper", conformance_config, delete_holder_node, NULL, 0,
+                                                      CONFORMANCE_LISTS | CONFORMANCE_LISTS_NO_LEASE_LEFT };
     int failed = conformance_run(&target);
     const struct CMUnitTest particular[] = {
         cmocka_unit_test(waiters_are_granted_in_arrival_order),
@@ -532,6 +579,7 @@ int main(void)
         cmocka_unit_test(hold_declared_lost_is_given_back_when_the_session_survives),
         cmocka_unit_test(validity_follows_the_negotiated_session),
         cmocka_unit_test(names_never_leave_their_parent),
+        cmocka_unit_test(empty_parents_and_foreign_nodes_are_not_listed),
         cmocka_unit_test(expired_session_fires_on_lost_and_frees_the_lock),
         cmocka_unit_test(many_holds_renew_together),
         cmocka_unit_test(digest_auth_guards_the_nodes),
