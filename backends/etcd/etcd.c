@@ -759,6 +759,12 @@ static int etcd_status(struct etcd_instance *inst, struct dlock_ctl_status *arg)
     return DLOCK_OK;
 }
 
+static int etcd_break(void *instance, const char *name, size_t name_len, int *broken, uint64_t *fence)
+{
+    struct etcd_instance *inst = instance;
+    return etcd_break_holders(&inst->http, inst->prefix, name, name_len, broken, fence);
+}
+
 static int etcd_list(void *instance, struct dlock_provider_list *req)
 {
     struct etcd_instance *inst = instance;
@@ -853,6 +859,7 @@ static const struct dlock_provider etcd_provider = {
     .ctl = etcd_ctl,
     .abandon = etcd_abandon,
     .list = etcd_list,
+    .break_hold = etcd_break,
 };
 
 DLOCK_MODULE(etcd_provider)

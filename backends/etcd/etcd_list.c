@@ -23,7 +23,12 @@
  * '/' + 1); the cursor is that key, after the instance's prefix, in hex.
  *
  * Age is -1: etcd keeps a key's create revision, not its creation time,
- * and its revisions are no clock. */
+ * and its revisions are no clock.
+ *
+ * An operator's break reads one name's line the same way (step 2 for one
+ * name) and deletes its holders' keys in one txn that first compares each
+ * key's create revision with the one read: a line that changed in between
+ * fails the compare, and nothing is half-done. */
 #include "config.h"
 
 #include "etcd_list.h"
@@ -414,5 +419,78 @@ int etcd_list_page(struct etcd_http *http, const char *prefix, struct dlock_prov
     if (pg.txn_reply)
         json_object_put(pg.txn_reply);
     free(pg.names);
+    return rc;
+}
+
+/* ---- an operator's break ---------------------------------------------------------------- */
+
+/* The txn deleting the holders among q[0..n) of the line read, each only if
+ * its key is still the one read (same create revision). */
+static struct json_object *delete_holders_txn(const struct dlock_queued *q, size_t n)
+{
+    struct json_object *compare = json_object_new_array(), *success = json_object_new_array();
+    for (size_t i = 0; i < n; i++) {
+        if (!q[i].holds)
+            continue;
+        struct json_object *kv = (struct json_object *)q[i].ref, *key = etcd_json_get(kv, "key");
+        struct json_object *c = json_object_new_object();
+        json_object_object_add(c, "key", json_object_get(key));
+        json_object_object_add(c, "target", json_object_new_string("CREATE"));
+        json_object_object_add(c, "result", json_object_new_string("EQUAL"));
+        json_object_object_add(c, "create_revision", etcd_json_int_str(q[i].order));
+        json_object_array_add(compare, c);
+        struct json_object *d = json_object_new_object(), *op = json_object_new_object();
+        json_object_object_add(d, "key", json_object_get(key));
+        json_object_object_add(op, "request_delete_range", d);
+        json_object_array_add(success, op);
+    }
+    struct json_object *txn = json_object_new_object();
+    json_object_object_add(txn, "compare", compare);
+    json_object_object_add(txn, "success", success);
+    return txn;
+}
+
+int etcd_break_holders(struct etcd_http *http, const char *prefix, const char *name, size_t name_len, int *broken,
+                       uint64_t *fence)
+{
+    *broken = 0;
+    *fence = 0;
+    struct found_name one = { .name_len = name_len, .permits = true };
+    memcpy(one.name, name, name_len);
+    struct page pg = { .http = http, .prefix = prefix, .prefix_len = strlen(prefix), .names = &one, .n_names = 1 };
+    struct dlock_queued *q = malloc(NAME_KEYS * sizeof *q);
+    char (*owners)[OWNER_MAX] = malloc(NAME_KEYS * sizeof *owners);
+    int rc = q && owners ? read_lines(&pg) : dlock_seterr(DLOCK_ENOMEM, "etcd: out of memory breaking a hold");
+    struct json_object *range = rc == DLOCK_OK ? txn_range(&pg, 0) : NULL;
+    if (rc == DLOCK_OK && !range)
+        rc = dlock_seterr(DLOCK_EPROTOCOL, "%s: the read of lock '%s' answered no range", http->label, one.name);
+    if (rc == DLOCK_OK) {
+        size_t m;
+        struct json_object *kvs = kvs_of(txn_range(&pg, 1), &m);
+        char value[16];
+        int vlen = m ? etcd_json_unb64(json_object_array_get_idx(kvs, 0), "value", value, sizeof value - 1) : -1;
+        value[vlen > 0 ? vlen : 0] = 0;
+        int64_t total;
+        size_t n = line_of(range, pg.prefix_len, q, owners, (unsigned)strtoul(value, NULL, 10), &total);
+        size_t holding = 0;
+        for (size_t i = 0; i < n; i++)
+            holding += q[i].holds;
+        if (holding > 0) {
+            struct json_object *txn = delete_holders_txn(q, n), *reply = NULL;
+            rc = etcd_call(http, "/v3/kv/txn", txn, &reply, NULL);
+            json_object_put(txn);
+            if (rc == DLOCK_OK && !json_object_get_boolean(etcd_json_get(reply, "succeeded")))
+                rc = dlock_seterr(DLOCK_EUNAVAILABLE, "%s: the holders of '%s' changed while it was being broken; "
+                                  "run it again", http->label, one.name);
+            else if (rc == DLOCK_OK)
+                *broken = 1;
+            if (reply)
+                json_object_put(reply);
+        }
+    }
+    if (pg.txn_reply)
+        json_object_put(pg.txn_reply);
+    free(q);
+    free(owners);
     return rc;
 }

@@ -35,9 +35,7 @@ static int by_node_name(const void *a, const void *b)
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-/* The line of one parent: its contender nodes in q (room for n) in
- * sequence order; the number of contenders and the semaphore's N. */
-static size_t line_of(const struct String_vector *children, struct dlock_queued *q, unsigned *permits)
+size_t zk_line_of(const struct String_vector *children, struct dlock_queued *q, unsigned *permits)
 {
     size_t n = 0;
     *permits = 0;
@@ -106,7 +104,7 @@ static int list_parent(struct zk_session *s, zhandle_t *zh, const char *root, co
     if (rc == DLOCK_OK && line.count && (!q || !owners || !holders))
         rc = dlock_seterr(DLOCK_ENOMEM, "zookeeper: out of memory listing locks");
     unsigned permits = 0;
-    size_t n = rc == DLOCK_OK && line.count ? line_of(&line, q, &permits) : 0;
+    size_t n = rc == DLOCK_OK && line.count ? zk_line_of(&line, q, &permits) : 0;
     if (n)
         rc = describe_holders(s, zh, parent, q, n, owners);
     if (rc == DLOCK_OK && n) {

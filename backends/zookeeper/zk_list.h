@@ -7,6 +7,13 @@
 
 #include <dlock/provider.h>
 
+struct dlock_queued;
+
+/* The line of one parent: its contender nodes (children) in q (room for
+ * children->count) in sequence order, the holders marked; returns how many
+ * contenders, and the semaphore's N in *permits. */
+size_t zk_line_of(const struct String_vector *children, struct dlock_queued *q, unsigned *permits);
+
 /* Reads one page of req (see zk_list.c) from the children of root. */
 int zk_list_page(struct zk_session *s, const char *root, struct dlock_provider_list *req);
 

@@ -35,6 +35,7 @@
  * ours is left queued in front of everyone else. */
 #include "config.h"
 
+#include "zk_break.h"
 #include "zk_list.h"
 #include "zk_names.h"
 #include "zk_session.h"
@@ -683,6 +684,12 @@ static int zk_list(void *instance, struct dlock_provider_list *req)
     return zk_list_page(&inst->session, inst->root, req);
 }
 
+static int zk_break(void *instance, const char *name, size_t name_len, int *broken, uint64_t *fence)
+{
+    struct zk_instance *inst = instance;
+    return zk_break_holders(&inst->session, inst->root, name, name_len, broken, fence);
+}
+
 static int zk_ctl(void *instance, int op, void *arg)
 {
     if (op == DLOCK_CTL_STATUS)
@@ -783,6 +790,7 @@ static const struct dlock_provider zk_provider = {
     .ctl = zk_ctl,
     .abandon = zk_abandon,
     .list = zk_list,
+    .break_hold = zk_break,
 };
 
 DLOCK_MODULE(zk_provider)
