@@ -29,8 +29,8 @@ struct conformance_target {
     /* How much later than its lease the server may free a dead holder's
      * hold (etcd checks for expired leases every 500 ms); 0 for none. */
     int expiry_slack_ms;
-    /* Whether the backend lists its locks (dlock_list): 0 when it does not (the suite checks that it answers DLOCK_ENOTSUP),
-     * else CONFORMANCE_LISTS, plus CONFORMANCE_LISTS_NO_WAITERS when it
+    /* Whether the backend lists its locks (dlock_list): 0 when it does not
+     * (the suite checks that it answers DLOCK_ENOTSUP), else CONFORMANCE_LISTS, plus CONFORMANCE_LISTS_NO_WAITERS when it
      * cannot count waiters (reports -1), plus CONFORMANCE_LISTS_NO_LEASE_LEFT
      * when it reports -1 for what is left of a hold although the server
      * frees dead holders' holds (zookeeper: a session kept alive by its
