@@ -368,10 +368,13 @@ static void a_broken_hold_is_lost_and_fenced_out(void **state)
     if (fenced) {
         assert_int_equal(dlock_fence(lb, &fb), DLOCK_OK);
         assert_true(fb > fa && (after == 0 || fb > after));
-        /* The resource keeps the highest token it saw and refuses lower
-         * ones: the new holder wrote first, so the old holder's late write
-         * (token fa) is refused. */
-        assert_true(fa < fb);
+        /* A resource behind the fence guard: the old holder wrote before
+         * the break, the new one after it, then the old one's late write
+         * comes and is refused. */
+        uint64_t highest = 0;
+        assert_int_equal(dlock_fence_admit(&highest, fa), DLOCK_OK);
+        assert_int_equal(dlock_fence_admit(&highest, fb), DLOCK_OK);
+        assert_int_equal(dlock_fence_admit(&highest, fa), DLOCK_ESTALE);
     }
     while (__atomic_load_n(&lost_calls, __ATOMIC_SEQ_CST) == 0 && now_ms() - t0 < 3000)
         sleep_ms(10);
