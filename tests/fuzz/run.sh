@@ -19,6 +19,8 @@ cflags="-g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -I$
 -DDLOCK_MODULE_DIR=\"/nonexistent\" $(pkg-config --cflags libconfig)"
 libs="$(pkg-config --libs libconfig) -lpthread -ldl"
 core=$(ls "$top"/core/*.c)
+# The local backend is built in; all of its files.
+local=$(ls "$top"/backends/local/*.c)
 # core/metrics_http.c is in core/ and client.c calls it in a build that
 # found libmicrohttpd; in one that did not it compiles to nothing.
 if grep -q '^#define DLOCK_HAVE_MICROHTTPD 1' "$build/config.h"; then
@@ -29,10 +31,11 @@ status=0
 for target in config names; do
     log=$out/fuzz_$target.log
     extra=
-    [ $target = names ] && extra="$top/backends/redis/redis_keys.c $top/backends/common/name_digest.c"
+    [ $target = names ] && extra="$top/backends/redis/redis_keys.c $top/backends/common/name_digest.c \
+        $top/backends/common/name_escape.c"
     # shellcheck disable=SC2086
     if ! clang $cflags -o "$out/fuzz_$target" "$top/tests/fuzz/fuzz_$target.c" $core \
-            "$top/backends/local/local.c" $extra $libs > "$log" 2>&1; then
+            $local $extra $libs > "$log" 2>&1; then
         echo "0 passed, 1 failed" >> "$log"
         printf ':test-result: FAIL\n' > "$out/fuzz_$target.trs"
         echo "fuzz_$target: build failed (see $log)"
