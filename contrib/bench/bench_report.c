@@ -3,6 +3,7 @@
 #include "bench.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -206,13 +207,18 @@ int report_plots(const char *dir, const struct bench_config *configs, int nconfi
     if (!f)
         return -1;
     fprintf(f, "# backend libdlock baseline (acquire+release/s, medians)\n");
+    bool any_throughput = false;
     for (int c = 0; c < nconfigs; c++) {
         double a = figure_median(configs[c].label, "uncontended", "acquire+release/s");
         double b = figure_median(configs[c].label, "baseline-uncontended", "acquire+release/s");
+        any_throughput |= !isnan(a) || !isnan(b);
         fprintf(f, "%s %.1f %.1f\n", configs[c].label, isnan(a) ? 0 : a, isnan(b) ? 0 : b);
     }
     fclose(f);
-    write_plot(dir, "throughput",
+    /* A run that took no uncontended figure has nothing to draw there
+     * (gnuplot refuses a plot with no point). */
+    if (any_throughput)
+        write_plot(dir, "throughput",
                "set title 'Uncontended acquire+release per second (median)'\n"
                "set style data histogram\nset style histogram cluster gap 1\nset style fill solid 0.8\n"
                "set boxwidth 0.9\nset ylabel 'ops/s (log scale)'\nset logscale y\nset yrange [100:*]\nset key top right\n"
@@ -255,6 +261,7 @@ int report_plots(const char *dir, const struct bench_config *configs, int nconfi
     }
     size_t used3 = strlen(plot3);
     snprintf(plot3 + used3, sizeof plot3 - used3, ")\nset offsets 0.5, 0.5, 0, 0\nplot ");
+    bool any_handoff = false;
     for (int w = 0; w < opt.nworker_counts; w++) {
         fprintf(f, "%d", opt.worker_counts[w]);
         for (int c = 0; c < nconfigs; c++) {
@@ -265,6 +272,7 @@ int report_plots(const char *dir, const struct bench_config *configs, int nconfi
             /* NaN, not 0: a figure the run did not take is left out, and a
              * log scale has no 0. */
             fprintf(f, " %.1f %.1f", isnan(p50) || p50 <= 0 ? NAN : p50, isnan(p99) || p99 <= 0 ? NAN : p99);
+            any_handoff |= !isnan(p50) && p50 > 0;
         }
         fprintf(f, "\n");
     }
@@ -276,7 +284,8 @@ int report_plots(const char *dir, const struct bench_config *configs, int nconfi
                  "'handoff.dat' using 1:%d with linespoints dt 2 title '%s p99'",
                  c ? ", " : "", 2 + 2 * c, configs[c].label, 3 + 2 * c, configs[c].label);
     }
-    write_plot(dir, "handoff", plot3);
+    if (any_handoff)
+        write_plot(dir, "handoff", plot3);
 
     char cmd[2048];
     snprintf(cmd, sizeof cmd,

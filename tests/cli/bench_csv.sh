@@ -25,4 +25,16 @@ print("ok", len(rows) - 1, "rows")
 PY
 if [ $? = 0 ]; then ok "the CSV reads back with Python's csv module ($(cat "$T/check.out"))"
 else not_ok "the CSV does not read back: $(cat "$T/check.out")"; fi
+
+# A run without the uncontended scenario has no throughput figure to plot:
+# that plot is left out, and the others are drawn.
+if command -v gnuplot > /dev/null; then
+    "$BENCH" -c "$T/with,comma.conf" --scenario contended --workers 2 --duration 0.2 --repeat 1 \
+        --plot "$T/plots" > "$T/plot.out" 2>&1
+    expect_status 0 $? "dlock-bench --plot with only the contended scenario"
+    [ -f "$T/plots/handoff.png" ] && [ ! -f "$T/plots/throughput.png" ] && ok "the hand-off plot, no throughput plot" \
+        || not_ok "plots: $(ls "$T/plots" | tr '\n' ' ')"
+else
+    not_ok "gnuplot not found (Debian: gnuplot-nox)"
+fi
 finish
