@@ -5,6 +5,7 @@
 
 #include "serve.h"
 #include "cli.h"
+#include "seen.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -34,6 +35,7 @@ struct serve_http {
     pthread_mutex_t mu;
     pthread_cond_t cv;       /* a listing ended */
     int running;             /* listings under way, under mu */
+    struct seen seen;        /* how long each hold has been seen, for backends without grant times */
 };
 
 /* One listing, shared by the request that waits for it and the thread that
@@ -63,6 +65,7 @@ static void *run_job(void *arg)
     struct job *j = arg;
     struct serve_http *server = j->server;
     view_take(&j->view, server->s.client, j->prefix, j->prefix_len, j->limit);
+    seen_apply(&server->seen, &j->view);
     pthread_mutex_lock(&server->mu);
     j->done = true;
     server->running--;
@@ -340,6 +343,7 @@ struct serve_http *serve_http_start(int fd, int family, const struct serve_setti
         return NULL;
     }
     server->s = *settings;
+    seen_init(&server->seen);
     pthread_mutex_init(&server->mu, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
@@ -367,6 +371,7 @@ struct serve_http *serve_http_start(int fd, int family, const struct serve_setti
         fprintf(stderr, "%s: serve: libmicrohttpd would not start its server (its reason is above)\n", progname);
         pthread_cond_destroy(&server->cv);
         pthread_mutex_destroy(&server->mu);
+        seen_free(&server->seen);
         free(server);
         return NULL;
     }
@@ -386,6 +391,7 @@ bool serve_http_stop(struct serve_http *server)
         return false; /* the listings still use server: it stays */
     pthread_cond_destroy(&server->cv);
     pthread_mutex_destroy(&server->mu);
+    seen_free(&server->seen);
     free(server);
     return true;
 }

@@ -6,6 +6,7 @@
 
 #include "cli.h"
 #include "entry.h"
+#include "seen.h"
 #include "view.h"
 
 #include <getopt.h>
@@ -174,9 +175,12 @@ int cmd_top(const char *config, int argc, char **argv)
     int code = open_client(&t.client, config);
     if (code != 0)
         return code;
+    struct seen seen;
+    seen_init(&seen);
     for (;;) {
         struct view v;
         view_take(&v, t.client, "", 0, VIEW_MAX);
+        seen_apply(&seen, &v);
         draw(&t, &v);
         fflush(stdout);
         code = v.rc == DLOCK_OK ? 0 : exit_code_for(v.rc);
@@ -184,6 +188,7 @@ int cmd_top(const char *config, int argc, char **argv)
         if (once || interrupted_within(&sigs, interval_ms))
             break;
     }
+    seen_free(&seen);
     dlock_client_close(t.client);
     return once ? code : 0;
 }

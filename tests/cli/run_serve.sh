@@ -180,4 +180,38 @@ grep -qi '^www-authenticate: Basic' "$T/headers" && ok "the 401 asks for a passw
 expect_http 401 "basic: a wrong password" -u "ops:wrong" "${URL}api/locks"
 expect_http 200 "basic: the password" -u "ops:pass-$token" "${URL}api/locks"
 stop_serve
+
+# ---- a stuck lock ---------------------------------------------------------------------------
+# The local backend keeps no grant time: the panel ages a hold from when it
+# first saw it (same name, holder and fence), so that a lock held past the
+# threshold is flagged and its gauge can fire an alert.
+release_all
+start_serve --stale-after 1 || { finish; exit 1; }
+hold stuck
+api_until 'any(l["name"] == "stuck" for l in d["locks"])' || not_ok "stuck never listed"
+sleep 1.6
+curl -s -o "$T/api" "${URL}api/locks"
+curl -s -o "$T/metrics" "${URL}metrics"
+$PY - "$T/api" "$T/metrics" > "$T/check" 2>&1 <<'PY'
+import json, sys
+from prometheus_client.parser import text_string_to_metric_families
+d = json.load(open(sys.argv[1]))
+stuck = [l for l in d["locks"] if l["name"] == "stuck"][0]
+assert stuck["age_ms"] is not None and stuck["age_ms"] >= 1000, stuck
+values = {s.name: s.value for fam in text_string_to_metric_families(open(sys.argv[2]).read()) for s in fam.samples
+          if "name" not in s.labels}
+assert values["dlock_panel_oldest_hold_age_seconds"] >= 1, values
+assert values["dlock_panel_stale_locks"] == 1, values
+print("checked")
+PY
+[ $? = 0 ] && ok "a hold seen for 1.6 s is 1 s old at least, and stale past --stale-after 1" \
+    || not_ok "age: $(cat "$T/check")"
+release_all
+curl -s -o /dev/null "${URL}api/locks"
+hold stuck
+curl -s -o "$T/api" "${URL}api/locks"
+$PY -c 'import json,sys; d=json.load(open(sys.argv[1])); s=[l for l in d["locks"] if l["name"]=="stuck"][0]; assert s["age_ms"] is not None and s["age_ms"] < 1000, s' \
+    "$T/api" && ok "a new hold of the same name starts young" || not_ok "new hold: $(cat "$T/api")"
+stop_serve
+release_all
 finish
