@@ -32,6 +32,7 @@
 #include "redis_conn.h"
 #include "redis_keys.h"
 #include "redis_list.h"
+#include "redlock_list.h"
 #include "redis_scripts.h"
 #include "redis_subscriber.h"
 
@@ -928,12 +929,14 @@ static int redis_status(struct redis_instance *inst, struct dlock_ctl_status *ar
 static int redis_list(void *instance, struct dlock_provider_list *req)
 {
     struct redis_instance *inst = instance;
-    /* A SCAN sees one node's keys; a listing of a cluster would have to
-     * walk every master and carry a cursor for each. */
-    if (inst->cluster)
-        return dlock_seterr(DLOCK_ENOTSUP,
-                            "redis: listing locks works on one server or under Sentinel, not on a Cluster "
-                            "(%s); use dlock status NAME there", label(inst));
+    if (inst->cluster) {
+        /* A SCAN sees one node's keys: master after master. */
+        struct redis_pool *masters[64];
+        int n = redis_cluster_masters(inst->cluster, masters, 64);
+        if (n == 0)
+            return dlock_seterr(DLOCK_EUNAVAILABLE, "%s: no master serves a slot yet", label(inst));
+        return redis_multi_list_page(masters, n, 0, inst->prefix, inst->log_handle, req);
+    }
     return redis_list_page(&inst->pool, inst->prefix, req);
 }
 

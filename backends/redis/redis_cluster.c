@@ -296,6 +296,35 @@ int redis_cluster_open(struct redis_cluster **out, const struct redis_server *tm
     return DLOCK_OK;
 }
 
+static int by_addr(const void *a, const void *b)
+{
+    const struct cluster_node *x = *(struct cluster_node *const *)a, *y = *(struct cluster_node *const *)b;
+    return strcmp(x->addr, y->addr);
+}
+
+int redis_cluster_masters(struct redis_cluster *c, struct redis_pool **pools, int max)
+{
+    bool serves[MAX_NODES] = { false };
+    struct cluster_node *found[MAX_NODES];
+    int n = 0;
+    pthread_rwlock_rdlock(&c->map_lock);
+    for (int s = 0; s < REDIS_CLUSTER_SLOTS; s++)
+        if (c->slot_node[s] >= 0)
+            serves[c->slot_node[s]] = true;
+    for (int i = 0; i < c->nnodes; i++)
+        if (serves[i])
+            found[n++] = c->nodes[i];
+    pthread_rwlock_unlock(&c->map_lock);
+    /* Address order: the same listing walks the same masters in the same
+     * order from one page to the next. */
+    qsort(found, (size_t)n, sizeof *found, by_addr);
+    if (n > max)
+        n = max;
+    for (int i = 0; i < n; i++)
+        pools[i] = &found[i]->pool;
+    return n;
+}
+
 void redis_cluster_close(struct redis_cluster *c)
 {
     if (!c)

@@ -94,4 +94,9 @@ struct redis_subscriber *redis_cluster_subscriber_of(struct redis_cluster *c, co
 /* "redis cluster (seed host:port, ...)", for messages. */
 const char *redis_cluster_label(const struct redis_cluster *c);
 
+/* The pools of the nodes that serve slots now (the masters), in the order
+ * of their addresses, at most max; returns how many. The pools live as
+ * long as the cluster. */
+int redis_cluster_masters(struct redis_cluster *c, struct redis_pool **pools, int max);
+
 #endif

@@ -415,7 +415,10 @@ static int redlock_open(void **instance, const struct dlock_provider_env *env)
 static int redlock_list(void *instance, struct dlock_provider_list *req)
 {
     struct redlock_instance *inst = instance;
-    return redlock_list_page(inst->pools, inst->n, inst->quorum, inst->prefix, inst->log_handle, req);
+    struct redis_pool *pools[REDLOCK_MAX_SERVERS];
+    for (int i = 0; i < inst->n; i++)
+        pools[i] = &inst->pools[i];
+    return redis_multi_list_page(pools, inst->n, inst->quorum, inst->prefix, inst->log_handle, req);
 }
 
 /* The break script on every master at once: the hold goes wherever it is,

@@ -1,6 +1,8 @@
 /* backends/redis/redlock_list.c - see redlock_list.h.
  *
- * Each master is listed with the redis backend's own page (redis_list.c);
+ * Each master is listed with the redis backend's own page (redis_list.c).
+ * On a Cluster (quorum 0) every name lives on the master of its slot, and
+ * is reported from there. For Redlock,
  * every name it reports as held goes through filter(), which asks the
  * other masters (HGET of the owner's field in the name's hash) whether they
  * hold it for the same owner. The view is a majority's: what a Redlock
@@ -17,7 +19,7 @@
 #include <string.h>
 
 struct majority {
-    struct redis_pool *pools;
+    struct redis_pool *const *pools;
     int n, quorum, master;      /* master: the one being listed */
     const char *prefix;
     struct dlock_provider_list *outer;
@@ -40,17 +42,19 @@ static bool holds_for(struct redis_pool *pool, const char *key, size_t key_len, 
 static int filter(const dlock_list_entry *e, void *arg)
 {
     struct majority *m = arg;
+    if (m->quorum == 0)
+        return m->outer->emit(e, m->outer->emit_arg); /* each name lives on one master */
     if (e->kind != DLOCK_MODE_EXCLUSIVE || e->n_holders == 0 || !e->holders[0].owner || !e->holders[0].owner[0])
         return DLOCK_OK; /* waited for only, here: not a majority's hold */
     size_t key_len;
     char *key = redis_key_for(m->prefix, e->name, e->name_len, "", &key_len);
     if (!key)
-        return dlock_seterr(DLOCK_ENOMEM, "redlock: out of memory listing locks");
+        return dlock_seterr(DLOCK_ENOMEM, "redis: out of memory listing locks");
     const char *owner = e->holders[0].owner;
     int holding = 1;
     bool listed_before = false;
     for (int j = 0; j < m->n && !listed_before; j++) {
-        if (j == m->master || !holds_for(&m->pools[j], key, key_len, owner))
+        if (j == m->master || !holds_for(m->pools[j], key, key_len, owner))
             continue;
         holding++;
         listed_before = j < m->master; /* that master's page reported it, or will have */
@@ -75,25 +79,25 @@ static bool parse_cursor(const char *text, int n, int *master, const char **inne
     return true;
 }
 
-int redlock_list_page(struct redis_pool *pools, int n, int quorum, const char *prefix, void *log_handle,
-                      struct dlock_provider_list *req)
+int redis_multi_list_page(struct redis_pool *const *pools, int n, int quorum, const char *prefix, void *log_handle,
+                          struct dlock_provider_list *req)
 {
     int master = 0;
     const char *inner = "";
     if (req->cursor && !parse_cursor(req->cursor, n, &master, &inner))
-        return dlock_seterr(DLOCK_EINVAL, "redlock: '%s' is not a cursor of this backend's listing", req->cursor);
+        return dlock_seterr(DLOCK_EINVAL, "redis: '%s' is not a cursor of this backend's listing", req->cursor);
     struct majority m = { pools, n, quorum, master, prefix, req };
     struct dlock_provider_list one = *req;
     one.cursor = inner[0] ? inner : NULL;
     one.emit = filter;
     one.emit_arg = &m;
     one.next_cursor = NULL;
-    int rc = redis_list_page(&pools[master], prefix, &one);
+    int rc = redis_list_page(pools[master], prefix, &one);
     if (rc != DLOCK_OK && rc != DLOCK_EUNAVAILABLE)
         return rc; /* the caller's stop, or a bad cursor */
     if (rc == DLOCK_EUNAVAILABLE) {
-        dlock_provider_log(log_handle, DLOCK_LOG_WARN, "redlock: master %s left out of the listing: %s",
-                           pools[master].server.label, dlock_errmsg());
+        dlock_provider_log(log_handle, DLOCK_LOG_WARN, "redis: %s left out of the listing: %s",
+                           pools[master]->server.label, dlock_errmsg());
         free(one.next_cursor);
         one.next_cursor = NULL;
     }
@@ -109,7 +113,7 @@ int redlock_list_page(struct redis_pool *pools, int n, int quorum, const char *p
     req->next_cursor = malloc(a + b + 1);
     if (!req->next_cursor) {
         free(one.next_cursor);
-        return dlock_seterr(DLOCK_ENOMEM, "redlock: out of memory listing locks");
+        return dlock_seterr(DLOCK_ENOMEM, "redis: out of memory listing locks");
     }
     memcpy(req->next_cursor, next, a);
     memcpy(req->next_cursor + a, one.next_cursor ? one.next_cursor : "", b + 1);
