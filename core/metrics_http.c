@@ -3,6 +3,7 @@
 #include "config.h"
 
 #include "metrics_http.h"
+#include "loopback_host.h"
 
 /* Automake compiles this file only in a build with libmicrohttpd; the
  * fuzz targets (tests/fuzz/run.sh) compile all of core/ in any build. */
@@ -11,6 +12,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <microhttpd.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +25,8 @@
 /* A scraper or two and someone with curl; more is a misuse, refused by
  * libmicrohttpd rather than paid for in descriptors. */
 #define CONNECTION_LIMIT 16u
+/* One address may not take them all: a scraper needs one. */
+#define PER_ADDRESS_LIMIT 4u
 /* Seconds an idle connection is kept: longer than a scrape interval of
  * the usual 15 s would keep idle sockets forever for nothing. */
 #define CONNECTION_TIMEOUT_S 10u
@@ -31,6 +35,7 @@ struct dlock__metrics_http {
     struct MHD_Daemon *daemon;
     struct dlock__metrics_http_source source;
     char listen[64];
+    bool loopback;          /* bound to 127.0.0.0/8 or ::1: requests must name it */
 };
 
 /* libmicrohttpd's messages end in a newline; the client's log adds its own. */
@@ -71,6 +76,10 @@ static enum MHD_Result answer(void *cls, struct MHD_Connection *conn, const char
 {
     (void)version; (void)upload_data; (void)upload_data_size; (void)request_state;
     struct dlock__metrics_http *server = cls;
+    if (server->loopback &&
+        !dlock__host_is_loopback(MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST)))
+        return reply_text(conn, 421, "Misdirected request: this server answers only to a loopback name "
+                                     "(127.0.0.1, localhost, [::1])\n", NULL);
     if (strcmp(url, METRICS_PATH) != 0)
         return reply_text(conn, MHD_HTTP_NOT_FOUND, "Not found: the metrics are at " METRICS_PATH "\n", NULL);
     /* HEAD is GET without the body, which HTTP asks every server to take. */
@@ -166,12 +175,17 @@ int dlock__metrics_http_start(const struct sockaddr *addr, socklen_t addr_len, c
     unsigned flags = MHD_USE_AUTO_INTERNAL_THREAD | MHD_USE_ERROR_LOG;
     if (addr->sa_family == AF_INET6)
         flags |= MHD_USE_IPv6;
+    if (addr->sa_family == AF_INET)
+        server->loopback = (ntohl(((const struct sockaddr_in *)addr)->sin_addr.s_addr) >> 24) == 127;
+    else if (addr->sa_family == AF_INET6)
+        server->loopback = IN6_IS_ADDR_LOOPBACK(&((const struct sockaddr_in6 *)addr)->sin6_addr);
     /* The logger first, so that nothing libmicrohttpd says while starting
      * goes to stderr behind the application's back. */
     server->daemon = MHD_start_daemon(flags, 0, NULL, NULL, answer, server,
                                       MHD_OPTION_EXTERNAL_LOGGER, log_from_mhd, server,
                                       MHD_OPTION_LISTEN_SOCKET, given,
                                       MHD_OPTION_CONNECTION_LIMIT, CONNECTION_LIMIT,
+                                      MHD_OPTION_PER_IP_CONNECTION_LIMIT, PER_ADDRESS_LIMIT,
                                       MHD_OPTION_CONNECTION_TIMEOUT, CONNECTION_TIMEOUT_S,
                                       MHD_OPTION_END);
     close(fd);

@@ -84,14 +84,17 @@ void escape_text(FILE *f, const char *s, size_t len)
     }
 }
 
-void escape_label(FILE *f, const char *s, size_t len)
+bool escape_label(FILE *f, const char *s, size_t len)
 {
+    bool exact = true;
     const unsigned char *u = (const unsigned char *)s;
     for (size_t i = 0; i < len;) {
         unsigned char c = u[i];
         size_t n = utf8_sequence(u + i, len - i);
-        if (n == 0)
+        if (n == 0) {
             fputs("\xef\xbf\xbd", f);
+            exact = false;
+        }
         else if (c == '\\' || c == '"')
             fprintf(f, "\\%c", c);
         else if (c == '\n')
@@ -100,6 +103,7 @@ void escape_label(FILE *f, const char *s, size_t len)
             fwrite(u + i, 1, n, f);
         i += n ? n : 1;
     }
+    return exact;
 }
 
 void escape_hex(FILE *f, const char *s, size_t len)

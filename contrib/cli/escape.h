@@ -21,8 +21,10 @@ void escape_text(FILE *f, const char *s, size_t len);
 
 /* Writes s as the value of a Prometheus label, without the quotes: '\\',
  * '"' and newline escaped as the text format wants, well-formed UTF-8 as
- * it is, and each other byte as U+FFFD (the format is UTF-8 only). */
-void escape_label(FILE *f, const char *s, size_t len);
+ * it is, and each other byte as U+FFFD (the format is UTF-8 only). Returns
+ * false when such a byte was replaced: two names can then look alike, and
+ * the caller adds the exact bytes in a label of their own (escape_hex). */
+bool escape_label(FILE *f, const char *s, size_t len);
 
 /* Writes s as lower-case hex digits, two per byte. */
 void escape_hex(FILE *f, const char *s, size_t len);

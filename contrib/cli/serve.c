@@ -176,7 +176,7 @@ static int bind_listen(const struct address *a, const char *text)
 /* The address as a URL, with the port the kernel chose for port 0. */
 static void url_of(int fd, char *buf, size_t size)
 {
-    struct sockaddr_storage ss;
+    struct sockaddr_storage ss = { 0 };
     socklen_t len = sizeof ss;
     char host[INET6_ADDRSTRLEN] = "?";
     unsigned port = 0;

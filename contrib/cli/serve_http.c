@@ -6,6 +6,7 @@
 #include "serve.h"
 #include "cli.h"
 #include "seen.h"
+#include "../../core/loopback_host.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -27,6 +28,9 @@
 #define MAX_RUNNING 4
 /* A few browser tabs, a scraper and someone with curl. */
 #define CONNECTION_LIMIT 32u
+/* One address may not take them all (idle connections held open before
+ * any credentials are sent would lock everyone else out). */
+#define PER_ADDRESS_LIMIT 8u
 #define CONNECTION_TIMEOUT_S 10u
 
 struct serve_http {
@@ -310,6 +314,12 @@ static enum MHD_Result answer(void *cls, struct MHD_Connection *conn, const char
     if (strcmp(method, MHD_HTTP_METHOD_GET) != 0 && strcmp(method, MHD_HTTP_METHOD_HEAD) != 0)
         return respond_text(conn, MHD_HTTP_METHOD_NOT_ALLOWED, "Method not allowed: the panel is read-only\n",
                             MHD_HTTP_HEADER_ALLOW, "GET, HEAD");
+    /* Without a secret the server is on loopback only, and a request must
+     * name it there (see loopback_host.h). */
+    if (server->s.auth == AUTH_NONE &&
+        !dlock__host_is_loopback(MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST)))
+        return respond_text(conn, 421, "Misdirected request: this panel answers only to a loopback name "
+                                       "(127.0.0.1, localhost, [::1])\n", NULL, NULL);
     bool page = strcmp(url, "/") == 0;
     /* With a token the page itself is served to anyone: it holds no data,
      * and a browser cannot send a bearer token for a page it navigates
@@ -364,6 +374,7 @@ struct serve_http *serve_http_start(int fd, int family, const struct serve_setti
                                           MHD_OPTION_EXTERNAL_LOGGER, log_from_mhd, server,
                                           MHD_OPTION_LISTEN_SOCKET, given,
                                           MHD_OPTION_CONNECTION_LIMIT, CONNECTION_LIMIT,
+                                          MHD_OPTION_PER_IP_CONNECTION_LIMIT, PER_ADDRESS_LIMIT,
                                           MHD_OPTION_CONNECTION_TIMEOUT, CONNECTION_TIMEOUT_S,
                                           MHD_OPTION_END);
     close(fd);

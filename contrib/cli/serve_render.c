@@ -95,7 +95,12 @@ char *serve_render_metrics(const struct view *v, const char *backend, int64_t st
         fputs("dlock_panel_waiters{backend=\"", f);
         escape_label(f, backend, strlen(backend));
         fputs("\",name=\"", f);
-        escape_label(f, e->name, e->name_len);
+        if (!escape_label(f, e->name, e->name_len)) {
+            /* Names whose bytes are not UTF-8 read alike in the label:
+             * the exact bytes keep their series apart. */
+            fputs("\",name_hex=\"", f);
+            escape_hex(f, e->name, e->name_len);
+        }
         fprintf(f, "\"} %" PRId64 "\n", e->waiters);
     }
     return finish(f, &buf);

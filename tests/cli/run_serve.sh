@@ -66,7 +66,40 @@ curl -s -o "$T/api" "${URL}api/locks?prefix=job&limit=1"
 $PY -c 'import json,sys; d=json.load(open(sys.argv[1])); assert [l["name"] for l in d["locks"]] == ["job-1"]' \
     "$T/api" && ok "prefix and limit keep to the names asked for" || not_ok "prefix: $(cat "$T/api")"
 
+# Without a secret, requests must name a loopback host: a page whose name
+# was rebound to 127.0.0.1 (DNS rebinding) gets nothing.
+port=${URL#http://127.0.0.1:}; port=${port%/}
+expect_http 421 "Host: evil.example" -H "Host: evil.example:$port" "${URL}api/locks"
+expect_http 421 "Host: evil.example on /metrics" -H "Host: evil.example" "${URL}metrics"
+expect_http 200 "Host: localhost" -H "Host: localhost:$port" "${URL}api/locks"
+
+# One address cannot take every connection: 40 idle ones from 127.0.0.1,
+# and a request from 127.0.0.2 is still answered.
+$PY - "$port" > "$T/hog.out" 2>&1 <<'PY' &
+import socket, sys, time
+conns = []
+for _ in range(40):
+    try:
+        conns.append(socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=2))
+    except OSError:
+        pass
+print(len(conns), flush=True)
+time.sleep(6)
+PY
+HOG=$!
+sleep 1
+expect_http 200 "a request from another address while one holds 40 idle connections" \
+    --max-time 4 --interface 127.0.0.2 -H "Host: 127.0.0.1:$port" "${URL}api/locks"
+kill $HOG 2> /dev/null; wait $HOG 2> /dev/null
+# The server sees those connections close on its own threads: until then
+# 127.0.0.1 is still at its limit.
+for _ in $(seq 1 100); do
+    [ "$(curl -s -o /dev/null -w '%{http_code}' --max-time 1 "${URL}api/locks")" = 200 ] && break
+    sleep 0.05
+done
+
 # ---- /metrics ---------------------------------------------------------------------------
+
 curl -s -D "$T/headers" -o "$T/metrics" "${URL}metrics"
 $PY - "$T/metrics" > "$T/check" 2>&1 <<'PY'
 import sys
@@ -104,6 +137,29 @@ assert sys.argv[2] in names, (names, sys.argv[2])
 PY
 [ $? = 0 ] && ok "a label value with a quote, backslash and newline parses back exactly" \
     || not_ok "label escaping: $(cat "$T/check") $(grep waiters "$T/metrics")"
+# Two names that differ only in bytes that are not UTF-8, each waited for:
+# their series must not collapse into one.
+hold "$(printf 'q\377')"
+hold "$(printf 'q\376')"
+"$DLOCK" run --wait 30s "$(printf 'q\377')" -- true &
+HOLDERS="$HOLDERS $!"
+"$DLOCK" run --wait 30s "$(printf 'q\376')" -- true &
+HOLDERS="$HOLDERS $!"
+for _ in $(seq 1 100); do
+    curl -s "${URL}metrics" > "$T/metrics"
+    [ "$(grep -c '^dlock_panel_waiters.*name_hex' "$T/metrics")" = 2 ] && break
+    sleep 0.05
+done
+$PY - "$T/metrics" > "$T/check" 2>&1 <<'PY'
+import sys
+from prometheus_client.parser import text_string_to_metric_families
+seen = [tuple(sorted(s.labels.items())) for fam in text_string_to_metric_families(open(sys.argv[1]).read())
+        for s in fam.samples if s.name == "dlock_panel_waiters"]
+hexes = {dict(l).get("name_hex") for l in seen}
+assert len(seen) == len(set(seen)), seen
+assert {"71ff", "71fe"} <= hexes, seen
+PY
+[ $? = 0 ] && ok "names alike but for non-UTF-8 bytes keep series of their own" || not_ok "labels: $(cat "$T/check")"
 
 # ---- bad requests -------------------------------------------------------------------------
 for q in 'limit=abc' 'limit=0' 'limit=-1' 'limit=1e3' 'limit=10001' 'limit=99999999999999999999999999' \

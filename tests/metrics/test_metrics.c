@@ -322,16 +322,19 @@ static void reply_free(struct reply *r)
 }
 
 /* Sends METHOD PATH to the client's server with the curl program (not
- * HEAD: curl would wait for the body that Content-Length announces). */
-static void http(const char *method, int port, const char *path, struct reply *r)
+ * HEAD: curl would wait for the body that Content-Length announces), with
+ * a Host header of host when it is not NULL. */
+static void http_to(const char *method, int port, const char *path, const char *host, struct reply *r)
 {
     char url[128], headers_path[400], out_path[400];
     snprintf(url, sizeof url, "http://127.0.0.1:%d%s", port, path);
     snprintf(headers_path, sizeof headers_path, "%s/headers", scratch);
     snprintf(r->body_path, sizeof r->body_path, "%s/body", scratch);
     snprintf(out_path, sizeof out_path, "%s/curl.out", scratch);
+    char host_header[200];
+    snprintf(host_header, sizeof host_header, "Host: %s", host ? host : "");
     char *argv[] = { "curl", "-sS", "--max-time", "20", "-D", headers_path, "-o", r->body_path,
-                     "-w", "%{http_code}", "-X", (char *)method, url, NULL };
+                     "-w", "%{http_code}", "-X", (char *)method, url, host ? "-H" : NULL, host_header, NULL };
     int rc = run(argv, out_path);
     char *out = read_file(out_path);
     if (rc == 127)
@@ -342,6 +345,11 @@ static void http(const char *method, int port, const char *path, struct reply *r
     free(out);
     r->headers = read_file(headers_path);
     r->body = read_file(r->body_path);
+}
+
+static void http(const char *method, int port, const char *path, struct reply *r)
+{
+    http_to(method, port, path, NULL, r);
 }
 
 /* The value of a header (matched without case), or NULL; in a static
@@ -509,6 +517,36 @@ static void the_parser_check_catches_a_wrong_count(void **state)
     dlock_client_close(c);
 }
 
+/* Bound to loopback, the server answers only requests addressed to a
+ * loopback name: a web page whose own name was rebound to 127.0.0.1
+ * (DNS rebinding) must not read the metrics through the visitor's
+ * browser. */
+static void a_foreign_host_name_is_refused_on_loopback(void **state)
+{
+    (void)state;
+    int port = free_port();
+    dlock_client *c = open_serving(port, NULL);
+    char host[64];
+    const char *ok_names[] = { "127.0.0.1", "localhost", "LocalHost" };
+    for (size_t i = 0; i < sizeof ok_names / sizeof ok_names[0]; i++) {
+        struct reply r;
+        snprintf(host, sizeof host, "%s:%d", ok_names[i], port);
+        http_to("GET", port, "/metrics", host, &r);
+        assert_int_equal(r.status, 200);
+        reply_free(&r);
+    }
+    const char *foreign[] = { "evil.example", "evil.example:80", "127.0.0.1.evil.example", "localhost.evil" };
+    for (size_t i = 0; i < sizeof foreign / sizeof foreign[0]; i++) {
+        struct reply r;
+        http_to("GET", port, "/metrics", foreign[i], &r);
+        if (r.status != 421)
+            fail_msg("Host: %s was answered %d", foreign[i], r.status);
+        assert_null(strstr(r.body, "dlock_"));
+        reply_free(&r);
+    }
+    dlock_client_close(c);
+}
+
 /* Only /metrics is served. */
 static void other_paths_are_not_found(void **state)
 {
@@ -662,6 +700,7 @@ int main(void)
         cmocka_unit_test(scrape_reads_back_with_the_prometheus_parser),
         cmocka_unit_test(the_parser_check_catches_a_wrong_count),
         cmocka_unit_test(other_paths_are_not_found),
+        cmocka_unit_test(a_foreign_host_name_is_refused_on_loopback),
         cmocka_unit_test(other_methods_are_not_allowed),
         cmocka_unit_test(a_taken_port_fails_the_open),
         cmocka_unit_test(close_frees_the_port_the_thread_and_the_descriptors),
