@@ -19,7 +19,7 @@
  * lease runs out (the busy answer carries the remaining time). */
 #include "config.h"
 
-#include "../common/renew_by_kind.h"
+#include "../common/lock_kind.h"
 #include "../common/sql_text.h"
 #include "my_conn.h"
 #include "my_list.h"
@@ -131,20 +131,6 @@ static void register_writer(struct my_instance *inst, struct dlock_provider_lock
         ml->writer_registered = true;
 }
 
-/* The kind a name is held in is its own: asking for another is an error,
- * not a wait. permits: the held kind's (0: shared). */
-static int kind_mismatch(struct my_instance *inst, const struct dlock_provider_lock *lk, uint64_t permits)
-{
-    if (lk->mode == DLOCK_MODE_SEMAPHORE && permits > 0)
-        return dlock_seterr(DLOCK_EINVAL, "%s: '%s' is a semaphore of %llu permits, not %u", inst->server.label,
-                            lk->name, (unsigned long long)permits, lk->permits);
-    if (lk->mode == DLOCK_MODE_SEMAPHORE)
-        return dlock_seterr(DLOCK_EINVAL, "%s: '%s' is held as a shared lock, not as a semaphore",
-                            inst->server.label, lk->name);
-    return dlock_seterr(DLOCK_EINVAL, "%s: '%s' is a semaphore of %llu permits, not a shared lock",
-                        inst->server.label, lk->name, (unsigned long long)permits);
-}
-
 /* One attempt at a shared hold or a permit: the row is made first if the
  * name has none yet. */
 static int shared_try(struct my_instance *inst, struct dlock_provider_lock *lk, struct dlock_grant *g)
@@ -185,7 +171,7 @@ static int shared_try(struct my_instance *inst, struct dlock_provider_lock *lk, 
         return DLOCK_EBUSY;
     }
     if (o.insert_id >= MY_KIND_MARK)
-        return kind_mismatch(inst, lk, o.insert_id - MY_KIND_MARK);
+        return kind_mismatch(inst->server.label, lk, o.insert_id - MY_KIND_MARK);
     g->fence = o.insert_id;
     g->has_fence = 1;
     return DLOCK_OK;
@@ -540,10 +526,8 @@ static int shared_status(struct my_instance *inst, const struct my_lock *ml, dlo
     int rc = my_pool_run(&inst->pool, MY_SHARED_STATUS, p, 1, -1, &o);
     if (rc == DLOCK_OK && o.has_row) {
         long long n = o.ints[0];
-        if (out->holder[1] == 'p')
-            snprintf(out->holder, sizeof out->holder, "%lld of %ld permits held", n, strtol(out->holder + 2, NULL, 10));
-        else
-            snprintf(out->holder, sizeof out->holder, "%lld shared holder%s", n, n == 1 ? "" : "s");
+        kind_holders_text(out->holder, sizeof out->holder, n,
+                          out->holder[1] == 'p' ? strtoul(out->holder + 2, NULL, 10) : 0);
     }
     return rc;
 }

@@ -27,7 +27,7 @@
  * covered by retrying after the holder's remaining lease. */
 #include "config.h"
 
-#include "../common/renew_by_kind.h"
+#include "../common/lock_kind.h"
 #include "../common/sql_text.h"
 #include "pg_conn.h"
 #include "pg_list.h"
@@ -226,21 +226,6 @@ static void register_writer(struct pg_instance *inst, struct dlock_provider_lock
     PQclear(res);
 }
 
-/* The kind a name is held in ("~s", "~p<N>") is its own: asking for
- * another is an error, not a wait. */
-static int kind_mismatch(struct pg_instance *inst, const struct dlock_provider_lock *lk, const char *held)
-{
-    long permits = held[1] == 'p' ? strtol(held + 2, NULL, 10) : 0;
-    if (lk->mode == DLOCK_MODE_SEMAPHORE && permits > 0)
-        return dlock_seterr(DLOCK_EINVAL, "%s: '%s' is a semaphore of %ld permits, not %u", inst->server.label,
-                            lk->name, permits, lk->permits);
-    if (lk->mode == DLOCK_MODE_SEMAPHORE)
-        return dlock_seterr(DLOCK_EINVAL, "%s: '%s' is held as a shared lock, not as a semaphore",
-                            inst->server.label, lk->name);
-    return dlock_seterr(DLOCK_EINVAL, "%s: '%s' is a semaphore of %ld permits, not a shared lock",
-                        inst->server.label, lk->name, permits);
-}
-
 /* One attempt at a shared hold or a permit. */
 static int shared_try(struct pg_instance *inst, struct dlock_provider_lock *lk, struct dlock_grant *g)
 {
@@ -272,7 +257,9 @@ static int shared_try(struct pg_instance *inst, struct dlock_provider_lock *lk, 
         g->fence = strtoull(PQgetvalue(res, 0, 0), NULL, 10);
         g->has_fence = 1;
     } else if (rc == DLOCK_OK && !PQgetisnull(res, 0, 2) && strcmp(PQgetvalue(res, 0, 2), kind) != 0) {
-        rc = kind_mismatch(inst, lk, PQgetvalue(res, 0, 2));
+        /* The kind a name is held in ("~s", "~p<N>") is its own. */
+        const char *held = PQgetvalue(res, 0, 2);
+        rc = kind_mismatch(inst->server.label, lk, held[1] == 'p' ? strtoull(held + 2, NULL, 10) : 0);
     } else if (rc == DLOCK_OK) {
         g->retry_hint_ms = PQgetisnull(res, 0, 1) ? -1 : strtoll(PQgetvalue(res, 0, 1), NULL, 10);
         rc = DLOCK_EBUSY;
@@ -506,9 +493,6 @@ static int pg_acquire(void *instance, struct dlock_provider_lock *lk, struct dlo
 {
     struct pg_instance *inst = instance;
     struct pg_lock *pl = lk->priv;
-    if (inst->session_mode && kind_is_shared(lk)) /* the core never asks: see pg_ctl */
-        return dlock_seterr(DLOCK_ENOTSUP, "%s: shared holds and semaphores need postgres.mode = \"lease\"",
-                            inst->server.label);
     int rc = ensure_key(inst, lk);
     if (rc != DLOCK_OK)
         return rc;
@@ -620,10 +604,8 @@ static int shared_status(struct pg_instance *inst, const struct pg_lock *pl, dlo
     PGresult *res = pg_pool_exec(&inst->pool, PG_SHARED_STATUS, 1, values, lengths, formats, &rc);
     if (res && (rc = pg_result_check(&inst->server, res, "status")) == DLOCK_OK && PQntuples(res) == 1) {
         long long n = strtoll(PQgetvalue(res, 0, 0), NULL, 10);
-        if (out->holder[1] == 'p')
-            snprintf(out->holder, sizeof out->holder, "%lld of %ld permits held", n, strtol(out->holder + 2, NULL, 10));
-        else
-            snprintf(out->holder, sizeof out->holder, "%lld shared holder%s", n, n == 1 ? "" : "s");
+        kind_holders_text(out->holder, sizeof out->holder, n,
+                          out->holder[1] == 'p' ? strtoul(out->holder + 2, NULL, 10) : 0);
     }
     PQclear(res);
     return rc;

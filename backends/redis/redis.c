@@ -27,12 +27,12 @@
  * '/' in it is a shared or permit waiter (see dlock_provider_lock.owner). */
 #include "config.h"
 
-#include "../common/renew_by_kind.h"
+#include "../common/lock_kind.h"
 #include "redis_cluster.h"
 #include "redis_conn.h"
 #include "redis_keys.h"
 #include "redis_list.h"
-#include "redlock_list.h"
+#include "redis_multi_list.h"
 #include "redis_scripts.h"
 #include "redis_subscriber.h"
 
@@ -452,20 +452,6 @@ static redisReply *acquire_and_wait(struct redis_instance *inst, enum redis_scri
 
 static int redis_release(void *instance, struct dlock_provider_lock *lk);
 
-/* The answer {2, permits}: the name is held in another kind, or with
- * another number of permits. */
-static int kind_mismatch(struct redis_instance *inst, const struct dlock_provider_lock *lk, long long permits)
-{
-    const char *name = lk->name;
-    if (lk->mode == DLOCK_MODE_SEMAPHORE && permits > 0)
-        return dlock_seterr(DLOCK_EINVAL, "%s: '%s' is a semaphore of %lld permits, not %u", label(inst), name,
-                            permits, lk->permits);
-    if (lk->mode == DLOCK_MODE_SEMAPHORE)
-        return dlock_seterr(DLOCK_EINVAL, "%s: '%s' is held as a shared lock, not as a semaphore", label(inst), name);
-    return dlock_seterr(DLOCK_EINVAL, "%s: '%s' is a semaphore of %lld permits, not a shared lock", label(inst), name,
-                        permits);
-}
-
 /* One run of the acquire script: DLOCK_OK (granted), DLOCK_EBUSY, or a failure. */
 static int try_acquire(struct redis_instance *inst, struct dlock_provider_lock *lk, struct dlock_grant *g)
 {
@@ -519,7 +505,7 @@ static int try_acquire(struct redis_instance *inst, struct dlock_provider_lock *
     long long granted = r->element[0]->integer, value = r->element[1]->integer;
     freeReplyObject(r);
     if (granted == 2)
-        return kind_mismatch(inst, lk, value);
+        return kind_mismatch(label(inst), lk, (unsigned long long)value); /* {2, permits} */
     rl->registered = !granted; /* a busy answer put us in the queue; a grant took us out */
     if (granted && inst->wait_replicas > 0 && acked < inst->wait_replicas) {
         /* A failover now could promote a replica without this grant and hand
@@ -882,10 +868,8 @@ static void status_holder(dlock_status_info *out, const redisReply *fields, cons
             fields->element[i + 1]->type == REDIS_REPLY_STRING)
             kind = fields->element[i + 1]->str;
     long long n = holders->type == REDIS_REPLY_INTEGER ? holders->integer : 0;
-    if (kind && kind[0] == 'p')
-        snprintf(out->holder, sizeof out->holder, "%lld of %s permits held", n, kind + 1);
-    else if (kind)
-        snprintf(out->holder, sizeof out->holder, "%lld shared holder%s", n, n == 1 ? "" : "s");
+    if (kind)
+        kind_holders_text(out->holder, sizeof out->holder, n, kind[0] == 'p' ? strtoul(kind + 1, NULL, 10) : 0);
     else if (fields->element[0]->type == REDIS_REPLY_STRING)
         snprintf(out->holder, sizeof out->holder, "%s", fields->element[0]->str);
 }

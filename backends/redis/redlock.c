@@ -26,7 +26,7 @@
 #include "../common/host_port.h"
 #include "redis_keys.h"
 #include "redis_scripts.h"
-#include "redlock_list.h"
+#include "redis_multi_list.h"
 
 #include <dlock/provider.h>
 #include <stdio.h>

@@ -1,8 +1,10 @@
-/* backends/common/renew_by_kind.h - a renewal batch split by kind of hold,
- * for backends that renew exclusive holds and shared holds or permits with
- * different requests. */
-#ifndef DLOCK_RENEW_BY_KIND_H
-#define DLOCK_RENEW_BY_KIND_H
+/* backends/common/lock_kind.h - what the backends that keep shared holds
+ * and permits beside exclusive ones share about the kinds: which a hold
+ * is, the error and the status text for a name held in a kind, and a
+ * renewal batch split by kind (for backends that renew each kind with a
+ * request of its own). */
+#ifndef DLOCK_LOCK_KIND_H
+#define DLOCK_LOCK_KIND_H
 
 #include <dlock/provider.h>
 #include <stdbool.h>
@@ -10,6 +12,16 @@
 
 /* True for a shared hold or a permit. */
 bool kind_is_shared(const struct dlock_provider_lock *lk);
+
+/* The name of lk is held in another kind than lk asks for: held_permits
+ * is that kind's number of permits (0: held as a shared lock). Sets the
+ * detail ("<label>: '<name>' is a semaphore of 3 permits, not 2", ...) and
+ * returns DLOCK_EINVAL. */
+int kind_mismatch(const char *label, const struct dlock_provider_lock *lk, unsigned long long held_permits);
+
+/* dlock_status's holder text for a name held by `holders` shared holders
+ * (permits 0) or permit holders of a semaphore of `permits`. */
+void kind_holders_text(char *out, size_t size, long long holders, unsigned long permits);
 
 /* Renews the n holds of one kind (shared: shared holds and permits; else
  * exclusive holds) as renew_batch does: DLOCK_OK with results[i] per

@@ -1,13 +1,33 @@
-/* backends/common/renew_by_kind.c - see renew_by_kind.h. */
+/* backends/common/lock_kind.c - see lock_kind.h. */
 #include "config.h"
 
-#include "renew_by_kind.h"
+#include "lock_kind.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 
 bool kind_is_shared(const struct dlock_provider_lock *lk)
 {
     return lk->mode == DLOCK_MODE_SHARED || lk->mode == DLOCK_MODE_SEMAPHORE;
+}
+
+int kind_mismatch(const char *label, const struct dlock_provider_lock *lk, unsigned long long held_permits)
+{
+    if (lk->mode == DLOCK_MODE_SEMAPHORE && held_permits > 0)
+        return dlock_seterr(DLOCK_EINVAL, "%s: '%s' is a semaphore of %llu permits, not %u", label, lk->name,
+                            held_permits, lk->permits);
+    if (lk->mode == DLOCK_MODE_SEMAPHORE)
+        return dlock_seterr(DLOCK_EINVAL, "%s: '%s' is held as a shared lock, not as a semaphore", label, lk->name);
+    return dlock_seterr(DLOCK_EINVAL, "%s: '%s' is a semaphore of %llu permits, not a shared lock", label, lk->name,
+                        held_permits);
+}
+
+void kind_holders_text(char *out, size_t size, long long holders, unsigned long permits)
+{
+    if (permits > 0)
+        snprintf(out, size, "%lld of %lu permits held", holders, permits);
+    else
+        snprintf(out, size, "%lld shared holder%s", holders, holders == 1 ? "" : "s");
 }
 
 int renew_by_kind(void *ctx, renew_kind_fn renew, struct dlock_provider_lock *const *locks, size_t n, int *results)

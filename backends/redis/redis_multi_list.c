@@ -1,4 +1,4 @@
-/* backends/redis/redlock_list.c - see redlock_list.h.
+/* backends/redis/redis_multi_list.c - see redis_multi_list.h.
  *
  * Each master is listed with the redis backend's own page (redis_list.c).
  * On a Cluster (quorum 0) every name lives on the master of its slot, and
@@ -9,7 +9,7 @@
  * grant needs. The cursor is "<master>:<that master's cursor>". */
 #include "config.h"
 
-#include "redlock_list.h"
+#include "redis_multi_list.h"
 #include "redis_keys.h"
 #include "redis_list.h"
 

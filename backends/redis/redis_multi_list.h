@@ -1,8 +1,8 @@
-/* backends/redis/redlock_list.h - one page of a listing over several
+/* backends/redis/redis_multi_list.h - one page of a listing over several
  * masters: Redlock's independent ones (the names a majority holds, by one
  * owner), or a Redis Cluster's (each name on the master of its slot). */
-#ifndef DLOCK_REDLOCK_LIST_H
-#define DLOCK_REDLOCK_LIST_H
+#ifndef DLOCK_REDIS_MULTI_LIST_H
+#define DLOCK_REDIS_MULTI_LIST_H
 
 #include "redis_conn.h"
 
