@@ -178,6 +178,12 @@ int dlock_acquire(dlock_lock *h, int64_t wait_ms)
             return dlock_seterr(DLOCK_ELOST, "lock '%s': this thread's hold was lost (%s); release it "
                                 "before acquiring again", dlock__entry_show(e), e->lost_reason);
         }
+        if (e->downgraded) {
+            pthread_mutex_unlock(&e->mu);
+            return dlock_seterr(DLOCK_EDEADLK, "lock '%s': this thread holds it shared since it downgraded "
+                                "it; taking it exclusively again would wait for that hold forever (release "
+                                "it first)", dlock__entry_show(e));
+        }
         e->count++;
         pthread_mutex_unlock(&e->mu);
         dlock__metric_inc(&c->metrics.reentries);
@@ -210,6 +216,8 @@ int dlock_acquire(dlock_lock *h, int64_t wait_ms)
         }
         e->plock.lease_ms = effective_lease(c, h);
         e->plock.flags = h->options.flags;
+        if (!e->own_holder) /* a downgrade made the last hold shared */
+            e->plock.mode = DLOCK_MODE_EXCLUSIVE;
         pthread_mutex_unlock(&e->mu);
         if (wake_fd < 0)
             rc = dlock_seterr(DLOCK_EINTERNAL, "cannot create an eventfd for waiting: %s", strerror(errno));

@@ -41,6 +41,7 @@ struct dlock__entry {
     uint64_t fence;
     bool has_fence;
     bool renewed_by_watchdog;
+    bool downgraded;                /* an exclusive hold turned shared (dlock_downgrade) */
     int64_t lease_ms;               /* the lease the server grants (may be < plock.lease_ms) */
     int64_t valid_until_ms;         /* on the boot clock (dlock__boot_ms) */
     int64_t granted_at_ms;          /* monotonic */
@@ -130,6 +131,9 @@ int dlock__p_open(dlock_client *c, const struct dlock_provider_env *env);
 void dlock__p_close(dlock_client *c);
 int dlock__p_acquire(dlock_client *c, struct dlock__entry *e, struct dlock_grant *g);
 int dlock__p_release(dlock_client *c, struct dlock__entry *e);
+/* Turns e's exclusive hold shared on the backend; on DLOCK_OK e->plock.mode
+ * is DLOCK_MODE_SHARED. DLOCK_ENOTSUP without DLOCK_CAP_DOWNGRADE. */
+int dlock__p_downgrade(dlock_client *c, struct dlock__entry *e, struct dlock_grant *g);
 bool dlock__p_can_renew(const dlock_client *c);
 int dlock__p_renew(dlock_client *c, struct dlock__entry *e);
 /* Renews n entries the watchdog marked busy (no op_mu), in one batch when

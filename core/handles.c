@@ -478,6 +478,16 @@ static bool held_by(struct dlock__entry *e, uint64_t self)
     return held;
 }
 
+/* Whether the entry holds its name exclusively for thread self: held, and
+ * not downgraded (e->mu not held). */
+static bool held_exclusively_by(struct dlock__entry *e, uint64_t self)
+{
+    pthread_mutex_lock(&e->mu);
+    bool held = e->count > 0 && e->holder == self && !e->downgraded;
+    pthread_mutex_unlock(&e->mu);
+    return held;
+}
+
 int dlock__check_own_holds(dlock_client *c, struct dlock__entry *e, uint64_t self)
 {
     int rc = DLOCK_OK;
@@ -496,10 +506,11 @@ int dlock__check_own_holds(dlock_client *c, struct dlock__entry *e, uint64_t sel
         }
     } else if (e->own_holder && e->plock.mode == DLOCK_MODE_SHARED) {
         struct dlock__entry *x = table_find(c, e->name, e->name_len, e->hash);
-        if (x && held_by(x, self))
+        if (x && held_exclusively_by(x, self))
             rc = dlock_seterr(DLOCK_EDEADLK,
                               "lock '%s': this thread holds it exclusively; a shared hold would wait for "
-                              "that one (downgrading is not supported yet: release the exclusive hold first)",
+                              "that one (to keep holding it shared, call dlock_downgrade() on the "
+                              "exclusive hold instead)",
                               dlock__entry_show(e));
     }
     pthread_mutex_unlock(&c->entries_mu);

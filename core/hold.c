@@ -48,6 +48,7 @@ int dlock__hold_grant(dlock_client *c, struct dlock__entry *e, dlock_lock *h, ui
     e->fence = g->fence;
     e->has_fence = g->has_fence != 0;
     e->renewed_by_watchdog = watchdog;
+    e->downgraded = false;
     e->lease_ms = lease;
     e->valid_until_ms = t_send.boot_ms + valid - dlock__drift_ms(lease);
     e->granted_at_ms = dlock__now_ms();
@@ -101,6 +102,7 @@ int dlock__hold_release(dlock_client *c, struct dlock__entry *e)
     e->count = 0;
     e->holder = 0;
     e->lost = e->lost_notified = e->give_back_due = false;
+    e->downgraded = false;
     e->on_lost = NULL;
     e->on_lost_handle = NULL;
     pthread_cond_broadcast(&e->cv);
@@ -449,4 +451,75 @@ int dlock_fence(dlock_lock *h, uint64_t *out)
         *out = fence;
     }
     return rc;
+}
+
+int dlock_downgrade(dlock_lock *h)
+{
+    struct dlock__entry *e = dlock__entry_of(h);
+    if (!e)
+        return DLOCK_EINVAL;
+    dlock_client *c = e->client;
+    if (e->own_holder)
+        return dlock_seterr(DLOCK_EINVAL, "lock '%s': only an exclusive hold can be downgraded; this handle "
+                            "takes %s holds", dlock__entry_show(e),
+                            e->plock.mode == DLOCK_MODE_SHARED ? "shared" : "semaphore");
+    if (!(c->capabilities & DLOCK_CAP_DOWNGRADE))
+        return dlock__p_downgrade(c, e, NULL); /* the refusal, with the reason */
+    int rc;
+    if ((rc = dlock__hold_own(e, false)) != DLOCK_OK)
+        return rc;
+    if (e->downgraded) {
+        pthread_mutex_unlock(&e->mu);
+        return DLOCK_OK;
+    }
+    if (e->count > 1) {
+        unsigned count = e->count;
+        pthread_mutex_unlock(&e->mu);
+        return dlock_seterr(DLOCK_EINVAL, "lock '%s': this thread holds it %u times; a downgrade would take "
+                            "exclusivity from the outer holds too (downgrade at the outermost level)",
+                            dlock__entry_show(e), count);
+    }
+    pthread_mutex_unlock(&e->mu);
+
+    /* Out of the watchdog's hands meanwhile: a renewal must not be sent for
+     * one kind of hold and answered for the other. */
+    int64_t due = dlock__watchdog_cancel(c, e);
+    struct dlock_grant g = { .fence = 0, .has_fence = 0, .retry_hint_ms = -1 };
+    rc = dlock__p_downgrade(c, e, &g);
+    pthread_mutex_lock(&e->mu);
+    bool lost = e->lost; /* the validity ended while the request was on its way */
+    char reason[sizeof e->lost_reason];
+    memcpy(reason, e->lost_reason, sizeof reason);
+    if (rc == DLOCK_OK) {
+        e->downgraded = true;
+        if (g.has_fence) {
+            e->fence = g.fence;
+            e->has_fence = true;
+        }
+    }
+    pthread_mutex_unlock(&e->mu);
+    if (rc == DLOCK_OK && !lost) {
+        if (due >= 0)
+            dlock__watchdog_schedule(c, e, due);
+        dlock__logf(&c->log, DLOCK_LOG_DEBUG, "lock '%s' downgraded to shared", dlock__entry_show(e));
+        return DLOCK_OK;
+    }
+    if (lost) {
+        schedule_give_back(c, e);
+        return dlock_seterr(DLOCK_ELOST, "lock '%s': the hold was lost (%s)", dlock__entry_show(e), reason);
+    }
+    /* Gone (nothing changed), or no answer: the server may have made the
+     * hold shared while this thread still counts on exclusivity, so the
+     * hold is given up either way, as lost, with on_lost. */
+    char detail[256];
+    snprintf(detail, sizeof detail, "%s", dlock_errmsg());
+    const char *why = rc == DLOCK_ELOST || rc == DLOCK_ENOTOWNER
+                          ? "the backend no longer had it when it was to be downgraded"
+                          : "the downgrade got no clear answer, so the hold may be exclusive or shared";
+    pthread_mutex_lock(&e->mu);
+    bool notify = mark_lost(c, e, why);
+    struct lost_call call = notify ? lost_call_take(e) : (struct lost_call){ 0 };
+    pthread_mutex_unlock(&e->mu);
+    after_loss(c, e, notify, &call, why);
+    return dlock_seterr(DLOCK_ELOST, "lock '%s': %s (%s); release it", dlock__entry_show(e), why, detail);
 }

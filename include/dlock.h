@@ -72,6 +72,7 @@ typedef enum dlock_error {
 #define DLOCK_CAP_MULTI_HOST         (1u << 6) /* processes on different hosts exclude each other */
 #define DLOCK_CAP_SHARED             (1u << 7) /* shared holds (DLOCK_MODE_SHARED) beside exclusive ones */
 #define DLOCK_CAP_SEMAPHORE          (1u << 8) /* semaphores (DLOCK_MODE_SEMAPHORE) */
+#define DLOCK_CAP_DOWNGRADE          (1u << 9) /* an exclusive hold turns shared in place (dlock_downgrade) */
 
 typedef struct dlock_client dlock_client;
 typedef struct dlock_lock dlock_lock;
@@ -258,8 +259,8 @@ const char *dlock_lock_name(const dlock_lock *lock, size_t *len);
  * DLOCK_ENOQUORUM, DLOCK_EPROTOCOL (backend failures are returned at once);
  * DLOCK_EDEADLK (an exclusive acquire by a thread that holds the name
  * shared: two such upgraders would wait for each other forever; or a
- * shared acquire by a thread that holds the name exclusively: downgrading
- * is not supported yet, release first); DLOCK_EINVAL (a semaphore asked
+ * shared acquire by a thread that holds the name exclusively: use
+ * dlock_downgrade() to keep it as a shared hold); DLOCK_EINVAL (a semaphore asked
  * with another number of permits than the name has). Thread-safe.
  *
  * Shared and exclusive holds of one name wait in one line where the backend
@@ -278,6 +279,24 @@ int dlock_acquire(dlock_lock *lock, int64_t wait_ms);
  * the local hold is cleared and the lease will free it). Thread-safe.
  */
 int dlock_release(dlock_lock *lock);
+
+/*
+ * Turns the calling thread's exclusive hold of the lock into a shared hold,
+ * atomically on the backend: at no moment is the name free or held by
+ * another, and from then on other shared requests may come in (writers
+ * that were waiting keep their place). The hold keeps its lease, watchdog
+ * and on_lost; it gets a new fencing token, greater than the exclusive
+ * one (dlock_fence). dlock_release() then ends the shared hold. Taking the
+ * lock exclusively again while it is held shared is refused (DLOCK_EDEADLK);
+ * a second downgrade is DLOCK_OK.
+ * Returns DLOCK_OK; DLOCK_ENOTOWNER (the thread does not hold it);
+ * DLOCK_EINVAL (a shared or semaphore handle, or a hold the thread took
+ * more than once: the outer holds count on exclusivity); DLOCK_ENOTSUP (the
+ * backend lacks DLOCK_CAP_DOWNGRADE); DLOCK_ELOST (the hold was lost, or
+ * the backend's answer did not come: the hold may be either kind, so it is
+ * given up and on_lost fires; release it). Thread-safe.
+ */
+int dlock_downgrade(dlock_lock *lock);
 
 /*
  * Extends the calling thread's hold by its lease now, from the time of the

@@ -35,7 +35,11 @@ extern "C" {
  * (dlock_provider.list). A version 1 or 2 provider is reported as unable
  * to list. */
 #define DLOCK_PROVIDER_VERSION_3 3
-#define DLOCK_PROVIDER_VERSION DLOCK_PROVIDER_VERSION_3
+/* Version 4: turning an exclusive hold into a shared one in place
+ * (dlock_provider.downgrade, DLOCK_CAP_DOWNGRADE). A provider before it is
+ * reported as unable to downgrade. */
+#define DLOCK_PROVIDER_VERSION_4 4
+#define DLOCK_PROVIDER_VERSION DLOCK_PROVIDER_VERSION_4
 
 /* Name of the function a module exports; see dlock_module_entry_fn. */
 #define DLOCK_MODULE_ENTRY "dlock_module_provider"
@@ -125,7 +129,11 @@ struct dlock_provider_lock {
     unsigned flags;       /* DLOCK_LOCK_* of the acquiring handle (set before acquire) */
     /* --- version 2 (the core sets them for every provider; only a version 2
      * provider with the capability is ever asked for more than exclusive) --- */
-    unsigned mode;        /* DLOCK_MODE_* of this hold, constant for the lock */
+    unsigned mode;        /* DLOCK_MODE_* of this hold: set before acquire;
+                           * DLOCK_MODE_SHARED after a successful downgrade
+                           * for the rest of that hold (renew, release, fence
+                           * and give-back then treat it as shared), and
+                           * DLOCK_MODE_EXCLUSIVE again before the next acquire */
     unsigned permits;     /* DLOCK_MODE_SEMAPHORE: the name's number of permits */
 };
 
@@ -275,6 +283,23 @@ struct dlock_provider {
      * DLOCK_ENOTSUP (this deployment cannot do it safely: say why),
      * backend failures. */
     int (*break_hold)(void *instance, const char *name, size_t name_len, int *broken, uint64_t *fence);
+
+    /* --- version 4 --- */
+
+    /* Required with DLOCK_CAP_DOWNGRADE. lk (mode DLOCK_MODE_EXCLUSIVE) is
+     * held by lk->owner: in ONE atomic step on the server, turn that hold
+     * into a shared hold of the same owner, so that there is no moment when
+     * the name is free or held by anyone else, and other shared requests may
+     * come in from then on (wake the waiters that now can). The hold keeps
+     * its lease and its place; waiting exclusive requests keep theirs. On
+     * DLOCK_OK fill grant->fence with a new token, greater than every token
+     * granted before on the name, where the backend has fences; the core
+     * then sets lk->mode to DLOCK_MODE_SHARED. A hold of lk->owner that is
+     * already shared (a resent request whose first answer was lost) is
+     * answered DLOCK_OK too. DLOCK_ELOST: lk->owner no longer holds the name
+     * (nothing was changed). Other failures: the core cannot tell whether
+     * the change was made, and gives the hold up. */
+    int (*downgrade)(void *instance, struct dlock_provider_lock *lk, struct dlock_grant *grant);
 };
 
 /*

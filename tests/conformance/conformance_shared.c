@@ -101,7 +101,8 @@ static void exclusive_excludes_both_kinds(void **state)
     assert_int_equal(dlock_acquire(x, 0), DLOCK_OK);
     assert_int_equal(dlock_acquire(s, 0), DLOCK_EBUSY);  /* another client's exclusive */
     assert_int_equal(dlock_acquire(x2, 0), DLOCK_EBUSY);
-    assert_int_equal(dlock_acquire(s2, 0), DLOCK_EDEADLK); /* its own exclusive: no downgrade yet */
+    assert_int_equal(dlock_acquire(s2, 0), DLOCK_EDEADLK); /* its own exclusive: dlock_downgrade() is the way */
+    assert_non_null(strstr(dlock_errmsg(), "dlock_downgrade"));
     assert_int_equal(dlock_release(x), DLOCK_OK);
     dlock_lock_free(s);
     dlock_lock_free(x);
@@ -312,6 +313,189 @@ out:
     dlock_client_close(c);
 }
 
+/* ---- downgrade ------------------------------------------------------------------------ */
+
+/* An exclusive handle of NAME on a backend that downgrades; NULL (after
+ * checking the refusal) on one that does not: only a backend without
+ * shared holds may lack it. */
+static dlock_lock *downgradable(dlock_client *c, const char *name)
+{
+    dlock_lock *x = handle(c, name, DLOCK_MODE_EXCLUSIVE, 0);
+    unsigned caps = dlock_client_capabilities(c);
+    if (caps & DLOCK_CAP_DOWNGRADE)
+        return x;
+    assert_false(caps & DLOCK_CAP_SHARED); /* shared holds come with downgrade */
+    assert_int_equal(dlock_acquire(x, 0), DLOCK_OK);
+    assert_int_equal(dlock_downgrade(x), DLOCK_ENOTSUP);
+    assert_int_equal(dlock_acquire(x, 0), DLOCK_OK); /* still exclusive, still reentrant */
+    assert_int_equal(dlock_release(x), DLOCK_OK);
+    assert_int_equal(dlock_release(x), DLOCK_OK);
+    dlock_lock_free(x);
+    return NULL;
+}
+
+/* A downgraded hold is shared: readers come in beside it, writers stay
+ * out, it has a newer fence, its own thread cannot take it exclusively
+ * again, and its release lets a writer in. */
+static void a_downgraded_hold_is_shared(void **state)
+{
+    (void)state;
+    dlock_client *a = open_client(30000), *b = open_client(30000);
+    dlock_lock *x = downgradable(a, "sh-down");
+    if (!x)
+        goto out;
+    dlock_lock *reader = handle(b, "sh-down", DLOCK_MODE_SHARED, 0);
+    dlock_lock *writer = handle(b, "sh-down", DLOCK_MODE_EXCLUSIVE, 0);
+    dlock_lock *own_reader = handle(a, "sh-down", DLOCK_MODE_SHARED, 0);
+    assert_int_equal(dlock_downgrade(x), DLOCK_ENOTOWNER);
+    assert_int_equal(dlock_downgrade(own_reader), DLOCK_EINVAL);
+    assert_int_equal(dlock_acquire(x, 0), DLOCK_OK);
+    uint64_t exclusive_fence = fence_of(x);
+    assert_int_equal(dlock_acquire(x, 0), DLOCK_OK);
+    assert_int_equal(dlock_downgrade(x), DLOCK_EINVAL); /* held twice: the outer hold counts on exclusivity */
+    assert_int_equal(dlock_release(x), DLOCK_OK);
+    assert_int_equal(dlock_acquire(reader, 0), DLOCK_EBUSY);
+
+    assert_int_equal(dlock_downgrade(x), DLOCK_OK);
+    uint64_t shared_fence = fence_of(x);
+    assert_true(shared_fence > exclusive_fence);
+    assert_int_equal(dlock_downgrade(x), DLOCK_OK); /* already shared */
+    assert_int_equal(fence_of(x), shared_fence);
+    assert_int_equal(dlock_acquire(reader, 0), DLOCK_OK);
+    assert_true(fence_of(reader) > shared_fence);
+    assert_int_equal(dlock_acquire(writer, 0), DLOCK_EBUSY);
+    assert_int_equal(dlock_acquire(x, 0), DLOCK_EDEADLK); /* exclusive again: an upgrade */
+    assert_int_equal(dlock_acquire(own_reader, 0), DLOCK_OK); /* another shared hold of its own is fine */
+    assert_int_equal(dlock_release(own_reader), DLOCK_OK);
+    assert_int_equal(dlock_release(reader), DLOCK_OK);
+    assert_int_equal(dlock_acquire(writer, 0), DLOCK_EBUSY); /* the downgraded hold still keeps it out */
+    assert_true(dlock_validity_ms(x) > 0);
+    assert_int_equal(dlock_release(x), DLOCK_OK);
+    assert_int_equal(dlock_acquire(writer, 0), DLOCK_OK);
+    assert_true(fence_of(writer) > shared_fence);
+    assert_int_equal(dlock_release(writer), DLOCK_OK);
+
+    /* The handle takes exclusive holds again afterwards. */
+    assert_int_equal(dlock_acquire(x, 0), DLOCK_OK);
+    assert_int_equal(dlock_acquire(reader, 0), DLOCK_EBUSY);
+    assert_int_equal(dlock_release(x), DLOCK_OK);
+    dlock_lock_free(reader);
+    dlock_lock_free(writer);
+    dlock_lock_free(own_reader);
+    dlock_lock_free(x);
+out:
+    dlock_client_close(a);
+    dlock_client_close(b);
+}
+
+/* Readers waiting behind the exclusive hold come in when it is downgraded,
+ * at once, while it is still held. */
+static void a_downgrade_lets_waiting_readers_in(void **state)
+{
+    (void)state;
+    enum { READERS = 2 };
+    dlock_client *a = open_client(30000), *r[READERS];
+    dlock_lock *x = downgradable(a, "sh-down-wake");
+    if (!x)
+        goto out;
+    assert_int_equal(dlock_acquire(x, 0), DLOCK_OK);
+    struct taker readers[READERS];
+    pthread_t t[READERS];
+    for (int i = 0; i < READERS; i++) {
+        r[i] = open_client(30000);
+        readers[i] = (struct taker){ .lock = handle(r[i], "sh-down-wake", DLOCK_MODE_SHARED, 0), .rc = -1, .hold_ms = 0 };
+        assert_int_equal(pthread_create(&t[i], NULL, take_and_hold, &readers[i]), 0);
+    }
+    sleep_ms(300); /* every reader has asked and is waiting */
+    int64_t downgraded_at = now_us();
+    assert_int_equal(dlock_downgrade(x), DLOCK_OK);
+    for (int i = 0; i < READERS; i++) {
+        pthread_join(t[i], NULL);
+        assert_int_equal(readers[i].rc, DLOCK_OK);
+        int64_t after_ms = (readers[i].granted_at - downgraded_at) / 1000;
+        if (after_ms > slack_ms(250) + target->expiry_slack_ms)
+            fail_msg("reader %d came in %lld ms after the downgrade", i, (long long)after_ms);
+        dlock_lock_free(readers[i].lock);
+        dlock_client_close(r[i]);
+    }
+    assert_int_equal(dlock_release(x), DLOCK_OK);
+    dlock_lock_free(x);
+out:
+    dlock_client_close(a);
+}
+
+/* A writer that was waiting when the hold was downgraded keeps its place:
+ * readers that come after it stay out, and it is granted when the
+ * downgraded hold is released, before them. */
+static void a_writer_waiting_through_a_downgrade_keeps_its_place(void **state)
+{
+    (void)state;
+    dlock_client *a = open_client(30000), *b = open_client(30000), *c = open_client(30000);
+    dlock_lock *x = downgradable(a, "sh-down-writer");
+    if (!x)
+        goto out;
+    struct taker writer = { .lock = handle(b, "sh-down-writer", DLOCK_MODE_EXCLUSIVE, 0), .rc = -1, .hold_ms = 100 };
+    struct taker reader = { .lock = handle(c, "sh-down-writer", DLOCK_MODE_SHARED, 0), .rc = -1, .hold_ms = 0 };
+    assert_int_equal(dlock_acquire(x, 0), DLOCK_OK);
+    pthread_t tw, tr;
+    assert_int_equal(pthread_create(&tw, NULL, take_and_hold, &writer), 0);
+    sleep_ms(300); /* the writer has asked and is waiting */
+    assert_int_equal(dlock_downgrade(x), DLOCK_OK);
+    dlock_lock *probe = handle(c, "sh-down-writer", DLOCK_MODE_SHARED, 0);
+    assert_int_equal(dlock_acquire(probe, 0), DLOCK_EBUSY); /* behind the waiting writer */
+    assert_int_equal(pthread_create(&tr, NULL, take_and_hold, &reader), 0);
+    sleep_ms(100);
+    assert_int_equal(writer.rc, -1);
+    int64_t released_at = now_us();
+    assert_int_equal(dlock_release(x), DLOCK_OK);
+    pthread_join(tw, NULL);
+    pthread_join(tr, NULL);
+    assert_int_equal(writer.rc, DLOCK_OK);
+    assert_int_equal(reader.rc, DLOCK_OK);
+    assert_true(writer.granted_at >= released_at);
+    assert_true(writer.granted_at < reader.granted_at);
+    dlock_lock_free(probe);
+    dlock_lock_free(writer.lock);
+    dlock_lock_free(reader.lock);
+    dlock_lock_free(x);
+out:
+    dlock_client_close(a);
+    dlock_client_close(b);
+    dlock_client_close(c);
+}
+
+/* A downgraded hold is kept by the watchdog past three leases, renewed as
+ * the shared hold it now is, and keeps writers out all along. */
+static void a_downgraded_hold_is_renewed_as_shared(void **state)
+{
+    (void)state;
+    dlock_client *a = open_client(600), *b = open_client(600);
+    dlock_lock *x = downgradable(a, "sh-down-renew");
+    if (!x)
+        goto out;
+    dlock_lock *reader = handle(b, "sh-down-renew", DLOCK_MODE_SHARED, 0);
+    dlock_lock *writer = handle(b, "sh-down-renew", DLOCK_MODE_EXCLUSIVE, 0);
+    assert_int_equal(dlock_acquire(x, 0), DLOCK_OK);
+    assert_int_equal(dlock_downgrade(x), DLOCK_OK);
+    int64_t t0 = now_ms();
+    while (now_ms() - t0 < 3 * 600) {
+        assert_true(dlock_validity_ms(x) > 0);
+        assert_int_equal(dlock_acquire(writer, 0), DLOCK_EBUSY);
+        sleep_ms(150);
+    }
+    assert_int_equal(dlock_acquire(reader, 0), DLOCK_OK);
+    assert_int_equal(dlock_release(reader), DLOCK_OK);
+    assert_int_equal(dlock_release(x), DLOCK_OK);
+    assert_int_equal(dlock_acquire(writer, 0), DLOCK_OK);
+    assert_int_equal(dlock_release(writer), DLOCK_OK);
+    dlock_lock_free(reader);
+    dlock_lock_free(writer);
+    dlock_lock_free(x);
+out:
+    dlock_client_close(a);
+    dlock_client_close(b);
+}
+
 /* Whether the target claims cap (a client opened and closed to ask). */
 static bool claims(unsigned cap)
 {
@@ -459,6 +643,10 @@ int conformance_run_shared(const struct conformance_target *t)
         cmocka_unit_test_setup(a_different_number_of_permits_is_an_error, conformance_before_each),
         cmocka_unit_test_setup(a_killed_holders_permit_comes_back, conformance_before_each),
         cmocka_unit_test_setup(names_at_the_cap_in_both_modes, conformance_before_each),
+        cmocka_unit_test_setup(a_downgraded_hold_is_shared, conformance_before_each),
+        cmocka_unit_test_setup(a_downgrade_lets_waiting_readers_in, conformance_before_each),
+        cmocka_unit_test_setup(a_writer_waiting_through_a_downgrade_keeps_its_place, conformance_before_each),
+        cmocka_unit_test_setup(a_downgraded_hold_is_renewed_as_shared, conformance_before_each),
     };
     return _cmocka_run_group_tests(group, cases, sizeof cases / sizeof cases[0], NULL, conformance_group_teardown);
 }
