@@ -947,6 +947,34 @@ static int redis_break(void *instance, const char *name, size_t name_len, int *b
     return rc;
 }
 
+static int redis_downgrade(void *instance, struct dlock_provider_lock *lk, struct dlock_grant *g)
+{
+    struct redis_instance *inst = instance;
+    struct redis_lock *rl = lk->priv;
+    int rc = ensure_keys(inst, lk);
+    if (rc != DLOCK_OK)
+        return rc;
+    const char *args[8] = { rl->k.key, rl->k.fence_key, rl->k.queue_key, rl->k.timeouts_key, rl->k.holders_key,
+                            lk->owner, rl->k.channel_prefix, inst->publish };
+    size_t lens[8] = { rl->k.key_len, rl->k.fence_key_len, rl->k.queue_key_len, rl->k.timeouts_key_len,
+                       rl->k.holders_key_len, strlen(lk->owner), rl->k.channel_prefix_len, strlen(inst->publish) };
+    redisReply *r = run_script(inst, SCRIPT_DOWNGRADE, 5, 8, args, lens, &rc);
+    if (!r)
+        return rc;
+    if (!is_int_array(r, 2)) {
+        freeReplyObject(r);
+        return unexpected(inst, "downgrade");
+    }
+    long long done = r->element[0]->integer, fence = r->element[1]->integer;
+    freeReplyObject(r);
+    if (!done)
+        return dlock_seterr(DLOCK_ELOST, "%s: this owner no longer holds the lock (it expired or was broken): "
+                            "nothing was downgraded", label(inst));
+    g->fence = (uint64_t)fence;
+    g->has_fence = 1;
+    return DLOCK_OK;
+}
+
 static int redis_ctl(void *instance, int op, void *arg)
 {
     if (op == DLOCK_CTL_STATUS)
@@ -955,10 +983,11 @@ static int redis_ctl(void *instance, int op, void *arg)
 }
 
 static const struct dlock_provider redis_provider = {
-    .version = DLOCK_PROVIDER_VERSION_3,
+    .version = DLOCK_PROVIDER_VERSION_4,
     .name = "redis",
     .capabilities = DLOCK_CAP_RENEW | DLOCK_CAP_FENCE | DLOCK_CAP_NATIVE_WAIT | DLOCK_CAP_SERVER_EXPIRY |
-                    DLOCK_CAP_MULTI_HOST | DLOCK_CAP_FAIR | DLOCK_CAP_SHARED | DLOCK_CAP_SEMAPHORE,
+                    DLOCK_CAP_MULTI_HOST | DLOCK_CAP_FAIR | DLOCK_CAP_SHARED | DLOCK_CAP_SEMAPHORE |
+                    DLOCK_CAP_DOWNGRADE,
     .lock_priv_size = sizeof(struct redis_lock),
     .settings = redis_settings,
     .open = redis_open,
@@ -973,6 +1002,7 @@ static const struct dlock_provider redis_provider = {
     .abandon = redis_abandon,
     .list = redis_list,
     .break_hold = redis_break,
+    .downgrade = redis_downgrade,
 };
 
 DLOCK_MODULE(redis_provider)

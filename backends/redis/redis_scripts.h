@@ -43,6 +43,10 @@ enum redis_script {
     /* KEYS: lock, fence, holders, queue, timeouts; ARGV: channel prefix,
      * publish command -> {1 if it was held, the fence counter} */
     SCRIPT_BREAK,
+    /* KEYS: lock, fence, queue, timeouts, holders; ARGV: owner, channel
+     * prefix, publish command -> {1, fence} (the owner's exclusive hold is
+     * now shared, or already was) | {0, 0} (the owner does not hold it) */
+    SCRIPT_DOWNGRADE,
     SCRIPT_COUNT
 };
 

@@ -340,12 +340,12 @@ static dlock_lock *downgradable(dlock_client *c, const char *name)
 static void a_downgraded_hold_is_shared(void **state)
 {
     (void)state;
-    dlock_client *a = open_client(30000), *b = open_client(30000);
+    dlock_client *a = open_client(30000), *b = open_client(30000), *c = open_client(30000);
     dlock_lock *x = downgradable(a, "sh-down");
     if (!x)
         goto out;
     dlock_lock *reader = handle(b, "sh-down", DLOCK_MODE_SHARED, 0);
-    dlock_lock *writer = handle(b, "sh-down", DLOCK_MODE_EXCLUSIVE, 0);
+    dlock_lock *writer = handle(c, "sh-down", DLOCK_MODE_EXCLUSIVE, 0);
     dlock_lock *own_reader = handle(a, "sh-down", DLOCK_MODE_SHARED, 0);
     assert_int_equal(dlock_downgrade(x), DLOCK_ENOTOWNER);
     assert_int_equal(dlock_downgrade(own_reader), DLOCK_EINVAL);
@@ -386,6 +386,7 @@ static void a_downgraded_hold_is_shared(void **state)
 out:
     dlock_client_close(a);
     dlock_client_close(b);
+    dlock_client_close(c);
 }
 
 /* Readers waiting behind the exclusive hold come in when it is downgraded,
