@@ -378,10 +378,10 @@ static int set_range(int fd, short type, off_t start, off_t len, bool *busy)
     }
 }
 
-/* The whole file: an exclusive hold. */
+/* An exclusive hold's range (local_file.h). */
 static int set_lock(int fd, short type, bool *busy)
 {
-    return set_range(fd, type, 0, 0, busy);
+    return set_range(fd, type, 0, EXCLUSIVE_LEN, busy);
 }
 
 static int read_header(int fd, struct lock_file_header *h, const char *dir, const char *name)
@@ -619,7 +619,7 @@ static int local_acquire(void *instance, struct dlock_provider_lock *lk, struct 
     if (lk->mode == DLOCK_MODE_SEMAPHORE)
         return acquire_permit(inst, lk, grant);
     bool busy = false;
-    if ((rc = try_range(inst, lk, F_WRLCK, 0, 0, &busy)) != DLOCK_OK)
+    if ((rc = try_range(inst, lk, F_WRLCK, 0, EXCLUSIVE_LEN, &busy)) != DLOCK_OK)
         return rc;
     if (busy) {
         /* Keep shared requests that come after this one out until it is
@@ -630,7 +630,12 @@ static int local_acquire(void *instance, struct dlock_provider_lock *lk, struct 
         grant->retry_hint_ms = -1;
         return DLOCK_EBUSY;
     }
-    ll->turnstile = false; /* within the whole-file lock now */
+    if (ll->turnstile) {
+        /* Granted: the hold keeps readers out now. The turnstile lies
+         * outside its range and would otherwise stay shut after it. */
+        set_range(ll->fd, F_UNLCK, TURNSTILE_BYTE, 1, NULL);
+        ll->turnstile = false;
+    }
     stop_watch(ll);
     if (ll->map) {
         rc = grant_in_memory(ll->map, inst->dir, lk);
@@ -710,6 +715,31 @@ static int local_release(void *instance, struct dlock_provider_lock *lk)
     return DLOCK_OK;
 }
 
+/* The exclusive range becomes a read lock on HOLD_BYTE: that byte turns
+ * from written to read in one fcntl (the kernel converts a lock of the same
+ * open file description in place), so it is never unlocked, and only then
+ * are the other bytes let go. A writer that waits keeps the turnstile, so
+ * readers stay behind it; the others are woken. */
+static int local_downgrade(void *instance, struct dlock_provider_lock *lk, struct dlock_grant *grant)
+{
+    struct local_instance *inst = instance;
+    struct local_lock *ll = lk->priv;
+    if (!ll->held)
+        return dlock_seterr(DLOCK_ELOST, "local: the lock is not held through this handle");
+    if (!ll->map)
+        return dlock_seterr(DLOCK_EUNAVAILABLE,
+                            "local: shared holds need the lock file of '%s' in %s mapped into memory, and it "
+                            "could not be", lk->name, inst->dir);
+    if (set_range(ll->fd, F_RDLCK, HOLD_BYTE, 1, NULL) != 0 || set_range(ll->fd, F_UNLCK, 0, HOLD_BYTE, NULL) != 0)
+        return dlock_seterr(DLOCK_EUNAVAILABLE, "local: cannot change the lock on the file for '%s' in %s: %s",
+                            lk->name, inst->dir, strerror(errno));
+    grant->fence = raise_fence(ll->map);
+    grant->has_fence = 1;
+    if (__atomic_load_n(&ll->map->waiting, __ATOMIC_SEQ_CST) > 0)
+        futimens(ll->fd, NULL);
+    return DLOCK_OK;
+}
+
 static int local_renew(void *instance, struct dlock_provider_lock *lk)
 {
     (void)instance;
@@ -743,8 +773,8 @@ static int local_status(struct local_instance *inst, struct dlock_ctl_status *ar
         out->held = 0; /* never locked */
         return DLOCK_OK;
     }
-    /* Byte 0 is locked only by an exclusive hold (the whole file); HOLD_BYTE
-     * by shared holds too; a waiting writer's turnstile is no hold. */
+    /* Byte 0 is locked only by an exclusive hold; HOLD_BYTE by shared holds
+     * too; a waiting writer's turnstile is no hold. */
     struct flock fl = { .l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 1, .l_pid = 0 };
     struct flock shared = { .l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = HOLD_BYTE, .l_len = 1, .l_pid = 0 };
     int rc = DLOCK_OK;
@@ -817,10 +847,10 @@ static int local_ctl(void *instance, int op, void *arg)
 }
 
 const struct dlock_provider dlock__local_provider = {
-    .version = DLOCK_PROVIDER_VERSION_3,
+    .version = DLOCK_PROVIDER_VERSION_4,
     .name = "local",
     .capabilities = DLOCK_CAP_RENEW | DLOCK_CAP_FENCE | DLOCK_CAP_FENCE_LINEARIZABLE | DLOCK_CAP_NATIVE_WAIT |
-                    DLOCK_CAP_SHARED | DLOCK_CAP_SEMAPHORE,
+                    DLOCK_CAP_SHARED | DLOCK_CAP_SEMAPHORE | DLOCK_CAP_DOWNGRADE,
     .lock_priv_size = sizeof(struct local_lock),
     .settings = local_settings,
     .open = local_open,
@@ -834,4 +864,5 @@ const struct dlock_provider dlock__local_provider = {
     .abandon = local_abandon,
     .list = local_list,
     .break_hold = local_break,
+    .downgrade = local_downgrade,
 };

@@ -18,14 +18,17 @@ struct lock_file_header {
     uint32_t permits;         /* a semaphore's number of permits; 0 for a lock */
 };
 
-/* Byte ranges locked beside the whole-file lock of an exclusive hold (which
- * covers them all): a shared hold read-locks HOLD_BYTE; an exclusive request
- * that finds the lock busy write-locks TURNSTILE_BYTE while it waits, and a
- * shared request must read-lock it for a moment before it may hold, so
- * readers that come after a waiting writer wait behind it; a semaphore's
- * permit i is a write lock on SLOT_BASE + i. */
+/* Byte ranges: an exclusive hold write-locks bytes 0 to EXCLUSIVE_LEN - 1,
+ * which covers HOLD_BYTE; a shared hold read-locks HOLD_BYTE; an exclusive
+ * request that finds the lock busy write-locks TURNSTILE_BYTE while it
+ * waits (outside the exclusive range, so it can while another exclusive
+ * hold is on), and a shared request must read-lock it for a moment before
+ * it may hold, so readers that come after a waiting writer wait behind it,
+ * also when the hold before the writer is downgraded or released; a
+ * semaphore's permit i is a write lock on SLOT_BASE + i. */
 #define HOLD_BYTE 128
 #define TURNSTILE_BYTE 129
+#define EXCLUSIVE_LEN TURNSTILE_BYTE
 #define SLOT_BASE 256
 
 _Static_assert(sizeof(struct lock_file_header) == HEADER_SIZE, "the header is HEADER_SIZE bytes on disk");

@@ -3,7 +3,7 @@
  * it is locked or its header counts waiters.
  *
  * The kernel's locks are the state: byte 0 is locked only by an exclusive
- * hold (the whole file), HOLD_BYTE by each shared hold, SLOT_BASE + i by
+ * hold (bytes 0 to EXCLUSIVE_LEN - 1), HOLD_BYTE by each shared hold, SLOT_BASE + i by
  * the holder of permit i. F_OFD_GETLK tells whether a range is locked but
  * shows one lock only, so the shared holders and permits are counted in
  * /proc/locks, where every OFD lock has a line of its own (with pid -1:
