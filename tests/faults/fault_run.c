@@ -38,6 +38,29 @@ void fault_run_semaphore_holder_killed(const char *scenario, const char *config_
     assert_int_equal(r.most_at_once, 2); /* the permits were used, not one at a time */
 }
 
+void fault_run_rw_writer_paused(const char *scenario, const char *config_text, int lease_ms)
+{
+    struct fault_run run;
+    struct history_report r;
+    /* Holds as long as the lease: the writer is caught inside one. */
+    fault_run_start_rw(&run, config_text, 2, 3, 6000 * fault_run_scale(), lease_ms);
+    fault_sleep_ms(1500);
+    pid_t writer = fault_run_pause_holder(&run, 5000);
+    assert_true(writer > 0);
+    int64_t paused_at = fault_now_us();
+    fault_sleep_ms(lease_ms);
+    int grants = fault_run_await_grant(&run, paused_at + (int64_t)lease_ms * 1000, 3 * lease_ms);
+    fault_sleep_ms(300); /* the next holder has read */
+    kill(writer, SIGCONT);
+    fault_run_finish(&run, scenario, &r);
+    assert_true(grants >= 1);
+    /* The stopped writer's late write (or its read, when the stop landed
+     * between its grant and its read) was refused. */
+    assert_true(r.writes_refused + r.reads_refused >= 1);
+    assert_true(r.most_at_once >= 2);     /* readers held together */
+    assert_true(r.shared_reads >= 1 && r.writes_admitted >= 1);
+}
+
 int64_t fault_now_us(void)
 {
     return fenced_now_us();
@@ -83,10 +106,11 @@ static void worker_path(char *out, size_t size)
 }
 
 static void start_workers(struct fault_run *run, const char *config_text, int nworkers, int duration_ms,
-                          int hold_ms, int permits)
+                          int hold_ms, int permits, int readers)
 {
     memset(run, 0, sizeof *run);
     run->permits = permits;
+    run->readers = readers;
     assert_true(nworkers > 0 && nworkers <= FAULT_RUN_MAX_WORKERS);
     snprintf(run->dir, sizeof run->dir, "/tmp/dlock-faults-XXXXXX");
     assert_non_null(mkdtemp(run->dir));
@@ -113,6 +137,11 @@ static void start_workers(struct fault_run *run, const char *config_text, int nw
         if (pid == 0) {
             if (permits > 0)
                 execl(worker, worker, config, "fault-suite-semaphore", run->dir, id, duration, hold, n, (char *)NULL);
+            else if (i >= nworkers - readers)
+                execl(worker, worker, config, "fault-suite-lock", run->dir, id, duration, hold, "shared", (char *)NULL);
+            else if (readers > 0)
+                execl(worker, worker, config, "fault-suite-lock", run->dir, id, duration, hold, "exclusive",
+                      (char *)NULL);
             else
                 execl(worker, worker, config, "fault-suite-lock", run->dir, id, duration, hold, (char *)NULL);
             fprintf(stderr, "cannot run %s: %s\n", worker, strerror(errno));
@@ -124,13 +153,19 @@ static void start_workers(struct fault_run *run, const char *config_text, int nw
 
 void fault_run_start(struct fault_run *run, const char *config_text, int nworkers, int duration_ms, int hold_ms)
 {
-    start_workers(run, config_text, nworkers, duration_ms, hold_ms, 0);
+    start_workers(run, config_text, nworkers, duration_ms, hold_ms, 0, 0);
+}
+
+void fault_run_start_rw(struct fault_run *run, const char *config_text, int writers, int readers, int duration_ms,
+                        int hold_ms)
+{
+    start_workers(run, config_text, writers + readers, duration_ms, hold_ms, 0, readers);
 }
 
 void fault_run_start_permits(struct fault_run *run, const char *config_text, int nworkers, int duration_ms,
                              int hold_ms, int permits)
 {
-    start_workers(run, config_text, nworkers, duration_ms, hold_ms, permits);
+    start_workers(run, config_text, nworkers, duration_ms, hold_ms, permits, 0);
 }
 
 pid_t fault_run_holder(const struct fault_run *run, int wait_ms)
@@ -233,6 +268,21 @@ static void finish(struct fault_run *run, const char *scenario, struct history_r
             fail_msg("%s: %d violation(s) in %s; the first: %s", scenario, violations, run->dir, r->first_violation);
         if (r->grants == 0)
             fail_msg("%s: no worker was ever granted a permit (see %s/worker-*.log)", scenario, run->dir);
+        remove_logs(run);
+        return;
+    }
+    if (run->readers > 0) {
+        int violations = history_check_rw(run->dir, run->nworkers, run->nworkers - run->readers, r);
+        printf("# %s: %d grants, %d increments admitted, %d shared reads, at most %d holding at once, %d stale "
+               "writes and %d stale reads refused, %d losses reported, counter %lld, violations %d\n",
+               scenario, r->grants, r->writes_admitted, r->shared_reads, r->most_at_once, r->writes_refused,
+               r->reads_refused, r->lost_notes + r->invalid_checks + r->releases_refused, r->counter, violations);
+        fflush(stdout);
+        if (violations)
+            fail_msg("%s: %d violation(s) in %s; the first: %s", scenario, violations, run->dir,
+                     r->first_violation);
+        if (r->grants == 0)
+            fail_msg("%s: no worker was ever granted the lock (see %s/worker-*.log)", scenario, run->dir);
         remove_logs(run);
         return;
     }

@@ -27,6 +27,7 @@ struct fault_run {
     pid_t pids[FAULT_RUN_MAX_WORKERS];
     int64_t started_us;
     int permits;            /* > 0: the workers hold permits of a semaphore of this many */
+    int readers;            /* > 0: the last this many workers hold the lock shared and read */
 };
 
 /* The DLOCK_FAULTS_LONG factor (>= 1). */
@@ -41,6 +42,13 @@ void fault_run_start(struct fault_run *run, const char *config_text, int nworker
  * `permits` hold at any moment and that no token is granted twice. */
 void fault_run_start_permits(struct fault_run *run, const char *config_text, int nworkers, int duration_ms,
                              int hold_ms, int permits);
+
+/* A read/write run: `writers` workers increment under exclusive holds (as
+ * fault_run_start's), then `readers` more hold the same name shared and
+ * read the counter. finish then checks it with history_check_rw. Only
+ * writers name themselves in the holder file. */
+void fault_run_start_rw(struct fault_run *run, const char *config_text, int writers, int readers, int duration_ms,
+                        int hold_ms);
 
 /* The PID of the worker holding the lock now, waiting up to wait_ms for
  * one; 0 if none. */
@@ -81,6 +89,16 @@ void fault_run_finish_overlap_documented(struct fault_run *run, const char *scen
  * at once, and a grant came within the lease and a second after the kill
  * (the dead holder's permit came back). */
 void fault_run_semaphore_holder_killed(const char *scenario, const char *config_text, int lease_ms);
+
+/* The read/write scenario every backend with shared holds runs: two
+ * writers and three readers under config_text (leases of lease_ms), a
+ * writer stopped in the middle of its hold (between its read and its
+ * write) until someone else has held past its lease, then continued. Fails
+ * the case unless the checker finds no writer overlapping anyone, every
+ * stale write refused, no shared read inside an admitted increment and no
+ * lost update, and unless readers did hold together, someone was granted
+ * while the writer was stopped, and its late write (or read) was refused. */
+void fault_run_rw_writer_paused(const char *scenario, const char *config_text, int lease_ms);
 
 /* CLOCK_MONOTONIC in microseconds (the workers' clock). */
 int64_t fault_now_us(void);

@@ -1,8 +1,12 @@
-/* tests/faults/fault_worker.c CONFIG NAME DIR WORKER DURATION_MS HOLD_MS [PERMITS]
+/* tests/faults/fault_worker.c CONFIG NAME DIR WORKER DURATION_MS HOLD_MS [PERMITS|shared]
  *
  * With PERMITS > 0 the worker holds one permit of the semaphore NAME
  * instead, and makes no increment (several hold at once by design): the
- * checker then counts holders at each moment against PERMITS.
+ * checker then counts holders at each moment against PERMITS. With
+ * "shared" it is a reader: it holds NAME shared and only reads the counter
+ * (fenced_counter_read_shared), and never names itself in DIR/holder (the
+ * harness stops and kills writers); "exclusive" is a writer beside such
+ * readers (it pauses for half a hold after each release).
  *
  * One contender of the fault suite: for DURATION_MS, takes the lock NAME
  * (waiting up to 2 s), and under it does a read-sleep-write increment of the
@@ -25,6 +29,7 @@
 #include <dlock.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <stdbool.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -90,10 +95,12 @@ static void set_holder(const char *dir, pid_t pid)
 int main(int argc, char **argv)
 {
     if (argc != 7 && argc != 8) {
-        fprintf(stderr, "usage: fault_worker CONFIG NAME DIR WORKER DURATION_MS HOLD_MS [PERMITS]\n");
+        fprintf(stderr, "usage: fault_worker CONFIG NAME DIR WORKER DURATION_MS HOLD_MS [PERMITS|shared]\n");
         return 2;
     }
-    unsigned permits = argc == 8 ? (unsigned)atoi(argv[7]) : 0;
+    bool reader = argc == 8 && strcmp(argv[7], "shared") == 0;
+    bool writer_among_readers = argc == 8 && strcmp(argv[7], "exclusive") == 0;
+    unsigned permits = argc == 8 && !reader && !writer_among_readers ? (unsigned)atoi(argv[7]) : 0;
     const char *config = argv[1], *name = argv[2], *dir = argv[3];
     int worker = atoi(argv[4]);
     int64_t duration_us = atoll(argv[5]) * 1000, hold_us = atoll(argv[6]) * 1000;
@@ -114,6 +121,8 @@ int main(int argc, char **argv)
         o.mode = DLOCK_MODE_SEMAPHORE;
         o.permits = permits;
     }
+    if (reader)
+        o.mode = DLOCK_MODE_SHARED;
     dlock_lock *l = NULL;
     if (dlock_lock_new(c, name, strlen(name), &o, &l) != DLOCK_OK)
         return 1;
@@ -133,9 +142,13 @@ int main(int argc, char **argv)
         /* The deadline is measured after the call, so it is never later
          * than what the library promised. */
         note("grant %" PRIu64 " %" PRId64, fence, valid > 0 ? now + valid * 1000 : now);
-        set_holder(dir, getpid());
+        if (!reader)
+            set_holder(dir, getpid());
         int64_t value;
         if (permits > 0) {
+            hold_then_check(l, hold_us);
+        } else if (reader) {
+            fenced_counter_read_shared(dir, worker, fence, &value);
             hold_then_check(l, hold_us);
         } else if (fenced_counter_read(dir, worker, fence, &value) == 1) {
             hold_then_check(l, hold_us);
@@ -148,12 +161,16 @@ int main(int argc, char **argv)
              * is what must catch it. */
             fenced_counter_write(dir, worker, fence, value + 1);
         }
-        set_holder(dir, 0);
+        if (!reader)
+            set_holder(dir, 0);
         /* From here the next holder may be granted (before our release
          * returns): the window this hold claims ends now. */
         note("releasing");
         note("release %d", dlock_release(l));
-        sleep_us(rand() % 3000);
+        /* Beside readers, a writer pauses for half a hold: the run is about
+         * exclusion and fences, and a backend whose waiters poll would
+         * otherwise hardly ever let a reader in between two writers. */
+        sleep_us(writer_among_readers ? hold_us / 2 : rand() % 3000);
     }
     dlock_lock_free(l);
     dlock_client_close(c);

@@ -5,7 +5,8 @@
  * with token F has read, no holder with a smaller token may read or write.
  * Every operation is appended, in the resource's own order (one flock), to
  * DIR/resource.log as
- *   <seq> <t_us> <read|write> <worker> <token> <ok|stale> <value before> <value after>
+ *   <seq> <t_us> <read|write|sread> <worker> <token> <ok|stale> <value before> <value after>
+ * (sread: a shared holder's read, see fenced_counter_read_shared)
  * for the checker. t_us is CLOCK_MONOTONIC, shared by every process here. */
 #ifndef TEST_FENCED_COUNTER_H
 #define TEST_FENCED_COUNTER_H
@@ -18,6 +19,12 @@ int fenced_counter_init(const char *dir);
 /* Reads the counter with token: 1 admitted (*value set), 0 refused as
  * stale, -1 on an I/O error. */
 int fenced_counter_read(const char *dir, int worker, uint64_t token, int64_t *value);
+
+/* A shared holder's read: admitted when token is no lower than every
+ * token admitted to an exclusive holder (readers holding together may read
+ * in any order), raising the highest token so that an older writer's late
+ * write is refused. 1 admitted, 0 refused, -1 on an I/O error. */
+int fenced_counter_read_shared(const char *dir, int worker, uint64_t token, int64_t *value);
 
 /* Writes new_value with token: 1 admitted, 0 refused as stale, -1 on an
  * I/O error. The log keeps the value it replaced, so that the checker can

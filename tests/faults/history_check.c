@@ -139,12 +139,12 @@ static void check_resource(const char *dir, struct history_report *r)
     if (!f)
         return;
     char line[256], op[8], verdict[8];
-    long long seq, t, before, after;
+    long long seq, t, before, after, last_shared_read_seq = -1;
     int worker, last_worker = -1;
-    unsigned long long token, highest = 0, last_token = 0;
+    unsigned long long token, highest = 0, last_token = 0, highest_exclusive = 0;
     /* The value each worker read last (with its token), for lost updates. */
     enum { MAX_WORKERS = 64 };
-    long long read_value[MAX_WORKERS];
+    long long read_value[MAX_WORKERS], read_seq[MAX_WORKERS];
     unsigned long long read_token[MAX_WORKERS];
     memset(read_token, 0, sizeof read_token);
     while (fgets(line, sizeof line, f)) {
@@ -156,6 +156,28 @@ static void check_resource(const char *dir, struct history_report *r)
             continue;
         }
         bool admitted = strcmp(verdict, "ok") == 0, write = strcmp(op, "write") == 0;
+        if (strcmp(op, "sread") == 0) {
+            /* A shared holder's read (fenced_counter.h): admitted against
+             * the exclusive holders' tokens only. */
+            if (admitted && token < highest_exclusive) {
+                r->stale_admitted++;
+                violation(r, "stale shared read admitted: worker %d token %llu after writer token %llu (seq %lld)",
+                          worker, token, highest_exclusive, seq);
+            }
+            if (!admitted && token >= highest_exclusive) {
+                r->fence_disorder++;
+                violation(r, "the guard refused reader %d's current token %llu (writers' highest %llu, seq %lld)",
+                          worker, token, highest_exclusive, seq);
+            }
+            r->reads_refused += !admitted;
+            if (admitted) {
+                r->shared_reads++;
+                last_shared_read_seq = seq;
+                if (token > highest)
+                    highest = token;
+            }
+            continue;
+        }
         if (admitted && token < highest) {
             r->stale_admitted++;
             violation(r, "stale %s admitted: worker %d token %llu after token %llu (seq %lld)", op, worker, token,
@@ -176,12 +198,14 @@ static void check_resource(const char *dir, struct history_report *r)
             last_token = token;
             if (token > highest)
                 highest = token;
+            highest_exclusive = token;
         }
         if (!write) {
             r->reads_refused += !admitted;
             if (admitted) {
                 read_value[worker] = before;
                 read_token[worker] = token;
+                read_seq[worker] = seq;
             }
             continue;
         }
@@ -191,6 +215,11 @@ static void check_resource(const char *dir, struct history_report *r)
         }
         r->writes_admitted++;
         r->counter = after;
+        if (read_token[worker] == token && last_shared_read_seq > read_seq[worker]) {
+            r->reader_saw_partial++;
+            violation(r, "a reader read while worker %d (token %llu) was between its read and its admitted write "
+                      "(seq %lld)", worker, token, seq);
+        }
         if (read_token[worker] != token || read_value[worker] != before || after != before + 1) {
             r->lost_updates++;
             violation(r, "lost update: worker %d (token %llu) read %lld but replaced %lld with %lld (seq %lld)", worker,
@@ -216,6 +245,42 @@ int history_check(const char *dir, int nworkers, struct history_report *r)
     return r->overlaps + r->fence_disorder + r->stale_admitted + r->lost_updates + r->unreadable;
 }
 
+/* Read/write runs: a writer's window meets no other worker's; readers'
+ * windows may meet each other. */
+static void check_writer_overlaps(struct hold_list *holds, int first_reader, struct history_report *r)
+{
+    qsort(holds->v, holds->n, sizeof *holds->v, by_start);
+    for (size_t i = 0; i < holds->n; i++) {
+        const struct hold *a = &holds->v[i];
+        for (size_t j = i + 1; j < holds->n && holds->v[j].start < a->end; j++) {
+            const struct hold *b = &holds->v[j];
+            bool both_readers = a->worker >= first_reader && b->worker >= first_reader;
+            if (b->worker == a->worker || both_readers || b->end <= b->start)
+                continue;
+            r->overlaps++;
+            violation(r, "overlap: %s %d (fence %llu) held until %lld us, %s %d (fence %llu) granted at %lld us",
+                      a->worker >= first_reader ? "reader" : "writer", a->worker, a->fence, a->end,
+                      b->worker >= first_reader ? "reader" : "writer", b->worker, b->fence, b->start);
+        }
+    }
+}
+
+static void sweep_holds(struct hold_list *holds, int permits, struct history_report *r);
+
+int history_check_rw(const char *dir, int nworkers, int first_reader, struct history_report *r)
+{
+    memset(r, 0, sizeof *r);
+    struct hold_list holds = { 0 };
+    for (int w = 0; w < nworkers; w++)
+        read_worker(dir, w, &holds, r);
+    check_writer_overlaps(&holds, first_reader, r);
+    sweep_holds(&holds, 0, r); /* readers only meet each other */
+    check_resource(dir, r);
+    free(holds.v);
+    return r->overlaps + r->fence_disorder + r->stale_admitted + r->lost_updates + r->unreadable +
+           r->reader_saw_partial;
+}
+
 struct edge {
     long long t;
     int delta;      /* +1 a hold starts, -1 one ends */
@@ -236,8 +301,10 @@ static int by_fence(const void *a, const void *b)
     return x->fence < y->fence ? -1 : x->fence > y->fence;
 }
 
-/* A sweep over the holds' starts and ends: never more than permits at once. */
-static void check_permits(struct hold_list *holds, int permits, struct history_report *r)
+/* A sweep over the holds' starts and ends: the most at one moment goes to
+ * r->most_at_once, and with permits > 0 every moment with more than that
+ * many is a violation. */
+static void sweep_holds(struct hold_list *holds, int permits, struct history_report *r)
 {
     struct edge *edges = malloc(2 * holds->n * sizeof *edges + 1);
     if (!edges) {
@@ -259,13 +326,19 @@ static void check_permits(struct hold_list *holds, int permits, struct history_r
         now += edges[i].delta;
         if (now > r->most_at_once)
             r->most_at_once = now;
-        if (now > permits) {
+        if (permits > 0 && now > permits) {
             r->overlaps++;
             violation(r, "%d holds at once of a semaphore of %d: worker %d (fence %llu) granted at %lld us", now,
                       permits, edges[i].h->worker, edges[i].h->fence, edges[i].t);
         }
     }
     free(edges);
+}
+
+/* Never more than permits at once, no token twice. */
+static void check_permits(struct hold_list *holds, int permits, struct history_report *r)
+{
+    sweep_holds(holds, permits, r);
     qsort(holds->v, holds->n, sizeof *holds->v, by_fence);
     for (size_t i = 1; i < holds->n; i++)
         if (holds->v[i].fence == holds->v[i - 1].fence) {

@@ -25,6 +25,8 @@ struct history_report {
     long long counter;
     /* violations: all must be 0 */
     int overlaps, fence_disorder, stale_admitted, lost_updates, unreadable;
+    int reader_saw_partial; /* a shared read between a writer's read and its admitted write */
+    int shared_reads;       /* shared holders' reads admitted */
     int most_at_once;       /* a semaphore's run: the most holds at one moment */
     char first_violation[400];
     /* the last grant's time (CLOCK_MONOTONIC us), for liveness checks */
@@ -40,6 +42,14 @@ int history_check(const char *dir, int nworkers, struct history_report *r);
  * at once goes to r->most_at_once, each excess counts in r->overlaps), and
  * no fencing token granted twice. No counter: nobody increments. */
 int history_check_permits(const char *dir, int nworkers, int permits, struct history_report *r);
+
+/* The same for a read/write run: workers first_reader.. hold the name
+ * shared and only read (fault_worker "shared"). A writer's window meets no
+ * other worker's (readers' windows may meet: the most at once goes to
+ * r->most_at_once); fences and stale writes as for locks, shared reads
+ * admitted against the writers' tokens only; no shared read lands between
+ * a writer's read and its admitted write; no lost update. */
+int history_check_rw(const char *dir, int nworkers, int first_reader, struct history_report *r);
 
 /* Grants whose time falls in [from_us, to_us). */
 int history_grants_between(const char *dir, int nworkers, long long from_us, long long to_us);

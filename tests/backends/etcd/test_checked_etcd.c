@@ -50,6 +50,17 @@ static void semaphore_holder_killed(void **state)
     fault_run_semaphore_holder_killed("etcd, semaphore of 2, a holder SIGKILLed", config, LEASE_MS + 500);
 }
 
+/* Writers and readers of one name, a writer stopped mid-hold past its
+ * lease (see fault_run.h). */
+static void readers_and_a_writer_paused(void **state)
+{
+    (void)state;
+    char config[512];
+    worker_config(config, sizeof config);
+    fault_run_rw_writer_paused("etcd, 2 writers and 3 readers, a writer stopped past its lease", config,
+                               LEASE_MS + 500);
+}
+
 static void no_fault(void **state)
 {
     (void)state;
@@ -107,6 +118,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(no_fault),
         cmocka_unit_test(semaphore_holder_killed),
+        cmocka_unit_test(readers_and_a_writer_paused),
         cmocka_unit_test(holder_paused_past_its_lease),
         cmocka_unit_test(server_paused_half_a_lease),
     };

@@ -31,13 +31,19 @@ static struct test_redis server;
 static struct fault_proxy *proxy;
 static int proxy_port;
 
-static void start(struct fault_run *run, int hold_ms)
+/* The workers' configuration: redis through the fault proxy. */
+static void worker_config(char *config, size_t size)
 {
-    char config[512];
-    snprintf(config, sizeof config,
+    snprintf(config, size,
              "backend = \"redis\";\nlease_ms = %d;\nretry_base_ms = 5;\nretry_cap_ms = 100;\n"
              "redis = { port = %d; command_timeout_ms = 1000; connect_timeout_ms = 500; };\n",
              LEASE_MS, proxy_port);
+}
+
+static void start(struct fault_run *run, int hold_ms)
+{
+    char config[512];
+    worker_config(config, sizeof config);
     fault_run_start(run, config, WORKERS, (hold_ms > 1000 ? 9000 : 5000) * fault_run_scale(), hold_ms);
     fault_sleep_ms(1200); /* let them get going */
 }
@@ -76,11 +82,18 @@ static void semaphore_holder_killed(void **state)
 {
     (void)state;
     char config[512];
-    snprintf(config, sizeof config,
-             "backend = \"redis\";\nlease_ms = %d;\nretry_base_ms = 5;\nretry_cap_ms = 100;\n"
-             "redis = { port = %d; command_timeout_ms = 1000; connect_timeout_ms = 500; };\n",
-             LEASE_MS, proxy_port);
+    worker_config(config, sizeof config);
     fault_run_semaphore_holder_killed("redis, semaphore of 2, a holder SIGKILLed", config, LEASE_MS);
+}
+
+/* Writers and readers of one name, a writer stopped mid-hold past its
+ * lease (see fault_run.h). */
+static void readers_and_a_writer_paused(void **state)
+{
+    (void)state;
+    char config[512];
+    worker_config(config, sizeof config);
+    fault_run_rw_writer_paused("redis, 2 writers and 3 readers, a writer stopped past its lease", config, LEASE_MS);
 }
 
 /* A fault held for ms while a holder is inside its (long) hold: begin(),
@@ -289,6 +302,7 @@ int main(void)
         cmocka_unit_test(no_fault),
         cmocka_unit_test(holder_killed),
         cmocka_unit_test(semaphore_holder_killed),
+        cmocka_unit_test(readers_and_a_writer_paused),
         cmocka_unit_test(holder_paused_past_its_lease),
         cmocka_unit_test(server_paused_half_a_lease),
         cmocka_unit_test(server_paused_past_the_lease),

@@ -16,6 +16,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <stdbool.h>
 #include <string.h>
 
 #define LEASE_MS 1500
@@ -102,17 +103,26 @@ static void mysql_sessions_killed(void **state)
     run_with_sessions_ended("mysql session mode, KILL of every worker's connection", config, kill_mysql_sessions);
 }
 
+/* A worker's configuration for backend ("postgres" or "mysql") in lease
+ * mode, on the server this program started. */
+static void lease_mode_config(char *config, size_t size, const char *backend)
+{
+    bool pg = strcmp(backend, "postgres") == 0;
+    snprintf(config, size,
+             "backend = \"%s\";\nlease_ms = %d;\nretry_base_ms = 5;\nretry_cap_ms = 100;\n"
+             "%s = { port = %d; user = \"%s\"; database = \"%s\"; "
+             "connect_timeout_ms = 1000; command_timeout_ms = 1000; };\n",
+             backend, LEASE_MS, backend, pg ? postgres.port : mariadb.port, pg ? "postgres" : "root",
+             pg ? "postgres" : "dl");
+}
+
 /* Permits of a semaphore in lease mode, one holder SIGKILLed (see
  * fault_run.h). */
 static void postgres_semaphore_holder_killed(void **state)
 {
     (void)state;
     char config[512];
-    snprintf(config, sizeof config,
-             "backend = \"postgres\";\nlease_ms = %d;\nretry_base_ms = 5;\nretry_cap_ms = 100;\n"
-             "postgres = { port = %d; user = \"postgres\"; database = \"postgres\"; "
-             "connect_timeout_ms = 1000; command_timeout_ms = 1000; };\n",
-             LEASE_MS, postgres.port);
+    lease_mode_config(config, sizeof config, "postgres");
     fault_run_semaphore_holder_killed("postgres lease mode, semaphore of 2, a holder SIGKILLed", config, LEASE_MS);
 }
 
@@ -120,12 +130,28 @@ static void mysql_semaphore_holder_killed(void **state)
 {
     (void)state;
     char config[512];
-    snprintf(config, sizeof config,
-             "backend = \"mysql\";\nlease_ms = %d;\nretry_base_ms = 5;\nretry_cap_ms = 100;\n"
-             "mysql = { port = %d; user = \"root\"; database = \"dl\"; "
-             "connect_timeout_ms = 1000; command_timeout_ms = 1000; };\n",
-             LEASE_MS, mariadb.port);
+    lease_mode_config(config, sizeof config, "mysql");
     fault_run_semaphore_holder_killed("mysql lease mode, semaphore of 2, a holder SIGKILLed", config, LEASE_MS);
+}
+
+/* Writers and readers of one name in lease mode, a writer stopped mid-hold
+ * past its lease (see fault_run.h). */
+static void postgres_readers_and_a_writer_paused(void **state)
+{
+    (void)state;
+    char config[512];
+    lease_mode_config(config, sizeof config, "postgres");
+    fault_run_rw_writer_paused("postgres lease mode, 2 writers and 3 readers, a writer stopped past its lease",
+                               config, LEASE_MS);
+}
+
+static void mysql_readers_and_a_writer_paused(void **state)
+{
+    (void)state;
+    char config[512];
+    lease_mode_config(config, sizeof config, "mysql");
+    fault_run_rw_writer_paused("mysql lease mode, 2 writers and 3 readers, a writer stopped past its lease",
+                               config, LEASE_MS);
 }
 
 int main(void)
@@ -143,6 +169,8 @@ int main(void)
         cmocka_unit_test(mysql_sessions_killed),
         cmocka_unit_test(postgres_semaphore_holder_killed),
         cmocka_unit_test(mysql_semaphore_holder_killed),
+        cmocka_unit_test(postgres_readers_and_a_writer_paused),
+        cmocka_unit_test(mysql_readers_and_a_writer_paused),
     };
     int failed = cmocka_run_group_tests_name("checked faults (postgres, mysql)", tests, NULL, NULL);
     test_service_stop(&postgres);

@@ -50,6 +50,17 @@ static void semaphore_holder_killed(void **state)
     fault_run_semaphore_holder_killed("zookeeper, semaphore of 2, a holder SIGKILLed", config, LEASE_MS);
 }
 
+/* Writers and readers of one name, a writer stopped mid-hold past its
+ * session (see fault_run.h). */
+static void readers_and_a_writer_paused(void **state)
+{
+    (void)state;
+    char config[512];
+    worker_config(config, sizeof config);
+    fault_run_rw_writer_paused("zookeeper, 2 writers and 3 readers, a writer stopped past its session", config,
+                               LEASE_MS);
+}
+
 /* The holder paused for 1.5 sessions: its session expires, its node goes,
  * the next in line is granted; on resuming it learns the loss and its late
  * write is refused. */
@@ -128,6 +139,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(holder_paused_past_its_session),
         cmocka_unit_test(semaphore_holder_killed),
+        cmocka_unit_test(readers_and_a_writer_paused),
         cmocka_unit_test(leader_killed), /* last: leaves two nodes */
     };
     int failed = cmocka_run_group_tests_name("checked faults (zookeeper, 3 nodes)", tests, NULL, NULL);
