@@ -61,11 +61,31 @@ struct grant_rec {
 
 struct shared {
     int64_t start_us, end_us;
+    long long attempts, grants; /* the clients' own counts, added up at their end */
     size_t n;
     struct grant_rec rec[200000];
 };
 
 #define MAX_RECS (sizeof ((struct shared *)0)->rec / sizeof ((struct shared *)0)->rec[0])
+
+static double metric_value(const char *text, const char *name);
+
+/* Adds c's acquire attempts and grants to the run's totals: how many tries
+ * at the backend a grant costs under contention (1 when every waiter is
+ * woken exactly when its turn comes; more when waiters poll or a release
+ * wakes several). */
+static void count_attempts(dlock_client *c, struct shared *sh)
+{
+    char *text = NULL;
+    if (dlock_client_metrics(c, &text) != DLOCK_OK)
+        return;
+    double attempts = metric_value(text, "dlock_acquire_attempts_total"), grants = metric_value(text, "dlock_grants_total");
+    if (attempts >= 0 && grants >= 0) {
+        __atomic_fetch_add(&sh->attempts, (long long)attempts, __ATOMIC_SEQ_CST);
+        __atomic_fetch_add(&sh->grants, (long long)grants, __ATOMIC_SEQ_CST);
+    }
+    free(text);
+}
 
 static void worker_loop(const struct bench_config *cfg, struct shared *sh, int worker, dlock_client *shared_client)
 {
@@ -92,8 +112,10 @@ static void worker_loop(const struct bench_config *cfg, struct shared *sh, int w
         bench_sleep_us(opt.pause_ms * 1000);
     }
     dlock_lock_free(l);
-    if (!shared_client)
+    if (!shared_client) {
+        count_attempts(c, sh);
         dlock_client_close(c);
+    }
 }
 
 struct thread_arg {
@@ -126,6 +148,7 @@ void run_contended(const struct bench_config *cfg, int workers, int64_t *samples
     if (workers > 64)
         workers = 64;
     sh->n = 0;
+    sh->attempts = sh->grants = 0;
     sh->start_us = bench_now_us() + 300000; /* every worker connected first */
     sh->end_us = sh->start_us + (int64_t)(opt.duration_s * 1e6);
     pid_t pids[64];
@@ -151,8 +174,10 @@ void run_contended(const struct bench_config *cfg, int workers, int64_t *samples
             waitpid(pids[i], NULL, 0);
     }
     long long commands = commands_before >= 0 ? redis_commands_sent(cfg) - commands_before : -1;
-    if (shared_client)
+    if (shared_client) {
+        count_attempts(shared_client, sh);
         dlock_client_close(shared_client);
+    }
 
     size_t n = sh->n < MAX_RECS ? sh->n : MAX_RECS;
     qsort(sh->rec, n, sizeof sh->rec[0], cmp_grant);
@@ -187,6 +212,8 @@ void run_contended(const struct bench_config *cfg, int workers, int64_t *samples
     figure_add(cfg->label, scenario, "grants, busiest worker", "grants", max_w);
     if (commands >= 0 && n > 0)
         figure_add(cfg->label, scenario, "server commands/grant", "cmds", (double)commands / (double)n);
+    if (sh->grants > 0)
+        figure_add(cfg->label, scenario, "acquire attempts/grant", "tries", (double)sh->attempts / (double)sh->grants);
     free(waits);
     munmap(sh, sizeof *sh);
 }
