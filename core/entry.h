@@ -133,7 +133,7 @@ int dlock__p_acquire(dlock_client *c, struct dlock__entry *e, struct dlock_grant
 int dlock__p_release(dlock_client *c, struct dlock__entry *e);
 /* Turns e's exclusive hold shared on the backend; on DLOCK_OK e->plock.mode
  * is DLOCK_MODE_SHARED. DLOCK_ENOTSUP without DLOCK_CAP_DOWNGRADE. */
-int dlock__p_downgrade(dlock_client *c, struct dlock__entry *e, struct dlock_grant *g);
+int dlock__p_downgrade(dlock_client *c, struct dlock__entry *e);
 bool dlock__p_can_renew(const dlock_client *c);
 int dlock__p_renew(dlock_client *c, struct dlock__entry *e);
 /* Renews n entries the watchdog marked busy (no op_mu), in one batch when

@@ -464,7 +464,7 @@ int dlock_downgrade(dlock_lock *h)
                             "takes %s holds", dlock__entry_show(e),
                             e->plock.mode == DLOCK_MODE_SHARED ? "shared" : "semaphore");
     if (!(c->capabilities & DLOCK_CAP_DOWNGRADE))
-        return dlock__p_downgrade(c, e, NULL); /* the refusal, with the reason */
+        return dlock__p_downgrade(c, e); /* the refusal, with the reason */
     int rc;
     if ((rc = dlock__hold_own(e, false)) != DLOCK_OK)
         return rc;
@@ -484,19 +484,13 @@ int dlock_downgrade(dlock_lock *h)
     /* Out of the watchdog's hands meanwhile: a renewal must not be sent for
      * one kind of hold and answered for the other. */
     int64_t due = dlock__watchdog_cancel(c, e);
-    struct dlock_grant g = { .fence = 0, .has_fence = 0, .retry_hint_ms = -1 };
-    rc = dlock__p_downgrade(c, e, &g);
+    rc = dlock__p_downgrade(c, e);
     pthread_mutex_lock(&e->mu);
     bool lost = e->lost; /* the validity ended while the request was on its way */
     char reason[sizeof e->lost_reason];
     memcpy(reason, e->lost_reason, sizeof reason);
-    if (rc == DLOCK_OK) {
-        e->downgraded = true;
-        if (g.has_fence) {
-            e->fence = g.fence;
-            e->has_fence = true;
-        }
-    }
+    if (rc == DLOCK_OK)
+        e->downgraded = true; /* the same hold: its fence stays */
     pthread_mutex_unlock(&e->mu);
     if (rc == DLOCK_OK && !lost) {
         if (due >= 0)

@@ -47,12 +47,13 @@ int dlock__p_open(dlock_client *c, const struct dlock_provider_env *env)
     unsigned caps = p->capabilities;
     if (p->version < DLOCK_PROVIDER_VERSION_2)
         caps &= ~(unsigned)(DLOCK_CAP_SHARED | DLOCK_CAP_SEMAPHORE);
-    /* Downgrading turns a hold shared: it needs both, and the member. */
-    if (!HAS(p, downgrade, DLOCK_PROVIDER_VERSION_4) || !(caps & DLOCK_CAP_SHARED))
-        caps &= ~(unsigned)DLOCK_CAP_DOWNGRADE;
     unsigned narrowed = caps;
     if (p->ctl && p->ctl(c->instance, DLOCK_CTL_CAPABILITIES, &narrowed) == DLOCK_OK)
         caps &= narrowed;
+    /* Downgrading turns a hold shared: it needs the member, and shared
+     * holds in this instance (after the narrowing above). */
+    if (!HAS(p, downgrade, DLOCK_PROVIDER_VERSION_4) || !(caps & DLOCK_CAP_SHARED))
+        caps &= ~(unsigned)DLOCK_CAP_DOWNGRADE;
     c->capabilities = caps;
     return DLOCK_OK;
 }
@@ -84,13 +85,13 @@ int dlock__p_release(dlock_client *c, struct dlock__entry *e)
     return checked(c->provider, "release", rc);
 }
 
-int dlock__p_downgrade(dlock_client *c, struct dlock__entry *e, struct dlock_grant *g)
+int dlock__p_downgrade(dlock_client *c, struct dlock__entry *e)
 {
     if (!(c->capabilities & DLOCK_CAP_DOWNGRADE))
         return dlock_seterr(DLOCK_ENOTSUP, "the %s backend cannot turn an exclusive hold shared in place "
                             "(release it and acquire it shared instead)", c->provider->name);
     pthread_mutex_lock(&e->op_mu);
-    int rc = checked(c->provider, "downgrade", c->provider->downgrade(c->instance, &e->plock, g));
+    int rc = checked(c->provider, "downgrade", c->provider->downgrade(c->instance, &e->plock));
     if (rc == DLOCK_OK)
         e->plock.mode = DLOCK_MODE_SHARED;
     pthread_mutex_unlock(&e->op_mu);

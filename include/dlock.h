@@ -284,9 +284,9 @@ int dlock_release(dlock_lock *lock);
  * Turns the calling thread's exclusive hold of the lock into a shared hold,
  * atomically on the backend: at no moment is the name free or held by
  * another, and from then on other shared requests may come in (writers
- * that were waiting keep their place). The hold keeps its lease, watchdog
- * and on_lost; it gets a new fencing token, greater than the exclusive
- * one (dlock_fence). dlock_release() then ends the shared hold. Taking the
+ * that were waiting keep their place). It is the same hold: it keeps its
+ * lease, watchdog, on_lost and fencing token (dlock_fence), and holds that
+ * come after it get greater tokens. dlock_release() then ends it. Taking the
  * lock exclusively again while it is held shared is refused (DLOCK_EDEADLK);
  * a second downgrade is DLOCK_OK.
  * Returns DLOCK_OK; DLOCK_ENOTOWNER (the thread does not hold it);

@@ -718,9 +718,10 @@ static int local_release(void *instance, struct dlock_provider_lock *lk)
 /* The exclusive range becomes a read lock on HOLD_BYTE: that byte turns
  * from written to read in one fcntl (the kernel converts a lock of the same
  * open file description in place), so it is never unlocked, and only then
- * are the other bytes let go. A writer that waits keeps the turnstile, so
- * readers stay behind it; the others are woken. */
-static int local_downgrade(void *instance, struct dlock_provider_lock *lk, struct dlock_grant *grant)
+ * are the other bytes let go. The fence stays (the same hold). A writer
+ * that waits keeps the turnstile, so readers stay behind it; the others
+ * are woken. */
+static int local_downgrade(void *instance, struct dlock_provider_lock *lk)
 {
     struct local_instance *inst = instance;
     struct local_lock *ll = lk->priv;
@@ -733,8 +734,6 @@ static int local_downgrade(void *instance, struct dlock_provider_lock *lk, struc
     if (set_range(ll->fd, F_RDLCK, HOLD_BYTE, 1, NULL) != 0 || set_range(ll->fd, F_UNLCK, 0, HOLD_BYTE, NULL) != 0)
         return dlock_seterr(DLOCK_EUNAVAILABLE, "local: cannot change the lock on the file for '%s' in %s: %s",
                             lk->name, inst->dir, strerror(errno));
-    grant->fence = raise_fence(ll->map);
-    grant->has_fence = 1;
     if (__atomic_load_n(&ll->map->waiting, __ATOMIC_SEQ_CST) > 0)
         futimens(ll->fd, NULL);
     return DLOCK_OK;

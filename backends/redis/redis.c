@@ -947,7 +947,7 @@ static int redis_break(void *instance, const char *name, size_t name_len, int *b
     return rc;
 }
 
-static int redis_downgrade(void *instance, struct dlock_provider_lock *lk, struct dlock_grant *g)
+static int redis_downgrade(void *instance, struct dlock_provider_lock *lk)
 {
     struct redis_instance *inst = instance;
     struct redis_lock *rl = lk->priv;
@@ -961,17 +961,15 @@ static int redis_downgrade(void *instance, struct dlock_provider_lock *lk, struc
     redisReply *r = run_script(inst, SCRIPT_DOWNGRADE, 5, 8, args, lens, &rc);
     if (!r)
         return rc;
-    if (!is_int_array(r, 2)) {
+    if (r->type != REDIS_REPLY_INTEGER) {
         freeReplyObject(r);
         return unexpected(inst, "downgrade");
     }
-    long long done = r->element[0]->integer, fence = r->element[1]->integer;
+    long long done = r->integer;
     freeReplyObject(r);
     if (!done)
         return dlock_seterr(DLOCK_ELOST, "%s: this owner no longer holds the lock (it expired or was broken): "
                             "nothing was downgraded", label(inst));
-    g->fence = (uint64_t)fence;
-    g->has_fence = 1;
     return DLOCK_OK;
 }
 

@@ -343,22 +343,19 @@ static const char *const script_text[SCRIPT_COUNT] = {
     "return {1, fence}\n",
 
     /* downgrade: the owner's exclusive field becomes a shared holder with
-     * the TTL the hold had left, in one script, so the name is never free
-     * or anyone else's. The queue is left as it is: a waiting writer keeps
+     * the TTL the hold had left (and the fence it had), in one script, so
+     * the name is never free or anyone else's. The queue is left as it is: a waiting writer keeps
      * its place and readers behind it stay behind it; a reader at the head
      * is woken (and passes the turn on to readers after it). */
     LUA_NOW
     "if redis.call('hget', KEYS[1], '') == 's' then\n"
     "  local s = redis.call('zscore', KEYS[5], ARGV[1])\n"
-    "  if s and tonumber(s) > now then\n"
-    LUA_NEXT_FENCE
-    "    return {1, fence}\n"
-    "  end\n"
-    "  return {0, 0}\n"
+    "  if s and tonumber(s) > now then return 1 end\n"
+    "  return 0\n"
     "end\n"
     "local ttl = redis.call('pttl', KEYS[1])\n"
     "if redis.call('hexists', KEYS[1], ARGV[1]) == 0 or ttl <= 0 then\n"
-    "  return {0, 0}\n"
+    "  return 0\n"
     "end\n"
     "redis.call('hdel', KEYS[1], ARGV[1])\n"
     "redis.call('hset', KEYS[1], '', 's')\n"
@@ -366,7 +363,6 @@ static const char *const script_text[SCRIPT_COUNT] = {
     "redis.call('zadd', KEYS[5], now + ttl, ARGV[1])\n"
     "redis.call('pexpire', KEYS[1], ttl)\n"
     "redis.call('pexpire', KEYS[5], ttl)\n"
-    LUA_NEXT_FENCE
     "local head = redis.call('lindex', KEYS[3], 0)\n"
     "while head do\n"
     "  local dl = redis.call('zscore', KEYS[4], head)\n"
@@ -378,7 +374,7 @@ static const char *const script_text[SCRIPT_COUNT] = {
     "  redis.call('zrem', KEYS[4], head)\n"
     "  head = redis.call('lindex', KEYS[3], 0)\n"
     "end\n"
-    "return {1, fence}\n",
+    "return 1\n",
 };
 
 void redis_scripts_init(struct redis_scripts *s)

@@ -44,8 +44,8 @@ enum redis_script {
      * publish command -> {1 if it was held, the fence counter} */
     SCRIPT_BREAK,
     /* KEYS: lock, fence, queue, timeouts, holders; ARGV: owner, channel
-     * prefix, publish command -> {1, fence} (the owner's exclusive hold is
-     * now shared, or already was) | {0, 0} (the owner does not hold it) */
+     * prefix, publish command -> 1 (the owner's exclusive hold is now
+     * shared, or already was) | 0 (the owner does not hold it) */
     SCRIPT_DOWNGRADE,
     SCRIPT_COUNT
 };

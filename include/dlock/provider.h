@@ -291,15 +291,16 @@ struct dlock_provider {
      * into a shared hold of the same owner, so that there is no moment when
      * the name is free or held by anyone else, and other shared requests may
      * come in from then on (wake the waiters that now can). The hold keeps
-     * its lease and its place; waiting exclusive requests keep theirs. On
-     * DLOCK_OK fill grant->fence with a new token, greater than every token
-     * granted before on the name, where the backend has fences; the core
-     * then sets lk->mode to DLOCK_MODE_SHARED. A hold of lk->owner that is
-     * already shared (a resent request whose first answer was lost) is
-     * answered DLOCK_OK too. DLOCK_ELOST: lk->owner no longer holds the name
-     * (nothing was changed). Other failures: the core cannot tell whether
-     * the change was made, and gives the hold up. */
-    int (*downgrade)(void *instance, struct dlock_provider_lock *lk, struct dlock_grant *grant);
+     * its lease, its place and its fencing token (draw no new one: where
+     * tokens are places in a queue, a new one would be above the tokens of
+     * writers already waiting, whose turn comes later); waiting exclusive
+     * requests keep their places. On DLOCK_OK the core sets lk->mode to
+     * DLOCK_MODE_SHARED. A hold of lk->owner that is already shared (a
+     * resent request whose first answer was lost) is answered DLOCK_OK too.
+     * DLOCK_ELOST: lk->owner no longer holds the name (nothing was
+     * changed). Other failures: the core cannot tell whether the change
+     * was made, and gives the hold up. */
+    int (*downgrade)(void *instance, struct dlock_provider_lock *lk);
 };
 
 /*
