@@ -29,6 +29,20 @@
  * the directory, "<prefix><escaped name>#permits", made by the first
  * request; a request with another N is refused.
  *
+ * A downgrade (provider version 4) makes an exclusive hold shared in one
+ * txn that puts its key again, on the same lease, with its value marked
+ * shared (etcd_keys.h): the key keeps its create revision, so the hold
+ * keeps its place, and every waiter behind it keeps its own. The txn's
+ * revision is the hold's new fence (the key's mod revision from then on).
+ * A shared request skips that key when it looks for an older writer, and
+ * a reader waiting on it wakes on the put (a watch on one key sees puts
+ * as well as deletions) and looks again; a writer waiting on it looks
+ * again and goes on waiting, as it is not the oldest key. A contender in
+ * line before the downgrade keeps its create revision as its fence, below
+ * the downgrade's: a writer waiting through a downgrade is granted a lower
+ * fence than the downgraded hold's (fences of this backend are fixed when
+ * a key is made, and none is free between the holder's and the next).
+ *
  * The listing (etcd_list.c) reads the same layout back: names from the
  * keys, holders and waiters from each name's line.
  *
@@ -160,15 +174,20 @@ static struct json_object *exclusive_range(const struct etcd_lock *el)
 }
 
 /* What decides a grant, read in the same txn as the queueing: the oldest
- * key (exclusive), the oldest exclusive key (shared), the N oldest keys
- * (a permit). */
+ * key (exclusive), the N oldest keys (a permit), the two oldest exclusive
+ * keys with their values (shared: the first may be a hold made shared,
+ * the oldest key of the name and the only one so made, and then the
+ * second is the oldest writer). */
 static struct json_object *deciding_range(const struct dlock_provider_lock *lk, const struct etcd_lock *el)
 {
-    struct json_object *r = lk->mode == DLOCK_MODE_SHARED ? exclusive_range(el) : dir_range(el);
+    bool shared = lk->mode == DLOCK_MODE_SHARED;
+    struct json_object *r = shared ? exclusive_range(el) : dir_range(el);
     json_object_object_add(r, "sort_order", json_object_new_string("ASCEND"));
     json_object_object_add(r, "sort_target", json_object_new_string("CREATE"));
-    json_object_object_add(r, "limit", etcd_json_int_str(lk->mode == DLOCK_MODE_SEMAPHORE ? lk->permits : 1));
-    json_object_object_add(r, "keys_only", json_object_new_boolean(1));
+    json_object_object_add(r, "limit",
+                           etcd_json_int_str(lk->mode == DLOCK_MODE_SEMAPHORE ? lk->permits : shared ? 2 : 1));
+    if (!shared)
+        json_object_object_add(r, "keys_only", json_object_new_boolean(1));
     return r;
 }
 
@@ -177,6 +196,19 @@ static struct json_object *op(const char *kind, struct json_object *request)
     struct json_object *o = json_object_new_object();
     json_object_object_add(o, kind, request);
     return o;
+}
+
+/* Sends the txn of compare, success and failure (all taken). */
+static int send_txn(struct etcd_instance *inst, struct json_object *compare, struct json_object *success,
+                    struct json_object *failure, struct json_object **reply, struct etcd_status *st)
+{
+    struct json_object *txn = json_object_new_object();
+    json_object_object_add(txn, "compare", compare);
+    json_object_object_add(txn, "success", success);
+    json_object_object_add(txn, "failure", failure);
+    int rc = etcd_call(&inst->http, "/v3/kv/txn", txn, reply, st);
+    json_object_put(txn);
+    return rc;
 }
 
 /* ---- leases ------------------------------------------------------------------------- */
@@ -305,14 +337,7 @@ static int enqueue(struct etcd_instance *inst, const struct dlock_provider_lock 
     json_object_array_add(success, op("request_range", first_a));
     json_object_array_add(failure, op("request_range", mine));
     json_object_array_add(failure, op("request_range", first_b));
-
-    struct json_object *txn = json_object_new_object();
-    json_object_object_add(txn, "compare", compare);
-    json_object_object_add(txn, "success", success);
-    json_object_object_add(txn, "failure", failure);
-    int rc = etcd_call(&inst->http, "/v3/kv/txn", txn, reply, st);
-    json_object_put(txn);
-    return rc;
+    return send_txn(inst, compare, success, failure, reply, st);
 }
 
 /* The i-th response of a txn reply, of the given kind ("response_range"). */
@@ -332,13 +357,34 @@ static struct json_object *first_kv(struct json_object *range)
     return json_object_array_get_idx(kvs, 0);
 }
 
+/* Whether an exclusive key read with its value is a hold made shared. */
+static bool kv_made_shared(struct json_object *kv)
+{
+    char value[128]; /* room for every value this backend writes: the mark and an owner */
+    return etcd_value_made_shared(value, etcd_json_unb64(kv, "value", value, sizeof value));
+}
+
+/* The first writer among a range of exclusive keys read with their values
+ * (one made shared is no writer), or NULL. */
+static struct json_object *first_writer(struct json_object *range)
+{
+    struct json_object *kvs = etcd_json_get(range, "kvs");
+    size_t n = kvs && json_object_is_type(kvs, json_type_array) ? json_object_array_length(kvs) : 0;
+    for (size_t i = 0; i < n; i++)
+        if (!kv_made_shared(json_object_array_get_idx(kvs, i)))
+            return json_object_array_get_idx(kvs, i);
+    return NULL;
+}
+
 /* Whether the txn's deciding range (deciding_range) grants our key. */
 static bool is_granted(const struct dlock_provider_lock *lk, const struct etcd_lock *el,
                        struct json_object *deciding)
 {
+    if (lk->mode == DLOCK_MODE_SHARED) {
+        struct json_object *writer = first_writer(deciding);
+        return !writer || etcd_json_int(writer, "create_revision") > el->create_rev; /* no older writer */
+    }
     struct json_object *kv = first_kv(deciding);
-    if (lk->mode == DLOCK_MODE_SHARED)
-        return !kv || etcd_json_int(kv, "create_revision") > el->create_rev; /* no older writer */
     if (lk->mode != DLOCK_MODE_SEMAPHORE)
         return kv && etcd_json_int(kv, "create_revision") == el->create_rev;
     struct json_object *kvs = etcd_json_get(deciding, "kvs");
@@ -351,24 +397,31 @@ static bool is_granted(const struct dlock_provider_lock *lk, const struct etcd_l
 
 /* Busy: finds the key just before ours that keeps us out (any key for an
  * exclusive request, an exclusive one for a shared request), to wait for
- * its deletion. */
+ * its deletion, or for a shared request its being made shared. For a
+ * shared request the youngest older exclusive key may have been made
+ * shared since the grant was decided: it is then the oldest key, no writer
+ * is before us, and there is nothing to wait for. */
 static int find_predecessor(struct etcd_instance *inst, const struct dlock_provider_lock *lk,
                             struct etcd_lock *el)
 {
     free(el->pred);
     el->pred = NULL;
-    struct json_object *req = lk->mode == DLOCK_MODE_SHARED ? exclusive_range(el) : dir_range(el), *reply = NULL;
+    bool shared = lk->mode == DLOCK_MODE_SHARED;
+    struct json_object *req = shared ? exclusive_range(el) : dir_range(el), *reply = NULL;
     json_object_object_add(req, "sort_order", json_object_new_string("DESCEND"));
     json_object_object_add(req, "sort_target", json_object_new_string("CREATE"));
     json_object_object_add(req, "limit", etcd_json_int_str(1));
     json_object_object_add(req, "max_create_revision", etcd_json_int_str(el->create_rev - 1));
-    json_object_object_add(req, "keys_only", json_object_new_boolean(1));
+    if (!shared)
+        json_object_object_add(req, "keys_only", json_object_new_boolean(1));
     int rc = etcd_call(&inst->http, "/v3/kv/range", req, &reply, NULL);
     json_object_put(req);
     if (rc != DLOCK_OK)
         return rc;
     struct json_object *kv = first_kv(reply);
     el->watch_from = etcd_json_int(etcd_json_get(reply, "header"), "revision") + 1;
+    if (kv && shared && kv_made_shared(kv))
+        kv = NULL;
     if (kv) {
         char key[KEY_MAX];
         int n = etcd_json_unb64(kv, "key", key, sizeof key);
@@ -379,6 +432,24 @@ static int find_predecessor(struct etcd_instance *inst, const struct dlock_provi
     }
     json_object_put(reply);
     return DLOCK_OK;
+}
+
+/* One txn: if every compare holds, put value at key (keep_lease: on the
+ * lease the key is on; else on none); otherwise read key. */
+static int put_or_read(struct etcd_instance *inst, struct json_object *compare, const char *key, size_t key_len,
+                       const char *value, size_t value_len, bool keep_lease, struct json_object **reply)
+{
+    struct json_object *put = json_object_new_object();
+    json_object_object_add(put, "key", etcd_json_b64(key, key_len));
+    json_object_object_add(put, "value", etcd_json_b64(value, value_len));
+    if (keep_lease)
+        json_object_object_add(put, "ignore_lease", json_object_new_boolean(1));
+    struct json_object *get = json_object_new_object();
+    json_object_object_add(get, "key", etcd_json_b64(key, key_len));
+    struct json_object *success = json_object_new_array(), *failure = json_object_new_array();
+    json_object_array_add(success, op("request_put", put));
+    json_object_array_add(failure, op("request_range", get));
+    return send_txn(inst, compare, success, failure, reply, NULL);
 }
 
 /* A semaphore's N is the name's: the first request writes it beside the
@@ -392,22 +463,9 @@ static int check_permits(struct etcd_instance *inst, const struct dlock_provider
     json_object_object_add(cmp, "key", etcd_json_b64(meta, (size_t)mlen));
     json_object_object_add(cmp, "target", json_object_new_string("CREATE"));
     json_object_object_add(cmp, "create_revision", etcd_json_int_str(0));
-    struct json_object *compare = json_object_new_array();
+    struct json_object *compare = json_object_new_array(), *reply = NULL;
     json_object_array_add(compare, cmp);
-    struct json_object *put = json_object_new_object();
-    json_object_object_add(put, "key", etcd_json_b64(meta, (size_t)mlen));
-    json_object_object_add(put, "value", etcd_json_b64(value, (size_t)vlen));
-    struct json_object *get = json_object_new_object();
-    json_object_object_add(get, "key", etcd_json_b64(meta, (size_t)mlen));
-    struct json_object *success = json_object_new_array(), *failure = json_object_new_array();
-    json_object_array_add(success, op("request_put", put));
-    json_object_array_add(failure, op("request_range", get));
-    struct json_object *txn = json_object_new_object(), *reply = NULL;
-    json_object_object_add(txn, "compare", compare);
-    json_object_object_add(txn, "success", success);
-    json_object_object_add(txn, "failure", failure);
-    int rc = etcd_call(&inst->http, "/v3/kv/txn", txn, &reply, NULL);
-    json_object_put(txn);
+    int rc = put_or_read(inst, compare, meta, (size_t)mlen, value, (size_t)vlen, false, &reply);
     if (rc != DLOCK_OK)
         return rc;
     bool made = etcd_json_get(reply, "succeeded") && json_object_get_boolean(etcd_json_get(reply, "succeeded"));
@@ -461,6 +519,7 @@ static int etcd_acquire(void *instance, struct dlock_provider_lock *lk, struct d
                    json_object_get_boolean(etcd_json_get(reply, "succeeded"));
     struct json_object *deciding = txn_response(reply, 1, "response_range");
     int64_t at_revision = etcd_json_int(etcd_json_get(reply, "header"), "revision");
+    bool made_shared = false;
     if (created) {
         struct json_object *put = txn_response(reply, 0, "response_put");
         el->create_rev = etcd_json_int(etcd_json_get(put, "header"), "revision");
@@ -469,16 +528,20 @@ static int etcd_acquire(void *instance, struct dlock_provider_lock *lk, struct d
         struct json_object *kv = first_kv(txn_response(reply, 0, "response_range"));
         el->create_rev = etcd_json_int(kv, "create_revision");
         el->lease_id = etcd_json_int(kv, "lease");
+        made_shared = kv_made_shared(kv);
     }
     bool first = is_granted(lk, el, deciding);
     bool consistent = el->create_rev && (lk->mode == DLOCK_MODE_SHARED || first_kv(deciding));
     json_object_put(reply);
-    if (!created && el->create_rev && (el->create_rev == el->granted_rev || el->lease_id != lease_id)) {
+    if (!created && el->create_rev &&
+        (el->create_rev == el->granted_rev || el->lease_id != lease_id || made_shared)) {
         /* Our key of a hold granted before and declared lost, whose
          * give-back did not get through: a new grant needs a new key, and
          * so a new, higher fence. Or our key left from a wait with another
          * lease length (a handle with its own lease_ms): its lease would
-         * not last the validity counted for this one. */
+         * not last the validity counted for this one. Or our key left from
+         * a hold made shared (whatever this handle remembers): taken as it
+         * is, it would be an exclusive grant that readers pass. */
         if ((rc = delete_own_key(inst, el)) != DLOCK_OK && rc != DLOCK_ENOTOWNER)
             return rc;
         el->granted_rev = 0;
@@ -709,6 +772,63 @@ static int etcd_renew(void *instance, struct dlock_provider_lock *lk)
     return rc != DLOCK_OK ? rc : result;
 }
 
+/* ---- downgrade ------------------------------------------------------------------------ */
+
+/* One txn: if our key is still the one granted (same create revision) and
+ * not made shared yet, put it again with its value marked shared, on the
+ * lease it is on; otherwise read it. The put keeps the key's create
+ * revision, so no moment passes when the name is free or held by another,
+ * and nobody's place in line moves; it wakes the waiter watching the key
+ * (a reader behind it comes in, a writer looks again and waits on). The
+ * txn's revision, above every revision before it, is the new fence, and
+ * stays the key's mod revision: a resent downgrade that finds the key
+ * made shared already answers with it. */
+static int etcd_downgrade(void *instance, struct dlock_provider_lock *lk, struct dlock_grant *g)
+{
+    struct etcd_instance *inst = instance;
+    struct etcd_lock *el = lk->priv;
+    if (!el->key || !el->create_rev)
+        return dlock_seterr(DLOCK_ELOST, "%s: lock '%s' has no key to make shared", inst->http.label, lk->name);
+    char value[sizeof ETCD_SHARED_MARK + sizeof el->owner];
+    int vlen = snprintf(value, sizeof value, ETCD_SHARED_MARK "%s", el->owner);
+
+    struct json_object *ours = json_object_new_object();
+    json_object_object_add(ours, "key", etcd_json_b64(el->key, el->key_len));
+    json_object_object_add(ours, "target", json_object_new_string("CREATE"));
+    json_object_object_add(ours, "create_revision", etcd_json_int_str(el->create_rev));
+    struct json_object *not_yet = json_object_new_object();
+    json_object_object_add(not_yet, "key", etcd_json_b64(el->key, el->key_len));
+    json_object_object_add(not_yet, "target", json_object_new_string("VALUE"));
+    json_object_object_add(not_yet, "result", json_object_new_string("NOT_EQUAL"));
+    json_object_object_add(not_yet, "value", etcd_json_b64(value, (size_t)vlen));
+    struct json_object *compare = json_object_new_array(), *reply = NULL;
+    json_object_array_add(compare, ours);
+    json_object_array_add(compare, not_yet);
+    int rc = put_or_read(inst, compare, el->key, el->key_len, value, (size_t)vlen, true /* its lease */, &reply);
+    if (rc != DLOCK_OK)
+        return rc;
+    int64_t fence = 0;
+    if (etcd_json_get(reply, "succeeded") && json_object_get_boolean(etcd_json_get(reply, "succeeded"))) {
+        fence = etcd_json_int(etcd_json_get(reply, "header"), "revision");
+    } else {
+        struct json_object *kv = first_kv(txn_response(reply, 0, "response_range"));
+        if (!kv || etcd_json_int(kv, "create_revision") != el->create_rev) {
+            json_object_put(reply);
+            return dlock_seterr(DLOCK_ELOST, "%s: the key of lock '%s' is gone or was replaced, so it was not "
+                                "made shared", inst->http.label, lk->name);
+        }
+        if (kv_made_shared(kv))
+            fence = etcd_json_int(kv, "mod_revision"); /* made shared by an earlier send of this request */
+    }
+    json_object_put(reply);
+    if (fence <= el->create_rev)
+        return dlock_seterr(DLOCK_EPROTOCOL, "%s: making lock '%s' shared answered neither a change nor the key "
+                            "made shared", inst->http.label, lk->name);
+    g->fence = (uint64_t)fence;
+    g->has_fence = 1;
+    return DLOCK_OK;
+}
+
 static void etcd_lock_fini(void *instance, struct dlock_provider_lock *lk)
 {
     (void)instance;
@@ -724,39 +844,7 @@ static void etcd_lock_fini(void *instance, struct dlock_provider_lock *lk)
 
 static int etcd_status(struct etcd_instance *inst, struct dlock_ctl_status *arg)
 {
-    dlock_status_info *out = arg->out;
-    out->held = 0;
-    out->holder_pid = -1;
-    out->ttl_ms = -1;
-    struct etcd_lock el = { 0 };
-    size_t plen = strlen(inst->prefix);
-    el.dir = malloc(plen + 3 * arg->name_len + 2);
-    if (!el.dir)
-        return dlock_seterr(DLOCK_ENOMEM, "etcd: out of memory");
-    memcpy(el.dir, inst->prefix, plen);
-    el.dir_len = plen + dlock_name_escape(arg->name, arg->name_len, etcd_name_plain, el.dir + plen);
-    el.dir[el.dir_len++] = '/';
-    struct json_object *req = dir_range(&el), *reply = NULL;
-    free(el.dir);
-    json_object_object_add(req, "sort_order", json_object_new_string("ASCEND"));
-    json_object_object_add(req, "sort_target", json_object_new_string("CREATE"));
-    json_object_object_add(req, "limit", etcd_json_int_str(1));
-    int rc = etcd_call(&inst->http, "/v3/kv/range", req, &reply, NULL);
-    json_object_put(req);
-    if (rc != DLOCK_OK)
-        return rc;
-    struct json_object *kv = first_kv(reply);
-    int64_t count = etcd_json_int(reply, "count");
-    if (kv) {
-        char owner[96];
-        int n = etcd_json_unb64(kv, "value", owner, sizeof owner - 1);
-        owner[n > 0 ? n : 0] = 0;
-        out->held = 1;
-        out->fence = (uint64_t)etcd_json_int(kv, "create_revision");
-        snprintf(out->holder, sizeof out->holder, "%s (%lld waiting)", owner, (long long)(count - 1));
-    }
-    json_object_put(reply);
-    return DLOCK_OK;
+    return etcd_name_status(&inst->http, inst->prefix, arg->name, arg->name_len, arg->out);
 }
 
 static int etcd_break(void *instance, const char *name, size_t name_len, int *broken, uint64_t *fence)
@@ -841,11 +929,11 @@ static void etcd_close(void *instance)
 }
 
 static const struct dlock_provider etcd_provider = {
-    .version = DLOCK_PROVIDER_VERSION_3,
+    .version = DLOCK_PROVIDER_VERSION_4,
     .name = "etcd",
     .capabilities = DLOCK_CAP_RENEW | DLOCK_CAP_FENCE | DLOCK_CAP_FENCE_LINEARIZABLE | DLOCK_CAP_NATIVE_WAIT |
                     DLOCK_CAP_FAIR | DLOCK_CAP_SERVER_EXPIRY | DLOCK_CAP_MULTI_HOST | DLOCK_CAP_SHARED |
-                    DLOCK_CAP_SEMAPHORE,
+                    DLOCK_CAP_SEMAPHORE | DLOCK_CAP_DOWNGRADE,
     .lock_priv_size = sizeof(struct etcd_lock),
     .settings = etcd_settings,
     .open = etcd_open,
@@ -860,6 +948,7 @@ static const struct dlock_provider etcd_provider = {
     .abandon = etcd_abandon,
     .list = etcd_list,
     .break_hold = etcd_break,
+    .downgrade = etcd_downgrade,
 };
 
 DLOCK_MODULE(etcd_provider)

@@ -27,12 +27,18 @@
  *
  * An operator's break reads one name's line the same way (step 2 for one
  * name) and deletes its holders' keys in one txn that first compares each
- * key's create revision with the one read: a line that changed in between
- * fails the compare, and nothing is half-done. */
+ * key's mod revision with the one read: a holder that changed in between
+ * (made again, or made shared by a downgrade) fails the compare, and
+ * nothing is half-done. A status reads one name's line the same way too.
+ *
+ * An exclusive key whose value carries the shared mark is a hold made
+ * shared by a downgrade (etcd_keys.h): it is listed as the shared holder it
+ * is, with its mod revision (the downgrade's) as its fence. */
 #include "config.h"
 
 #include "etcd_list.h"
 #include "etcd_keys.h"
+#include "../common/lock_kind.h"
 #include "../common/name_escape.h"
 #include "../common/queue_list.h"
 
@@ -255,6 +261,17 @@ static struct json_object *kvs_of(struct json_object *range, size_t *n)
     return kvs;
 }
 
+/* A semaphore's N from the read of its "#permits" key; 0 without one. */
+static unsigned permits_in(struct json_object *range)
+{
+    size_t m;
+    struct json_object *kvs = kvs_of(range, &m);
+    char value[16];
+    int vlen = m ? etcd_json_unb64(json_object_array_get_idx(kvs, 0), "value", value, sizeof value - 1) : -1;
+    value[vlen > 0 ? vlen : 0] = 0;
+    return (unsigned)strtoul(value, NULL, 10);
+}
+
 /* A name's line from its range: q[] (room for NAME_KEYS) in arrival order,
  * owners[] holding their owners. Returns the number of contenders read;
  * *total gets how many the name has. */
@@ -278,8 +295,17 @@ static size_t line_of(struct json_object *range, size_t prefix_len, struct dlock
             mode = DLOCK_MODE_SEMAPHORE;
         int olen = etcd_json_unb64(kv, "value", owners[i], OWNER_MAX - 1);
         owners[i][olen > 0 ? olen : 0] = 0;
-        int64_t rev = etcd_json_int(kv, "create_revision");
-        q[i] = (struct dlock_queued){ mode, rev, false, { owners[i], -1, "", (uint64_t)rev, -1, -1 }, kv };
+        if (mode == DLOCK_MODE_EXCLUSIVE && etcd_value_made_shared(owners[i], olen)) {
+            /* A hold made shared by a downgrade: its owner follows the mark. */
+            mode = DLOCK_MODE_SHARED;
+            size_t mark = strlen(ETCD_SHARED_MARK);
+            memmove(owners[i], owners[i] + mark, (size_t)olen - mark + 1);
+        }
+        /* In line by its create revision; its fence is its mod revision,
+         * which is the create revision but for a hold made shared (the
+         * downgrade's revision). */
+        int64_t rev = etcd_json_int(kv, "create_revision"), fence = etcd_json_int(kv, "mod_revision");
+        q[i] = (struct dlock_queued){ mode, rev, false, { owners[i], -1, "", (uint64_t)fence, -1, -1 }, kv };
     }
     n = n < NAME_KEYS ? n : NAME_KEYS;
     dlock_queue_decide(q, n, permits);
@@ -328,15 +354,7 @@ static int emit_names(struct page *pg, struct dlock_provider_list *req)
     for (size_t i = 0; rc == DLOCK_OK && i < pg->n_names; i++) {
         const struct found_name *f = &pg->names[i];
         struct json_object *range = txn_range(pg, op++);
-        unsigned permits = 0;
-        if (f->permits) {
-            size_t m;
-            struct json_object *kvs = kvs_of(txn_range(pg, op++), &m);
-            char value[16];
-            int vlen = m ? etcd_json_unb64(json_object_array_get_idx(kvs, 0), "value", value, sizeof value - 1) : -1;
-            value[vlen > 0 ? vlen : 0] = 0;
-            permits = (unsigned)strtoul(value, NULL, 10);
-        }
+        unsigned permits = f->permits ? permits_in(txn_range(pg, op++)) : 0;
         if (!range) {
             rc = dlock_seterr(DLOCK_EPROTOCOL, "%s: the read of lock '%s' while listing answered no range",
                               pg->http->label, f->name);
@@ -422,10 +440,53 @@ int etcd_list_page(struct etcd_http *http, const char *prefix, struct dlock_prov
     return rc;
 }
 
-/* ---- an operator's break ---------------------------------------------------------------- */
+/* ---- one name: a break, a status ------------------------------------------------------ */
+
+/* One name's line, read and decided as a page's step 2 does it: q[] (whose
+ * refs point into pg's reply) and owners[] until one_line_free(). */
+struct one_line {
+    struct found_name name;
+    struct page pg;
+    struct dlock_queued *q;
+    char (*owners)[OWNER_MAX];
+    size_t n;           /* contenders read (at most NAME_KEYS) */
+    unsigned permits;   /* a semaphore's N, else 0 */
+    int64_t total;      /* contenders the name has */
+};
+
+static int read_one_line(struct etcd_http *http, const char *prefix, const char *name, size_t name_len,
+                         struct one_line *l, const char *doing)
+{
+    memset(l, 0, sizeof *l);
+    l->name.name_len = name_len;
+    l->name.permits = true; /* whether it is a semaphore is not known yet: read its N too */
+    memcpy(l->name.name, name, name_len);
+    l->pg = (struct page){ .http = http, .prefix = prefix, .prefix_len = strlen(prefix), .names = &l->name,
+                           .n_names = 1 };
+    l->q = malloc(NAME_KEYS * sizeof *l->q);
+    l->owners = malloc(NAME_KEYS * sizeof *l->owners);
+    int rc = l->q && l->owners ? read_lines(&l->pg) : dlock_seterr(DLOCK_ENOMEM, "etcd: out of memory %s", doing);
+    struct json_object *range = rc == DLOCK_OK ? txn_range(&l->pg, 0) : NULL;
+    if (rc == DLOCK_OK && !range)
+        rc = dlock_seterr(DLOCK_EPROTOCOL, "%s: the read of lock '%s' answered no range", http->label, l->name.name);
+    if (rc == DLOCK_OK) {
+        l->permits = permits_in(txn_range(&l->pg, 1));
+        l->n = line_of(range, l->pg.prefix_len, l->q, l->owners, l->permits, &l->total);
+    }
+    return rc;
+}
+
+static void one_line_free(struct one_line *l)
+{
+    if (l->pg.txn_reply)
+        json_object_put(l->pg.txn_reply);
+    free(l->q);
+    free(l->owners);
+}
 
 /* The txn deleting the holders among q[0..n) of the line read, each only if
- * its key is still the one read (same create revision). */
+ * its key is still as read (same mod revision: neither made again nor made
+ * shared since, which would have let readers in beside it). */
 static struct json_object *delete_holders_txn(const struct dlock_queued *q, size_t n)
 {
     struct json_object *compare = json_object_new_array(), *success = json_object_new_array();
@@ -435,9 +496,9 @@ static struct json_object *delete_holders_txn(const struct dlock_queued *q, size
         struct json_object *kv = (struct json_object *)q[i].ref, *key = etcd_json_get(kv, "key");
         struct json_object *c = json_object_new_object();
         json_object_object_add(c, "key", json_object_get(key));
-        json_object_object_add(c, "target", json_object_new_string("CREATE"));
+        json_object_object_add(c, "target", json_object_new_string("MOD"));
         json_object_object_add(c, "result", json_object_new_string("EQUAL"));
-        json_object_object_add(c, "create_revision", etcd_json_int_str(q[i].order));
+        json_object_object_add(c, "mod_revision", etcd_json_int_str(etcd_json_int(kv, "mod_revision")));
         json_object_array_add(compare, c);
         struct json_object *d = json_object_new_object(), *op = json_object_new_object();
         json_object_object_add(d, "key", json_object_get(key));
@@ -455,42 +516,54 @@ int etcd_break_holders(struct etcd_http *http, const char *prefix, const char *n
 {
     *broken = 0;
     *fence = 0;
-    struct found_name one = { .name_len = name_len, .permits = true };
-    memcpy(one.name, name, name_len);
-    struct page pg = { .http = http, .prefix = prefix, .prefix_len = strlen(prefix), .names = &one, .n_names = 1 };
-    struct dlock_queued *q = malloc(NAME_KEYS * sizeof *q);
-    char (*owners)[OWNER_MAX] = malloc(NAME_KEYS * sizeof *owners);
-    int rc = q && owners ? read_lines(&pg) : dlock_seterr(DLOCK_ENOMEM, "etcd: out of memory breaking a hold");
-    struct json_object *range = rc == DLOCK_OK ? txn_range(&pg, 0) : NULL;
-    if (rc == DLOCK_OK && !range)
-        rc = dlock_seterr(DLOCK_EPROTOCOL, "%s: the read of lock '%s' answered no range", http->label, one.name);
-    if (rc == DLOCK_OK) {
-        size_t m;
-        struct json_object *kvs = kvs_of(txn_range(&pg, 1), &m);
-        char value[16];
-        int vlen = m ? etcd_json_unb64(json_object_array_get_idx(kvs, 0), "value", value, sizeof value - 1) : -1;
-        value[vlen > 0 ? vlen : 0] = 0;
-        int64_t total;
-        size_t n = line_of(range, pg.prefix_len, q, owners, (unsigned)strtoul(value, NULL, 10), &total);
-        size_t holding = 0;
-        for (size_t i = 0; i < n; i++)
-            holding += q[i].holds;
-        if (holding > 0) {
-            struct json_object *txn = delete_holders_txn(q, n), *reply = NULL;
-            rc = etcd_call(http, "/v3/kv/txn", txn, &reply, NULL);
-            json_object_put(txn);
-            if (rc == DLOCK_OK && !json_object_get_boolean(etcd_json_get(reply, "succeeded")))
-                rc = dlock_seterr(DLOCK_EUNAVAILABLE, "%s: the holders of '%s' changed while it was being broken; "
-                                  "run it again", http->label, one.name);
-            else if (rc == DLOCK_OK)
-                *broken = 1;
-            if (reply)
-                json_object_put(reply);
-        }
+    struct one_line l;
+    int rc = read_one_line(http, prefix, name, name_len, &l, "breaking a hold");
+    size_t holding = 0;
+    for (size_t i = 0; rc == DLOCK_OK && i < l.n; i++)
+        holding += l.q[i].holds;
+    if (holding > 0) {
+        struct json_object *txn = delete_holders_txn(l.q, l.n), *reply = NULL;
+        rc = etcd_call(http, "/v3/kv/txn", txn, &reply, NULL);
+        json_object_put(txn);
+        if (rc == DLOCK_OK && !json_object_get_boolean(etcd_json_get(reply, "succeeded")))
+            rc = dlock_seterr(DLOCK_EUNAVAILABLE, "%s: the holders of '%s' changed while it was being broken; "
+                              "run it again", http->label, l.name.name);
+        else if (rc == DLOCK_OK)
+            *broken = 1;
+        if (reply)
+            json_object_put(reply);
     }
-    if (pg.txn_reply)
-        json_object_put(pg.txn_reply);
-    free(q);
-    free(owners);
+    one_line_free(&l);
+    return rc;
+}
+
+int etcd_name_status(struct etcd_http *http, const char *prefix, const char *name, size_t name_len,
+                     dlock_status_info *out)
+{
+    out->held = 0;
+    out->holder_pid = -1;
+    out->ttl_ms = -1;
+    struct one_line l;
+    int rc = read_one_line(http, prefix, name, name_len, &l, "reading a lock's status");
+    if (rc == DLOCK_OK && l.n > 0) {
+        dlock_list_entry e = { .name = name, .name_len = name_len };
+        dlock_list_holder first;
+        dlock_queue_entry(l.q, l.n, l.permits, &e, &first, 1);
+        out->held = e.holder_count > 0;
+        out->fence = e.fence;
+        char who[sizeof out->holder];
+        if (e.holder_count == 0)
+            snprintf(who, sizeof who, "nobody");
+        else if (e.kind == DLOCK_MODE_EXCLUSIVE)
+            snprintf(who, sizeof who, "%s", first.owner);
+        else
+            kind_holders_text(who, sizeof who, e.holder_count, e.permits);
+        if ((size_t)l.total > l.n && l.q[l.n - 1].holds) /* the line goes on past what was read, holding */
+            snprintf(out->holder, sizeof out->holder, "at least %s (waiters not counted)", who);
+        else
+            snprintf(out->holder, sizeof out->holder, "%s (%lld waiting)", who,
+                     (long long)(e.waiters + l.total - (int64_t)l.n));
+    }
+    one_line_free(&l);
     return rc;
 }

@@ -49,8 +49,10 @@ static size_t on_data(char *ptr, size_t size, size_t nmemb, void *arg)
 }
 
 /* Whether key changed between from_revision and the watch's creation: it
- * is gone, or it is a newer key of the same name (created at from_revision
- * or later). Any doubt (a failed read) counts as a change. */
+ * is gone, or it was written at from_revision or later (a newer key of the
+ * same name, or the same key made shared by a downgrade: its mod revision
+ * moves, its create revision stays). Any doubt (a failed read) counts as a
+ * change. */
 static bool changed_before_the_watch(struct etcd_http *h, const char *key, size_t key_len, int64_t from_revision)
 {
     struct json_object *req = json_object_new_object(), *reply = NULL;
@@ -62,7 +64,7 @@ static bool changed_before_the_watch(struct etcd_http *h, const char *key, size_
         return true;
     struct json_object *kvs = etcd_json_get(reply, "kvs");
     bool changed = !kvs || !json_object_is_type(kvs, json_type_array) || json_object_array_length(kvs) == 0 ||
-                   etcd_json_int(json_object_array_get_idx(kvs, 0), "create_revision") >= from_revision;
+                   etcd_json_int(json_object_array_get_idx(kvs, 0), "mod_revision") >= from_revision;
     json_object_put(reply);
     return changed;
 }

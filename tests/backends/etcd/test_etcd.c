@@ -2,7 +2,8 @@
  * this program starts on a private port (and stops by PID): the
  * conformance suite, then what is particular to etcd: first come, first
  * served; the fence is the key's create_revision; one lease kept alive for
- * many holds; a partition past the lease; the JSON gateway's errors. */
+ * many holds; a partition past the lease; the JSON gateway's errors; a
+ * downgrade that keeps the key where it is. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -149,6 +150,17 @@ static void waiters_are_granted_in_arrival_order(void **state)
     dlock_client_close(holder);
 }
 
+/* A field ("CreateRevision", "ModRevision", "Lease") of the first key of
+ * NAME, as etcdctl shows it. */
+static uint64_t key_field(const char *name, const char *field)
+{
+    char line[512];
+    etcdctl(line, sizeof line, "get --prefix 'dlock:%s/' -w fields | grep '\"%s\"'", name, field);
+    const char *colon = strchr(line, ':');
+    assert_non_null(colon);
+    return strtoull(colon + 1, NULL, 10);
+}
+
 /* The fence is the key's create_revision, which etcd assigns in one order
  * across the cluster. */
 static void the_fence_is_the_keys_create_revision(void **state)
@@ -159,12 +171,9 @@ static void the_fence_is_the_keys_create_revision(void **state)
     assert_int_equal(dlock_acquire(l, 0), DLOCK_OK);
     uint64_t fence;
     assert_int_equal(dlock_fence(l, &fence), DLOCK_OK);
-    char line[512];
-    etcdctl(line, sizeof line, "get --prefix 'dlock:revision/' -w fields | grep '\"CreateRevision\"'");
-    const char *colon = strchr(line, ':');
-    assert_non_null(colon);
-    assert_int_equal(strtoull(colon + 1, NULL, 10), fence);
+    assert_int_equal(key_field("revision", "CreateRevision"), fence);
     assert_int_equal(dlock_release(l), DLOCK_OK);
+    char line[512];
     etcdctl(line, sizeof line, "get --prefix 'dlock:revision/' --keys-only | grep -c .");
     assert_int_equal(atoi(line), 0); /* released: the key is gone */
     dlock_lock_free(l);
@@ -197,6 +206,7 @@ static void names_with_slashes_stay_apart(void **state)
 struct listed {
     int n;
     char names[8][64];
+    unsigned kind[8];
     int64_t holder_count[8], waiters[8];
     uint64_t fence[8];
 };
@@ -206,6 +216,7 @@ static int note_listed(const dlock_list_entry *e, void *arg)
     struct listed *l = arg;
     assert_true(l->n < 8);
     snprintf(l->names[l->n], sizeof l->names[l->n], "%.*s", (int)e->name_len, e->name);
+    l->kind[l->n] = e->kind;
     l->holder_count[l->n] = e->holder_count;
     l->waiters[l->n] = e->waiters;
     l->fence[l->n++] = e->fence;
@@ -398,45 +409,162 @@ static int keys_of(const char *name)
     return atoi(out);
 }
 
-/* The holder lets go after the waiter read who is before it but before its
- * watch reached the server (every byte of the waiter's takes 300 ms each
- * way): the watch starts after the deletion, which it must still see. */
-static void a_release_before_the_watch_is_created_is_seen(void **state)
+/* An exclusive hold of NAME and a waiter in mode behind it, through a
+ * proxy that delays each byte of the waiter's 300 ms each way, so that
+ * what the holder does next comes while the waiter's requests are on
+ * their way. */
+struct slow_line {
+    struct fault_proxy *proxy;
+    dlock_client *a, *b;
+    dlock_lock *holder;
+    struct slow_waiter w;
+    pthread_t t;
+};
+
+/* Takes the hold, starts the waiter, and comes back once its queue txn is
+ * in (its key is there). */
+static void slow_line_start(struct slow_line *s, const char *name, unsigned mode)
 {
-    (void)state;
     int proxy_port;
-    struct fault_proxy *proxy = fault_proxy_start(server.port, &proxy_port);
-    assert_non_null(proxy);
-    dlock_client *a = open_ok(30000);
-    dlock_lock *la = test_lock_named(a, "before-watch");
-    assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
+    s->proxy = fault_proxy_start(server.port, &proxy_port);
+    assert_non_null(s->proxy);
+    s->a = open_ok(30000);
+    s->holder = test_lock_named(s->a, name);
+    assert_int_equal(dlock_acquire(s->holder, 0), DLOCK_OK);
     char text[1024];
     /* One wait covers the whole budget: no look again on a timer. */
     write_config_at(text, sizeof text, proxy_port, 30000, 30000, "");
-    dlock_client *b = test_client_open(text);
-    struct slow_waiter w = { test_lock_named(b, "before-watch"), -1, -1, 0 };
-    fault_proxy_set(proxy, FAULT_DELAY, 300);
-    pthread_t t;
-    assert_int_equal(pthread_create(&t, NULL, slow_waiter_acquire, &w), 0);
+    s->b = test_client_open(text);
+    s->w = (struct slow_waiter){ test_lock_of_kind(s->b, name, mode, 0), -1, -1, 0 };
+    fault_proxy_set(s->proxy, FAULT_DELAY, 300);
+    assert_int_equal(pthread_create(&s->t, NULL, slow_waiter_acquire, &s->w), 0);
     int64_t t0 = now_ms();
-    while (keys_of("before-watch") < 2 && now_ms() - t0 < 5000)
+    while (keys_of(name) < 2 && now_ms() - t0 < 5000)
         sleep_ms(20);
-    assert_int_equal(keys_of("before-watch"), 2);
+    assert_int_equal(keys_of(name), 2);
+}
+
+/* The waiter was granted, and not at the end of its 20 s wait: the
+ * holder's act was seen. It has let go again. */
+static void slow_line_granted(struct slow_line *s)
+{
+    pthread_join(s->t, NULL);
+    assert_int_equal(s->w.rc, DLOCK_OK);
+    assert_true(s->w.took_ms < 10000);
+    assert_int_equal(s->w.release_rc, DLOCK_OK);
+    fault_proxy_set(s->proxy, FAULT_PASS, 0);
+}
+
+static void slow_line_end(struct slow_line *s)
+{
+    dlock_lock_free(s->holder);
+    dlock_lock_free(s->w.lock);
+    dlock_client_close(s->a);
+    dlock_client_close(s->b);
+    fault_proxy_stop(s->proxy);
+}
+
+/* The holder lets go after the waiter read who is before it but before its
+ * watch reached the server: the watch starts after the deletion, which it
+ * must still see. */
+static void a_release_before_the_watch_is_created_is_seen(void **state)
+{
+    (void)state;
+    struct slow_line s;
+    slow_line_start(&s, "before-watch", DLOCK_MODE_EXCLUSIVE);
     /* Its queue txn is in; its read of the key before it lands 600 ms
      * later, its keepalive 600 ms after that and its watch 600 ms after
      * that again: let go in between. */
     sleep_ms(1000);
-    assert_int_equal(dlock_release(la), DLOCK_OK);
+    assert_int_equal(dlock_release(s.holder), DLOCK_OK);
+    slow_line_granted(&s);
+    slow_line_end(&s);
+}
+
+/* A downgrade puts the holder's key again: the same key, with its create
+ * revision (its place in line) and its lease, its value marked shared, and
+ * the put's revision as the new fence. From then on the status and the
+ * listing show a shared hold, with that fence, and a writer waiting behind
+ * it as a waiter. */
+static void a_downgraded_key_keeps_its_place_and_shows_as_shared(void **state)
+{
+    (void)state;
+    dlock_client *a = open_ok(30000), *b = open_ok(30000), *c = open_ok(30000);
+    dlock_lock *x = test_lock_named(a, "down-key");
+    dlock_lock *reader = test_lock_of_kind(b, "down-key", DLOCK_MODE_SHARED, 0);
+    struct slow_waiter w = { test_lock_named(c, "down-key"), -1, -1, 0 };
+    assert_int_equal(dlock_acquire(x, 0), DLOCK_OK);
+    uint64_t created = key_field("down-key", "CreateRevision"), lease = key_field("down-key", "Lease"), fence;
+    assert_int_equal(dlock_downgrade(x), DLOCK_OK);
+    assert_int_equal(dlock_fence(x, &fence), DLOCK_OK);
+    assert_int_equal(key_field("down-key", "CreateRevision"), created);
+    assert_int_equal(key_field("down-key", "Lease"), lease);
+    assert_int_equal(key_field("down-key", "ModRevision"), fence);
+    char value[256];
+    etcdctl(value, sizeof value, "get --prefix 'dlock:down-key/' --print-value-only");
+    assert_memory_equal(value, "~s~", 3);
+    dlock_status_info st;
+    assert_int_equal(dlock_status(a, "down-key", 8, &st), DLOCK_OK);
+    assert_int_equal(st.held, 1);
+    assert_string_equal(st.holder, "1 shared holder (0 waiting)");
+    assert_int_equal(st.fence, fence);
+
+    assert_int_equal(dlock_acquire(reader, 0), DLOCK_OK);
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, slow_waiter_acquire, &w), 0);
+    int64_t t0 = now_ms();
+    while (keys_of("down-key") < 3 && now_ms() - t0 < 5000)
+        sleep_ms(20);
+    assert_int_equal(keys_of("down-key"), 3);
+    assert_int_equal(dlock_status(a, "down-key", 8, &st), DLOCK_OK);
+    assert_string_equal(st.holder, "2 shared holders (1 waiting)");
+    struct listed seen = { 0 };
+    test_list_pages(a, "down-key", 10, note_listed, &seen);
+    assert_int_equal(seen.n, 1);
+    assert_int_equal(seen.kind[0], DLOCK_MODE_SHARED);
+    assert_int_equal(seen.holder_count[0], 2);
+    assert_int_equal(seen.waiters[0], 1);
+    assert_true(seen.fence[0] > fence); /* the reader's, made after the downgrade */
+
+    assert_int_equal(dlock_release(reader), DLOCK_OK);
+    sleep_ms(100);
+    assert_int_equal(w.rc, -1); /* the downgraded hold still keeps the writer out */
+    assert_int_equal(dlock_release(x), DLOCK_OK);
     pthread_join(t, NULL);
     assert_int_equal(w.rc, DLOCK_OK);
-    assert_true(w.took_ms < 10000); /* not the 20 s wait: the release was seen */
     assert_int_equal(w.release_rc, DLOCK_OK);
-    fault_proxy_set(proxy, FAULT_PASS, 0);
-    dlock_lock_free(la);
+    dlock_lock_free(x);
+    dlock_lock_free(reader);
     dlock_lock_free(w.lock);
     dlock_client_close(a);
     dlock_client_close(b);
-    fault_proxy_stop(proxy);
+    dlock_client_close(c);
+}
+
+/* As a_release_before_the_watch_is_created_is_seen, for a reader: the
+ * writer before it is downgraded after_ms after its queue txn is in:
+ * 250 ms, before its read of the key before it lands (that read finds the
+ * key made shared: nothing to wait for); 1000 ms, after that read but
+ * before its watch is created (the key is still there with its create
+ * revision; the watch's look at it must see it was put again). Either way
+ * the reader comes in while the downgraded hold holds. */
+static void downgrade_while_a_reader_queues(int after_ms)
+{
+    struct slow_line s;
+    slow_line_start(&s, "down-watch", DLOCK_MODE_SHARED);
+    sleep_ms(after_ms);
+    assert_int_equal(dlock_downgrade(s.holder), DLOCK_OK);
+    slow_line_granted(&s);
+    assert_true(dlock_validity_ms(s.holder) > 0); /* it came in beside the downgraded hold */
+    assert_int_equal(dlock_release(s.holder), DLOCK_OK);
+    slow_line_end(&s);
+}
+
+static void a_downgrade_while_a_reader_queues_is_seen(void **state)
+{
+    (void)state;
+    downgrade_while_a_reader_queues(250);
+    downgrade_while_a_reader_queues(1000);
 }
 
 static int64_t lost_at;
@@ -686,6 +814,8 @@ int main(void)
         cmocka_unit_test(a_grant_on_an_old_lease_outlives_its_validity),
         cmocka_unit_test(a_grant_on_a_fresh_lease_sends_no_keepalive),
         cmocka_unit_test(a_release_before_the_watch_is_created_is_seen),
+        cmocka_unit_test(a_downgraded_key_keeps_its_place_and_shows_as_shared),
+        cmocka_unit_test(a_downgrade_while_a_reader_queues_is_seen),
         cmocka_unit_test(partition_past_the_lease),
         cmocka_unit_test(bad_settings_are_config_errors),
         cmocka_unit_test(unreachable_cluster_is_a_clear_error),
