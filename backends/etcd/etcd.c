@@ -32,16 +32,11 @@
  * A downgrade (provider version 4) makes an exclusive hold shared in one
  * txn that puts its key again, on the same lease, with its value marked
  * shared (etcd_keys.h): the key keeps its create revision, so the hold
- * keeps its place, and every waiter behind it keeps its own. The txn's
- * revision is the hold's new fence (the key's mod revision from then on).
+ * keeps its place and its fence, and every waiter behind it keeps its own.
  * A shared request skips that key when it looks for an older writer, and
  * a reader waiting on it wakes on the put (a watch on one key sees puts
  * as well as deletions) and looks again; a writer waiting on it looks
- * again and goes on waiting, as it is not the oldest key. A contender in
- * line before the downgrade keeps its create revision as its fence, below
- * the downgrade's: a writer waiting through a downgrade is granted a lower
- * fence than the downgraded hold's (fences of this backend are fixed when
- * a key is made, and none is free between the holder's and the next).
+ * again and goes on waiting, as it is not the oldest key.
  *
  * The listing (etcd_list.c) reads the same layout back: names from the
  * keys, holders and waiters from each name's line.
@@ -777,13 +772,12 @@ static int etcd_renew(void *instance, struct dlock_provider_lock *lk)
 /* One txn: if our key is still the one granted (same create revision) and
  * not made shared yet, put it again with its value marked shared, on the
  * lease it is on; otherwise read it. The put keeps the key's create
- * revision, so no moment passes when the name is free or held by another,
- * and nobody's place in line moves; it wakes the waiter watching the key
- * (a reader behind it comes in, a writer looks again and waits on). The
- * txn's revision, above every revision before it, is the new fence, and
- * stays the key's mod revision: a resent downgrade that finds the key
- * made shared already answers with it. */
-static int etcd_downgrade(void *instance, struct dlock_provider_lock *lk, struct dlock_grant *g)
+ * revision, which is the hold's fence and its place in line, so no moment
+ * passes when the name is free or held by another, and nobody's place
+ * moves; it wakes the waiter watching the key (a reader behind it comes
+ * in, a writer looks again and waits on). A resent downgrade that finds
+ * the key made shared already is answered as done. */
+static int etcd_downgrade(void *instance, struct dlock_provider_lock *lk)
 {
     struct etcd_instance *inst = instance;
     struct etcd_lock *el = lk->priv;
@@ -807,25 +801,16 @@ static int etcd_downgrade(void *instance, struct dlock_provider_lock *lk, struct
     int rc = put_or_read(inst, compare, el->key, el->key_len, value, (size_t)vlen, true /* its lease */, &reply);
     if (rc != DLOCK_OK)
         return rc;
-    int64_t fence = 0;
-    if (etcd_json_get(reply, "succeeded") && json_object_get_boolean(etcd_json_get(reply, "succeeded"))) {
-        fence = etcd_json_int(etcd_json_get(reply, "header"), "revision");
-    } else {
+    bool done = etcd_json_get(reply, "succeeded") && json_object_get_boolean(etcd_json_get(reply, "succeeded"));
+    if (!done) {
         struct json_object *kv = first_kv(txn_response(reply, 0, "response_range"));
-        if (!kv || etcd_json_int(kv, "create_revision") != el->create_rev) {
-            json_object_put(reply);
-            return dlock_seterr(DLOCK_ELOST, "%s: the key of lock '%s' is gone or was replaced, so it was not "
-                                "made shared", inst->http.label, lk->name);
-        }
-        if (kv_made_shared(kv))
-            fence = etcd_json_int(kv, "mod_revision"); /* made shared by an earlier send of this request */
+        /* Made shared by an earlier send of this request, or gone. */
+        done = kv && etcd_json_int(kv, "create_revision") == el->create_rev && kv_made_shared(kv);
     }
     json_object_put(reply);
-    if (fence <= el->create_rev)
-        return dlock_seterr(DLOCK_EPROTOCOL, "%s: making lock '%s' shared answered neither a change nor the key "
-                            "made shared", inst->http.label, lk->name);
-    g->fence = (uint64_t)fence;
-    g->has_fence = 1;
+    if (!done)
+        return dlock_seterr(DLOCK_ELOST, "%s: the key of lock '%s' is gone or was replaced, so it was not made "
+                            "shared", inst->http.label, lk->name);
     return DLOCK_OK;
 }
 

@@ -301,11 +301,10 @@ static size_t line_of(struct json_object *range, size_t prefix_len, struct dlock
             size_t mark = strlen(ETCD_SHARED_MARK);
             memmove(owners[i], owners[i] + mark, (size_t)olen - mark + 1);
         }
-        /* In line by its create revision; its fence is its mod revision,
-         * which is the create revision but for a hold made shared (the
-         * downgrade's revision). */
-        int64_t rev = etcd_json_int(kv, "create_revision"), fence = etcd_json_int(kv, "mod_revision");
-        q[i] = (struct dlock_queued){ mode, rev, false, { owners[i], -1, "", (uint64_t)fence, -1, -1 }, kv };
+        /* In line by its create revision, which is also its fence (a hold
+         * made shared by a downgrade keeps both). */
+        int64_t rev = etcd_json_int(kv, "create_revision");
+        q[i] = (struct dlock_queued){ mode, rev, false, { owners[i], -1, "", (uint64_t)rev, -1, -1 }, kv };
     }
     n = n < NAME_KEYS ? n : NAME_KEYS;
     dlock_queue_decide(q, n, permits);
