@@ -83,10 +83,49 @@ static int describe_holders(struct zk_session *s, zhandle_t *zh, const char *par
     return DLOCK_OK;
 }
 
+int zk_describe_name(struct zk_session *s, zhandle_t *zh, const char *parent, const char *name, size_t name_len,
+                     int (*use)(const dlock_list_entry *e, void *arg), void *arg)
+{
+    struct String_vector line = { 0, NULL };
+    int zrc = zoo_get_children(zh, parent, 0, &line);
+    int rc = zrc == ZOK || zrc == ZNONODE ? DLOCK_OK : zk_error(s, zrc, "listing", parent);
+    struct dlock_queued *q = line.count ? malloc((size_t)line.count * sizeof *q) : NULL;
+    char(*owners)[OWNER_MAX] = line.count ? malloc(HOLDERS_MAX * sizeof *owners) : NULL;
+    dlock_list_holder *holders = line.count ? malloc(HOLDERS_MAX * sizeof *holders) : NULL;
+    if (rc == DLOCK_OK && line.count && (!q || !owners || !holders))
+        rc = dlock_seterr(DLOCK_ENOMEM, "zookeeper: out of memory describing locks");
+    unsigned permits = 0;
+    size_t n = rc == DLOCK_OK && line.count ? zk_line_of(&line, q, &permits) : 0;
+    if (n)
+        rc = describe_holders(s, zh, parent, q, n, owners);
+    if (rc == DLOCK_OK && n) {
+        dlock_list_entry e = { .name = name, .name_len = name_len };
+        dlock_queue_entry(q, n, permits, &e, holders, HOLDERS_MAX);
+        rc = use(&e, arg);
+    }
+    free(q);
+    free(owners);
+    free(holders);
+    deallocate_String_vector(&line);
+    return rc;
+}
+
+/* One page's emitting: the request, and how many entries it got so far. */
+struct page {
+    struct dlock_provider_list *req;
+    size_t emitted;
+};
+
+static int emit_entry(const dlock_list_entry *e, void *arg)
+{
+    struct page *page = arg;
+    page->emitted++;
+    return page->req->emit(e, page->req->emit_arg);
+}
+
 /* Describes and emits the name of one parent node, if anyone holds or
- * waits for it; *emitted counts it. */
-static int list_parent(struct zk_session *s, zhandle_t *zh, const char *root, const char *child,
-                       struct dlock_provider_list *req, size_t *emitted)
+ * waits for it; page->emitted counts it. */
+static int list_parent(struct zk_session *s, zhandle_t *zh, const char *root, const char *child, struct page *page)
 {
     char name[DLOCK_NAME_MAX + 1];
     size_t name_len;
@@ -95,28 +134,7 @@ static int list_parent(struct zk_session *s, zhandle_t *zh, const char *root, co
     char *parent = zk_join(root, child);
     if (!parent)
         return dlock_seterr(DLOCK_ENOMEM, "zookeeper: out of memory listing locks");
-    struct String_vector line = { 0, NULL };
-    int zrc = zoo_get_children(zh, parent, 0, &line);
-    int rc = zrc == ZOK || zrc == ZNONODE ? DLOCK_OK : zk_error(s, zrc, "listing", parent);
-    struct dlock_queued *q = line.count ? malloc((size_t)line.count * sizeof *q) : NULL;
-    char(*owners)[OWNER_MAX] = line.count ? malloc(HOLDERS_MAX * sizeof *owners) : NULL;
-    dlock_list_holder *holders = line.count ? malloc(HOLDERS_MAX * sizeof *holders) : NULL;
-    if (rc == DLOCK_OK && line.count && (!q || !owners || !holders))
-        rc = dlock_seterr(DLOCK_ENOMEM, "zookeeper: out of memory listing locks");
-    unsigned permits = 0;
-    size_t n = rc == DLOCK_OK && line.count ? zk_line_of(&line, q, &permits) : 0;
-    if (n)
-        rc = describe_holders(s, zh, parent, q, n, owners);
-    if (rc == DLOCK_OK && n) {
-        dlock_list_entry e = { .name = name, .name_len = name_len };
-        dlock_queue_entry(q, n, permits, &e, holders, HOLDERS_MAX);
-        (*emitted)++;
-        rc = req->emit(&e, req->emit_arg);
-    }
-    free(q);
-    free(owners);
-    free(holders);
-    deallocate_String_vector(&line);
+    int rc = zk_describe_name(s, zh, parent, name, name_len, emit_entry, page);
     free(parent);
     return rc;
 }
@@ -157,10 +175,10 @@ int zk_list_page(struct zk_session *s, const char *root, struct dlock_provider_l
     int end = i;
     while (end < names.count && strncmp(names.data[end], escaped + 1, from_len) == 0)
         end++;
-    size_t emitted = 0;
-    for (int examined = 0; rc == DLOCK_OK && i < end && examined < EXAMINE_MAX && emitted < req->limit;
+    struct page page = { req, 0 };
+    for (int examined = 0; rc == DLOCK_OK && i < end && examined < EXAMINE_MAX && page.emitted < req->limit;
          i++, examined++)
-        rc = list_parent(s, zh, root, names.data[i], req, &emitted);
+        rc = list_parent(s, zh, root, names.data[i], &page);
     free(escaped);
     if (rc == DLOCK_OK && i < end && !(req->next_cursor = strdup(names.data[i])))
         rc = dlock_seterr(DLOCK_ENOMEM, "zookeeper: out of memory listing locks");

@@ -14,6 +14,13 @@ struct dlock_queued;
  * contenders, and the semaphore's N in *permits. */
 size_t zk_line_of(const struct String_vector *children, struct dlock_queued *q, unsigned *permits);
 
+/* Describes the name NAME (name_len bytes), whose parent node is parent,
+ * as a listing entry (holders, fence, waiters) and hands it to use(e, arg)
+ * if anyone holds or waits for it; DLOCK_OK without a call if no one does.
+ * Returns use()'s result or a failure. */
+int zk_describe_name(struct zk_session *s, zhandle_t *zh, const char *parent, const char *name, size_t name_len,
+                     int (*use)(const dlock_list_entry *e, void *arg), void *arg);
+
 /* Reads one page of req (see zk_list.c) from the children of root. */
 int zk_list_page(struct zk_session *s, const char *root, struct dlock_provider_list *req);
 

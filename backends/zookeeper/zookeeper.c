@@ -8,7 +8,8 @@
  * waiter, not all (no herd), and grants go in arrival order (fair). The
  * holder's node's czxid is the fencing token: zxids are assigned by the
  * leader in one total order, so a later holder, whose node was created
- * after the earlier holder's, always has a larger one.
+ * after the earlier holder's, always has a larger one (a downgrade keeps
+ * it so: see below).
  *
  * The hold lives as long as the session (zk_session.h), whose timeout is
  * the lease: if the holder dies or is cut off, the server deletes its node
@@ -26,8 +27,18 @@
  * parent's children (any holder may let go); a permit node with another N
  * in the queue is an error for both.
  *
+ * A downgrade replaces the holder's exclusive node by a shared one of the
+ * same session with the same name but for the "~s" mark, so the same
+ * sequence number and place in line, in one multi that also writes the
+ * parent (zk_downgrade). Its czxid, the new fence, is newer than the nodes
+ * that queued behind it; the parent's mzxid records it, and a node older
+ * than that mark is made again in its place when it is granted, so that
+ * its czxid, and the fence, goes past the downgraded hold's
+ * (refresh_fence): fences still grow from holder to holder.
+ *
  * The listing (zk_list.c) reads the same tree back: a name per parent,
- * holders and waiters from the sequence numbers and kinds.
+ * holders and waiters from the sequence numbers and kinds; the status
+ * describes one name the same way.
  *
  * A contender only ever deletes a node that carries its own owner tag, and
  * one whose create may have happened without a reply (connection loss) is
@@ -39,6 +50,7 @@
 #include "zk_list.h"
 #include "zk_names.h"
 #include "zk_session.h"
+#include "../common/lock_kind.h"
 
 #include <dlock/provider.h>
 #include <errno.h>
@@ -305,6 +317,93 @@ static int delete_own_node(struct zk_instance *inst, zhandle_t *zh, struct zk_lo
     return rc;
 }
 
+/* Puts the node new_path (a child of the same parent with our node's
+ * sequence number, so the same place in line) in the place of ours, in one
+ * multi: ours is deleted, new_path created as an ephemeral of this session
+ * holding the owner id, and the parent written. There is no moment when
+ * neither node is there, and the waiters behind keep their places. The
+ * parent's mzxid, the multi's zxid, is also the new node's czxid (in
+ * *czxid): above every zxid before it, so above every fence handed out on
+ * the name. A node that queued before it and is granted later looks at
+ * that mark (standing's replaced_at) to know its own czxid is now too low
+ * for a fence. Returns the multi's ZooKeeper result; *own_gone says it
+ * failed because our node was no longer there. */
+static int replace_own_node(struct zk_instance *inst, zhandle_t *zh, const struct zk_lock *zl, const char *owner,
+                            const char *new_path, int64_t *czxid, bool *own_gone)
+{
+    zoo_op_t ops[3];
+    zoo_op_result_t results[3];
+    struct Stat parent_st;
+    char created[ZK_PATH_MAX];
+    zoo_delete_op_init(&ops[0], zl->node, -1);
+    zoo_create_op_init(&ops[1], new_path, owner, (int)strlen(owner), inst->acl, ZOO_EPHEMERAL, created,
+                       sizeof created);
+    zoo_set_op_init(&ops[2], zl->parent, "", 0, -1, &parent_st);
+    memset(results, 0, sizeof results);
+    int zrc = zoo_multi(zh, 3, ops, results);
+    *own_gone = zrc == ZNONODE && results[0].err == ZNONODE;
+    if (zrc == ZOK)
+        *czxid = parent_st.mzxid;
+    return zrc;
+}
+
+/* Whether path, a node of lk, is one of this session: DLOCK_OK with its
+ * czxid, DLOCK_ELOST (gone, or another session's), or a failure. */
+static int node_is_ours(struct zk_instance *inst, zhandle_t *zh, const struct dlock_provider_lock *lk,
+                        const char *path, int64_t *czxid)
+{
+    struct Stat st;
+    int zrc = zoo_exists(zh, path, 0, &st);
+    if (zrc == ZOK && st.ephemeralOwner == zoo_client_id(zh)->client_id) {
+        *czxid = st.czxid;
+        return DLOCK_OK;
+    }
+    if (zrc == ZOK || zrc == ZNONODE)
+        return dlock_seterr(DLOCK_ELOST, "zookeeper: '%s' is no longer held by this owner: its node %s is gone",
+                            lk->name, path);
+    return zk_error(&inst->session, zrc, "checking", path);
+}
+
+/* Forgets a remembered orphan: the node it stands for turned out to be a
+ * hold after all. */
+static void drop_orphan(struct zk_instance *inst, const char *parent, const char *prefix)
+{
+    pthread_mutex_lock(&inst->orphan_mu);
+    for (struct zk_orphan **o = &inst->orphans; *o; o = &(*o)->next) {
+        if (strcmp((*o)->parent, parent) == 0 && strcmp((*o)->prefix, prefix) == 0) {
+            struct zk_orphan *gone = *o;
+            *o = gone->next;
+            free(gone->parent);
+            free(gone);
+            break;
+        }
+    }
+    pthread_mutex_unlock(&inst->orphan_mu);
+}
+
+/* A node that queued before the last replacement under its parent (its
+ * czxid is below replaced_at) is granted now: a fence handed out since it
+ * queued (the downgraded hold's, or a node's refreshed before it) may be
+ * above its czxid. So it is made again in its own place, same name, with
+ * a czxid above every fence so far; being a replacement itself, it marks
+ * the parent for the nodes that queued before it and are granted after it
+ * (a reader behind a refreshed writer). A node made after the last
+ * replacement is granted without a write. Waiters that watch this node
+ * wake once and find it in its place again. DLOCK_OK (zl->czxid is the
+ * new one), DLOCK_ENOTOWNER (our node is gone), or a failure. */
+static int refresh_fence(struct zk_instance *inst, zhandle_t *zh, const struct dlock_provider_lock *lk,
+                         struct zk_lock *zl)
+{
+    bool gone;
+    int64_t czxid;
+    int zrc = replace_own_node(inst, zh, zl, lk->owner, zl->node, &czxid, &gone);
+    if (zrc == ZOK) {
+        zl->czxid = czxid;
+        return DLOCK_OK;
+    }
+    return gone ? DLOCK_ENOTOWNER : zk_error(&inst->session, zrc, "making a newer fence for", zl->node);
+}
+
 /* ---- the provider ---------------------------------------------------------------------- */
 
 static int ensure_names(struct zk_instance *inst, struct dlock_provider_lock *lk)
@@ -317,14 +416,18 @@ static int ensure_names(struct zk_instance *inst, struct dlock_provider_lock *lk
 
 /* Where our node stands: DLOCK_OK (we hold it), DLOCK_EBUSY with
  * zl->predecessor set (or zl->wait_children for a permit), DLOCK_ENOTOWNER
- * (our node is gone), DLOCK_EINVAL (a semaphore of another N), or a failure. */
+ * (our node is gone), DLOCK_EINVAL (a semaphore of another N), or a failure.
+ * *replaced_at gets the parent's mzxid: the zxid of the last replacement
+ * of a node under it (replace_own_node), else of the parent's creation. */
 static int standing(struct zk_instance *inst, zhandle_t *zh, const struct dlock_provider_lock *lk,
-                    struct zk_lock *zl)
+                    struct zk_lock *zl, int64_t *replaced_at)
 {
     struct String_vector children = { 0, NULL };
-    int zrc = zoo_get_children(zh, zl->parent, 0, &children);
+    struct Stat parent_st;
+    int zrc = zoo_get_children2(zh, zl->parent, 0, &children, &parent_st);
     if (zrc != ZOK)
         return zrc == ZNONODE ? DLOCK_ENOTOWNER : zk_error(&inst->session, zrc, "listing", zl->parent);
+    *replaced_at = parent_st.mzxid;
     const char *own = strrchr(zl->node, '/') + 1;
     int64_t own_seq = zk_sequence_of(own), best_below = -1;
     const char *pred = NULL;
@@ -392,7 +495,10 @@ static int zk_acquire(void *instance, struct dlock_provider_lock *lk, struct dlo
                 break;
             zl->generation = generation;
         }
-        rc = standing(inst, zh, lk, zl);
+        int64_t replaced_at = 0;
+        rc = standing(inst, zh, lk, zl, &replaced_at);
+        if (rc == DLOCK_OK && zl->czxid < replaced_at)
+            rc = refresh_fence(inst, zh, lk, zl);
         if (rc != DLOCK_ENOTOWNER)
             break;
         forget_node(zl); /* deleted behind our back: queue again */
@@ -437,6 +543,98 @@ static int zk_release(void *instance, struct dlock_provider_lock *lk)
         rc = DLOCK_ENOTOWNER;
     } else {
         rc = delete_own_node(inst, zh, zl);
+    }
+    zk_session_put(&inst->session);
+    return rc;
+}
+
+/* The path of our node marked shared ("~s" before "-lock-"), with the
+ * same attempt tag and sequence number, into *path, and its prefix (the
+ * new zl->prefix) into prefix. DLOCK_OK, or a failure with its detail. */
+static int shared_twin(const struct zk_lock *zl, char prefix[static 128], char **path)
+{
+    const char *own = strrchr(zl->node, '/') + 1;
+    const char *mark = strstr(own, "-lock-");
+    char child[256];
+    int n = snprintf(prefix, 128, "%.*s~s-lock-", (int)(mark - own), own);
+    if (n < 0 || n >= 128 || snprintf(child, sizeof child, "%s%s", prefix, mark + 6) >= (int)sizeof child)
+        return dlock_seterr(DLOCK_EINTERNAL, "zookeeper: the shared form of node %s is too long a name", zl->node);
+    if (!(*path = zk_join(zl->parent, child)))
+        return dlock_seterr(DLOCK_ENOMEM, "zookeeper: out of memory");
+    return DLOCK_OK;
+}
+
+/* Replaces our exclusive node by its shared twin: DLOCK_OK (zl names the
+ * twin now), DLOCK_ELOST (our node is gone, and no twin of ours is there),
+ * or a failure. */
+static int make_shared(struct zk_instance *inst, zhandle_t *zh, const struct dlock_provider_lock *lk,
+                       struct zk_lock *zl)
+{
+    char prefix[128];
+    char *twin;
+    int rc = shared_twin(zl, prefix, &twin);
+    if (rc != DLOCK_OK)
+        return rc;
+    bool gone;
+    int64_t czxid = 0;
+    int zrc = replace_own_node(inst, zh, zl, lk->owner, twin, &czxid, &gone);
+    if (gone) {
+        /* The twin is there if an earlier request made it and its answer
+         * was lost; then it is the hold, no orphan. */
+        if ((rc = node_is_ours(inst, zh, lk, twin, &czxid)) == DLOCK_OK)
+            drop_orphan(inst, zl->parent, prefix);
+    } else if (zrc != ZOK) {
+        rc = zk_error(&inst->session, zrc, "making shared", zl->node);
+        /* No answer: the twin may have been made. The core gives the hold
+         * up as the exclusive one it knows (our node), so the twin must
+         * be deleted too. */
+        if (zrc == ZCONNECTIONLOSS || zrc == ZOPERATIONTIMEOUT)
+            add_orphan(inst, zl->parent, prefix);
+    }
+    if (rc == DLOCK_OK) {
+        free(zl->node);
+        zl->node = twin;
+        twin = NULL;
+        zl->czxid = czxid;
+        memcpy(zl->prefix, prefix, sizeof zl->prefix);
+    }
+    free(twin);
+    return rc;
+}
+
+/* The exclusive node becomes its shared twin in one multi
+ * (replace_own_node): the same sequence number, so the same place in line,
+ * marked "~s". Readers waiting for it watch the exclusive node, whose
+ * deletion wakes them, and find no exclusive node below them any more; a
+ * writer waiting behind it is woken too, finds the twin in the same place
+ * below it and waits on that. The twin is an ephemeral of the same
+ * session, so the hold keeps its lease; renewal, release and the listing
+ * go by the node, whatever lk->mode says. Its czxid, the multi's zxid, is
+ * the new fence. */
+static int zk_downgrade(void *instance, struct dlock_provider_lock *lk, struct dlock_grant *g)
+{
+    struct zk_instance *inst = instance;
+    struct zk_lock *zl = lk->priv;
+    zhandle_t *zh;
+    uint64_t generation;
+    int rc = zk_session_get(&inst->session, &zh, &generation);
+    if (rc != DLOCK_OK)
+        return rc;
+    unsigned permits;
+    if (!zl->node || zl->generation != generation) {
+        rc = dlock_seterr(DLOCK_ELOST, "zookeeper: '%s' is no longer held: the session that held it has ended",
+                          lk->name);
+    } else if (zk_kind_of(strrchr(zl->node, '/') + 1, &permits) == 's') {
+        /* Made shared before, by a request whose answer was lost. */
+        rc = node_is_ours(inst, zh, lk, zl->node, &zl->czxid);
+    } else if (permits > 0) {
+        rc = dlock_seterr(DLOCK_EINVAL, "zookeeper: '%s' is held as a permit, not exclusively", lk->name);
+    } else {
+        rc = make_shared(inst, zh, lk, zl);
+    }
+    if (rc == DLOCK_OK) {
+        g->fence = (uint64_t)zl->czxid;
+        g->has_fence = 1;
     }
     zk_session_put(&inst->session);
     return rc;
@@ -628,6 +826,25 @@ static void zk_lock_fini(void *instance, struct dlock_provider_lock *lk)
     memset(zl, 0, sizeof *zl);
 }
 
+/* The status from the name's listing entry: an exclusive holder by its
+ * owner id, shared holders and permits by their number (a downgraded hold
+ * among them), with the waiters after. */
+static int status_of_entry(const dlock_list_entry *e, void *arg)
+{
+    dlock_status_info *out = arg;
+    if (e->holder_count <= 0)
+        return DLOCK_OK;
+    out->held = 1;
+    out->fence = e->fence;
+    char holders[sizeof out->holder];
+    if (e->kind == DLOCK_MODE_EXCLUSIVE)
+        snprintf(holders, sizeof holders, "%s", e->n_holders ? e->holders[0].owner : "");
+    else
+        kind_holders_text(holders, sizeof holders, e->holder_count, e->permits);
+    snprintf(out->holder, sizeof out->holder, "%s (%lld waiting)", holders, (long long)e->waiters);
+    return DLOCK_OK;
+}
+
 static int zk_status(struct zk_instance *inst, struct dlock_ctl_status *arg)
 {
     dlock_status_info *out = arg->out;
@@ -642,38 +859,10 @@ static int zk_status(struct zk_instance *inst, struct dlock_ctl_status *arg)
     zhandle_t *zh;
     uint64_t generation;
     int rc = zk_session_get(&inst->session, &zh, &generation);
-    if (rc != DLOCK_OK) {
-        free(parent);
-        return rc;
+    if (rc == DLOCK_OK) {
+        rc = zk_describe_name(&inst->session, zh, parent, arg->name, arg->name_len, status_of_entry, out);
+        zk_session_put(&inst->session);
     }
-    struct String_vector children = { 0, NULL };
-    int zrc = zoo_get_children(zh, parent, 0, &children);
-    if (zrc != ZOK && zrc != ZNONODE)
-        rc = zk_error(&inst->session, zrc, "listing", parent);
-    const char *lowest = NULL;
-    int64_t lowest_seq = -1;
-    for (int i = 0; zrc == ZOK && i < children.count; i++) {
-        int64_t seq = zk_sequence_of(children.data[i]);
-        if (seq >= 0 && (lowest_seq < 0 || seq < lowest_seq)) {
-            lowest_seq = seq;
-            lowest = children.data[i];
-        }
-    }
-    if (lowest) {
-        char *path = zk_join(parent, lowest);
-        char data[96];
-        int len = (int)sizeof data - 1;
-        struct Stat st;
-        if (path && zoo_get(zh, path, 0, data, &len, &st) == ZOK) {
-            out->held = 1;
-            out->fence = (uint64_t)st.czxid;
-            data[len > 0 ? len : 0] = '\0';
-            snprintf(out->holder, sizeof out->holder, "%s (%d waiting)", data, children.count - 1);
-        }
-        free(path);
-    }
-    deallocate_String_vector(&children);
-    zk_session_put(&inst->session);
     free(parent);
     return rc;
 }
@@ -772,11 +961,11 @@ static int zk_open(void **instance, const struct dlock_provider_env *env)
 }
 
 static const struct dlock_provider zk_provider = {
-    .version = DLOCK_PROVIDER_VERSION_3,
+    .version = DLOCK_PROVIDER_VERSION_4,
     .name = "zookeeper",
     .capabilities = DLOCK_CAP_RENEW | DLOCK_CAP_FENCE | DLOCK_CAP_FENCE_LINEARIZABLE | DLOCK_CAP_NATIVE_WAIT |
                     DLOCK_CAP_FAIR | DLOCK_CAP_SERVER_EXPIRY | DLOCK_CAP_MULTI_HOST |
-                    DLOCK_CAP_SHARED | DLOCK_CAP_SEMAPHORE,
+                    DLOCK_CAP_SHARED | DLOCK_CAP_SEMAPHORE | DLOCK_CAP_DOWNGRADE,
     .lock_priv_size = sizeof(struct zk_lock),
     .settings = zk_settings,
     .open = zk_open,
@@ -791,6 +980,7 @@ static const struct dlock_provider zk_provider = {
     .abandon = zk_abandon,
     .list = zk_list,
     .break_hold = zk_break,
+    .downgrade = zk_downgrade,
 };
 
 DLOCK_MODULE(zk_provider)

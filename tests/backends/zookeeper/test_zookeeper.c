@@ -106,6 +106,21 @@ static dlock_client *open_ok(const char *extra, int lease_ms)
     return c;
 }
 
+/* A client of the standalone server through a fault proxy started here
+ * (*proxy: stop it), with lease_ms and extra settings in its group. */
+static dlock_client *open_through_proxy(struct fault_proxy **proxy, int lease_ms, const char *extra)
+{
+    int port;
+    *proxy = fault_proxy_start(server.port, &port);
+    assert_non_null(*proxy);
+    char text[1024];
+    snprintf(text, sizeof text,
+             "backend = \"zookeeper\";\nlease_ms = %d;\n"
+             "zookeeper = { hosts = \"127.0.0.1:%d\"; root = \"/dlock-test\"; %s connect_timeout_ms = 3000; };\n",
+             lease_ms, port, extra);
+    return test_client_open(text);
+}
+
 /* ---- particular to zookeeper ------------------------------------------------------------ */
 
 struct queued {
@@ -200,6 +215,196 @@ static void the_fence_is_the_nodes_czxid(void **state)
     zookeeper_close(zh);
     dlock_lock_free(l);
     dlock_client_close(a);
+}
+
+/* Takes a lock on its own thread, notes its fence, and holds it until
+ * told to let go (a hold is its thread's). */
+struct fenced_taker {
+    dlock_lock *lock;
+    int rc;            /* -1 until the acquire returns */
+    uint64_t fence;
+    int let_go;
+};
+
+static void *take_note_fence_and_hold(void *arg)
+{
+    struct fenced_taker *t = arg;
+    int rc = dlock_acquire(t->lock, 10000);
+    if (rc == DLOCK_OK)
+        assert_int_equal(dlock_fence(t->lock, &t->fence), DLOCK_OK);
+    __atomic_store_n(&t->rc, rc, __ATOMIC_SEQ_CST);
+    while (rc == DLOCK_OK && !__atomic_load_n(&t->let_go, __ATOMIC_SEQ_CST))
+        sleep_ms(10);
+    if (rc == DLOCK_OK)
+        dlock_release(t->lock);
+    return NULL;
+}
+
+/* Waits (up to 5 s) for the taker's acquire to return; its result. */
+static int taken(struct fenced_taker *t)
+{
+    int rc = -1;
+    for (int64_t end = now_ms() + 5000; (rc = __atomic_load_n(&t->rc, __ATOMIC_SEQ_CST)) == -1 && now_ms() < end;)
+        sleep_ms(10);
+    return rc;
+}
+
+/* The child of parent whose name has the mark (NULL: none, "~s": shared)
+ * and, if seq >= 0, that sequence number; its name into out, its stat
+ * into st. Fails the case if there is none. */
+static void find_child(zhandle_t *zh, const char *parent, const char *mark, int64_t seq, char *out, size_t size,
+                       struct Stat *st)
+{
+    struct String_vector children;
+    assert_int_equal(zoo_get_children(zh, parent, 0, &children), ZOK);
+    out[0] = '\0';
+    for (int i = 0; i < children.count && !out[0]; i++) {
+        const char *c = children.data[i], *lock = strstr(c, "-lock-");
+        int marked = mark ? lock - c >= 2 && strncmp(lock - 2, mark, 2) == 0 : !strchr(c, '~');
+        if (lock && marked && (seq < 0 || strtoll(lock + 6, NULL, 10) == seq))
+            snprintf(out, size, "%s", c);
+    }
+    deallocate_String_vector(&children);
+    if (!out[0])
+        fail_msg("no child of %s marked %s with sequence %lld", parent, mark ? mark : "exclusive", (long long)seq);
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", parent, out);
+    assert_int_equal(zoo_exists(zh, path, 0, st), ZOK);
+}
+
+/* A downgrade puts a shared node of the same session in the exclusive
+ * node's place: the same sequence number (its place in line), the owner
+ * id, and its czxid is the new fence. The writer that waited behind it
+ * keeps its node and place, and is granted with a fence above the
+ * downgraded hold's (its node made again in place, with a newer czxid);
+ * the reader that waited behind the writer gets one above the writer's.
+ * The status shows the downgraded hold as a shared holder. */
+static void a_downgraded_node_keeps_its_place_and_fences_stay_in_order(void **state)
+{
+    (void)state;
+    dlock_client *a = open_ok("", 30000), *b = open_ok("", 30000), *c = open_ok("", 30000);
+    dlock_lock *x = test_lock_named(a, "zdown");
+    assert_int_equal(dlock_acquire(x, 0), DLOCK_OK);
+    uint64_t exclusive_fence, shared_fence;
+    assert_int_equal(dlock_fence(x, &exclusive_fence), DLOCK_OK);
+    zhandle_t *zh = admin_connect(standalone_hosts());
+    char held[256], twin[256], writer_node[256], node[256];
+    struct Stat st, twin_st;
+    find_child(zh, "/dlock-test/zdown", NULL, -1, held, sizeof held, &st);
+    int64_t seq = strtoll(strstr(held, "-lock-") + 6, NULL, 10);
+    struct fenced_taker writer = { test_lock_named(b, "zdown"), -1, 0, 0 };
+    struct fenced_taker reader = { test_lock_of_kind(c, "zdown", DLOCK_MODE_SHARED, 0), -1, 0, 0 };
+    pthread_t tw, tr;
+    assert_int_equal(pthread_create(&tw, NULL, take_note_fence_and_hold, &writer), 0);
+    sleep_ms(200); /* the writer queues first */
+    assert_int_equal(pthread_create(&tr, NULL, take_note_fence_and_hold, &reader), 0);
+    sleep_ms(200);
+    find_child(zh, "/dlock-test/zdown", NULL, seq + 1, writer_node, sizeof writer_node, &st);
+
+    assert_int_equal(dlock_downgrade(x), DLOCK_OK);
+    assert_int_equal(dlock_fence(x, &shared_fence), DLOCK_OK);
+    assert_true(shared_fence > exclusive_fence);
+    find_child(zh, "/dlock-test/zdown", "~s", seq, twin, sizeof twin, &twin_st);
+    assert_int_equal((uint64_t)twin_st.czxid, shared_fence);
+    assert_int_equal(strncmp(twin, held, (size_t)(strstr(held, "-lock-") - held)), 0); /* same owner tag and attempt */
+    char path[512], data[128];
+    int len = sizeof data - 1;
+    snprintf(path, sizeof path, "/dlock-test/zdown/%s", twin);
+    assert_int_equal(zoo_get(zh, path, 0, data, &len, &st), ZOK);
+    data[len] = '\0';
+    assert_null(strchr(data, '/')); /* the owner id of the exclusive hold it was */
+    assert_true(st.ephemeralOwner != 0);
+    snprintf(path, sizeof path, "/dlock-test/zdown/%s", held);
+    assert_int_equal(zoo_exists(zh, path, 0, &st), ZNONODE);
+    dlock_status_info info;
+    assert_int_equal(dlock_status(a, "zdown", 5, &info), DLOCK_OK);
+    assert_int_equal(info.held, 1);
+    assert_string_equal(info.holder, "1 shared holder (2 waiting)");
+    assert_int_equal(info.fence, shared_fence);
+    sleep_ms(200);
+    assert_int_equal(__atomic_load_n(&writer.rc, __ATOMIC_SEQ_CST), -1);
+    assert_int_equal(__atomic_load_n(&reader.rc, __ATOMIC_SEQ_CST), -1); /* behind the writer */
+
+    assert_int_equal(dlock_release(x), DLOCK_OK);
+    assert_int_equal(taken(&writer), DLOCK_OK);
+    assert_true(writer.fence > shared_fence);
+    find_child(zh, "/dlock-test/zdown", NULL, seq + 1, node, sizeof node, &st);
+    assert_string_equal(node, writer_node);
+    assert_int_equal((uint64_t)st.czxid, writer.fence);
+    assert_int_equal(__atomic_load_n(&reader.rc, __ATOMIC_SEQ_CST), -1);
+    __atomic_store_n(&writer.let_go, 1, __ATOMIC_SEQ_CST);
+    assert_int_equal(taken(&reader), DLOCK_OK);
+    assert_true(reader.fence > writer.fence);
+    __atomic_store_n(&reader.let_go, 1, __ATOMIC_SEQ_CST);
+    pthread_join(tw, NULL);
+    pthread_join(tr, NULL);
+    zookeeper_close(zh);
+    dlock_lock_free(writer.lock);
+    dlock_lock_free(reader.lock);
+    dlock_lock_free(x);
+    dlock_client_close(a);
+    dlock_client_close(b);
+    dlock_client_close(c);
+}
+
+/* Children of parent now (0 when the parent is gone). */
+static int children_of(zhandle_t *zh, const char *parent)
+{
+    struct String_vector children;
+    int zrc = zoo_get_children(zh, parent, 0, &children);
+    if (zrc == ZNONODE)
+        return 0;
+    assert_int_equal(zrc, ZOK);
+    int n = children.count;
+    deallocate_String_vector(&children);
+    return n;
+}
+
+/* A hold whose node an operator deleted cannot be downgraded: lost, and
+ * no shared node is made in its place. */
+static void a_downgrade_of_a_deleted_node_is_lost(void **state)
+{
+    (void)state;
+    dlock_client *a = open_ok("", 30000);
+    dlock_lock *x = test_lock_named(a, "zdown-gone");
+    assert_int_equal(dlock_acquire(x, 0), DLOCK_OK);
+    delete_holder_node("zdown-gone");
+    assert_int_equal(dlock_downgrade(x), DLOCK_ELOST);
+    assert_non_null(strstr(dlock_errmsg(), "no longer held"));
+    zhandle_t *zh = admin_connect(standalone_hosts());
+    assert_int_equal(children_of(zh, "/dlock-test/zdown-gone"), 0);
+    zookeeper_close(zh);
+    assert_int_equal(dlock_release(x), DLOCK_ELOST);
+    dlock_lock_free(x);
+    dlock_client_close(a);
+}
+
+/* The downgrade is made on the server but its answer never comes: the
+ * hold is given up as lost, and the shared node the server made is
+ * deleted with it, so a writer gets the name (the session lives on). */
+static void a_downgrade_without_an_answer_leaves_no_node_behind(void **state)
+{
+    (void)state;
+    struct fault_proxy *proxy;
+    dlock_client *a = open_through_proxy(&proxy, 4000, "");
+    dlock_lock *x = test_lock_named(a, "zdown-noanswer");
+    assert_int_equal(dlock_acquire(x, 0), DLOCK_OK);
+    fault_proxy_set(proxy, FAULT_DROP_REPLY_RESET, 0);
+    assert_int_equal(dlock_downgrade(x), DLOCK_ELOST);
+    assert_non_null(strstr(dlock_errmsg(), "no clear answer"));
+    dlock_client *b = open_ok("", 30000);
+    dlock_lock *w = test_lock_named(b, "zdown-noanswer");
+    assert_int_equal(dlock_acquire(w, 5000), DLOCK_OK);
+    zhandle_t *zh = admin_connect(standalone_hosts());
+    assert_int_equal(children_of(zh, "/dlock-test/zdown-noanswer"), 1); /* the writer's node alone */
+    zookeeper_close(zh);
+    assert_int_equal(dlock_release(x), DLOCK_ELOST);
+    assert_int_equal(dlock_release(w), DLOCK_OK);
+    dlock_lock_free(w);
+    dlock_lock_free(x);
+    dlock_client_close(b);
+    dlock_client_close(a);
+    fault_proxy_stop(proxy);
 }
 
 /* The server here has tickTime 200, so it grants sessions of at most 4 s
@@ -303,15 +508,8 @@ static void hold_declared_lost_is_given_back_when_the_session_survives(void **st
 {
     (void)state;
     __atomic_store_n(&declared_lost_at, 0, __ATOMIC_SEQ_CST);
-    int proxy_port;
-    struct fault_proxy *proxy = fault_proxy_start(server.port, &proxy_port);
-    assert_non_null(proxy);
-    char text[1024];
-    snprintf(text, sizeof text,
-             "backend = \"zookeeper\";\nlease_ms = 1500;\n"
-             "zookeeper = { hosts = \"127.0.0.1:%d\"; root = \"/dlock-test\"; session_timeout_ms = 4000; "
-             "connect_timeout_ms = 3000; };\n", proxy_port);
-    dlock_client *a = test_client_open(text);
+    struct fault_proxy *proxy;
+    dlock_client *a = open_through_proxy(&proxy, 1500, "session_timeout_ms = 4000;");
     dlock_lock_options o = DLOCK_LOCK_OPTIONS_INIT;
     o.on_lost = note_declared_lost;
     dlock_lock *la = NULL;
@@ -581,6 +779,9 @@ int main(void)
     const struct CMUnitTest particular[] = {
         cmocka_unit_test(waiters_are_granted_in_arrival_order),
         cmocka_unit_test(the_fence_is_the_nodes_czxid),
+        cmocka_unit_test(a_downgraded_node_keeps_its_place_and_fences_stay_in_order),
+        cmocka_unit_test(a_downgrade_of_a_deleted_node_is_lost),
+        cmocka_unit_test(a_downgrade_without_an_answer_leaves_no_node_behind),
         cmocka_unit_test(hold_declared_lost_is_given_back_when_the_session_survives),
         cmocka_unit_test(validity_follows_the_negotiated_session),
         cmocka_unit_test(names_never_leave_their_parent),
