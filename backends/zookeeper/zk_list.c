@@ -77,8 +77,11 @@ static int describe_holders(struct zk_session *s, zhandle_t *zh, const char *par
         }
         free(path);
         owners[described][zrc == ZOK && len > 0 ? len : 0] = 0;
+        /* A node made shared by a downgrade keeps the fence of the node it
+         * replaced, written after the owner id. */
+        uint64_t kept = zk_data_fence(owners[described]);
         q[i].holder.owner = owners[described++];
-        q[i].holder.fence = zrc == ZOK ? (uint64_t)st.czxid : 0;
+        q[i].holder.fence = zrc != ZOK ? 0 : kept ? kept : (uint64_t)st.czxid;
     }
     return DLOCK_OK;
 }

@@ -91,3 +91,17 @@ char zk_kind_of(const char *child, unsigned *permits)
     }
     return 's';
 }
+
+void zk_downgraded_data(char *out, size_t size, const char *owner, uint64_t fence)
+{
+    snprintf(out, size, "%s\n%llu", owner, (unsigned long long)fence);
+}
+
+uint64_t zk_data_fence(char *data)
+{
+    char *nl = strchr(data, '\n');
+    if (!nl)
+        return 0;
+    *nl = '\0';
+    return strtoull(nl + 1, NULL, 10);
+}

@@ -35,6 +35,15 @@ int64_t zk_sequence_of(const char *child);
  * 's' shared, 'p' a permit of a semaphore of *permits (else 0). */
 char zk_kind_of(const char *child, unsigned *permits);
 
+/* The data of a node made shared by a downgrade: the owner id, a newline,
+ * and in decimal the fence the hold keeps (the czxid of the exclusive node
+ * it replaced). Other nodes hold the owner id alone. */
+void zk_downgraded_data(char *out, size_t size, const char *owner, uint64_t fence);
+
+/* Cuts a node's data (NUL-terminated) after its owner id, in place, and
+ * returns the fence a downgrade wrote after it, or 0 when there is none. */
+uint64_t zk_data_fence(char *data);
+
 /* True when root is an absolute ZooKeeper path without a trailing '/',
  * empty components, "." or ".." components. */
 bool zk_valid_root(const char *root);

@@ -8,8 +8,8 @@
  * waiter, not all (no herd), and grants go in arrival order (fair). The
  * holder's node's czxid is the fencing token: zxids are assigned by the
  * leader in one total order, so a later holder, whose node was created
- * after the earlier holder's, always has a larger one (a downgrade keeps
- * it so: see below).
+ * after the earlier holder's, always has a larger one (a downgraded hold
+ * keeps its own: see below).
  *
  * The hold lives as long as the session (zk_session.h), whose timeout is
  * the lease: if the holder dies or is cut off, the server deletes its node
@@ -29,12 +29,10 @@
  *
  * A downgrade replaces the holder's exclusive node by a shared one of the
  * same session with the same name but for the "~s" mark, so the same
- * sequence number and place in line, in one multi that also writes the
- * parent (zk_downgrade). Its czxid, the new fence, is newer than the nodes
- * that queued behind it; the parent's mzxid records it, and a node older
- * than that mark is made again in its place when it is granted, so that
- * its czxid, and the fence, goes past the downgraded hold's
- * (refresh_fence): fences still grow from holder to holder.
+ * sequence number and place in line, in one multi (zk_downgrade). The
+ * hold keeps its fence, the exclusive node's czxid, which the new node
+ * carries in its data after the owner id (the new node's own czxid is
+ * above the nodes that queued behind it, so it could not be the token).
  *
  * The listing (zk_list.c) reads the same tree back: a name per parent,
  * holders and waiters from the sequence numbers and kinds; the status
@@ -319,45 +317,33 @@ static int delete_own_node(struct zk_instance *inst, zhandle_t *zh, struct zk_lo
 
 /* Puts the node new_path (a child of the same parent with our node's
  * sequence number, so the same place in line) in the place of ours, in one
- * multi: ours is deleted, new_path created as an ephemeral of this session
- * holding the owner id, and the parent written. There is no moment when
- * neither node is there, and the waiters behind keep their places. The
- * parent's mzxid, the multi's zxid, is also the new node's czxid (in
- * *czxid): above every zxid before it, so above every fence handed out on
- * the name. A node that queued before it and is granted later looks at
- * that mark (standing's replaced_at) to know its own czxid is now too low
- * for a fence. Returns the multi's ZooKeeper result; *own_gone says it
- * failed because our node was no longer there. */
-static int replace_own_node(struct zk_instance *inst, zhandle_t *zh, const struct zk_lock *zl, const char *owner,
-                            const char *new_path, int64_t *czxid, bool *own_gone)
+ * multi: ours is deleted and new_path created as an ephemeral of this
+ * session holding data. There is no moment when neither node is there,
+ * and the waiters behind keep their places. Returns the multi's ZooKeeper
+ * result; *own_gone says it failed because our node was no longer there. */
+static int replace_own_node(zhandle_t *zh, const struct zk_lock *zl, const char *data, const struct ACL_vector *acl,
+                            const char *new_path, bool *own_gone)
 {
-    zoo_op_t ops[3];
-    zoo_op_result_t results[3];
-    struct Stat parent_st;
+    zoo_op_t ops[2];
+    zoo_op_result_t results[2];
     char created[ZK_PATH_MAX];
     zoo_delete_op_init(&ops[0], zl->node, -1);
-    zoo_create_op_init(&ops[1], new_path, owner, (int)strlen(owner), inst->acl, ZOO_EPHEMERAL, created,
-                       sizeof created);
-    zoo_set_op_init(&ops[2], zl->parent, "", 0, -1, &parent_st);
+    zoo_create_op_init(&ops[1], new_path, data, (int)strlen(data), acl, ZOO_EPHEMERAL, created, sizeof created);
     memset(results, 0, sizeof results);
-    int zrc = zoo_multi(zh, 3, ops, results);
+    int zrc = zoo_multi(zh, 2, ops, results);
     *own_gone = zrc == ZNONODE && results[0].err == ZNONODE;
-    if (zrc == ZOK)
-        *czxid = parent_st.mzxid;
     return zrc;
 }
 
-/* Whether path, a node of lk, is one of this session: DLOCK_OK with its
- * czxid, DLOCK_ELOST (gone, or another session's), or a failure. */
+/* Whether path, a node of lk, is one of this session: DLOCK_OK,
+ * DLOCK_ELOST (gone, or another session's), or a failure. */
 static int node_is_ours(struct zk_instance *inst, zhandle_t *zh, const struct dlock_provider_lock *lk,
-                        const char *path, int64_t *czxid)
+                        const char *path)
 {
     struct Stat st;
     int zrc = zoo_exists(zh, path, 0, &st);
-    if (zrc == ZOK && st.ephemeralOwner == zoo_client_id(zh)->client_id) {
-        *czxid = st.czxid;
+    if (zrc == ZOK && st.ephemeralOwner == zoo_client_id(zh)->client_id)
         return DLOCK_OK;
-    }
     if (zrc == ZOK || zrc == ZNONODE)
         return dlock_seterr(DLOCK_ELOST, "zookeeper: '%s' is no longer held by this owner: its node %s is gone",
                             lk->name, path);
@@ -381,29 +367,6 @@ static void drop_orphan(struct zk_instance *inst, const char *parent, const char
     pthread_mutex_unlock(&inst->orphan_mu);
 }
 
-/* A node that queued before the last replacement under its parent (its
- * czxid is below replaced_at) is granted now: a fence handed out since it
- * queued (the downgraded hold's, or a node's refreshed before it) may be
- * above its czxid. So it is made again in its own place, same name, with
- * a czxid above every fence so far; being a replacement itself, it marks
- * the parent for the nodes that queued before it and are granted after it
- * (a reader behind a refreshed writer). A node made after the last
- * replacement is granted without a write. Waiters that watch this node
- * wake once and find it in its place again. DLOCK_OK (zl->czxid is the
- * new one), DLOCK_ENOTOWNER (our node is gone), or a failure. */
-static int refresh_fence(struct zk_instance *inst, zhandle_t *zh, const struct dlock_provider_lock *lk,
-                         struct zk_lock *zl)
-{
-    bool gone;
-    int64_t czxid;
-    int zrc = replace_own_node(inst, zh, zl, lk->owner, zl->node, &czxid, &gone);
-    if (zrc == ZOK) {
-        zl->czxid = czxid;
-        return DLOCK_OK;
-    }
-    return gone ? DLOCK_ENOTOWNER : zk_error(&inst->session, zrc, "making a newer fence for", zl->node);
-}
-
 /* ---- the provider ---------------------------------------------------------------------- */
 
 static int ensure_names(struct zk_instance *inst, struct dlock_provider_lock *lk)
@@ -416,18 +379,14 @@ static int ensure_names(struct zk_instance *inst, struct dlock_provider_lock *lk
 
 /* Where our node stands: DLOCK_OK (we hold it), DLOCK_EBUSY with
  * zl->predecessor set (or zl->wait_children for a permit), DLOCK_ENOTOWNER
- * (our node is gone), DLOCK_EINVAL (a semaphore of another N), or a failure.
- * *replaced_at gets the parent's mzxid: the zxid of the last replacement
- * of a node under it (replace_own_node), else of the parent's creation. */
+ * (our node is gone), DLOCK_EINVAL (a semaphore of another N), or a failure. */
 static int standing(struct zk_instance *inst, zhandle_t *zh, const struct dlock_provider_lock *lk,
-                    struct zk_lock *zl, int64_t *replaced_at)
+                    struct zk_lock *zl)
 {
     struct String_vector children = { 0, NULL };
-    struct Stat parent_st;
-    int zrc = zoo_get_children2(zh, zl->parent, 0, &children, &parent_st);
+    int zrc = zoo_get_children(zh, zl->parent, 0, &children);
     if (zrc != ZOK)
         return zrc == ZNONODE ? DLOCK_ENOTOWNER : zk_error(&inst->session, zrc, "listing", zl->parent);
-    *replaced_at = parent_st.mzxid;
     const char *own = strrchr(zl->node, '/') + 1;
     int64_t own_seq = zk_sequence_of(own), best_below = -1;
     const char *pred = NULL;
@@ -495,10 +454,7 @@ static int zk_acquire(void *instance, struct dlock_provider_lock *lk, struct dlo
                 break;
             zl->generation = generation;
         }
-        int64_t replaced_at = 0;
-        rc = standing(inst, zh, lk, zl, &replaced_at);
-        if (rc == DLOCK_OK && zl->czxid < replaced_at)
-            rc = refresh_fence(inst, zh, lk, zl);
+        rc = standing(inst, zh, lk, zl);
         if (rc != DLOCK_ENOTOWNER)
             break;
         forget_node(zl); /* deleted behind our back: queue again */
@@ -576,12 +532,13 @@ static int make_shared(struct zk_instance *inst, zhandle_t *zh, const struct dlo
     if (rc != DLOCK_OK)
         return rc;
     bool gone;
-    int64_t czxid = 0;
-    int zrc = replace_own_node(inst, zh, zl, lk->owner, twin, &czxid, &gone);
+    char data[sizeof zl->prefix + 96];
+    zk_downgraded_data(data, sizeof data, lk->owner, (uint64_t)zl->czxid);
+    int zrc = replace_own_node(zh, zl, data, inst->acl, twin, &gone);
     if (gone) {
         /* The twin is there if an earlier request made it and its answer
          * was lost; then it is the hold, no orphan. */
-        if ((rc = node_is_ours(inst, zh, lk, twin, &czxid)) == DLOCK_OK)
+        if ((rc = node_is_ours(inst, zh, lk, twin)) == DLOCK_OK)
             drop_orphan(inst, zl->parent, prefix);
     } else if (zrc != ZOK) {
         rc = zk_error(&inst->session, zrc, "making shared", zl->node);
@@ -595,7 +552,6 @@ static int make_shared(struct zk_instance *inst, zhandle_t *zh, const struct dlo
         free(zl->node);
         zl->node = twin;
         twin = NULL;
-        zl->czxid = czxid;
         memcpy(zl->prefix, prefix, sizeof zl->prefix);
     }
     free(twin);
@@ -609,9 +565,9 @@ static int make_shared(struct zk_instance *inst, zhandle_t *zh, const struct dlo
  * writer waiting behind it is woken too, finds the twin in the same place
  * below it and waits on that. The twin is an ephemeral of the same
  * session, so the hold keeps its lease; renewal, release and the listing
- * go by the node, whatever lk->mode says. Its czxid, the multi's zxid, is
- * the new fence. */
-static int zk_downgrade(void *instance, struct dlock_provider_lock *lk, struct dlock_grant *g)
+ * go by the node, whatever lk->mode says. The hold keeps its fence, the
+ * old node's czxid, written in the twin's data for the listing. */
+static int zk_downgrade(void *instance, struct dlock_provider_lock *lk)
 {
     struct zk_instance *inst = instance;
     struct zk_lock *zl = lk->priv;
@@ -626,15 +582,11 @@ static int zk_downgrade(void *instance, struct dlock_provider_lock *lk, struct d
                           lk->name);
     } else if (zk_kind_of(strrchr(zl->node, '/') + 1, &permits) == 's') {
         /* Made shared before, by a request whose answer was lost. */
-        rc = node_is_ours(inst, zh, lk, zl->node, &zl->czxid);
+        rc = node_is_ours(inst, zh, lk, zl->node);
     } else if (permits > 0) {
         rc = dlock_seterr(DLOCK_EINVAL, "zookeeper: '%s' is held as a permit, not exclusively", lk->name);
     } else {
         rc = make_shared(inst, zh, lk, zl);
-    }
-    if (rc == DLOCK_OK) {
-        g->fence = (uint64_t)zl->czxid;
-        g->has_fence = 1;
     }
     zk_session_put(&inst->session);
     return rc;

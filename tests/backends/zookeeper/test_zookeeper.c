@@ -274,11 +274,12 @@ static void find_child(zhandle_t *zh, const char *parent, const char *mark, int6
 
 /* A downgrade puts a shared node of the same session in the exclusive
  * node's place: the same sequence number (its place in line), the owner
- * id, and its czxid is the new fence. The writer that waited behind it
- * keeps its node and place, and is granted with a fence above the
- * downgraded hold's (its node made again in place, with a newer czxid);
- * the reader that waited behind the writer gets one above the writer's.
- * The status shows the downgraded hold as a shared holder. */
+ * id and, after it, the fence the hold keeps (the exclusive node's czxid;
+ * the new node's own czxid is above the writer's waiting behind it). The
+ * writer keeps its node and place, and is granted with its node's czxid,
+ * above the downgraded hold's fence; the reader that waited behind the
+ * writer gets one above the writer's. The status shows the downgraded
+ * hold as a shared holder, with its fence. */
 static void a_downgraded_node_keeps_its_place_and_fences_stay_in_order(void **state)
 {
     (void)state;
@@ -303,15 +304,18 @@ static void a_downgraded_node_keeps_its_place_and_fences_stay_in_order(void **st
 
     assert_int_equal(dlock_downgrade(x), DLOCK_OK);
     assert_int_equal(dlock_fence(x, &shared_fence), DLOCK_OK);
-    assert_true(shared_fence > exclusive_fence);
+    assert_int_equal(shared_fence, exclusive_fence); /* the same hold */
     find_child(zh, "/dlock-test/zdown", "~s", seq, twin, sizeof twin, &twin_st);
-    assert_int_equal((uint64_t)twin_st.czxid, shared_fence);
+    assert_true((uint64_t)twin_st.czxid > shared_fence); /* a new node, which carries the kept fence */
     assert_int_equal(strncmp(twin, held, (size_t)(strstr(held, "-lock-") - held)), 0); /* same owner tag and attempt */
     char path[512], data[128];
     int len = sizeof data - 1;
     snprintf(path, sizeof path, "/dlock-test/zdown/%s", twin);
     assert_int_equal(zoo_get(zh, path, 0, data, &len, &st), ZOK);
     data[len] = '\0';
+    assert_non_null(strchr(data, '\n'));
+    assert_int_equal(strtoull(strchr(data, '\n') + 1, NULL, 10), exclusive_fence);
+    *strchr(data, '\n') = '\0';
     assert_null(strchr(data, '/')); /* the owner id of the exclusive hold it was */
     assert_true(st.ephemeralOwner != 0);
     snprintf(path, sizeof path, "/dlock-test/zdown/%s", held);
