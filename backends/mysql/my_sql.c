@@ -12,15 +12,23 @@
  * fence and owner are decided from the old owner and expiry, and expires_at
  * last, from the owner just written. The statement cannot return a row, so
  * it reports through LAST_INSERT_ID(expr), which the OK packet carries:
- * the fence on a grant, MY_BUSY_MARK + the holder's remaining ms when busy
- * (plus MY_SHARED_FLAG when the holders are shared or permit holders).
+ * the fence on a grant, MY_BUSY_MARK + the holder's remaining ms when busy.
  *
  * Shared holds and permits live in the same row, as in the postgres
  * backend: owner is the kind ("~s", "~p<N>"), expires_at the latest
  * holder's expiry, holders a JSON object of owner -> expiry in ms. Their
  * acquire is one UPDATE of the row (made first if missing) that decides
  * once, into @dlock_take, from the row InnoDB has locked for the update,
- * and every later assignment follows that decision. */
+ * and every later assignment follows that decision. A writer kept waiting,
+ * by holders of any kind, registers in the row (writer, writer_until,
+ * writer_fence), and shared requests after it are busy until a grant
+ * raises the fence, it gives up, or two of its leases pass unrenewed.
+ *
+ * A downgrade is one UPDATE that finds the row still ours (by owner and
+ * server time, under InnoDB's row lock) and makes it the shared row of a
+ * single holder, us, with the expiry we had, so the name is never free or
+ * anyone else's in between; it raises the fence like any grant and carries
+ * a waiting writer's registration over to the new fence. */
 #include "config.h"
 
 #include "my_sql.h"
@@ -68,11 +76,10 @@ int my_sql_init(struct my_sql *sql, const char *table)
         "ON DUPLICATE KEY UPDATE\n"
         "  fence = IF(" FREE_OR_EXPIRED ", LAST_INSERT_ID(fence + 1),\n"
         "             IF(owner = VALUES(owner), LAST_INSERT_ID(fence),\n"
-        "                fence + 0 * LAST_INSERT_ID(%llu + GREATEST(expires_at - " NOW_MS ", 0)\n"
-        "                                           + IF(LEFT(owner, 1) = '~', %llu, 0)))),\n"
+        "                fence + 0 * LAST_INSERT_ID(%llu + GREATEST(expires_at - " NOW_MS ", 0)))),\n"
         "  owner = IF(" FREE_OR_EXPIRED " OR owner = VALUES(owner), VALUES(owner), owner),\n"
         "  expires_at = IF(owner = VALUES(owner), VALUES(expires_at), expires_at)",
-        t, (unsigned long long)MY_BUSY_MARK, (unsigned long long)MY_SHARED_FLAG);
+        t, (unsigned long long)MY_BUSY_MARK);
     sql->text[MY_ENSURE_ROW] = sql_format("INSERT INTO `%s` (name, owner, fence, expires_at) VALUES (?, NULL, 0, 0)\n"
                                           "ON DUPLICATE KEY UPDATE name = name",
                                           t);
@@ -116,10 +123,25 @@ int my_sql_init(struct my_sql *sql, const char *table)
     /* owner, lease, key, owner */
     sql->text[MY_REGISTER_WRITER] = sql_format(
         "UPDATE `%s` SET writer = ?, writer_until = " NOW_MS " + 2 * ?, writer_fence = fence\n"
-        "WHERE name = ? AND LEFT(owner, 1) = '~' AND expires_at >= " NOW_MS "\n"
+        "WHERE name = ? AND owner IS NOT NULL AND expires_at >= " NOW_MS "\n"
         "  AND (writer IS NULL OR writer = ? OR writer_until < " NOW_MS " OR writer_fence <> fence)",
         t);
     sql->text[MY_UNREGISTER_WRITER] = sql_format("UPDATE `%s` SET writer = NULL WHERE name = ? AND writer = ?", t);
+    /* owner, owner, key, owner, owner: our own exclusive row becomes shared
+     * (holders: us alone, with our expiry); or, sent again after the
+     * answer to the first was lost, our entry is already in the shared
+     * row. Either way a new fence. Each assignment sees the ones before
+     * it: writer_fence and holders read fence and owner before they
+     * change. */
+    sql->text[MY_DOWNGRADE] = sql_format(
+        "UPDATE `%s` SET\n"
+        "  writer_fence = IF(writer_fence = fence, fence + 1, writer_fence),\n"
+        "  holders = IF(owner = ?, JSON_SET(JSON_OBJECT(), " OWNER_PATH ", expires_at), holders),\n"
+        "  owner = '~s',\n"
+        "  fence = LAST_INSERT_ID(fence + 1)\n"
+        "WHERE name = ? AND expires_at >= " NOW_MS "\n"
+        "  AND (owner = ? OR (owner = '~s' AND JSON_EXTRACT(holders, " OWNER_PATH ") > " NOW_MS "))",
+        t);
     sql->text[MY_SHARED_STATUS] = sql_format(
         "SELECT COUNT(*) FROM `%s` AS t, " HOLDER_KEYS " WHERE t.name = ? AND " HOLDER_EXPIRY " > " NOW_MS, t);
     /* key: an operator's break (holders and a waiting writer's registration

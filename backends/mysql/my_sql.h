@@ -14,16 +14,12 @@
 /* A busy acquire reports the holder's remaining lease through
  * LAST_INSERT_ID as MY_BUSY_MARK + ms; fences stay far below it. */
 #define MY_BUSY_MARK (UINT64_C(1) << 62)
-/* Added to the busy answer's ms when the holders are shared or permit
- * holders (an exclusive request then registers as a waiting writer). */
-#define MY_SHARED_FLAG (UINT64_C(1) << 60)
 /* A shared or permit request on a name held in another kind reports
  * MY_KIND_MARK + that kind's permits (0: shared). */
 #define MY_KIND_MARK (UINT64_C(1) << 61)
 
 enum my_statement {
-    MY_ACQUIRE,          /* key, owner, lease ms -> insert id: fence, or MY_BUSY_MARK + ms
-                          * (+ MY_SHARED_FLAG) */
+    MY_ACQUIRE,          /* key, owner, lease ms -> insert id: fence, or MY_BUSY_MARK + ms */
     MY_RENEW,            /* lease ms, key, owner -> 1 row found when still ours */
     MY_RENEW_BATCH,      /* JSON [[hex key, owner, lease ms], ...] -> rows found still ours
                           * (needs JSON_TABLE: MariaDB >= 10.6, MySQL >= 8.0.4) */
@@ -35,8 +31,10 @@ enum my_statement {
                           * or MY_BUSY_MARK + ms */
     MY_SHARED_RENEW,     /* owner, lease, lease, key, owner -> 1 row found when still ours */
     MY_SHARED_RELEASE,   /* owner, key, owner -> 1 row found when released */
-    MY_REGISTER_WRITER,  /* owner, lease, key, owner: an exclusive request waiting on shared holders */
+    MY_REGISTER_WRITER,  /* owner, lease, key, owner: an exclusive request kept waiting */
     MY_UNREGISTER_WRITER,/* key, owner */
+    MY_DOWNGRADE,        /* owner, owner, key, owner, owner -> 1 row found when made (or already) shared;
+                          * insert id: the new fence */
     MY_SHARED_STATUS,    /* key -> live holders */
     MY_HAS_SHARED_COLUMNS, /* table name -> 1 when the table has the shared columns */
     MY_BREAK,            /* key -> 1 row found when it was held; insert id: the new fence */

@@ -45,12 +45,13 @@ struct my_instance {
     char prefix[65];
     void *log_handle;
     bool no_batch;               /* the server cannot run MY_RENEW_BATCH (no JSON_TABLE) */
+    bool no_shared_columns;      /* the table has none (create_table off): writers do not register, no downgrade */
 };
 
 struct my_lock {
     struct sql_lock_key k;       /* the row's name; k.tag the session-mode GET_LOCK name */
     uint64_t generation;         /* session mode: holder connection of the hold */
-    bool writer_registered;      /* an exclusive request waiting on shared holders said so in the row */
+    bool writer_registered;      /* an exclusive request kept waiting said so in the row */
 };
 /* sql_renew_batch_init reads the key at the start of each lock's state. */
 _Static_assert(offsetof(struct my_lock, k) == 0, "the sql_lock_key comes first");
@@ -102,10 +103,8 @@ static int lease_try(struct my_instance *inst, struct dlock_provider_lock *lk, s
     if (rc != DLOCK_OK)
         return rc;
     if (o.insert_id >= MY_BUSY_MARK) {
-        uint64_t v = o.insert_id - MY_BUSY_MARK;
-        g->retry_hint_ms = (int64_t)(v & (MY_SHARED_FLAG - 1));
-        if (v & MY_SHARED_FLAG)
-            register_writer(inst, lk);
+        g->retry_hint_ms = (int64_t)(o.insert_id - MY_BUSY_MARK);
+        register_writer(inst, lk);
         return DLOCK_EBUSY;
     }
     if (o.affected == 0 || o.insert_id == 0)
@@ -117,18 +116,30 @@ static int lease_try(struct my_instance *inst, struct dlock_provider_lock *lk, s
     return DLOCK_OK;
 }
 
-/* An exclusive request kept out by shared holders says so in the row, so
- * that shared requests after it wait behind it instead of starving it.
- * Best effort: if it fails, the request still waits, only without that
- * priority. */
+/* An exclusive request kept waiting says so in the row, so that shared
+ * requests after it wait behind it instead of starving it: behind shared
+ * holders, and behind an exclusive hold, which may be downgraded to a
+ * shared one or released while this request waits. Best effort: if it
+ * fails, the request still waits, only without that priority. */
 static void register_writer(struct my_instance *inst, struct dlock_provider_lock *lk)
 {
     struct my_lock *ml = lk->priv;
+    if (inst->no_shared_columns)
+        return;
     struct my_param p[4] = { bytes(lk->owner, strlen(lk->owner)), integer(lk->lease_ms),
                              bytes(ml->k.key, ml->k.key_len), bytes(lk->owner, strlen(lk->owner)) };
     struct my_outcome o;
     if (my_pool_run(&inst->pool, MY_REGISTER_WRITER, p, 4, -1, &o) == DLOCK_OK)
         ml->writer_registered = true;
+}
+
+/* A statement named a column of shared holds that the table lacks. */
+static int shared_columns_error(const struct my_instance *inst)
+{
+    return dlock_seterr(DLOCK_ECONFIG,
+                        "%s: table `%s` has no columns for shared holds and semaphores: add them with the "
+                        "ALTER TABLE in dlock.conf(5), or let libdlock do it (mysql.create_table = true)",
+                        inst->server.label, inst->sql.table);
 }
 
 /* One attempt at a shared hold or a permit: the row is made first if the
@@ -158,14 +169,8 @@ static int shared_try(struct my_instance *inst, struct dlock_provider_lock *lk, 
     if (rc == DLOCK_OK && o.server_errno == 0 && o.affected == 0)
         rc = dlock_seterr(DLOCK_EPROTOCOL, "%s: the row of '%s' vanished while it was taken", inst->server.label,
                           lk->name);
-    if (rc != DLOCK_OK) {
-        if (o.server_errno == ER_BAD_FIELD_ERROR)
-            rc = dlock_seterr(DLOCK_ECONFIG,
-                              "%s: table `%s` has no columns for shared holds and semaphores: add them with the "
-                              "ALTER TABLE in dlock.conf(5), or let libdlock do it (mysql.create_table = true)",
-                              inst->server.label, inst->sql.table);
-        return rc;
-    }
+    if (rc != DLOCK_OK)
+        return o.server_errno == ER_BAD_FIELD_ERROR ? shared_columns_error(inst) : rc;
     if (o.insert_id >= MY_BUSY_MARK) {
         g->retry_hint_ms = (int64_t)(o.insert_id - MY_BUSY_MARK);
         return DLOCK_EBUSY;
@@ -292,6 +297,26 @@ static int lease_release(struct my_instance *inst, struct dlock_provider_lock *l
     if (rc == DLOCK_OK && o.affected != 1)
         rc = my_pool_last_resent() ? DLOCK_OK : DLOCK_ENOTOWNER;
     return rc;
+}
+
+/* Our exclusive row made shared in one statement (MY_DOWNGRADE). There is
+ * no notification to send: waiting readers come in at their next retry,
+ * as after a release. */
+static int lease_downgrade(struct my_instance *inst, struct dlock_provider_lock *lk, struct dlock_grant *g)
+{
+    struct my_lock *ml = lk->priv;
+    struct my_param who = bytes(lk->owner, strlen(lk->owner));
+    struct my_param p[5] = { who, who, bytes(ml->k.key, ml->k.key_len), who, who };
+    struct my_outcome o = { .affected = 0 }; /* untouched when no connection could be had */
+    int rc = my_pool_run(&inst->pool, MY_DOWNGRADE, p, 5, -1, &o);
+    if (rc != DLOCK_OK)
+        return o.server_errno == ER_BAD_FIELD_ERROR ? shared_columns_error(inst) : rc;
+    if (o.affected != 1)
+        return dlock_seterr(DLOCK_ELOST, "%s: lock '%s' is no longer held by this owner (its lease ran out or it "
+                            "was taken), so it was not downgraded", inst->server.label, lk->name);
+    g->fence = o.insert_id;
+    g->has_fence = 1;
+    return DLOCK_OK;
 }
 
 /* ---- session mode ---------------------------------------------------------------------- */
@@ -489,6 +514,15 @@ static int my_renew_batch(void *instance, struct dlock_provider_lock *const *loc
                               : lease_renew_batch(inst, locks, n, results);
 }
 
+static int my_downgrade(void *instance, struct dlock_provider_lock *lk, struct dlock_grant *g)
+{
+    struct my_instance *inst = instance;
+    if (inst->session_mode) /* the instance does not claim it: not called */
+        return dlock_seterr(DLOCK_ENOTSUP, "%s: session mode has no shared holds to downgrade to",
+                            inst->server.label);
+    return lease_downgrade(inst, lk, g);
+}
+
 static int my_fence(void *instance, struct dlock_provider_lock *lk, uint64_t *out)
 {
     struct my_instance *inst = instance;
@@ -608,9 +642,15 @@ static int my_ctl(void *instance, int op, void *arg)
         return my_status(inst, arg);
     if (op == DLOCK_CTL_CAPABILITIES) {
         /* GET_LOCK has no shared kind, and one connection carries every
-         * hold of a client. */
+         * hold of a client; with no shared holds there is nothing to
+         * downgrade to. */
         if (inst->session_mode)
-            *(unsigned *)arg &= ~(unsigned)(DLOCK_CAP_SHARED | DLOCK_CAP_SEMAPHORE);
+            *(unsigned *)arg &= ~(unsigned)(DLOCK_CAP_SHARED | DLOCK_CAP_SEMAPHORE | DLOCK_CAP_DOWNGRADE);
+        /* A table without the columns of shared holds cannot take the
+         * downgraded one: refused up front (DLOCK_ENOTSUP), the exclusive
+         * hold is kept, where a failing statement would cost it. */
+        if (inst->no_shared_columns)
+            *(unsigned *)arg &= ~(unsigned)DLOCK_CAP_DOWNGRADE;
         return DLOCK_OK;
     }
     return DLOCK_ENOTSUP;
@@ -631,6 +671,7 @@ static int add_shared_columns(struct my_instance *inst, struct my_conn *c, bool 
                            "%s: table `%s` has no columns for shared holds and semaphores; they will fail until it "
                            "has them (ALTER TABLE in dlock.conf(5))",
                            inst->server.label, inst->sql.table);
+        inst->no_shared_columns = true;
         return DLOCK_OK;
     }
     if (mysql_query(c->db, inst->sql.add_shared_columns) != 0 && mysql_errno(c->db) != ER_DUP_FIELDNAME)
@@ -724,10 +765,10 @@ static int my_open(void **instance, const struct dlock_provider_env *env)
 }
 
 static const struct dlock_provider my_provider = {
-    .version = DLOCK_PROVIDER_VERSION_3,
+    .version = DLOCK_PROVIDER_VERSION_4,
     .name = "mysql",
     .capabilities = DLOCK_CAP_RENEW | DLOCK_CAP_FENCE | DLOCK_CAP_SERVER_EXPIRY | DLOCK_CAP_MULTI_HOST |
-                    DLOCK_CAP_SHARED | DLOCK_CAP_SEMAPHORE,
+                    DLOCK_CAP_SHARED | DLOCK_CAP_SEMAPHORE | DLOCK_CAP_DOWNGRADE,
     .lock_priv_size = sizeof(struct my_lock),
     .settings = my_settings,
     .open = my_open,
@@ -742,6 +783,7 @@ static const struct dlock_provider my_provider = {
     .abandon = my_abandon,
     .list = my_list,
     .break_hold = my_break,
+    .downgrade = my_downgrade,
 };
 
 DLOCK_MODULE(my_provider)

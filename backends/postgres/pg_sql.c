@@ -19,11 +19,20 @@
  * until the last holder goes, with no change. Every decision about holders
  * is made from the row being updated (never from a separate read), which
  * PostgreSQL re-reads after waiting for a concurrent update of the row, so
- * two statements cannot both decide on an old list. A writer waiting on a
- * shared row registers in it (writer, writer_until, writer_fence); shared
- * requests after it are busy until it gets its turn (any grant raises the
- * fence, which voids the registration), gives up, or stops renewing the
- * registration for two of its leases. */
+ * two statements cannot both decide on an old list. A writer kept waiting,
+ * by holders of any kind, registers in the row (writer, writer_until,
+ * writer_fence); shared requests after it are busy until it gets its turn
+ * (any grant raises the fence, which voids the registration), gives up, or
+ * stops renewing the registration for two of its leases. Registering
+ * behind an exclusive hold too is what lets the writer keep its place when
+ * that hold is downgraded, and after its release.
+ *
+ * A downgrade is one UPDATE of the row that finds it still ours (by owner
+ * and server time, under the row lock) and makes it the shared row of a
+ * single holder, us, with the expiry we had: the name is never free or
+ * anyone else's in between. It raises the fence like any grant, carrying a
+ * waiting writer's registration over to the new fence so the writer keeps
+ * its place. */
 #include "config.h"
 
 #include "pg_sql.h"
@@ -85,8 +94,7 @@ int pg_sql_init(struct pg_sql *sql, const char *table)
         "  WHERE t.owner IS NULL OR t.expires_at < now() OR t.owner = excluded.owner\n"
         "  RETURNING fence)\n"
         "SELECT (SELECT fence FROM up),\n"
-        "       (SELECT greatest(0, ceil(extract(epoch FROM expires_at - now()) * 1000))::bigint FROM prev),\n"
-        "       (SELECT left(owner, 1) = '~' FROM prev WHERE expires_at >= now())",
+        "       (SELECT greatest(0, ceil(extract(epoch FROM expires_at - now()) * 1000))::bigint FROM prev)",
         t, t);
     q[PG_SHARED_ACQUIRE] = sql_format(
         "WITH prev AS (SELECT owner, expires_at, holders FROM \"%s\" WHERE name = $1),\n"
@@ -115,12 +123,32 @@ int pg_sql_init(struct pg_sql *sql, const char *table)
     q[PG_REGISTER_WRITER] = sql_format(
         "UPDATE \"%s\" SET writer = $2, writer_until = now() + 2 * $3::bigint * interval '1 millisecond',\n"
         "  writer_fence = fence\n"
-        "WHERE name = $1 AND left(owner, 1) = '~' AND expires_at >= now()\n"
+        "WHERE name = $1 AND owner IS NOT NULL AND expires_at >= now()\n"
         "  AND (writer IS NULL OR writer = $2 OR writer_until < now() OR writer_fence <> fence)",
         t);
+    /* Readers were kept out by the registration only where no exclusive
+     * hold keeps them out anyway: only they need waking. */
     q[PG_UNREGISTER_WRITER] = sql_format(
-        "WITH r AS (UPDATE \"%s\" SET writer = NULL WHERE name = $1 AND writer = $2 RETURNING 1)\n"
-        "SELECT pg_notify($3, '') FROM r",
+        "WITH r AS (UPDATE \"%s\" SET writer = NULL WHERE name = $1 AND writer = $2\n"
+        "  RETURNING owner, expires_at)\n"
+        "SELECT pg_notify($3, '') FROM r WHERE owner IS NULL OR left(owner, 1) = '~' OR expires_at < now()",
+        t);
+    /* Our own exclusive row becomes shared (holders: us alone, with our
+     * expiry); or, sent again after the answer to the first was lost, our
+     * entry is already in the shared row. Either way a new fence. The SET
+     * expressions all read the row as it was. */
+    q[PG_DOWNGRADE] = sql_format(
+        "WITH d AS (UPDATE \"%s\" AS t SET\n"
+        "    fence = t.fence + 1,\n"
+        "    writer_fence = CASE WHEN t.writer_fence = t.fence THEN t.fence + 1 ELSE t.writer_fence END,\n"
+        "    holders = CASE WHEN t.owner = $2\n"
+        "                   THEN jsonb_build_object($2::text, (extract(epoch FROM t.expires_at) * 1000)::bigint)\n"
+        "                   ELSE t.holders END,\n"
+        "    owner = '~s'\n"
+        "  WHERE t.name = $1 AND t.expires_at >= now()\n"
+        "    AND (t.owner = $2 OR (t.owner = '~s' AND (t.holders ->> $2)::bigint > " NOW_MS "))\n"
+        "  RETURNING t.fence)\n"
+        "SELECT fence, pg_notify($3, '') FROM d",
         t);
     q[PG_SHARED_RELEASE] = sql_format(
         "WITH r AS (UPDATE \"%s\" AS t SET\n"

@@ -17,8 +17,7 @@ enum pg_statement {
     PG_CREATE_SEQUENCE,
     /* lease mode: $1 key (bytea), $2 owner, $3 lease ms */
     PG_TAKE,             /* the fast path: -> fence when the existing row was taken, else no row */
-    PG_ACQUIRE,          /* -> (fence or NULL when busy, holder's ms left or NULL,
-                          * true when held shared or as permits) */
+    PG_ACQUIRE,          /* -> (fence or NULL when busy, holder's ms left or NULL) */
     PG_RENEW_BATCH,      /* $1 keys (bytea[]), $2 owners (text[]), $3 leases (bigint[]) -> the
                           * 1-based positions of the holds still ours */
     PG_RELEASE,          /* $3 channel -> one row when released */
@@ -27,7 +26,9 @@ enum pg_statement {
     PG_SHARED_ACQUIRE,   /* $3 lease ms, $4 kind ("~s", "~p<N>"), $5 permits (0: shared) ->
                           * (fence or NULL, ms to retry after, the kind held when busy or NULL) */
     PG_REGISTER_WRITER,  /* $3 lease ms: a busy exclusive request keeps later shared ones out */
-    PG_UNREGISTER_WRITER,/* $3 channel: it gave up (wakes the readers) */
+    PG_UNREGISTER_WRITER,/* $3 channel: it gave up (wakes the readers it kept out) */
+    PG_DOWNGRADE,        /* $3 channel: $2's exclusive hold made shared -> the new fence, or no
+                          * row when $2 holds it in neither kind */
     PG_SHARED_RELEASE,   /* $3 channel -> one row when released */
     PG_SHARED_RENEW_BATCH, /* as PG_RENEW_BATCH */
     PG_SHARED_STATUS,    /* $1 key -> live holders */

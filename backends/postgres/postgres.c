@@ -20,11 +20,12 @@
  * Every statement is prepared once per connection (planning the upsert
  * costs more than running it).
  *
- * Waiting, in both modes: a release sends NOTIFY on a channel derived from
- * the name. After a busy answer the waiter LISTENs on that channel on a
- * connection of its own, and only then tries again, so a release between
- * the two cannot be missed; a missed notification (a dropped listener) is
- * covered by retrying after the holder's remaining lease. */
+ * Waiting, in both modes: a release (and, in lease mode, a downgrade, which
+ * lets readers in) sends NOTIFY on a channel derived from the name. After a
+ * busy answer the waiter LISTENs on that channel on a connection of its
+ * own, and only then tries again, so a release between the two cannot be
+ * missed; a missed notification (a dropped listener) is covered by
+ * retrying after the holder's remaining lease. */
 #include "config.h"
 
 #include "../common/lock_kind.h"
@@ -51,6 +52,7 @@ struct pg_instance {
     struct pg_pool pool;         /* lease-mode statements, status */
     struct pg_pool listeners;    /* connections that LISTEN while a lock is waited for */
     bool session_mode;
+    bool no_shared_columns;      /* the table has none (create_table off): writers do not register, no downgrade */
     pthread_mutex_t holder_mu;   /* session mode: one connection carries the holds */
     PGconn *holder;
     uint64_t holder_generation;  /* bumped at each new holder connection */
@@ -63,7 +65,7 @@ struct pg_lock {
     char advisory[24];           /* the session-mode key (k.digest), as decimal text */
     PGconn *listener;            /* while LISTENing on channel */
     bool last_busy;              /* the last attempt found the lock held */
-    bool writer_registered;      /* an exclusive request waiting on shared holders said so in the row */
+    bool writer_registered;      /* an exclusive request kept waiting said so in the row */
     uint64_t generation;         /* session mode: holder connection the hold was taken on */
 };
 /* sql_renew_batch_init reads the key at the start of each lock's state. */
@@ -154,7 +156,20 @@ static void drain_notifications(struct pg_lock *pl)
 
 /* ---- lease mode -------------------------------------------------------------------------- */
 
-static void register_writer(struct pg_instance *inst, struct dlock_provider_lock *lk);
+/* The statement named a column of shared holds that the table lacks. */
+static bool missing_shared_columns(const PGresult *res)
+{
+    const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+    return state && strcmp(state, "42703") == 0;
+}
+
+static int shared_columns_error(const struct pg_instance *inst)
+{
+    return dlock_seterr(DLOCK_ECONFIG,
+                        "%s: table \"%s\" has no columns for shared holds and semaphores: add them with the "
+                        "ALTER TABLE in dlock.conf(5), or let libdlock do it (postgres.create_table = true)",
+                        inst->server.label, inst->sql.table);
+}
 
 static int lease_try(struct pg_instance *inst, struct dlock_provider_lock *lk, struct dlock_grant *g)
 {
@@ -185,9 +200,8 @@ static int lease_try(struct pg_instance *inst, struct dlock_provider_lock *lk, s
     if (!res)
         return rc;
     rc = pg_result_check(&inst->server, res, "acquire");
-    if (rc == DLOCK_OK && (PQntuples(res) != 1 || PQnfields(res) != 3))
+    if (rc == DLOCK_OK && (PQntuples(res) != 1 || PQnfields(res) != 2))
         rc = dlock_seterr(DLOCK_EPROTOCOL, "%s: acquire returned %d rows", inst->server.label, PQntuples(res));
-    bool held_shared = false;
     if (rc == DLOCK_OK) {
         if (!PQgetisnull(res, 0, 0)) {
             g->fence = strtoull(PQgetvalue(res, 0, 0), NULL, 10);
@@ -195,7 +209,6 @@ static int lease_try(struct pg_instance *inst, struct dlock_provider_lock *lk, s
             pl->writer_registered = false; /* the grant raised the fence: that voids it */
         } else {
             g->retry_hint_ms = PQgetisnull(res, 0, 1) ? -1 : strtoll(PQgetvalue(res, 0, 1), NULL, 10);
-            held_shared = !PQgetisnull(res, 0, 2) && strcmp(PQgetvalue(res, 0, 2), "t") == 0;
             rc = DLOCK_EBUSY;
         }
     }
@@ -203,18 +216,19 @@ static int lease_try(struct pg_instance *inst, struct dlock_provider_lock *lk, s
      * holder's remaining lease. */
     pl->last_busy = rc == DLOCK_EBUSY;
     PQclear(res);
-    if (held_shared)
-        register_writer(inst, lk);
     return rc;
 }
 
-/* An exclusive request kept out by shared holders says so in the row, so
- * that shared requests after it wait behind it instead of starving it.
- * Best effort: if it fails, the request still waits, only without that
- * priority. */
+/* An exclusive request kept waiting says so in the row, so that shared
+ * requests after it wait behind it instead of starving it: behind shared
+ * holders, and behind an exclusive hold, which may be downgraded to a
+ * shared one or released while this request waits. Best effort: if it
+ * fails, the request still waits, only without that priority. */
 static void register_writer(struct pg_instance *inst, struct dlock_provider_lock *lk)
 {
     struct pg_lock *pl = lk->priv;
+    if (inst->no_shared_columns)
+        return;
     char lease[24];
     snprintf(lease, sizeof lease, "%" PRId64, lk->lease_ms);
     const char *values[3] = { pl->k.key, lk->owner, lease };
@@ -245,12 +259,8 @@ static int shared_try(struct pg_instance *inst, struct dlock_provider_lock *lk, 
     if (!res)
         return rc;
     rc = pg_result_check(&inst->server, res, "acquire");
-    const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
-    if (state && strcmp(state, "42703") == 0)
-        rc = dlock_seterr(DLOCK_ECONFIG,
-                          "%s: table \"%s\" has no columns for shared holds and semaphores: add them with the "
-                          "ALTER TABLE in dlock.conf(5), or let libdlock do it (postgres.create_table = true)",
-                          inst->server.label, inst->sql.table);
+    if (missing_shared_columns(res))
+        rc = shared_columns_error(inst);
     if (rc == DLOCK_OK && (PQntuples(res) != 1 || PQnfields(res) != 3))
         rc = dlock_seterr(DLOCK_EPROTOCOL, "%s: acquire returned %d rows", inst->server.label, PQntuples(res));
     if (rc == DLOCK_OK && !PQgetisnull(res, 0, 0)) {
@@ -338,6 +348,31 @@ static int lease_release(struct pg_instance *inst, struct dlock_provider_lock *l
      * is ever freed). */
     if (rc == DLOCK_OK && PQntuples(res) != 1)
         rc = pg_pool_last_resent() ? DLOCK_OK : DLOCK_ENOTOWNER;
+    PQclear(res);
+    return rc;
+}
+
+/* Our exclusive row made shared in one statement (PG_DOWNGRADE), which
+ * also wakes the listeners: waiting readers may come in now. */
+static int lease_downgrade(struct pg_instance *inst, struct dlock_provider_lock *lk, struct dlock_grant *g)
+{
+    struct pg_lock *pl = lk->priv;
+    const char *values[3] = { pl->k.key, lk->owner, pl->k.tag };
+    int lengths[3] = { (int)pl->k.key_len, 0, 0 }, formats[3] = { 1, 0, 0 };
+    int rc;
+    PGresult *res = pg_pool_exec(&inst->pool, PG_DOWNGRADE, 3, values, lengths, formats, &rc);
+    if (!res)
+        return rc;
+    rc = pg_result_check(&inst->server, res, "downgrade");
+    if (missing_shared_columns(res))
+        rc = shared_columns_error(inst);
+    if (rc == DLOCK_OK && PQntuples(res) == 1) {
+        g->fence = strtoull(PQgetvalue(res, 0, 0), NULL, 10);
+        g->has_fence = 1;
+    } else if (rc == DLOCK_OK) {
+        rc = dlock_seterr(DLOCK_ELOST, "%s: lock '%s' is no longer held by this owner (its lease ran out or it "
+                          "was taken), so it was not downgraded", inst->server.label, lk->name);
+    }
     PQclear(res);
     return rc;
 }
@@ -506,6 +541,8 @@ static int pg_acquire(void *instance, struct dlock_provider_lock *lk, struct dlo
             dlock_provider_log(inst->log_handle, DLOCK_LOG_WARN, "%s: cannot LISTEN (%s); polling instead",
                                inst->server.label, dlock_errmsg());
     }
+    if (rc == DLOCK_EBUSY && !inst->session_mode && !kind_is_shared(lk))
+        register_writer(inst, lk);
     return rc;
 }
 
@@ -526,6 +563,15 @@ static int pg_renew(void *instance, struct dlock_provider_lock *lk)
 {
     struct pg_instance *inst = instance;
     return inst->session_mode ? session_renew(inst, lk) : lease_renew(inst, lk);
+}
+
+static int pg_downgrade(void *instance, struct dlock_provider_lock *lk, struct dlock_grant *g)
+{
+    struct pg_instance *inst = instance;
+    if (inst->session_mode) /* the instance does not claim it: not called */
+        return dlock_seterr(DLOCK_ENOTSUP, "%s: session mode has no shared holds to downgrade to",
+                            inst->server.label);
+    return lease_downgrade(inst, lk, g);
 }
 
 static int pg_fence(void *instance, struct dlock_provider_lock *lk, uint64_t *out)
@@ -692,9 +738,15 @@ static int pg_ctl(void *instance, int op, void *arg)
     if (op == DLOCK_CTL_CAPABILITIES) {
         /* One session carries every hold of a client, and PostgreSQL never
          * lets a session conflict with itself: a shared advisory lock of
-         * one handle would not keep out an exclusive one of another. */
+         * one handle would not keep out an exclusive one of another. With
+         * no shared holds there is nothing to downgrade to. */
         if (inst->session_mode)
-            *(unsigned *)arg &= ~(unsigned)(DLOCK_CAP_SHARED | DLOCK_CAP_SEMAPHORE);
+            *(unsigned *)arg &= ~(unsigned)(DLOCK_CAP_SHARED | DLOCK_CAP_SEMAPHORE | DLOCK_CAP_DOWNGRADE);
+        /* A table without the columns of shared holds cannot take the
+         * downgraded one: refused up front (DLOCK_ENOTSUP), the exclusive
+         * hold is kept, where a failing statement would cost it. */
+        if (inst->no_shared_columns)
+            *(unsigned *)arg &= ~(unsigned)DLOCK_CAP_DOWNGRADE;
         return DLOCK_OK;
     }
     return DLOCK_ENOTSUP;
@@ -739,6 +791,7 @@ static int prepare_schema(struct pg_instance *inst, bool create)
     PQclear(res);
     if (rc == DLOCK_OK && have_table && !have_columns)
         rc = add_shared_columns(inst, create);
+    inst->no_shared_columns = have_table && !have_columns && !create;
     if (rc != DLOCK_OK || (have_table && have_sequence))
         return rc;
     if (!create)
@@ -817,10 +870,10 @@ static int pg_open(void **instance, const struct dlock_provider_env *env)
 }
 
 static const struct dlock_provider pg_provider = {
-    .version = DLOCK_PROVIDER_VERSION_3,
+    .version = DLOCK_PROVIDER_VERSION_4,
     .name = "postgres",
     .capabilities = DLOCK_CAP_RENEW | DLOCK_CAP_FENCE | DLOCK_CAP_NATIVE_WAIT | DLOCK_CAP_SERVER_EXPIRY |
-                    DLOCK_CAP_MULTI_HOST | DLOCK_CAP_SHARED | DLOCK_CAP_SEMAPHORE,
+                    DLOCK_CAP_MULTI_HOST | DLOCK_CAP_SHARED | DLOCK_CAP_SEMAPHORE | DLOCK_CAP_DOWNGRADE,
     .lock_priv_size = sizeof(struct pg_lock),
     .settings = pg_settings,
     .open = pg_open,
@@ -836,6 +889,7 @@ static const struct dlock_provider pg_provider = {
     .abandon = pg_abandon,
     .list = pg_list,
     .break_hold = pg_break,
+    .downgrade = pg_downgrade,
 };
 
 DLOCK_MODULE(pg_provider)

@@ -15,6 +15,7 @@
 #include "../../support/test_client.h"
 #include "../../support/shared_kinds.h"
 #include "../../support/fence_guard_case.h"
+#include "../../support/downgrade_case.h"
 
 #include <dlock.h>
 #include <libpq-fe.h>
@@ -98,6 +99,16 @@ static dlock_client *open_ok(const char *extra)
     if (rc != DLOCK_OK)
         fail_msg("open: %s: %s", dlock_strerror(rc), dlock_errmsg());
     return c;
+}
+
+/* Lease mode through the fault proxy at port, on one pooled connection. */
+static dlock_client *open_lease_at(int port)
+{
+    char text[512];
+    snprintf(text, sizeof text,
+             "backend = \"postgres\";\npostgres = { port = %d; user = \"postgres\"; database = \"postgres\"; "
+             "pool_size = 1; };\n", port);
+    return test_client_open(text);
 }
 
 /* ---- particular to postgres ----------------------------------------------------------- */
@@ -300,7 +311,7 @@ static void shared_holds_live_in_the_row(void **state)
     dlock_client_close(a);
     dlock_client_close(b);
     dlock_client *c = open_ok("mode = \"session\";");
-    assert_int_equal(dlock_client_capabilities(c) & (DLOCK_CAP_SHARED | DLOCK_CAP_SEMAPHORE), 0);
+    assert_int_equal(dlock_client_capabilities(c) & (DLOCK_CAP_SHARED | DLOCK_CAP_SEMAPHORE | DLOCK_CAP_DOWNGRADE), 0);
     dlock_lock_options o = DLOCK_LOCK_OPTIONS_INIT;
     o.mode = DLOCK_MODE_SHARED;
     dlock_lock *l = NULL;
@@ -333,6 +344,10 @@ static void a_table_from_before_shared_holds(void **state)
     c = open_ok("table = \"older_locks\"; create_table = false;");
     dlock_lock *x = test_lock_named(c, "older");
     assert_int_equal(dlock_acquire(x, 0), DLOCK_OK);
+    /* Nowhere to keep a downgraded hold: refused up front, the hold kept. */
+    assert_int_equal(dlock_client_capabilities(c) & DLOCK_CAP_DOWNGRADE, 0);
+    assert_int_equal(dlock_downgrade(x), DLOCK_ENOTSUP);
+    assert_true(dlock_validity_ms(x) > 0);
     assert_int_equal(dlock_release(x), DLOCK_OK);
     s = test_lock_of_kind(c, "older", DLOCK_MODE_SHARED, 0);
     assert_int_equal(dlock_acquire(s, 0), DLOCK_ECONFIG);
@@ -404,11 +419,7 @@ static void release_resent_after_a_lost_answer_is_ok(void **state)
     int proxy_port;
     struct fault_proxy *proxy = fault_proxy_start(server.port, &proxy_port);
     assert_non_null(proxy);
-    char text[1024];
-    snprintf(text, sizeof text,
-             "backend = \"postgres\";\npostgres = { port = %d; user = \"postgres\"; database = \"postgres\"; "
-             "pool_size = 1; };\n", proxy_port);
-    dlock_client *c = test_client_open(text);
+    dlock_client *c = open_lease_at(proxy_port);
     dlock_lock *l = test_lock_named(c, "resent");
     assert_int_equal(dlock_acquire(l, 0), DLOCK_OK); /* statements prepared on the one connection */
     assert_int_equal(dlock_release(l), DLOCK_OK);
@@ -479,6 +490,26 @@ static void sql_fence_guard_refuses_the_stale_holder(void **state)
     sql_fence_guard_case(&target);
 }
 
+#define DG_ROW "FROM dlock_locks WHERE name = convert_to('dlock:dg', 'UTF8')"
+
+/* tests/support/downgrade_case.c: the row after a downgrade, a waiting
+ * writer's place, status, listing, a hold taken over, a resent downgrade
+ * (server_port is set in main). */
+static struct sql_downgrade_target downgrade = {
+    .admin = admin,
+    .open = open_lease,
+    .open_at = open_lease_at,
+    .writer_registered_sql = "SELECT count(*) " DG_ROW " AND writer IS NOT NULL AND writer_fence = fence",
+    .row_sql = "SELECT owner || ' ' || (SELECT count(*) FROM jsonb_each(holders) AS e(k, v) WHERE k NOT LIKE '%/%'"
+               " AND v::bigint = (extract(epoch FROM expires_at) * 1000)::bigint)"
+               " || ' ' || (writer IS NOT NULL AND writer_fence = fence)::int " DG_ROW,
+    .idle_writer_sql = "UPDATE dlock_locks SET writer = 'someone-waiting:1',"
+                       " writer_until = now() + interval '1 minute', writer_fence = fence"
+                       " WHERE name = convert_to('dlock:dg', 'UTF8')",
+    .steal_sql = "UPDATE dlock_locks SET owner = 'someone-else:1' WHERE name = convert_to('dlock:dg', 'UTF8')",
+    .owner_sql = "SELECT owner " DG_ROW,
+};
+
 static void stopped_server_times_out_then_recovers(void **state)
 {
     (void)state;
@@ -518,6 +549,7 @@ int main(void)
                                                      CONFORMANCE_LISTS | CONFORMANCE_LISTS_NO_WAITERS };
     static const struct conformance_target session = { "postgres session mode", session_config,
                                                        terminate_holder_sessions, NULL, 0, 0 };
+    downgrade.server_port = server.port;
     int failed = conformance_run(&lease);
     failed += conformance_run(&session);
     const struct CMUnitTest particular[] = {
@@ -532,6 +564,8 @@ int main(void)
         cmocka_unit_test(a_least_privilege_role_is_enough),
         cmocka_unit_test(bad_settings_are_config_errors),
         cmocka_unit_test(release_resent_after_a_lost_answer_is_ok),
+        cmocka_unit_test_prestate(a_downgrade_makes_the_row_shared_in_place, &downgrade),
+        cmocka_unit_test_prestate(downgrade_resent_after_a_lost_answer_is_ok, &downgrade),
         cmocka_unit_test(unreachable_server_is_a_clear_error),
         cmocka_unit_test(sql_fence_guard_refuses_the_stale_holder),
         cmocka_unit_test(stopped_server_times_out_then_recovers),
