@@ -27,8 +27,8 @@
  * A downgrade is one UPDATE that finds the row still ours (by owner and
  * server time, under InnoDB's row lock) and makes it the shared row of a
  * single holder, us, with the expiry we had, so the name is never free or
- * anyone else's in between; it raises the fence like any grant and carries
- * a waiting writer's registration over to the new fence. */
+ * anyone else's in between. The fence stays (the same hold), and with it
+ * a waiting writer's registration, so the writer keeps its place. */
 #include "config.h"
 
 #include "my_sql.h"
@@ -135,10 +135,8 @@ int my_sql_init(struct my_sql *sql, const char *table)
      * change. */
     sql->text[MY_DOWNGRADE] = sql_format(
         "UPDATE `%s` SET\n"
-        "  writer_fence = IF(writer_fence = fence, fence + 1, writer_fence),\n"
         "  holders = IF(owner = ?, JSON_SET(JSON_OBJECT(), " OWNER_PATH ", expires_at), holders),\n"
-        "  owner = '~s',\n"
-        "  fence = LAST_INSERT_ID(fence + 1)\n"
+        "  owner = '~s'\n"
         "WHERE name = ? AND expires_at >= " NOW_MS "\n"
         "  AND (owner = ? OR (owner = '~s' AND JSON_EXTRACT(holders, " OWNER_PATH ") > " NOW_MS "))",
         t);

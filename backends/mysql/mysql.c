@@ -302,7 +302,7 @@ static int lease_release(struct my_instance *inst, struct dlock_provider_lock *l
 /* Our exclusive row made shared in one statement (MY_DOWNGRADE). There is
  * no notification to send: waiting readers come in at their next retry,
  * as after a release. */
-static int lease_downgrade(struct my_instance *inst, struct dlock_provider_lock *lk, struct dlock_grant *g)
+static int lease_downgrade(struct my_instance *inst, struct dlock_provider_lock *lk)
 {
     struct my_lock *ml = lk->priv;
     struct my_param who = bytes(lk->owner, strlen(lk->owner));
@@ -311,11 +311,11 @@ static int lease_downgrade(struct my_instance *inst, struct dlock_provider_lock 
     int rc = my_pool_run(&inst->pool, MY_DOWNGRADE, p, 5, -1, &o);
     if (rc != DLOCK_OK)
         return o.server_errno == ER_BAD_FIELD_ERROR ? shared_columns_error(inst) : rc;
+    /* Found rows, not changed ones (CLIENT_FOUND_ROWS): a resent downgrade
+     * finds the row it made shared. */
     if (o.affected != 1)
         return dlock_seterr(DLOCK_ELOST, "%s: lock '%s' is no longer held by this owner (its lease ran out or it "
                             "was taken), so it was not downgraded", inst->server.label, lk->name);
-    g->fence = o.insert_id;
-    g->has_fence = 1;
     return DLOCK_OK;
 }
 
@@ -514,13 +514,13 @@ static int my_renew_batch(void *instance, struct dlock_provider_lock *const *loc
                               : lease_renew_batch(inst, locks, n, results);
 }
 
-static int my_downgrade(void *instance, struct dlock_provider_lock *lk, struct dlock_grant *g)
+static int my_downgrade(void *instance, struct dlock_provider_lock *lk)
 {
     struct my_instance *inst = instance;
     if (inst->session_mode) /* the instance does not claim it: not called */
         return dlock_seterr(DLOCK_ENOTSUP, "%s: session mode has no shared holds to downgrade to",
                             inst->server.label);
-    return lease_downgrade(inst, lk, g);
+    return lease_downgrade(inst, lk);
 }
 
 static int my_fence(void *instance, struct dlock_provider_lock *lk, uint64_t *out)

@@ -30,9 +30,8 @@
  * A downgrade is one UPDATE of the row that finds it still ours (by owner
  * and server time, under the row lock) and makes it the shared row of a
  * single holder, us, with the expiry we had: the name is never free or
- * anyone else's in between. It raises the fence like any grant, carrying a
- * waiting writer's registration over to the new fence so the writer keeps
- * its place. */
+ * anyone else's in between. The fence stays (the same hold), and with it
+ * a waiting writer's registration, so the writer keeps its place. */
 #include "config.h"
 
 #include "pg_sql.h"
@@ -139,16 +138,14 @@ int pg_sql_init(struct pg_sql *sql, const char *table)
      * expressions all read the row as it was. */
     q[PG_DOWNGRADE] = sql_format(
         "WITH d AS (UPDATE \"%s\" AS t SET\n"
-        "    fence = t.fence + 1,\n"
-        "    writer_fence = CASE WHEN t.writer_fence = t.fence THEN t.fence + 1 ELSE t.writer_fence END,\n"
         "    holders = CASE WHEN t.owner = $2\n"
         "                   THEN jsonb_build_object($2::text, (extract(epoch FROM t.expires_at) * 1000)::bigint)\n"
         "                   ELSE t.holders END,\n"
         "    owner = '~s'\n"
         "  WHERE t.name = $1 AND t.expires_at >= now()\n"
         "    AND (t.owner = $2 OR (t.owner = '~s' AND (t.holders ->> $2)::bigint > " NOW_MS "))\n"
-        "  RETURNING t.fence)\n"
-        "SELECT fence, pg_notify($3, '') FROM d",
+        "  RETURNING 1)\n"
+        "SELECT pg_notify($3, '') FROM d",
         t);
     q[PG_SHARED_RELEASE] = sql_format(
         "WITH r AS (UPDATE \"%s\" AS t SET\n"

@@ -354,7 +354,7 @@ static int lease_release(struct pg_instance *inst, struct dlock_provider_lock *l
 
 /* Our exclusive row made shared in one statement (PG_DOWNGRADE), which
  * also wakes the listeners: waiting readers may come in now. */
-static int lease_downgrade(struct pg_instance *inst, struct dlock_provider_lock *lk, struct dlock_grant *g)
+static int lease_downgrade(struct pg_instance *inst, struct dlock_provider_lock *lk)
 {
     struct pg_lock *pl = lk->priv;
     const char *values[3] = { pl->k.key, lk->owner, pl->k.tag };
@@ -366,10 +366,7 @@ static int lease_downgrade(struct pg_instance *inst, struct dlock_provider_lock 
     rc = pg_result_check(&inst->server, res, "downgrade");
     if (missing_shared_columns(res))
         rc = shared_columns_error(inst);
-    if (rc == DLOCK_OK && PQntuples(res) == 1) {
-        g->fence = strtoull(PQgetvalue(res, 0, 0), NULL, 10);
-        g->has_fence = 1;
-    } else if (rc == DLOCK_OK) {
+    if (rc == DLOCK_OK && PQntuples(res) != 1) {
         rc = dlock_seterr(DLOCK_ELOST, "%s: lock '%s' is no longer held by this owner (its lease ran out or it "
                           "was taken), so it was not downgraded", inst->server.label, lk->name);
     }
@@ -565,13 +562,13 @@ static int pg_renew(void *instance, struct dlock_provider_lock *lk)
     return inst->session_mode ? session_renew(inst, lk) : lease_renew(inst, lk);
 }
 
-static int pg_downgrade(void *instance, struct dlock_provider_lock *lk, struct dlock_grant *g)
+static int pg_downgrade(void *instance, struct dlock_provider_lock *lk)
 {
     struct pg_instance *inst = instance;
     if (inst->session_mode) /* the instance does not claim it: not called */
         return dlock_seterr(DLOCK_ENOTSUP, "%s: session mode has no shared holds to downgrade to",
                             inst->server.label);
-    return lease_downgrade(inst, lk, g);
+    return lease_downgrade(inst, lk);
 }
 
 static int pg_fence(void *instance, struct dlock_provider_lock *lk, uint64_t *out)
