@@ -543,9 +543,9 @@ static int acquire_shared(struct local_instance *inst, struct dlock_provider_loc
     bool busy;
     int rc = try_range(inst, lk, F_RDLCK, TURNSTILE_BYTE, 1, &busy);
     if (rc == DLOCK_OK && !busy) {
-        if (set_range(ll->fd, F_RDLCK, HOLD_BYTE, 1, &busy) != 0)
-            rc = dlock_seterr(DLOCK_EUNAVAILABLE, "local: cannot lock the file for '%s' in %s: %s", lk->name,
-                              inst->dir, strerror(errno));
+        /* Past the turnstile but behind an exclusive hold: wait on a watch
+         * too, not in polling steps. */
+        rc = try_range(inst, lk, F_RDLCK, HOLD_BYTE, 1, &busy);
         set_range(ll->fd, F_UNLCK, TURNSTILE_BYTE, 1, NULL);
     }
     if (rc != DLOCK_OK)
@@ -718,9 +718,9 @@ static int local_release(void *instance, struct dlock_provider_lock *lk)
 /* The exclusive range becomes a read lock on HOLD_BYTE: that byte turns
  * from written to read in one fcntl (the kernel converts a lock of the same
  * open file description in place), so it is never unlocked, and only then
- * are the other bytes let go. The fence stays (the same hold). A writer
- * that waits keeps the turnstile, so readers stay behind it; the others
- * are woken. */
+ * are the bytes on either side let go (the permits' among them). The fence
+ * stays (the same hold). A writer that waits keeps the turnstile, so
+ * readers stay behind it; the others are woken. */
 static int local_downgrade(void *instance, struct dlock_provider_lock *lk)
 {
     struct local_instance *inst = instance;
@@ -731,7 +731,8 @@ static int local_downgrade(void *instance, struct dlock_provider_lock *lk)
         return dlock_seterr(DLOCK_EUNAVAILABLE,
                             "local: shared holds need the lock file of '%s' in %s mapped into memory, and it "
                             "could not be", lk->name, inst->dir);
-    if (set_range(ll->fd, F_RDLCK, HOLD_BYTE, 1, NULL) != 0 || set_range(ll->fd, F_UNLCK, 0, HOLD_BYTE, NULL) != 0)
+    if (set_range(ll->fd, F_RDLCK, HOLD_BYTE, 1, NULL) != 0 || set_range(ll->fd, F_UNLCK, 0, HOLD_BYTE, NULL) != 0 ||
+        set_range(ll->fd, F_UNLCK, HOLD_BYTE + 1, EXCLUSIVE_LEN - HOLD_BYTE - 1, NULL) != 0)
         return dlock_seterr(DLOCK_EUNAVAILABLE, "local: cannot change the lock on the file for '%s' in %s: %s",
                             lk->name, inst->dir, strerror(errno));
     if (__atomic_load_n(&ll->map->waiting, __ATOMIC_SEQ_CST) > 0)

@@ -4,6 +4,7 @@
 #define DLOCK_BACKEND_LOCAL_FILE_H
 
 #include <stdint.h>
+#include <sys/types.h>
 
 #define HEADER_MAGIC "DLOCKv1\n"
 #define HEADER_SIZE 128
@@ -19,19 +20,21 @@ struct lock_file_header {
 };
 
 /* Byte ranges: an exclusive hold write-locks bytes 0 to EXCLUSIVE_LEN - 1,
- * which covers HOLD_BYTE; a shared hold read-locks HOLD_BYTE; an exclusive
- * request that finds the lock busy write-locks TURNSTILE_BYTE while it
- * waits (outside the exclusive range, so it can while another exclusive
- * hold is on), and a shared request must read-lock it for a moment before
- * it may hold, so readers that come after a waiting writer wait behind it,
- * also when the hold before the writer is downgraded or released; a
- * semaphore's permit i is a write lock on SLOT_BASE + i. */
+ * which covers HOLD_BYTE and every permit; a shared hold read-locks
+ * HOLD_BYTE; a semaphore's permit i is a write lock on SLOT_BASE + i; an
+ * exclusive request that finds the lock busy write-locks TURNSTILE_BYTE
+ * while it waits (past every permit and outside the exclusive range, so it
+ * can while another exclusive hold is on), and a shared request must
+ * read-lock it for a moment before it may hold, so readers that come after
+ * a waiting writer wait behind it, also when the hold before the writer is
+ * downgraded or released. Locks may lie past the end of a file. */
 #define HOLD_BYTE 128
-#define TURNSTILE_BYTE 129
-#define EXCLUSIVE_LEN TURNSTILE_BYTE
 #define SLOT_BASE 256
+#define TURNSTILE_BYTE ((off_t)1 << 40)
+#define EXCLUSIVE_LEN TURNSTILE_BYTE
 
 _Static_assert(sizeof(struct lock_file_header) == HEADER_SIZE, "the header is HEADER_SIZE bytes on disk");
+_Static_assert(SLOT_BASE + (off_t)UINT32_MAX < TURNSTILE_BYTE, "every permit lies inside the exclusive range");
 
 /* A name whose file name is the hashed long form (".hlock") cannot be read
  * back from the file name, so its bytes follow the header, to the end of

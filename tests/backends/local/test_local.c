@@ -527,6 +527,64 @@ static void default_directory_through_a_symlink_is_refused(void **state)
         fail_msg("not refused for the link: %s", why);
 }
 
+/* A name held exclusively cannot be taken as a semaphore meanwhile: the
+ * exclusive hold keeps out the permit bytes too. */
+static void an_exclusive_hold_keeps_permits_out(void **state)
+{
+    (void)state;
+    dlock_client *a = open_local(), *b = open_local();
+    dlock_lock *x = lock_of(a, "both", 0);
+    dlock_lock_options o = DLOCK_LOCK_OPTIONS_INIT;
+    o.mode = DLOCK_MODE_SEMAPHORE;
+    o.permits = 2;
+    dlock_lock *permit;
+    assert_int_equal(dlock_lock_new(b, "both", 4, &o, &permit), DLOCK_OK);
+    assert_int_equal(dlock_acquire(x, 0), DLOCK_OK);
+    assert_int_equal(dlock_acquire(permit, 0), DLOCK_EBUSY);
+    assert_int_equal(dlock_release(x), DLOCK_OK);
+    assert_int_equal(dlock_acquire(permit, 0), DLOCK_OK);
+    assert_int_equal(dlock_release(permit), DLOCK_OK);
+    dlock_lock_free(permit);
+    dlock_lock_free(x);
+    dlock_client_close(a);
+    dlock_client_close(b);
+}
+
+/* The acquire attempts a client has sent (its own metric). */
+static long attempts_of(dlock_client *c)
+{
+    char *text = NULL;
+    assert_int_equal(dlock_client_metrics(c, &text), DLOCK_OK);
+    const char *at = strstr(text, "\ndlock_acquire_attempts_total{");
+    long n = at ? strtol(strchr(at, '}') + 1, NULL, 10) : -1;
+    free(text);
+    return n;
+}
+
+/* A reader waiting behind an exclusive hold is woken by the release, not
+ * by polling: counted in attempts, a few, not one per 25 ms step. */
+static void a_reader_behind_a_writer_waits_on_a_watch(void **state)
+{
+    (void)state;
+    dlock_client *a = open_local(), *b = open_local();
+    dlock_lock *x = lock_of(a, "watched", 0);
+    dlock_lock_options o = DLOCK_LOCK_OPTIONS_INIT;
+    o.mode = DLOCK_MODE_SHARED;
+    dlock_lock *reader;
+    assert_int_equal(dlock_lock_new(b, "watched", 7, &o, &reader), DLOCK_OK);
+    assert_int_equal(dlock_acquire(x, 0), DLOCK_OK);
+    long before = attempts_of(b);
+    assert_int_equal(dlock_acquire(reader, 400), DLOCK_ETIMEDOUT);
+    long polls = attempts_of(b) - before;
+    if (polls > 4)
+        fail_msg("a reader waiting 400 ms behind an exclusive hold made %ld attempts", polls);
+    assert_int_equal(dlock_release(x), DLOCK_OK);
+    dlock_lock_free(reader);
+    dlock_lock_free(x);
+    dlock_client_close(a);
+    dlock_client_close(b);
+}
+
 /* A handle that gave up waiting keeps no inotify instance (128 per user). */
 static void timed_out_waiters_keep_no_inotify_instance(void **state)
 {
@@ -709,6 +767,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(foreign_file_is_not_trampled, make_dir, remove_dir),
         cmocka_unit_test_setup_teardown(releases_touch_the_file_only_when_someone_waits, make_dir, remove_dir),
         cmocka_unit_test_setup_teardown(default_directory_through_a_symlink_is_refused, make_dir, remove_dir),
+        cmocka_unit_test_setup_teardown(an_exclusive_hold_keeps_permits_out, make_dir, remove_dir),
+        cmocka_unit_test_setup_teardown(a_reader_behind_a_writer_waits_on_a_watch, make_dir, remove_dir),
         cmocka_unit_test_setup_teardown(timed_out_waiters_keep_no_inotify_instance, make_dir, remove_dir),
         cmocka_unit_test_setup_teardown(forked_child_does_not_keep_a_killed_holders_lock, make_dir, remove_dir),
     };
