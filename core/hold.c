@@ -492,11 +492,14 @@ int dlock_downgrade(dlock_lock *h)
     if (rc == DLOCK_OK)
         e->downgraded = true; /* the same hold: its fence stays */
     pthread_mutex_unlock(&e->mu);
-    if (rc == DLOCK_OK && !lost) {
+    /* Refused before anything reached the backend: the hold is as it was. */
+    bool unchanged = rc == DLOCK_ENOTSUP || rc == DLOCK_EINVAL || rc == DLOCK_ENOMEM || rc == DLOCK_EINTERNAL;
+    if ((rc == DLOCK_OK || unchanged) && !lost) {
         if (due >= 0)
             dlock__watchdog_schedule(c, e, due);
-        dlock__logf(&c->log, DLOCK_LOG_DEBUG, "lock '%s' downgraded to shared", dlock__entry_show(e));
-        return DLOCK_OK;
+        if (rc == DLOCK_OK)
+            dlock__logf(&c->log, DLOCK_LOG_DEBUG, "lock '%s' downgraded to shared", dlock__entry_show(e));
+        return rc;
     }
     if (lost) {
         schedule_give_back(c, e);

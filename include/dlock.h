@@ -284,7 +284,9 @@ int dlock_release(dlock_lock *lock);
  * Turns the calling thread's exclusive hold of the lock into a shared hold,
  * atomically on the backend: at no moment is the name free or held by
  * another, and from then on other shared requests may come in (writers
- * that were waiting keep their place). It is the same hold: it keeps its
+ * of other clients that were waiting keep their place; this client's own
+ * threads that wait for it exclusively wait inside the client until it is
+ * released). It is the same hold: it keeps its
  * lease, watchdog, on_lost and fencing token (dlock_fence), and holds that
  * come after it get greater tokens. dlock_release() then ends it. Taking the
  * lock exclusively again while it is held shared is refused (DLOCK_EDEADLK);
@@ -292,7 +294,8 @@ int dlock_release(dlock_lock *lock);
  * Returns DLOCK_OK; DLOCK_ENOTOWNER (the thread does not hold it);
  * DLOCK_EINVAL (a shared or semaphore handle, or a hold the thread took
  * more than once: the outer holds count on exclusivity); DLOCK_ENOTSUP (the
- * backend lacks DLOCK_CAP_DOWNGRADE); DLOCK_ELOST (the hold was lost, or
+ * backend lacks DLOCK_CAP_DOWNGRADE, or cannot downgrade this hold: it
+ * stays exclusive); DLOCK_ENOMEM (the same); DLOCK_ELOST (the hold was lost, or
  * the backend's answer did not come: the hold may be either kind, so it is
  * given up and on_lost fires; release it). Thread-safe.
  */

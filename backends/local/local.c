@@ -728,13 +728,12 @@ static int local_downgrade(void *instance, struct dlock_provider_lock *lk)
     if (!ll->held)
         return dlock_seterr(DLOCK_ELOST, "local: the lock is not held through this handle");
     if (!ll->map)
-        return dlock_seterr(DLOCK_EUNAVAILABLE,
-                            "local: shared holds need the lock file of '%s' in %s mapped into memory, and it "
-                            "could not be", lk->name, inst->dir);
+        return dlock_seterr(DLOCK_ENOTSUP, "local: shared holds need the lock file in %s mapped into memory, and "
+                            "it could not be: the hold stays exclusive", inst->dir);
     if (set_range(ll->fd, F_RDLCK, HOLD_BYTE, 1, NULL) != 0 || set_range(ll->fd, F_UNLCK, 0, HOLD_BYTE, NULL) != 0 ||
         set_range(ll->fd, F_UNLCK, HOLD_BYTE + 1, EXCLUSIVE_LEN - HOLD_BYTE - 1, NULL) != 0)
-        return dlock_seterr(DLOCK_EUNAVAILABLE, "local: cannot change the lock on the file for '%s' in %s: %s",
-                            lk->name, inst->dir, strerror(errno));
+        return dlock_seterr(DLOCK_EUNAVAILABLE, "local: cannot change the lock on its file in %s: %s", inst->dir,
+                            strerror(errno));
     if (__atomic_load_n(&ll->map->waiting, __ATOMIC_SEQ_CST) > 0)
         futimens(ll->fd, NULL);
     return DLOCK_OK;

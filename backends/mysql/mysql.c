@@ -173,6 +173,11 @@ static int shared_try(struct my_instance *inst, struct dlock_provider_lock *lk, 
         return o.server_errno == ER_BAD_FIELD_ERROR ? shared_columns_error(inst) : rc;
     if (o.insert_id >= MY_BUSY_MARK) {
         g->retry_hint_ms = (int64_t)(o.insert_id - MY_BUSY_MARK);
+        /* Nothing left of a lease, yet busy: a waiting writer's turn, whose
+         * end nobody knows. Back off as behind any holder, instead of asking
+         * again at once. */
+        if (g->retry_hint_ms == 0)
+            g->retry_hint_ms = -1;
         return DLOCK_EBUSY;
     }
     if (o.insert_id >= MY_KIND_MARK)

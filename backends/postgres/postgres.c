@@ -272,6 +272,11 @@ static int shared_try(struct pg_instance *inst, struct dlock_provider_lock *lk, 
         rc = kind_mismatch(inst->server.label, lk, held[1] == 'p' ? strtoull(held + 2, NULL, 10) : 0);
     } else if (rc == DLOCK_OK) {
         g->retry_hint_ms = PQgetisnull(res, 0, 1) ? -1 : strtoll(PQgetvalue(res, 0, 1), NULL, 10);
+        /* Nothing left of a lease, yet busy: a waiting writer's turn, whose
+         * end nobody knows. Wait for its release like any other, instead of
+         * asking again at once. */
+        if (g->retry_hint_ms == 0)
+            g->retry_hint_ms = -1;
         rc = DLOCK_EBUSY;
     }
     PQclear(res);

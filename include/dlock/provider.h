@@ -298,7 +298,9 @@ struct dlock_provider {
      * DLOCK_MODE_SHARED. A hold of lk->owner that is already shared (a
      * resent request whose first answer was lost) is answered DLOCK_OK too.
      * DLOCK_ELOST: lk->owner no longer holds the name (nothing was
-     * changed). Other failures: the core cannot tell whether the change
+     * changed). DLOCK_ENOTSUP, DLOCK_EINVAL, DLOCK_ENOMEM, DLOCK_EINTERNAL:
+     * refused before anything was sent (the hold stays exclusive, the core
+     * keeps it). Other failures: the core cannot tell whether the change
      * was made, and gives the hold up. */
     int (*downgrade)(void *instance, struct dlock_provider_lock *lk);
 };

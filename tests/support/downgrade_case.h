@@ -28,6 +28,8 @@ struct sql_downgrade_target {
     /* Gives the row to 'someone-else:1'; and its owner. */
     const char *steal_sql;
     const char *owner_sql;
+    /* Deletes the row (what an earlier case left). */
+    const char *delete_sql;
 };
 
 /* The cmocka cases below take their target as their state
@@ -35,17 +37,22 @@ struct sql_downgrade_target {
 
 /* The downgrade in the row: an exclusive hold with a writer waiting behind
  * it (registered in the row while the hold was exclusive) becomes the
- * row's only shared holder, with the expiry it had and a new fence; a
- * later reader is busy and the writer is granted at the release; status
- * and the listing show a shared holder. A registration is carried over to
- * the new fence by the downgrade itself (shown with a writer that does not
- * wake up to register again). A downgrade of a hold taken over is
- * DLOCK_ELOST and leaves the row alone. */
+ * row's only shared holder, with the expiry and the fence it had; a later
+ * reader is busy and the writer is granted at the release; status and the
+ * listing show a shared holder. A registration stays in force through the
+ * downgrade (shown with a writer that does not wake up to register
+ * again). A downgrade of a hold taken over is DLOCK_ELOST and leaves the
+ * row alone. */
 void a_downgrade_makes_the_row_shared_in_place(void **state);
 
 /* The downgrade runs, its answer is lost with the connection, and the pool
  * sends it again on a new one: the hold is already shared, which is
- * DLOCK_OK with a newer fence, and the hold is then released as shared. */
+ * DLOCK_OK with the same fence, and the hold is then released as shared. */
 void downgrade_resent_after_a_lost_answer_is_ok(void **state);
+
+/* A reader kept out of a free row by a registered writer (one that does
+ * not come back) waits as it would behind a holder, and does not retry
+ * every millisecond: counted in acquire attempts over 300 ms. */
+void a_reader_behind_a_registered_writer_does_not_spin(void **state);
 
 #endif

@@ -545,6 +545,7 @@ static struct sql_downgrade_target downgrade = {
                        " WHERE name = 'dlock:dg'",
     .steal_sql = "UPDATE dlock_locks SET owner = 'someone-else:1' WHERE name = 'dlock:dg'",
     .owner_sql = "SELECT owner FROM dlock_locks WHERE name = 'dlock:dg'",
+    .delete_sql = "DELETE FROM dlock_locks WHERE name = 'dlock:dg'",
 };
 
 static void stopped_server_times_out_then_recovers(void **state)
@@ -597,6 +598,7 @@ int main(void)
         cmocka_unit_test(release_resent_after_a_lost_answer_is_ok),
         cmocka_unit_test_prestate(a_downgrade_makes_the_row_shared_in_place, &downgrade),
         cmocka_unit_test_prestate(downgrade_resent_after_a_lost_answer_is_ok, &downgrade),
+        cmocka_unit_test_prestate(a_reader_behind_a_registered_writer_does_not_spin, &downgrade),
         cmocka_unit_test(lease_holds_renew_in_batches),
         cmocka_unit_test(session_holds_renew_in_batches),
         cmocka_unit_test(missing_table_without_create_is_a_config_error),

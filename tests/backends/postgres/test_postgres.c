@@ -508,6 +508,7 @@ static struct sql_downgrade_target downgrade = {
                        " WHERE name = convert_to('dlock:dg', 'UTF8')",
     .steal_sql = "UPDATE dlock_locks SET owner = 'someone-else:1' WHERE name = convert_to('dlock:dg', 'UTF8')",
     .owner_sql = "SELECT owner " DG_ROW,
+    .delete_sql = "DELETE FROM dlock_locks WHERE name = convert_to('dlock:dg', 'UTF8')",
 };
 
 static void stopped_server_times_out_then_recovers(void **state)
@@ -566,6 +567,7 @@ int main(void)
         cmocka_unit_test(release_resent_after_a_lost_answer_is_ok),
         cmocka_unit_test_prestate(a_downgrade_makes_the_row_shared_in_place, &downgrade),
         cmocka_unit_test_prestate(downgrade_resent_after_a_lost_answer_is_ok, &downgrade),
+        cmocka_unit_test_prestate(a_reader_behind_a_registered_writer_does_not_spin, &downgrade),
         cmocka_unit_test(unreachable_server_is_a_clear_error),
         cmocka_unit_test(sql_fence_guard_refuses_the_stale_holder),
         cmocka_unit_test(stopped_server_times_out_then_recovers),
