@@ -782,7 +782,7 @@ static int etcd_downgrade(void *instance, struct dlock_provider_lock *lk)
     struct etcd_instance *inst = instance;
     struct etcd_lock *el = lk->priv;
     if (!el->key || !el->create_rev)
-        return dlock_seterr(DLOCK_ELOST, "%s: lock '%s' has no key to make shared", inst->http.label, lk->name);
+        return dlock_seterr(DLOCK_ELOST, "%s: the lock has no key to make shared", inst->http.label);
     char value[sizeof ETCD_SHARED_MARK + sizeof el->owner];
     int vlen = snprintf(value, sizeof value, ETCD_SHARED_MARK "%s", el->owner);
 
@@ -809,8 +809,8 @@ static int etcd_downgrade(void *instance, struct dlock_provider_lock *lk)
     }
     json_object_put(reply);
     if (!done)
-        return dlock_seterr(DLOCK_ELOST, "%s: the key of lock '%s' is gone or was replaced, so it was not made "
-                            "shared", inst->http.label, lk->name);
+        return dlock_seterr(DLOCK_ELOST, "%s: the lock's key is gone or was replaced, so it was not made shared",
+                            inst->http.label);
     return DLOCK_OK;
 }
 

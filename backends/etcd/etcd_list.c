@@ -33,7 +33,7 @@
  *
  * An exclusive key whose value carries the shared mark is a hold made
  * shared by a downgrade (etcd_keys.h): it is listed as the shared holder it
- * is, with its mod revision (the downgrade's) as its fence. */
+ * is, with its create revision as its fence, as every key. */
 #include "config.h"
 
 #include "etcd_list.h"

@@ -14,9 +14,7 @@ int etcd_list_page(struct etcd_http *http, const char *prefix, struct dlock_prov
  * (none if the line changed since it was read: DLOCK_EUNAVAILABLE, run it
  * again), so the next in line is granted and the holders' key checks find
  * their keys gone. *broken: 1 if anyone held; *fence: 0 (a fence is the
- * next holder's key's create revision, already above every holder's, but
- * for a downgraded holder's when the next was in line before the
- * downgrade: see etcd.c). */
+ * next holder's key's create revision, already above every holder's). */
 int etcd_break_holders(struct etcd_http *http, const char *prefix, const char *name, size_t name_len, int *broken,
                        uint64_t *fence);
 

@@ -130,9 +130,8 @@ int my_sql_init(struct my_sql *sql, const char *table)
     /* owner, owner, key, owner, owner: our own exclusive row becomes shared
      * (holders: us alone, with our expiry); or, sent again after the
      * answer to the first was lost, our entry is already in the shared
-     * row. Either way a new fence. Each assignment sees the ones before
-     * it: writer_fence and holders read fence and owner before they
-     * change. */
+     * row. Either way the fence stays. Each assignment sees the ones
+     * before it: holders reads owner before it changes. */
     sql->text[MY_DOWNGRADE] = sql_format(
         "UPDATE `%s` SET\n"
         "  holders = IF(owner = ?, JSON_SET(JSON_OBJECT(), " OWNER_PATH ", expires_at), holders),\n"

@@ -33,8 +33,8 @@ enum my_statement {
     MY_SHARED_RELEASE,   /* owner, key, owner -> 1 row found when released */
     MY_REGISTER_WRITER,  /* owner, lease, key, owner: an exclusive request kept waiting */
     MY_UNREGISTER_WRITER,/* key, owner */
-    MY_DOWNGRADE,        /* owner, owner, key, owner, owner -> 1 row found when made (or already) shared;
-                          * insert id: the new fence */
+    MY_DOWNGRADE,        /* owner, owner, key, owner, owner -> 1 row found when made (or already)
+                          * shared */
     MY_SHARED_STATUS,    /* key -> live holders */
     MY_HAS_SHARED_COLUMNS, /* table name -> 1 when the table has the shared columns */
     MY_BREAK,            /* key -> 1 row found when it was held; insert id: the new fence */

@@ -319,8 +319,8 @@ static int lease_downgrade(struct my_instance *inst, struct dlock_provider_lock 
     /* Found rows, not changed ones (CLIENT_FOUND_ROWS): a resent downgrade
      * finds the row it made shared. */
     if (o.affected != 1)
-        return dlock_seterr(DLOCK_ELOST, "%s: lock '%s' is no longer held by this owner (its lease ran out or it "
-                            "was taken), so it was not downgraded", inst->server.label, lk->name);
+        return dlock_seterr(DLOCK_ELOST, "%s: the lock is no longer held by this owner (its lease ran out or it was "
+                            "taken), so it was not downgraded", inst->server.label);
     return DLOCK_OK;
 }
 

@@ -134,8 +134,8 @@ int pg_sql_init(struct pg_sql *sql, const char *table)
         t);
     /* Our own exclusive row becomes shared (holders: us alone, with our
      * expiry); or, sent again after the answer to the first was lost, our
-     * entry is already in the shared row. Either way a new fence. The SET
-     * expressions all read the row as it was. */
+     * entry is already in the shared row. Either way the fence stays. The
+     * SET expressions all read the row as it was. */
     q[PG_DOWNGRADE] = sql_format(
         "WITH d AS (UPDATE \"%s\" AS t SET\n"
         "    holders = CASE WHEN t.owner = $2\n"

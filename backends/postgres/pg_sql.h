@@ -27,8 +27,8 @@ enum pg_statement {
                           * (fence or NULL, ms to retry after, the kind held when busy or NULL) */
     PG_REGISTER_WRITER,  /* $3 lease ms: a busy exclusive request keeps later shared ones out */
     PG_UNREGISTER_WRITER,/* $3 channel: it gave up (wakes the readers it kept out) */
-    PG_DOWNGRADE,        /* $3 channel: $2's exclusive hold made shared -> the new fence, or no
-                          * row when $2 holds it in neither kind */
+    PG_DOWNGRADE,        /* $3 channel: $2's exclusive hold made shared -> one row, or no row
+                          * when $2 holds it in neither kind */
     PG_SHARED_RELEASE,   /* $3 channel -> one row when released */
     PG_SHARED_RENEW_BATCH, /* as PG_RENEW_BATCH */
     PG_SHARED_STATUS,    /* $1 key -> live holders */

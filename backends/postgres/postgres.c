@@ -372,8 +372,8 @@ static int lease_downgrade(struct pg_instance *inst, struct dlock_provider_lock 
     if (missing_shared_columns(res))
         rc = shared_columns_error(inst);
     if (rc == DLOCK_OK && PQntuples(res) != 1) {
-        rc = dlock_seterr(DLOCK_ELOST, "%s: lock '%s' is no longer held by this owner (its lease ran out or it "
-                          "was taken), so it was not downgraded", inst->server.label, lk->name);
+        rc = dlock_seterr(DLOCK_ELOST, "%s: the lock is no longer held by this owner (its lease ran out or it was "
+                          "taken), so it was not downgraded", inst->server.label);
     }
     PQclear(res);
     return rc;

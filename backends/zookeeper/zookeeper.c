@@ -335,18 +335,17 @@ static int replace_own_node(zhandle_t *zh, const struct zk_lock *zl, const char 
     return zrc;
 }
 
-/* Whether path, a node of lk, is one of this session: DLOCK_OK,
+/* Whether the node at path is one of this session: DLOCK_OK,
  * DLOCK_ELOST (gone, or another session's), or a failure. */
-static int node_is_ours(struct zk_instance *inst, zhandle_t *zh, const struct dlock_provider_lock *lk,
-                        const char *path)
+static int node_is_ours(struct zk_instance *inst, zhandle_t *zh, const char *path)
 {
     struct Stat st;
     int zrc = zoo_exists(zh, path, 0, &st);
     if (zrc == ZOK && st.ephemeralOwner == zoo_client_id(zh)->client_id)
         return DLOCK_OK;
     if (zrc == ZOK || zrc == ZNONODE)
-        return dlock_seterr(DLOCK_ELOST, "zookeeper: '%s' is no longer held by this owner: its node %s is gone",
-                            lk->name, path);
+        return dlock_seterr(DLOCK_ELOST, "zookeeper: the lock is no longer held by this owner: its node %s is gone",
+                            path);
     return zk_error(&inst->session, zrc, "checking", path);
 }
 
@@ -538,7 +537,7 @@ static int make_shared(struct zk_instance *inst, zhandle_t *zh, const struct dlo
     if (gone) {
         /* The twin is there if an earlier request made it and its answer
          * was lost; then it is the hold, no orphan. */
-        if ((rc = node_is_ours(inst, zh, lk, twin)) == DLOCK_OK)
+        if ((rc = node_is_ours(inst, zh, twin)) == DLOCK_OK)
             drop_orphan(inst, zl->parent, prefix);
     } else if (zrc != ZOK) {
         rc = zk_error(&inst->session, zrc, "making shared", zl->node);
@@ -578,13 +577,12 @@ static int zk_downgrade(void *instance, struct dlock_provider_lock *lk)
         return rc;
     unsigned permits;
     if (!zl->node || zl->generation != generation) {
-        rc = dlock_seterr(DLOCK_ELOST, "zookeeper: '%s' is no longer held: the session that held it has ended",
-                          lk->name);
+        rc = dlock_seterr(DLOCK_ELOST, "zookeeper: the lock is no longer held: the session that held it has ended");
     } else if (zk_kind_of(strrchr(zl->node, '/') + 1, &permits) == 's') {
         /* Made shared before, by a request whose answer was lost. */
-        rc = node_is_ours(inst, zh, lk, zl->node);
+        rc = node_is_ours(inst, zh, zl->node);
     } else if (permits > 0) {
-        rc = dlock_seterr(DLOCK_EINVAL, "zookeeper: '%s' is held as a permit, not exclusively", lk->name);
+        rc = dlock_seterr(DLOCK_EINVAL, "zookeeper: the lock is held as a permit, not exclusively");
     } else {
         rc = make_shared(inst, zh, lk, zl);
     }
