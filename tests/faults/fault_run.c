@@ -42,10 +42,12 @@ void fault_run_rw_writer_paused(const char *scenario, const char *config_text, i
 {
     struct fault_run run;
     struct history_report r;
-    /* Holds as long as the lease: the writer is caught inside one. */
-    fault_run_start_rw(&run, config_text, 2, 3, 6000 * fault_run_scale(), lease_ms);
+    /* Holds of half to all of half a lease: long enough to catch a writer
+     * inside one, short enough that on a loaded machine the writers get
+     * turns between the readers' holds. */
+    fault_run_start_rw(&run, config_text, 2, 3, 9000 * fault_run_scale(), lease_ms / 2);
     fault_sleep_ms(1500);
-    pid_t writer = fault_run_pause_holder(&run, 5000);
+    pid_t writer = fault_run_pause_holder(&run, 7000);
     assert_true(writer > 0);
     int64_t paused_at = fault_now_us();
     fault_sleep_ms(lease_ms);
