@@ -148,7 +148,8 @@ struct taker {
 static void *take_and_hold(void *arg)
 {
     struct taker *t = arg;
-    t->rc = dlock_acquire(t->lock, t->wait_ms ? t->wait_ms : 10000);
+    /* Atomic: a case may look at it while the thread still waits. */
+    __atomic_store_n(&t->rc, dlock_acquire(t->lock, t->wait_ms ? t->wait_ms : 10000), __ATOMIC_SEQ_CST);
     t->granted_at = now_us();
     if (t->rc == DLOCK_OK) {
         sleep_ms(t->hold_ms);
@@ -447,7 +448,7 @@ static void a_writer_waiting_through_a_downgrade_keeps_its_place(void **state)
     assert_int_equal(dlock_acquire(probe, 0), DLOCK_EBUSY); /* behind the waiting writer */
     assert_int_equal(pthread_create(&tr, NULL, take_and_hold, &reader), 0);
     sleep_ms(100);
-    assert_int_equal(writer.rc, -1);
+    assert_int_equal(__atomic_load_n(&writer.rc, __ATOMIC_SEQ_CST), -1);
     int64_t released_at = now_us();
     assert_int_equal(dlock_release(x), DLOCK_OK);
     pthread_join(tw, NULL);

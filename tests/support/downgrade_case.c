@@ -32,8 +32,9 @@ struct waiting_writer {
 static void *take_and_release(void *arg)
 {
     struct waiting_writer *w = arg;
-    w->rc = dlock_acquire(w->lock, 10000);
-    if (w->rc == DLOCK_OK) {
+    int rc = dlock_acquire(w->lock, 10000);
+    __atomic_store_n(&w->rc, rc, __ATOMIC_SEQ_CST); /* the case looks at it while we wait */
+    if (rc == DLOCK_OK) {
         dlock_fence(w->lock, &w->fence);
         dlock_release(w->lock);
     }
@@ -98,7 +99,7 @@ void a_downgrade_makes_the_row_shared_in_place(void **state)
     assert_non_null(strchr(l.owner, ':'));
     assert_null(strchr(l.owner, '/')); /* the exclusive hold's own id */
     assert_int_equal(dlock_acquire(probe, 0), DLOCK_EBUSY); /* behind the writer */
-    assert_int_equal(writer.rc, -1);
+    assert_int_equal(__atomic_load_n(&writer.rc, __ATOMIC_SEQ_CST), -1);
     assert_int_equal(dlock_release(x), DLOCK_OK);
     pthread_join(tw, NULL);
     assert_int_equal(writer.rc, DLOCK_OK);

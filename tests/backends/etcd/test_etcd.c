@@ -394,9 +394,10 @@ static void *slow_waiter_acquire(void *arg)
 {
     struct slow_waiter *w = arg;
     int64_t t0 = now_ms();
-    w->rc = dlock_acquire(w->lock, 20000);
+    int rc = dlock_acquire(w->lock, 20000);
     w->took_ms = now_ms() - t0;
-    if (w->rc == DLOCK_OK)
+    __atomic_store_n(&w->rc, rc, __ATOMIC_SEQ_CST); /* a case may look at it while we wait */
+    if (rc == DLOCK_OK)
         w->release_rc = dlock_release(w->lock);
     return NULL;
 }
@@ -528,7 +529,7 @@ static void a_downgraded_key_keeps_its_place_and_shows_as_shared(void **state)
 
     assert_int_equal(dlock_release(reader), DLOCK_OK);
     sleep_ms(100);
-    assert_int_equal(w.rc, -1); /* the downgraded hold still keeps the writer out */
+    assert_int_equal(__atomic_load_n(&w.rc, __ATOMIC_SEQ_CST), -1); /* the downgraded hold still keeps the writer out */
     assert_int_equal(dlock_release(x), DLOCK_OK);
     pthread_join(t, NULL);
     assert_int_equal(w.rc, DLOCK_OK);
