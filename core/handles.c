@@ -469,21 +469,12 @@ int dlock_hold_count(dlock_lock *h)
 
 /* ---- holds of one thread that stand in each other's way ------------------------- */
 
-/* Whether the entry holds its name for thread self (e->mu not held). */
-static bool held_by(struct dlock__entry *e, uint64_t self)
+/* Whether the entry holds its name for thread self (e->mu not held); with
+ * exclusively, only a hold that was not downgraded counts. */
+static bool held_by(struct dlock__entry *e, uint64_t self, bool exclusively)
 {
     pthread_mutex_lock(&e->mu);
-    bool held = e->count > 0 && e->holder == self;
-    pthread_mutex_unlock(&e->mu);
-    return held;
-}
-
-/* Whether the entry holds its name exclusively for thread self: held, and
- * not downgraded (e->mu not held). */
-static bool held_exclusively_by(struct dlock__entry *e, uint64_t self)
-{
-    pthread_mutex_lock(&e->mu);
-    bool held = e->count > 0 && e->holder == self && !e->downgraded;
+    bool held = e->count > 0 && e->holder == self && !(exclusively && e->downgraded);
     pthread_mutex_unlock(&e->mu);
     return held;
 }
@@ -498,7 +489,7 @@ int dlock__check_own_holds(dlock_client *c, struct dlock__entry *e, uint64_t sel
         for (dlock_lock *h = c->handles; h && rc == DLOCK_OK; h = h->next) {
             struct dlock__entry *s = h->entry;
             if (s->own_holder && s->plock.mode == DLOCK_MODE_SHARED && s->name_len == e->name_len &&
-                memcmp(s->name, e->name, e->name_len) == 0 && held_by(s, self))
+                memcmp(s->name, e->name, e->name_len) == 0 && held_by(s, self, false))
                 rc = dlock_seterr(DLOCK_EDEADLK,
                                   "lock '%s': this thread holds it shared; an exclusive hold would wait for "
                                   "that one forever (upgrading is refused: release the shared hold first)",
@@ -506,7 +497,7 @@ int dlock__check_own_holds(dlock_client *c, struct dlock__entry *e, uint64_t sel
         }
     } else if (e->own_holder && e->plock.mode == DLOCK_MODE_SHARED) {
         struct dlock__entry *x = table_find(c, e->name, e->name_len, e->hash);
-        if (x && held_exclusively_by(x, self))
+        if (x && held_by(x, self, true))
             rc = dlock_seterr(DLOCK_EDEADLK,
                               "lock '%s': this thread holds it exclusively; a shared hold would wait for "
                               "that one (to keep holding it shared, call dlock_downgrade() on the "

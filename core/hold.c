@@ -284,6 +284,16 @@ static void after_loss(dlock_client *c, struct dlock__entry *e, bool notify, str
     deferred_tail = &d->next;
 }
 
+/* Marks e lost for why (e->mu held; returns with it released), then logs
+ * it and calls on_lost as after_loss does. */
+static void declare_lost(dlock_client *c, struct dlock__entry *e, const char *why)
+{
+    bool notify = mark_lost(c, e, why);
+    struct lost_call call = notify ? lost_call_take(e) : (struct lost_call){ 0 };
+    pthread_mutex_unlock(&e->mu);
+    after_loss(c, e, notify, &call, why);
+}
+
 /* Applies the answer to a renewal sent at t_send (e->mu not held). */
 void dlock__hold_renewed(dlock_client *c, struct dlock__entry *e, int rc, struct dlock__stamp t_send)
 {
@@ -313,10 +323,7 @@ void dlock__hold_renewed(dlock_client *c, struct dlock__entry *e, int rc, struct
     else if (now.boot_ms >= e->valid_until_ms)
         why = "renewals failed until the lease ran out";
     if (why) {
-        bool notify = mark_lost(c, e, why);
-        struct lost_call call = notify ? lost_call_take(e) : (struct lost_call){ 0 };
-        pthread_mutex_unlock(&e->mu);
-        after_loss(c, e, notify, &call, why);
+        declare_lost(c, e, why);
         return;
     }
     /* Transient failure: try again soon, well before validity ends. The
@@ -371,10 +378,7 @@ void dlock__hold_expired(dlock_client *c, struct dlock__entry *e)
         snprintf(why, sizeof why, "renewals did not get through before the lease ran out");
     else
         snprintf(why, sizeof why, "its lease of %lld ms ran out", (long long)e->lease_ms);
-    bool notify = mark_lost(c, e, why);
-    struct lost_call call = notify ? lost_call_take(e) : (struct lost_call){ 0 };
-    pthread_mutex_unlock(&e->mu);
-    after_loss(c, e, notify, &call, why);
+    declare_lost(c, e, why);
 }
 
 /* Sends the owner-checked release of a lost hold. When the backend cannot
@@ -514,9 +518,6 @@ int dlock_downgrade(dlock_lock *h)
                           ? "the backend no longer had it when it was to be downgraded"
                           : "the downgrade got no clear answer, so the hold may be exclusive or shared";
     pthread_mutex_lock(&e->mu);
-    bool notify = mark_lost(c, e, why);
-    struct lost_call call = notify ? lost_call_take(e) : (struct lost_call){ 0 };
-    pthread_mutex_unlock(&e->mu);
-    after_loss(c, e, notify, &call, why);
+    declare_lost(c, e, why);
     return dlock_seterr(DLOCK_ELOST, "lock '%s': %s (%s); release it", dlock__entry_show(e), why, detail);
 }

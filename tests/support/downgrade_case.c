@@ -171,17 +171,6 @@ void downgrade_resent_after_a_lost_answer_is_ok(void **state)
     fault_proxy_stop(proxy);
 }
 
-/* The acquire attempts a client has sent (its own metric). */
-static long attempts_of(dlock_client *c)
-{
-    char *text = NULL;
-    assert_int_equal(dlock_client_metrics(c, &text), DLOCK_OK);
-    const char *at = strstr(text, "\ndlock_acquire_attempts_total{");
-    long n = at ? strtol(strchr(at, '}') + 1, NULL, 10) : -1;
-    free(text);
-    return n;
-}
-
 void a_reader_behind_a_registered_writer_does_not_spin(void **state)
 {
     const struct sql_downgrade_target *t = *state;
@@ -192,11 +181,11 @@ void a_reader_behind_a_registered_writer_does_not_spin(void **state)
     assert_int_equal(dlock_acquire(x, 0), DLOCK_OK);
     t->admin(t->idle_writer_sql);
     assert_int_equal(dlock_release(x), DLOCK_OK); /* the row is free, the registration stays */
-    long before = attempts_of(b);
+    long long before = test_client_metric(b, "dlock_acquire_attempts_total");
     assert_int_equal(dlock_acquire(reader, 300), DLOCK_ETIMEDOUT);
-    long attempts = attempts_of(b) - before;
+    long long attempts = test_client_metric(b, "dlock_acquire_attempts_total") - before;
     if (attempts > 30)
-        fail_msg("a reader kept out for 300 ms by a registered writer made %ld attempts", attempts);
+        fail_msg("a reader kept out for 300 ms by a registered writer made %lld attempts", attempts);
     dlock_lock_free(reader);
     dlock_lock_free(x);
     dlock_client_close(a);
