@@ -816,16 +816,7 @@ static int redis_wait(void *instance, struct dlock_provider_lock *lk, int64_t ti
     struct redis_lock *rl = lk->priv;
     /* Not subscribed (the subscriber is down): the timeout is the holder's
      * TTL, or retry_cap_ms, and the core retries after it. */
-    struct pollfd p[2] = { { .fd = wake_fd, .events = POLLIN }, { .fd = rl->notify_fd - 1, .events = POLLIN } };
-    int n = poll(p, rl->notify_fd ? 2 : 1, timeout_ms > INT_MAX ? INT_MAX : (int)timeout_ms);
-    if (n < 0 && errno != EINTR)
-        return dlock_seterr(DLOCK_EUNAVAILABLE, "redis: poll failed: %s", strerror(errno));
-    if (n > 0 && rl->notify_fd && (p[1].revents & POLLIN)) {
-        uint64_t v;
-        ssize_t ignored = read(rl->notify_fd - 1, &v, sizeof v);
-        (void)ignored;
-    }
-    return n == 0 ? DLOCK_ETIMEDOUT : DLOCK_OK;
+    return redis_subscriber_wait(rl->notify_fd - 1, wake_fd, timeout_ms, "redis");
 }
 
 static void redis_abandon(void *instance, struct dlock_provider_lock *lk)

@@ -8,6 +8,7 @@
 #include "redis_subscriber.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -372,4 +373,18 @@ void redis_subscriber_remove(struct redis_subscriber *sub, const char *channel, 
     if (s)
         drop(sub, s);
     pthread_mutex_unlock(&sub->mu);
+}
+
+int redis_subscriber_wait(int notify_fd, int wake_fd, int64_t timeout_ms, const char *who)
+{
+    struct pollfd p[2] = { { .fd = wake_fd, .events = POLLIN }, { .fd = notify_fd, .events = POLLIN } };
+    int n = poll(p, notify_fd >= 0 ? 2 : 1, timeout_ms > INT_MAX ? INT_MAX : (int)timeout_ms);
+    if (n < 0 && errno != EINTR)
+        return dlock_seterr(DLOCK_EUNAVAILABLE, "%s: poll failed: %s", who, strerror(errno));
+    if (n > 0 && notify_fd >= 0 && (p[1].revents & POLLIN)) {
+        uint64_t v;
+        ssize_t ignored = read(notify_fd, &v, sizeof v);
+        (void)ignored;
+    }
+    return n == 0 ? DLOCK_ETIMEDOUT : DLOCK_OK;
 }

@@ -27,4 +27,11 @@ int redis_subscriber_add(struct redis_subscriber *sub, const char *channel, size
  * longer written to and may be closed. */
 void redis_subscriber_remove(struct redis_subscriber *sub, const char *channel, size_t len);
 
+/* A provider's wait on a subscription: blocks until notify_fd (as given to
+ * redis_subscriber_add; -1 when not subscribed) is signalled, wake_fd
+ * becomes readable or timeout_ms passes. Consumes the signal it woke on.
+ * DLOCK_OK, DLOCK_ETIMEDOUT, or DLOCK_EUNAVAILABLE when poll fails (who
+ * names the backend in the message). */
+int redis_subscriber_wait(int notify_fd, int wake_fd, int64_t timeout_ms, const char *who);
+
 #endif

@@ -19,7 +19,18 @@
  * whose acquire script answers more: tokens strictly increase as long as a
  * majority keeps its counters (no more than N/2 - 1 masters restarted
  * without persistence at once). Not linearizable in ZooKeeper's sense:
- * see docs/correctness.md. */
+ * see docs/correctness.md.
+ *
+ * Waiting: a busy answer queues the owner on each master (the redis
+ * backend's scripts), and a release on a master publishes to the first
+ * live waiter of that master's queue. A waiter subscribes to its own
+ * channel on every master (one subscriber connection and thread per master
+ * per client, started at the first wait), and any message wakes it to try
+ * again: a release wakes the queue heads, which are the same waiter on
+ * every master unless the masters saw the waiters arrive in different
+ * orders. A master whose subscriber is down only loses its wake-up; the
+ * others still wake the waiter, and without any the core retries after the
+ * holder's remaining TTL. */
 #include "config.h"
 
 #include "redis_conn.h"
@@ -28,10 +39,16 @@
 #include "redis_scripts.h"
 #include "redis_multi_list.h"
 
+#include "redis_subscriber.h"
+
 #include <dlock/provider.h>
+#include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 
 #define REDLOCK_MAX_SERVERS 15
 
@@ -43,10 +60,16 @@ struct redlock_instance {
     char prefix[65];
     int64_t waiter_timeout_ms;
     void *log_handle;
+    pthread_mutex_t subscribers_mu;  /* guards starting the subscribers */
+    struct redis_subscriber *subscribers[REDLOCK_MAX_SERVERS]; /* started at the first wait */
 };
 
 struct redlock_lock {
     struct redis_lock_keys k;   /* the redis backend's keys, on every master */
+    int notify_fd;              /* eventfd + 1 the masters' messages signal; 0 when not subscribed */
+    char *channel;              /* the owner's own channel, while subscribed */
+    size_t channel_len;
+    bool subscribed[REDLOCK_MAX_SERVERS];
 };
 
 static const struct dlock_setting_spec redlock_settings[] = {
@@ -184,6 +207,99 @@ static int no_quorum(struct redlock_instance *inst, int answered, const char *wh
 
 /* ---- the provider ------------------------------------------------------------------------ */
 
+/* ---- waiting ------------------------------------------------------------------------ */
+
+/* The subscribers, one per master, started once; DLOCK_OK when at least one runs. */
+static int start_subscribers(struct redlock_instance *inst)
+{
+    int running = 0, rc = DLOCK_OK;
+    pthread_mutex_lock(&inst->subscribers_mu);
+    for (int i = 0; i < inst->n; i++) {
+        if (!inst->subscribers[i] &&
+            redis_subscriber_start(&inst->subscribers[i], &inst->pools[i].server, false, inst->log_handle) != DLOCK_OK)
+            rc = DLOCK_EUNAVAILABLE;
+        running += inst->subscribers[i] != NULL;
+    }
+    pthread_mutex_unlock(&inst->subscribers_mu);
+    return running > 0 ? DLOCK_OK : rc;
+}
+
+/* Subscribes the owner's channel on every master that confirms in time;
+ * DLOCK_OK when at least one did (the others only cost their wake-ups). */
+static int subscribe(struct redlock_instance *inst, struct dlock_provider_lock *lk)
+{
+    struct redlock_lock *rl = lk->priv;
+    int rc = start_subscribers(inst);
+    if (rc != DLOCK_OK)
+        return rc;
+    size_t owner_len = strlen(lk->owner);
+    rl->channel_len = rl->k.channel_prefix_len + owner_len;
+    rl->channel = malloc(rl->channel_len + 1);
+    if (!rl->channel)
+        return dlock_seterr(DLOCK_ENOMEM, "redlock: out of memory");
+    memcpy(rl->channel, rl->k.channel_prefix, rl->k.channel_prefix_len);
+    memcpy(rl->channel + rl->k.channel_prefix_len, lk->owner, owner_len + 1);
+    int fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (fd < 0) {
+        free(rl->channel);
+        rl->channel = NULL;
+        return dlock_seterr(DLOCK_EUNAVAILABLE, "redlock: cannot create an eventfd: %s", strerror(errno));
+    }
+    int confirmed = 0;
+    for (int i = 0; i < inst->n; i++) {
+        rl->subscribed[i] = inst->subscribers[i] &&
+                            redis_subscriber_add(inst->subscribers[i], rl->channel, rl->channel_len, fd,
+                                                 inst->pools[i].server.command_timeout_ms) == DLOCK_OK;
+        confirmed += rl->subscribed[i];
+    }
+    rl->notify_fd = fd + 1;
+    if (confirmed == 0)
+        return dlock_seterr(DLOCK_EUNAVAILABLE, "redlock: no master confirmed the subscription to '%s''s "
+                            "release messages", lk->name);
+    return DLOCK_OK;
+}
+
+static void unsubscribe(struct redlock_instance *inst, struct redlock_lock *rl)
+{
+    if (!rl->notify_fd)
+        return;
+    for (int i = 0; i < inst->n; i++)
+        if (rl->subscribed[i]) {
+            redis_subscriber_remove(inst->subscribers[i], rl->channel, rl->channel_len);
+            rl->subscribed[i] = false;
+        }
+    close(rl->notify_fd - 1);
+    rl->notify_fd = 0;
+    free(rl->channel);
+    rl->channel = NULL;
+}
+
+/* Whether the subscription is to this owner's channel: another thread of
+ * the client contends for the name under its own owner id. */
+static bool subscribed_for(const struct redlock_lock *rl, const struct dlock_provider_lock *lk)
+{
+    size_t owner_len = strlen(lk->owner);
+    return rl->channel_len == rl->k.channel_prefix_len + owner_len &&
+           memcmp(rl->channel + rl->k.channel_prefix_len, lk->owner, owner_len) == 0;
+}
+
+static void drain_notifications(struct redlock_lock *rl)
+{
+    uint64_t v;
+    if (rl->notify_fd)
+        while (read(rl->notify_fd - 1, &v, sizeof v) > 0)
+            ;
+}
+
+static int redlock_wait(void *instance, struct dlock_provider_lock *lk, int64_t timeout_ms, int wake_fd)
+{
+    (void)instance;
+    struct redlock_lock *rl = lk->priv;
+    return redis_subscriber_wait(rl->notify_fd - 1, wake_fd, timeout_ms, "redlock");
+}
+
+static int try_acquire(struct redlock_instance *inst, struct dlock_provider_lock *lk, struct dlock_grant *g);
+
 static int redlock_acquire(void *instance, struct dlock_provider_lock *lk, struct dlock_grant *g)
 {
     struct redlock_instance *inst = instance;
@@ -191,6 +307,28 @@ static int redlock_acquire(void *instance, struct dlock_provider_lock *lk, struc
     int rc = ensure_keys(inst, lk);
     if (rc != DLOCK_OK)
         return rc;
+    if (rl->notify_fd && !subscribed_for(rl, lk))
+        unsubscribe(inst, rl);
+    /* A message from before this attempt says nothing about after it. */
+    drain_notifications(rl);
+    rc = try_acquire(inst, lk, g);
+    if (rc == DLOCK_EBUSY && !rl->notify_fd) {
+        /* Subscribe, then look again: a release between the busy answer and
+         * the subscription would otherwise go unheard until the TTL. */
+        if (subscribe(inst, lk) == DLOCK_OK)
+            rc = try_acquire(inst, lk, g);
+        else
+            dlock_provider_log(inst->log_handle, DLOCK_LOG_WARN, "%s; waiting on the holder's TTL instead",
+                               dlock_errmsg());
+    }
+    /* Kept after a grant, as on the redis backend: a contended lock will
+     * most likely be again. It goes with abandon or the handle. */
+    return rc;
+}
+
+static int try_acquire(struct redlock_instance *inst, struct dlock_provider_lock *lk, struct dlock_grant *g)
+{
+    struct redlock_lock *rl = lk->priv;
     int64_t t0 = dlock_provider_now_ms();
     char lease[24], queue_timeout[24];
     int lease_len = snprintf(lease, sizeof lease, "%lld", (long long)lk->lease_ms);
@@ -316,20 +454,25 @@ static void redlock_abandon(void *instance, struct dlock_provider_lock *lk)
     redisReply *replies[REDLOCK_MAX_SERVERS];
     fan_out(inst, SCRIPT_LEAVE, &call, NULL, replies);
     free_replies(inst, replies);
+    unsubscribe(inst, rl);
 }
 
 static void redlock_lock_fini(void *instance, struct dlock_provider_lock *lk)
 {
-    (void)instance;
     struct redlock_lock *rl = lk->priv;
+    unsubscribe(instance, rl);
     redis_lock_keys_free(&rl->k);
 }
 
 static void redlock_close(void *instance)
 {
     struct redlock_instance *inst = instance;
-    for (int i = 0; i < inst->n; i++)
+    for (int i = 0; i < inst->n; i++) {
+        if (inst->subscribers[i])
+            redis_subscriber_stop(inst->subscribers[i]);
         redis_pool_destroy(&inst->pools[i]);
+    }
+    pthread_mutex_destroy(&inst->subscribers_mu);
     redis_scripts_destroy(&inst->scripts);
     free(inst);
 }
@@ -370,6 +513,7 @@ static int redlock_open(void **instance, const struct dlock_provider_env *env)
         return rc;
     }
     redis_scripts_init(&inst->scripts);
+    pthread_mutex_init(&inst->subscribers_mu, NULL);
     for (size_t i = 0; i < n && rc == DLOCK_OK; i++) {
         struct redis_server srv;
         memset(&srv, 0, sizeof srv);
@@ -455,7 +599,8 @@ static int redlock_break(void *instance, const char *name, size_t name_len, int 
 static const struct dlock_provider redlock_provider = {
     .version = DLOCK_PROVIDER_VERSION_3,
     .name = "redlock",
-    .capabilities = DLOCK_CAP_RENEW | DLOCK_CAP_FENCE | DLOCK_CAP_SERVER_EXPIRY | DLOCK_CAP_MULTI_HOST,
+    .capabilities = DLOCK_CAP_RENEW | DLOCK_CAP_FENCE | DLOCK_CAP_SERVER_EXPIRY | DLOCK_CAP_MULTI_HOST |
+                    DLOCK_CAP_NATIVE_WAIT,
     .lock_priv_size = sizeof(struct redlock_lock),
     .settings = redlock_settings,
     .open = redlock_open,
@@ -465,6 +610,7 @@ static const struct dlock_provider redlock_provider = {
     .renew = redlock_renew,
     .lock_fini = redlock_lock_fini,
     .abandon = redlock_abandon,
+    .wait = redlock_wait,
     .list = redlock_list,
     .break_hold = redlock_break,
 };

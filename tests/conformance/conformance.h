@@ -36,7 +36,14 @@ struct conformance_target {
      * frees dead holders' holds (zookeeper: a session kept alive by its
      * holder's heartbeats has no deadline another client can read). */
     int lists;
+    /* How long a waiter that was killed while it waited may hold up the
+     * line behind it, in ms, as the backend documents (0: not at all). */
+    int dead_waiter_ms;
 };
+
+/* The redis family's documented bound for a dead waiter: waiter_timeout_ms,
+ * whose default the conformance configs keep. */
+#define REDIS_WAITER_TIMEOUT_MS 5000
 
 enum { CONFORMANCE_LISTS = 1, CONFORMANCE_LISTS_NO_LEASE_LEFT = 2, CONFORMANCE_LISTS_NO_WAITERS = 4 };
 
@@ -54,8 +61,8 @@ void conformance_child_kill(pid_t pid);
 /* A group's teardown: kills the children its last case left. */
 int conformance_group_teardown(void **state);
 
-/* Runs every case against target, then conformance_run_shared() and
- * conformance_run_list(); returns
+/* Runs every case against target, then conformance_run_shared(),
+ * conformance_run_list() and conformance_run_waiting(); returns
  * the number of failed cases. */
 int conformance_run(const struct conformance_target *target);
 
@@ -67,5 +74,11 @@ int conformance_run_shared(const struct conformance_target *target);
 /* The listing cases (conformance_list.c): run where target->lists is set,
  * and otherwise a check that dlock_list() answers DLOCK_ENOTSUP. */
 int conformance_run_list(const struct conformance_target *target);
+
+/* The waiting cases (conformance_waiting.c): one waiter woken per release
+ * where the backend claims DLOCK_CAP_NATIVE_WAIT, arrival order where it
+ * claims DLOCK_CAP_FAIR (else DLOCK_LOCK_FAIR is refused), and a cancelled
+ * or killed waiter does not stall the line. */
+int conformance_run_waiting(const struct conformance_target *target);
 
 #endif

@@ -1,4 +1,4 @@
-/* tests/conformance/conformance_list.c - dlock_list() as every backend that
+/* tests/conformance/conformance_list.c tests/conformance/conformance_waiting.c - dlock_list() as every backend that
  * lists keeps it: known holds of each kind and a waiter come back with
  * their exact fields, an unused prefix lists nothing, paging one entry at a
  * time reports every name exactly once, and names with any bytes come back

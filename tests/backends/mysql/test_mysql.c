@@ -583,9 +583,9 @@ int main(void)
     }
     admin("CREATE DATABASE IF NOT EXISTS dl");
     static const struct conformance_target lease = { "mysql lease mode", lease_config, steal_row, NULL, 0,
-                                                     CONFORMANCE_LISTS | CONFORMANCE_LISTS_NO_WAITERS };
+                                                     CONFORMANCE_LISTS | CONFORMANCE_LISTS_NO_WAITERS, 0 };
     static const struct conformance_target session = { "mysql session mode", session_config,
-                                                       kill_holder_connection, NULL, 0, 0 };
+                                                       kill_holder_connection, NULL, 0, 0, 0 };
     downgrade.server_port = server.port;
     int failed = conformance_run(&lease);
     failed += conformance_run(&session);

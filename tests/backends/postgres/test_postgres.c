@@ -547,9 +547,9 @@ int main(void)
         return 1;
     }
     static const struct conformance_target lease = { "postgres lease mode", lease_config, steal_row, NULL, 0,
-                                                     CONFORMANCE_LISTS | CONFORMANCE_LISTS_NO_WAITERS };
+                                                     CONFORMANCE_LISTS | CONFORMANCE_LISTS_NO_WAITERS, 0 };
     static const struct conformance_target session = { "postgres session mode", session_config,
-                                                       terminate_holder_sessions, NULL, 0, 0 };
+                                                       terminate_holder_sessions, NULL, 0, 0, 0 };
     downgrade.server_port = server.port;
     int failed = conformance_run(&lease);
     failed += conformance_run(&session);

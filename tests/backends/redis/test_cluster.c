@@ -563,7 +563,8 @@ int main(void)
     };
     int failed = cmocka_run_group_tests_name("redis cluster slots", first, NULL, NULL);
     static const struct conformance_target target = { "redis cluster conformance (3 masters + 3 replicas)",
-                                                      write_config, break_hold, flush_masters, 0, CONFORMANCE_LISTS };
+                                                      write_config, break_hold, flush_masters, 0, CONFORMANCE_LISTS,
+                                                      REDIS_WAITER_TIMEOUT_MS };
     failed += conformance_run(&target);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup(names_spread_over_every_master_and_renew, before_each),

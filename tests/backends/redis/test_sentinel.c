@@ -364,7 +364,8 @@ int main(void)
         sleep_ms(50);
     }
     static const struct conformance_target target = { "redis sentinel conformance (master, replica, sentinel)",
-                                                      conformance_config, break_hold, flush_master, 0, 1 };
+                                                      conformance_config, break_hold, flush_master, 0, 1,
+                                                      REDIS_WAITER_TIMEOUT_MS };
     int failed = conformance_run(&target);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(locks_through_the_sentinels_master),

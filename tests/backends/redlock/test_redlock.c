@@ -15,6 +15,7 @@
 #include "../../support/test_client.h"
 
 #include <dlock.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -128,6 +129,70 @@ static void two_masters_down_still_grant_and_exclude(void **state)
     dlock_lock_free(lb);
     dlock_client_close(a);
     dlock_client_close(b);
+}
+
+/* ---- waiting ------------------------------------------------------------------------------ */
+
+struct waiter {
+    dlock_lock *lock;
+    int rc;
+    int64_t granted_at;
+};
+
+static void *wait_for_it(void *arg)
+{
+    struct waiter *w = arg;
+    int rc = dlock_acquire(w->lock, 20000);
+    w->granted_at = now_ms();
+    if (rc == DLOCK_OK)
+        dlock_release(w->lock);
+    __atomic_store_n(&w->rc, rc, __ATOMIC_SEQ_CST);
+    return NULL;
+}
+
+/* A 10 s retry cap and a 30 s lease: only a release message explains a
+ * hand-off within 50 ms, with `down` masters killed first (their wake-ups
+ * are lost, the others' are not). */
+static void release_wakes_the_waiter(int down)
+{
+    for (int i = 0; i < down; i++)
+        test_redis_kill(&masters[i], 1);
+    char text[1024];
+    write_config(text, sizeof text, 30000, 10000);
+    dlock_client *a = test_client_open(text), *b = test_client_open(text);
+    dlock_lock *la = test_lock_named(a, "wake"), *lb = test_lock_named(b, "wake");
+    assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
+    static struct waiter w;
+    w = (struct waiter){ lb, 99, 0 };
+    pthread_t t;
+    pthread_create(&t, NULL, wait_for_it, &w);
+    sleep_ms(300);
+    int64_t released_at = now_ms();
+    assert_int_equal(dlock_release(la), DLOCK_OK);
+    pthread_join(t, NULL);
+    assert_int_equal(w.rc, DLOCK_OK);
+    if (w.granted_at - released_at > 50)
+        fail_msg("granted %lld ms after the release", (long long)(w.granted_at - released_at));
+    /* busy, busy again after subscribing, granted after the message */
+    assert_true(test_client_metric(b, "dlock_acquire_attempts_total") <= 3);
+    dlock_lock_free(la);
+    dlock_lock_free(lb);
+    dlock_client_close(a);
+    dlock_client_close(b);
+    for (int i = 0; i < down; i++)
+        restart(i);
+}
+
+static void a_release_wakes_the_waiter_at_once(void **state)
+{
+    (void)state;
+    release_wakes_the_waiter(0);
+}
+
+static void a_release_wakes_the_waiter_with_two_masters_down(void **state)
+{
+    (void)state;
+    release_wakes_the_waiter(2);
 }
 
 static void three_masters_down_is_no_quorum_quickly_then_recovery(void **state)
@@ -338,7 +403,8 @@ int main(void)
             return 1;
         }
     static const struct conformance_target target = { "redlock conformance (5 masters)", write_config,
-                                                      delete_everywhere, flush_everywhere, 0, CONFORMANCE_LISTS };
+                                                      delete_everywhere, flush_everywhere, 0, CONFORMANCE_LISTS,
+                                                      REDIS_WAITER_TIMEOUT_MS };
     int failed = conformance_run(&target);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup(granted_on_every_master_and_released_everywhere, before_each),
@@ -349,6 +415,8 @@ int main(void)
         cmocka_unit_test_setup(listing_is_a_majoritys_view, before_each),
         cmocka_unit_test_setup(bad_settings_are_config_errors, before_each),
         cmocka_unit_test_setup(failed_attempt_leaves_no_stray_hold_on_late_masters, before_each),
+        cmocka_unit_test_setup(a_release_wakes_the_waiter_at_once, before_each),
+        cmocka_unit_test_setup(a_release_wakes_the_waiter_with_two_masters_down, before_each),
     };
     failed += cmocka_run_group_tests_name("redlock", tests, NULL, NULL);
     for (int i = 0; i < MASTERS; i++)
