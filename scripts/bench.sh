@@ -1,5 +1,5 @@
 #!/bin/sh
-# scripts/bench.sh [--quick] [--shared | --shared-only] [--out DIR] [BUILDDIR] - the comparative benchmark:
+# scripts/bench.sh [--quick] [--shared | --shared-only | --waiting] [--out DIR] [BUILDDIR] - the comparative benchmark:
 # starts throwaway servers on private ports (redis-server, a 3-master Redis
 # Cluster, and PostgreSQL,
 # MariaDB, ZooKeeper and etcd when their backends are built), writes one config per backend and
@@ -9,7 +9,10 @@
 # servers by PID. --shared adds the shared-hold and semaphore scenarios (rw,
 # semaphore) to the default ones, for the backends that have them;
 # --shared-only runs just those two beside the exclusive-only contended one
-# they are compared with.
+# they are compared with. --waiting runs only the contended scenario at 8
+# workers (hold 1 ms, pause 5 ms), over every backend and then again in fair
+# mode over those that have it: how evenly and how quickly waiters get
+# their turns.
 set -eu
 cd "$(dirname "$0")/.."
 quick=no
@@ -21,6 +24,7 @@ while [ $# -gt 0 ]; do
     --quick) quick=yes ;;
     --shared) shared=yes ;;
     --shared-only) shared=only ;;
+    --waiting) shared=waiting ;;
     --out) out=$2; shift ;;
     *) B=$(cd "$1" && pwd) ;;
     esac
@@ -41,6 +45,7 @@ stop() {
     [ -d "$work/zk" ] && bash tests/support/zookeeper.sh stop "$work/zk"
     [ -d "$work/etcd" ] && bash tests/support/etcd.sh stop "$work/etcd"
     [ -d "$work/cluster" ] && bash tests/support/redis_cluster.sh stop "$work/cluster"
+    for i in 0 1 2 3 4; do [ -f "$work/rl$i/redis.pid" ] && kill "$(cat "$work/rl$i/redis.pid")" 2>/dev/null; done
     sleep 0.2
     rm -rf "$work"
 }
@@ -63,6 +68,18 @@ redis = { cluster = ("127.0.0.1:%d"); };
 ' $((port + 10)) \
     > "$work/redis-cluster.conf"
 set -- "$@" -c "$work/redis-cluster.conf"
+# Redlock over 5 independent masters of its own.
+servers=
+for i in 0 1 2 3 4; do
+    p=$((port + 20 + i))
+    mkdir -p "$work/rl$i"
+    redis-server --port $p --bind 127.0.0.1 --dir "$work/rl$i" --save '' --appendonly no --daemonize yes \
+        --pidfile "$work/rl$i/redis.pid" --logfile "$work/rl$i/redis.log"
+    for _ in $(seq 1 100); do [ "$(redis-cli -p $p ping 2>/dev/null)" = PONG ] && break; sleep 0.05; done
+    servers="$servers${servers:+, }\"127.0.0.1:$p\""
+done
+printf 'backend = "redlock";\nlease_ms = 3000;\nredlock = { servers = (%s); };\n' "$servers" > "$work/redlock.conf"
+set -- "$@" -c "$work/redlock.conf"
 # The SQL servers run with fsync off (as in the tests): both libdlock and the
 # plain loop beside it commit the same way, so the ratio is fair.
 if [ -f "$B/backends/postgres/.libs/dlock_postgres.so" ]; then
@@ -96,6 +113,16 @@ if [ -f "$B/backends/etcd/.libs/dlock_etcd.so" ]; then
     set -- "$@" -c "$work/etcd.conf"
 fi
 
+if [ $shared = waiting ]; then
+    set -- "$@" --scenario contended --workers 8 --hold-ms 1 --pause-ms 5
+    if [ $quick = yes ]; then set -- "$@" --duration 1 --repeat 1; else set -- "$@" --duration 3 --repeat 3; fi
+    echo "== every backend"
+    "$BENCH" "$@" --csv "$out/waiting.csv"
+    echo "== fair mode, where the backend has it"
+    "$BENCH" "$@" --fair --csv "$out/waiting-fair.csv"
+    echo "csv: $out/waiting.csv $out/waiting-fair.csv"
+    exit 0
+fi
 if [ $quick = yes ]; then set -- "$@" --duration 1 --repeat 3 --workers 2,8 --locks 2000
 else set -- "$@" --duration 3 --repeat 5 --workers 2,4,8,16 --locks 10000; fi
 if [ $shared = yes ]; then

@@ -70,6 +70,7 @@ struct redlock_lock {
     char *channel;              /* the owner's own channel, while subscribed */
     size_t channel_len;
     bool subscribed[REDLOCK_MAX_SERVERS];
+    bool registered;            /* a busy answer may have queued the owner on a master */
 };
 
 static const struct dlock_setting_spec redlock_settings[] = {
@@ -209,6 +210,22 @@ static int no_quorum(struct redlock_instance *inst, int answered, const char *wh
 
 /* ---- waiting ------------------------------------------------------------------------ */
 
+/* Takes the owner out of the waiter queues of the masters whose only[i] is
+ * true (all when only is NULL); a master where that makes a new head wakes
+ * it. Errors are ignored: a place left behind times out. */
+static void leave_queues(struct redlock_instance *inst, struct dlock_provider_lock *lk, const bool *only)
+{
+    struct redlock_lock *rl = lk->priv;
+    const char *args[6] = { rl->k.key, rl->k.queue_key, rl->k.timeouts_key, lk->owner, rl->k.channel_prefix,
+                            "publish" };
+    size_t lens[6] = { rl->k.key_len, rl->k.queue_key_len, rl->k.timeouts_key_len, strlen(lk->owner),
+                       rl->k.channel_prefix_len, 7 };
+    struct call call = { 3, 6, args, lens };
+    redisReply *replies[REDLOCK_MAX_SERVERS];
+    fan_out(inst, SCRIPT_LEAVE, &call, only, replies);
+    free_replies(inst, replies);
+}
+
 /* The subscribers, one per master, started once; DLOCK_OK when at least one runs. */
 static int start_subscribers(struct redlock_instance *inst)
 {
@@ -333,14 +350,15 @@ static int try_acquire(struct redlock_instance *inst, struct dlock_provider_lock
     char lease[24], queue_timeout[24];
     int lease_len = snprintf(lease, sizeof lease, "%lld", (long long)lk->lease_ms);
     int qt_len = snprintf(queue_timeout, sizeof queue_timeout, "%lld", (long long)inst->waiter_timeout_ms);
+    /* "1": the owner may be queued, and a master that grants takes it out. */
     const char *args[8] = { rl->k.key, rl->k.fence_key, rl->k.queue_key, rl->k.timeouts_key, lk->owner, lease,
-                            queue_timeout, "0" };
+                            queue_timeout, rl->registered ? "1" : "0" };
     size_t lens[8] = { rl->k.key_len, rl->k.fence_key_len, rl->k.queue_key_len, rl->k.timeouts_key_len,
                        strlen(lk->owner), (size_t)lease_len, (size_t)qt_len, 1 };
     struct call call = { 4, 8, args, lens };
     redisReply *replies[REDLOCK_MAX_SERVERS];
     int answered = fan_out(inst, SCRIPT_ACQUIRE, &call, NULL, replies);
-    bool granted[REDLOCK_MAX_SERVERS] = { false };
+    bool granted[REDLOCK_MAX_SERVERS] = { false }, busy[REDLOCK_MAX_SERVERS] = { false };
     long long counters[REDLOCK_MAX_SERVERS];
     int ngranted = 0;
     long long fence = 0, hint = -1;
@@ -354,11 +372,15 @@ static int try_acquire(struct redlock_instance *inst, struct dlock_provider_lock
             ngranted++;
             if (value > fence)
                 fence = value;
-        } else if (hint < 0 || value < hint) {
-            hint = value;
+        } else {
+            busy[i] = true;
+            if (hint < 0 || value < hint)
+                hint = value;
         }
     }
     free_replies(inst, replies);
+    if (answered > ngranted)
+        rl->registered = true;
     /* Masters whose counter already reached the token: when they are a
      * majority (the usual case: counters move together), no raise is due. */
     int at_fence = 0;
@@ -383,6 +405,12 @@ static int try_acquire(struct redlock_instance *inst, struct dlock_provider_lock
         if (raised >= inst->quorum && validity > 0) {
             g->fence = (uint64_t)fence;
             g->has_fence = 1;
+            /* The masters that answered busy queued the owner: left there,
+             * it would stay first in their queues and take the wake-ups
+             * meant for the waiters behind it. */
+            if (ngranted < answered)
+                leave_queues(inst, lk, busy);
+            rl->registered = false;
             return DLOCK_OK;
         }
         release_everywhere(inst, lk, NULL);
@@ -446,14 +474,8 @@ static void redlock_abandon(void *instance, struct dlock_provider_lock *lk)
     if (!rl->k.key)
         return;
     /* A busy answer registered us as a waiter on each master: leave. */
-    const char *args[6] = { rl->k.key, rl->k.queue_key, rl->k.timeouts_key, lk->owner, rl->k.channel_prefix,
-                            "publish" };
-    size_t lens[6] = { rl->k.key_len, rl->k.queue_key_len, rl->k.timeouts_key_len, strlen(lk->owner),
-                       rl->k.channel_prefix_len, 7 };
-    struct call call = { 3, 6, args, lens };
-    redisReply *replies[REDLOCK_MAX_SERVERS];
-    fan_out(inst, SCRIPT_LEAVE, &call, NULL, replies);
-    free_replies(inst, replies);
+    leave_queues(inst, lk, NULL);
+    rl->registered = false;
     unsubscribe(inst, rl);
 }
 

@@ -137,7 +137,21 @@ int main(int argc, char **argv)
         if (rc != DLOCK_OK)
             bench_die(configs[i].path, rc);
         snprintf(configs[i].backend, sizeof configs[i].backend, "%s", dlock_client_backend(c));
+        bool unfair = opt.fair && !(dlock_client_capabilities(c) & DLOCK_CAP_FAIR);
         dlock_client_close(c);
+        if (unfair) {
+            /* One run over every backend, fair where it can be: the others
+             * are said to be left out, not measured unfair. */
+            fprintf(stderr, "dlock-bench: %s: the %s backend has no fair mode; left out of this --fair run\n",
+                    configs[i].label, configs[i].backend);
+            memmove(&configs[i], &configs[i + 1], (size_t)(nconfigs - i - 1) * sizeof configs[0]);
+            nconfigs--;
+            i--;
+        }
+    }
+    if (nconfigs == 0) {
+        fprintf(stderr, "dlock-bench: no configuration left to run\n");
+        return 64;
     }
 
     int64_t *samples = malloc(MAX_SAMPLES * sizeof *samples);

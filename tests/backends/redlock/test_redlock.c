@@ -137,7 +137,23 @@ struct waiter {
     dlock_lock *lock;
     int rc;
     int64_t granted_at;
+    int64_t released_at;
 };
+
+/* Waits, holds 300 ms, releases. */
+static void *hold_for_a_while(void *arg)
+{
+    struct waiter *w = arg;
+    int rc = dlock_acquire(w->lock, 20000);
+    __atomic_store_n(&w->granted_at, now_ms(), __ATOMIC_SEQ_CST);
+    if (rc == DLOCK_OK) {
+        sleep_ms(300);
+        __atomic_store_n(&w->released_at, now_ms(), __ATOMIC_SEQ_CST);
+        dlock_release(w->lock);
+    }
+    __atomic_store_n(&w->rc, rc, __ATOMIC_SEQ_CST);
+    return NULL;
+}
 
 static void *wait_for_it(void *arg)
 {
@@ -163,7 +179,7 @@ static void release_wakes_the_waiter(int down)
     dlock_lock *la = test_lock_named(a, "wake"), *lb = test_lock_named(b, "wake");
     assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
     static struct waiter w;
-    w = (struct waiter){ lb, 99, 0 };
+    w = (struct waiter){ lb, 99, 0, 0 };
     pthread_t t;
     pthread_create(&t, NULL, wait_for_it, &w);
     sleep_ms(300);
@@ -193,6 +209,44 @@ static void a_release_wakes_the_waiter_with_two_masters_down(void **state)
 {
     (void)state;
     release_wakes_the_waiter(2);
+}
+
+/* A waiter that was granted leaves the masters' queues: otherwise it stays
+ * first in them, its own release wakes only itself, and the next waiter
+ * sleeps until its retry hint (2.5 s here). A holds, B waits and is
+ * granted at A's release, C waits, and B's release must wake C at once. */
+static void a_granted_waiter_leaves_the_queues(void **state)
+{
+    (void)state;
+    char text[1024];
+    write_config(text, sizeof text, 30000, 10000);
+    dlock_client *a = test_client_open(text), *b = test_client_open(text), *c = test_client_open(text);
+    dlock_lock *la = test_lock_named(a, "relay"), *lb = test_lock_named(b, "relay"), *lc = test_lock_named(c, "relay");
+    assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
+    static struct waiter wb, wc;
+    wb = (struct waiter){ lb, 99, 0, 0 };
+    wc = (struct waiter){ lc, 99, 0, 0 };
+    pthread_t tb, tc;
+    pthread_create(&tb, NULL, hold_for_a_while, &wb);
+    sleep_ms(200);
+    assert_int_equal(dlock_release(la), DLOCK_OK);
+    while (__atomic_load_n(&wb.rc, __ATOMIC_SEQ_CST) == 99 && __atomic_load_n(&wb.granted_at, __ATOMIC_SEQ_CST) == 0)
+        sleep_ms(1);
+    /* B holds for 300 ms; C comes in behind it. */
+    pthread_create(&tc, NULL, wait_for_it, &wc);
+    pthread_join(tb, NULL);
+    int64_t released_at = __atomic_load_n(&wb.released_at, __ATOMIC_SEQ_CST);
+    pthread_join(tc, NULL);
+    assert_int_equal(wb.rc, DLOCK_OK);
+    assert_int_equal(wc.rc, DLOCK_OK);
+    if (wc.granted_at - released_at > 50)
+        fail_msg("C was granted %lld ms after B's release", (long long)(wc.granted_at - released_at));
+    dlock_lock_free(la);
+    dlock_lock_free(lb);
+    dlock_lock_free(lc);
+    dlock_client_close(a);
+    dlock_client_close(b);
+    dlock_client_close(c);
 }
 
 static void three_masters_down_is_no_quorum_quickly_then_recovery(void **state)
@@ -417,6 +471,7 @@ int main(void)
         cmocka_unit_test_setup(failed_attempt_leaves_no_stray_hold_on_late_masters, before_each),
         cmocka_unit_test_setup(a_release_wakes_the_waiter_at_once, before_each),
         cmocka_unit_test_setup(a_release_wakes_the_waiter_with_two_masters_down, before_each),
+        cmocka_unit_test_setup(a_granted_waiter_leaves_the_queues, before_each),
     };
     failed += cmocka_run_group_tests_name("redlock", tests, NULL, NULL);
     for (int i = 0; i < MASTERS; i++)
