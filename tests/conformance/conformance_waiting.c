@@ -156,7 +156,11 @@ static void fair_mode_grants_in_arrival_order(void **state)
 }
 
 /* A release wakes one waiter: while the next holder holds, the others make
- * no attempt (a herd would make one each). */
+ * no attempt, where a herd makes one each. A waiter also tries again when
+ * its own wait times out (on the redis backends after the busy hint, at
+ * most 2.5 s), and on a slow machine (sanitizers) that can fall into the
+ * window by chance: so the window is short, and one such waiter is let
+ * pass; two or more of the three are a herd. */
 static void a_release_wakes_one_waiter(void **state)
 {
     (void)state;
@@ -176,7 +180,7 @@ static void a_release_wakes_one_waiter(void **state)
     while (__atomic_load_n(&line_grants, __ATOMIC_SEQ_CST) < 1 && now_ms() - t0 < 5000)
         sleep_ms(1);
     bool granted = __atomic_load_n(&line_grants, __ATOMIC_SEQ_CST) >= 1;
-    sleep_ms(200); /* the first is still holding (400 ms) */
+    sleep_ms(50); /* the first is still holding (400 ms) */
     int woken = 0, extra = 0;
     for (int i = 0; i < WAITERS; i++) {
         long long made = test_client_metric(line[i].client, "dlock_acquire_attempts_total") - before[i];
@@ -188,7 +192,7 @@ static void a_release_wakes_one_waiter(void **state)
     line_finish();
     if (!granted)
         fail_msg("no waiter was granted within 5 s of the release");
-    if (woken > 0)
+    if (woken > 1)
         fail_msg("one release woke %d waiters besides the one granted (%d attempts)", woken, extra);
     dlock_lock_free(la);
     dlock_client_close(a);
