@@ -94,8 +94,8 @@ static void start_waiting(struct line_waiter *w, pthread_t *t, const char *name,
     pthread_create(t, NULL, line_waiter_main, w);
     int64_t t0 = now_ms();
     while (test_client_metric(w->client, "dlock_busy_total") < 1) {
-        if (now_ms() - t0 > 5000)
-            fail_msg("a waiter for '%s' had no busy answer within 5 s", name);
+        if (now_ms() - t0 > slack_ms(5000))
+            fail_msg("a waiter for '%s' had no busy answer within %lld ms", name, (long long)slack_ms(5000));
         sleep_ms(2);
     }
     sleep_ms(10); /* past the busy answer, into its wait */
@@ -117,7 +117,7 @@ static void line_start(const char *name, bool fair, int hold_ms)
 {
     line_grants = 0;
     for (int i = 0; i < WAITERS; i++)
-        start_waiting(&line[i], &line_threads[i], name, fair, hold_ms, &line_grants);
+        start_waiting(&line[i], &line_threads[i], name, fair, (int)slack_ms(hold_ms), &line_grants);
 }
 
 /* Waits for the line's waiters; each must have been granted. */
@@ -180,7 +180,7 @@ static void a_release_wakes_one_waiter(void **state)
     while (__atomic_load_n(&line_grants, __ATOMIC_SEQ_CST) < 1 && now_ms() - t0 < 5000)
         sleep_ms(1);
     bool granted = __atomic_load_n(&line_grants, __ATOMIC_SEQ_CST) >= 1;
-    sleep_ms(50); /* the first is still holding (400 ms) */
+    sleep_ms(slack_ms(50)); /* the first is still holding (400 ms) */
     int woken = 0, extra = 0;
     for (int i = 0; i < WAITERS; i++) {
         long long made = test_client_metric(line[i].client, "dlock_acquire_attempts_total") - before[i];
@@ -202,7 +202,7 @@ static void a_release_wakes_one_waiter(void **state)
  * woken, within the backoff cap when polling. */
 static int64_t handoff_bound(unsigned caps)
 {
-    return (caps & DLOCK_CAP_NATIVE_WAIT) ? 250 : POLL_RETRY_CAP_MS + 150;
+    return slack_ms((caps & DLOCK_CAP_NATIVE_WAIT) ? 250 : POLL_RETRY_CAP_MS + 150);
 }
 
 /* A waiter that gives up (cancelled) leaves the line: the one behind it is
@@ -225,7 +225,7 @@ static void a_cancelled_waiter_does_not_stall_the_line(void **state)
     assert_int_equal(dlock_cancel(first.lock), DLOCK_OK);
     pthread_join(t1, NULL);
     assert_int_equal(first.rc, DLOCK_ECANCELLED);
-    if (now_ms() - t0 > 500)
+    if (now_ms() - t0 > slack_ms(500))
         fail_msg("the cancel took %lld ms", (long long)(now_ms() - t0));
     int64_t released_at = now_ms();
     assert_int_equal(dlock_release(la), DLOCK_OK);
