@@ -22,15 +22,21 @@
  * bare fcntl loop is. Where the file cannot be mapped, pread and pwrite do
  * the same.
  *
- * Waiting is native: a waiter watches the file with inotify. A release
- * touches the file's times after unlocking (IN_ATTRIB), and a holder that dies
- * has its descriptor closed by the kernel (IN_CLOSE_WRITE), so both wake the
- * waiters at once; the watch exists only while a lock is contended, since
- * inotify instances are a scarce per-user resource (128 by default). Without
- * one, waiting falls back to short polls. Waiters count themselves in the
- * header (after their watch is set up, before they look again), and a
- * release touches the file only when the count is not zero; a waiter that
- * died without taking itself off only costs releases the touch again.
+ * Waiting is native, and a release wakes one waiter: each waiter has a
+ * place in the lock's line of waiters (local_queue.h: a FIFO per waiter, in
+ * arrival order), and a release writes into the first live one. A holder
+ * that dies runs no release; the kernel closes its descriptor, which the
+ * waiters see on an inotify watch of the file (IN_CLOSE_WRITE), so that
+ * wakes all of them at once, as do the two rarer moments that let several
+ * readers in together (a downgrade, a waiting writer giving up), which touch
+ * the file's times (IN_ATTRIB). The line and the watch exist only while a
+ * lock is contended, since inotify instances are a scarce per-user resource
+ * (128 by default). A waiter that cannot have either (no inotify instance,
+ * a folder it may not write) waits in short polls instead. Waiters count
+ * themselves in the header (after they joined the line, before they look
+ * again), and a release looks at the line only when the count is not zero;
+ * a waiter that died without taking itself off only costs releases that
+ * look again.
  *
  * It protects processes of one host only. A lease is kept by the client
  * itself (the core expires a fixed lease and drops the kernel lock), since no
@@ -40,6 +46,7 @@
 
 #include "local.h"
 #include "local_file.h"
+#include "local_queue.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -70,7 +77,9 @@ struct local_lock {
     bool turnstile;           /* an exclusive request holds the turnstile while it waits */
     int slot;                 /* a semaphore hold: the permit it has */
     struct lock_file_header *map; /* the header in memory while fd_open, or NULL */
+    bool watching;            /* set up to wait (the line, the watch, the count) */
     int watch_fd;             /* inotify fd + 1 while contending, 0 if none */
+    struct local_waiter waiter; /* the place in the line while contending (fd -1 if none) */
     bool counted;             /* counted in the header's waiting */
     struct local_lock *prev, *next; /* in open_files while fd_open */
 };
@@ -112,6 +121,10 @@ static void after_fork_in_child(void)
         if (ll->watch_fd)
             close(ll->watch_fd - 1);
         ll->watch_fd = 0;
+        if (ll->waiter.joined)
+            close(ll->waiter.fd); /* the parent's place in the line stays */
+        ll->waiter.joined = false;
+        ll->watching = false;
     }
     open_files = NULL;
     pthread_mutex_unlock(&open_files_mu);
@@ -413,34 +426,43 @@ static int write_header(int fd, const struct lock_file_header *h, const char *di
     return DLOCK_OK;
 }
 
-/* Starts watching the lock file for the events that mean "it may be free
- * now". Failure is not an error: waiting then polls. */
+/* Sets up what a waiter needs before it looks a second time: its place
+ * in the line (so a release wakes it) and a watch of the file (so a holder
+ * that dies, or a downgrade, does). Failure is not an error: waiting then
+ * polls. */
 static void start_watch(struct local_instance *inst, struct dlock_provider_lock *lk)
 {
     struct local_lock *ll = lk->priv;
-    if (ll->watch_fd)
+    if (ll->watching)
         return;
-    int fd = inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
-    if (fd < 0)
-        return;
+    ll->watching = true;
     char file[NAME_MAX + 1], path[PATH_MAX + NAME_MAX + 2];
     dlock__local_file_name(lk->name, lk->name_len, file);
-    snprintf(path, sizeof path, "%s/%s", inst->dir, file);
-    if (inotify_add_watch(fd, path, IN_ATTRIB | IN_CLOSE_WRITE) < 0) {
-        close(fd);
-        return;
+    (void)local_queue_join(inst->dirfd, file, lk->mode == DLOCK_MODE_SHARED, &ll->waiter);
+    int fd = inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
+    if (fd >= 0) {
+        snprintf(path, sizeof path, "%s/%s", inst->dir, file);
+        if (inotify_add_watch(fd, path, IN_ATTRIB | IN_CLOSE_WRITE) < 0)
+            close(fd);
+        else
+            ll->watch_fd = fd + 1;
     }
-    ll->watch_fd = fd + 1;
     if (ll->map) {
-        /* After the watch, before the caller looks again: a release that
-         * saw no waiter came before that look, which then finds it free. */
+        /* After joining, before the caller looks again: a release that saw
+         * no waiter came before that look, which then finds it free. */
         __atomic_add_fetch(&ll->map->waiting, 1, __ATOMIC_SEQ_CST);
         ll->counted = true;
     }
 }
 
-static void stop_watch(struct local_lock *ll)
+static void stop_watch(struct local_instance *inst, struct dlock_provider_lock *lk)
 {
+    struct local_lock *ll = lk->priv;
+    if (ll->waiter.joined) {
+        char file[NAME_MAX + 1];
+        dlock__local_file_name(lk->name, lk->name_len, file);
+        local_queue_leave(inst->dirfd, file, &ll->waiter);
+    }
     if (ll->counted && ll->map) {
         /* Never below zero: a file given to a process that counted before
          * the header was (re)made by an older version. */
@@ -453,6 +475,19 @@ static void stop_watch(struct local_lock *ll)
     if (ll->watch_fd)
         close(ll->watch_fd - 1);
     ll->watch_fd = 0;
+    ll->watching = false;
+}
+
+/* Wakes the first waiter of lk's line, when the header says someone waits
+ * (or cannot say). */
+static void wake_next(struct local_instance *inst, struct dlock_provider_lock *lk)
+{
+    struct local_lock *ll = lk->priv;
+    if (ll->map && __atomic_load_n(&ll->map->waiting, __ATOMIC_SEQ_CST) == 0)
+        return;
+    char file[NAME_MAX + 1];
+    dlock__local_file_name(lk->name, lk->name_len, file);
+    local_queue_wake_next(inst->dirfd, file);
 }
 
 /* The first fence of a new file: the wall clock in microseconds, not 1.
@@ -528,7 +563,7 @@ static int try_range(struct local_instance *inst, struct dlock_provider_lock *lk
         if (set_range(ll->fd, type, start, len, busy) != 0)
             return dlock_seterr(DLOCK_EUNAVAILABLE, "local: cannot lock the file for '%s' in %s: %s", lk->name,
                                 inst->dir, strerror(errno));
-        if (!*busy || ll->watch_fd)
+        if (!*busy || ll->watching)
             return DLOCK_OK;
         start_watch(inst, lk);
     }
@@ -554,7 +589,7 @@ static int acquire_shared(struct local_instance *inst, struct dlock_provider_loc
         grant->retry_hint_ms = -1;
         return DLOCK_EBUSY;
     }
-    stop_watch(ll);
+    stop_watch(inst, lk);
     if ((rc = header_is_ours(ll->map, inst->dir, lk)) != DLOCK_OK) {
         set_range(ll->fd, F_UNLCK, HOLD_BYTE, 1, NULL);
         return rc;
@@ -585,7 +620,7 @@ static int acquire_permit(struct local_instance *inst, struct dlock_provider_loc
                 return dlock_seterr(DLOCK_EUNAVAILABLE, "local: cannot lock the file for '%s' in %s: %s",
                                     lk->name, inst->dir, strerror(errno));
             if (!busy) {
-                stop_watch(ll);
+                stop_watch(inst, lk);
                 ll->slot = (int)i;
                 ll->held = true;
                 grant->fence = raise_fence(ll->map);
@@ -593,7 +628,7 @@ static int acquire_permit(struct local_instance *inst, struct dlock_provider_loc
                 return DLOCK_OK;
             }
         }
-        if (ll->watch_fd)
+        if (ll->watching)
             break;
         start_watch(inst, lk); /* then look once more, as try_range does */
     }
@@ -608,6 +643,7 @@ static int local_acquire(void *instance, struct dlock_provider_lock *lk, struct 
     int rc = open_lock_file(inst, lk);
     if (rc != DLOCK_OK)
         return rc;
+    ll->waiter.woken = false; /* this attempt is what a wake-up was for */
     if (lk->mode != DLOCK_MODE_EXCLUSIVE && !ll->map)
         return dlock_seterr(DLOCK_EUNAVAILABLE,
                             "local: shared holds and semaphores need the lock file of '%s' in %s mapped "
@@ -636,7 +672,7 @@ static int local_acquire(void *instance, struct dlock_provider_lock *lk, struct 
         set_range(ll->fd, F_UNLCK, TURNSTILE_BYTE, 1, NULL);
         ll->turnstile = false;
     }
-    stop_watch(ll);
+    stop_watch(inst, lk);
     if (ll->map) {
         rc = grant_in_memory(ll->map, inst->dir, lk);
         if (rc != DLOCK_OK) {
@@ -673,14 +709,19 @@ static int local_wait(void *instance, struct dlock_provider_lock *lk, int64_t ti
 {
     (void)instance;
     struct local_lock *ll = lk->priv;
-    /* Without a watch (no inotify instance to be had), poll in short steps. */
-    if (!ll->watch_fd && timeout_ms > 25)
+    /* Without a place in the line or a watch, a release or a holder's
+     * death may pass unseen: poll in short steps. */
+    if ((!ll->waiter.joined || !ll->watch_fd) && timeout_ms > 25)
         timeout_ms = 25;
-    struct pollfd p[2] = { { .fd = wake_fd, .events = POLLIN }, { .fd = ll->watch_fd - 1, .events = POLLIN } };
-    int n = poll(p, ll->watch_fd ? 2 : 1, timeout_ms > INT_MAX ? INT_MAX : (int)timeout_ms);
+    struct pollfd p[3] = { { .fd = wake_fd, .events = POLLIN },
+                           { .fd = ll->waiter.joined ? ll->waiter.fd : -1, .events = POLLIN },
+                           { .fd = ll->watch_fd - 1, .events = POLLIN } };
+    int n = poll(p, 3, timeout_ms > INT_MAX ? INT_MAX : (int)timeout_ms);
     if (n < 0 && errno != EINTR)
         return dlock_seterr(DLOCK_EUNAVAILABLE, "local: poll failed: %s", strerror(errno));
-    if (n > 0 && ll->watch_fd && (p[1].revents & POLLIN)) {
+    if (n > 0 && ll->waiter.joined && (p[1].revents & POLLIN))
+        local_queue_drain(&ll->waiter);
+    if (n > 0 && ll->watch_fd && (p[2].revents & POLLIN)) {
         char events[4096];
         while (read(ll->watch_fd - 1, events, sizeof events) > 0)
             ;
@@ -690,7 +731,7 @@ static int local_wait(void *instance, struct dlock_provider_lock *lk, int64_t ti
 
 static int local_release(void *instance, struct dlock_provider_lock *lk)
 {
-    (void)instance;
+    struct local_instance *inst = instance;
     struct local_lock *ll = lk->priv;
     if (!ll->held)
         return DLOCK_ENOTOWNER;
@@ -707,11 +748,8 @@ static int local_release(void *instance, struct dlock_provider_lock *lk)
         close_lock_file(ll);
         return DLOCK_OK;
     }
-    /* Wakes the waiters' inotify watches. After the unlock, and touching
-     * only the times, so it cannot clobber the next holder's header; only
-     * when someone waits, where the header says so. */
-    if (!ll->map || __atomic_load_n(&ll->map->waiting, __ATOMIC_SEQ_CST) > 0)
-        futimens(ll->fd, NULL);
+    /* After the unlock: the one woken finds the lock free. */
+    wake_next(inst, lk);
     return DLOCK_OK;
 }
 
@@ -749,9 +787,8 @@ static int local_renew(void *instance, struct dlock_provider_lock *lk)
 
 static void local_lock_fini(void *instance, struct dlock_provider_lock *lk)
 {
-    (void)instance;
     struct local_lock *ll = lk->priv;
-    stop_watch(ll); /* before the header is unmapped: it takes itself off the count */
+    stop_watch(instance, lk); /* before the header is unmapped: it takes itself off the count */
     close_lock_file(ll);
     ll->held = false;
 }
@@ -810,9 +847,8 @@ static int local_status(struct local_instance *inst, struct dlock_ctl_status *ar
  * user by default); a later wait makes a new one. */
 static void local_abandon(void *instance, struct dlock_provider_lock *lk)
 {
-    (void)instance;
     struct local_lock *ll = lk->priv;
-    stop_watch(ll);
+    stop_watch(instance, lk); /* hands on a wake-up it had and did not use */
     if (ll->turnstile && ll->fd_open) {
         /* The shared requests it kept out may go now: wake them. */
         set_range(ll->fd, F_UNLCK, TURNSTILE_BYTE, 1, NULL);

@@ -1,0 +1,221 @@
+/* backends/local/local_queue.c - see local_queue.h.
+ *
+ * Why FIFOs: a wake-up has to reach one process of the host, chosen by the
+ * releaser, and be something the waiter can poll beside the core's cancel
+ * descriptor. A FIFO is a name in a folder (so the releaser can find it and
+ * the folder orders the line), pollable, and the kernel tells a writer
+ * whether anyone still has it open: a waiter that died leaves no reader,
+ * so a dead waiter never swallows the wake-up meant for the line.
+ *
+ * A waiter's FIFO appears under its final name only once the waiter has it
+ * open (it is made under a name starting with '.' and renamed), so a
+ * releaser never takes a waiter that is still joining for a dead one.
+ *
+ * Two races are closed between releaser and leaver, so that no wake-up is
+ * lost to a waiter that is going away: the leaver removes its name before it
+ * empties its FIFO, and hands on whatever it finds there; the releaser looks
+ * for the name after writing, and when it is gone wakes the next one too.
+ * Whichever order the two run in, one of them sees the other. */
+#include "config.h"
+
+#include "local_queue.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define LINES_DIR ".q"
+
+/* The folder of FILE's line, opened; made first when create is set (with
+ * the lock directory's own permissions, so that whoever may lock there may
+ * wait there). -1 when it does not exist or cannot be made. */
+static int open_line(int dirfd, const char *file, bool create)
+{
+    int qfd = openat(dirfd, LINES_DIR, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+    if (qfd < 0 && create && errno == ENOENT) {
+        struct stat st;
+        mode_t mode = fstat(dirfd, &st) == 0 ? (st.st_mode & 07777) : 0700;
+        if (mkdirat(dirfd, LINES_DIR, mode) != 0 && errno != EEXIST)
+            return -1;
+        qfd = openat(dirfd, LINES_DIR, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+    }
+    if (qfd < 0)
+        return -1;
+    int lfd = openat(qfd, file, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+    if (lfd < 0 && create && errno == ENOENT) {
+        struct stat st;
+        mode_t mode = fstat(qfd, &st) == 0 ? (st.st_mode & 07777) : 0700;
+        if (mkdirat(qfd, file, mode) == 0 || errno == EEXIST)
+            lfd = openat(qfd, file, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+    }
+    int err = errno;
+    close(qfd);
+    errno = err;
+    return lfd;
+}
+
+int local_queue_join(int dirfd, const char *file, bool shared, struct local_waiter *w)
+{
+    static unsigned joins; /* tells apart two joins of one process in one nanosecond */
+    int lfd = open_line(dirfd, file, true);
+    if (lfd < 0)
+        return -1;
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    uint64_t ns = (uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec;
+    unsigned n = __atomic_add_fetch(&joins, 1, __ATOMIC_RELAXED);
+    char joining[sizeof w->entry + 1];
+    snprintf(w->entry, sizeof w->entry, "%016llx-%08x-%08x.%c", (unsigned long long)ns, (unsigned)getpid(), n,
+             shared ? 's' : 'x');
+    snprintf(joining, sizeof joining, ".%s", w->entry);
+    int fd = -1;
+    if (mkfifoat(lfd, joining, 0666) == 0) {
+        fd = openat(lfd, joining, O_RDWR | O_NONBLOCK | O_CLOEXEC);
+        if (fd < 0 || renameat(lfd, joining, lfd, w->entry) != 0) {
+            int err = errno;
+            if (fd >= 0)
+                close(fd);
+            unlinkat(lfd, joining, 0);
+            errno = err;
+            fd = -1;
+        }
+    }
+    int err = errno;
+    close(lfd);
+    if (fd < 0) {
+        errno = err;
+        return -1;
+    }
+    w->fd = fd;
+    w->joined = true;
+    w->shared = shared;
+    w->woken = false;
+    return 0;
+}
+
+int local_queue_drain(struct local_waiter *w)
+{
+    int got = 0;
+    char buf[64];
+    ssize_t n;
+    while (w->joined && (n = read(w->fd, buf, sizeof buf)) > 0)
+        got += (int)n;
+    if (got > 0)
+        w->woken = true;
+    return got;
+}
+
+void local_queue_leave(int dirfd, const char *file, struct local_waiter *w)
+{
+    if (!w->joined)
+        return;
+    int lfd = open_line(dirfd, file, false);
+    if (lfd >= 0) {
+        unlinkat(lfd, w->entry, 0);
+        close(lfd);
+    }
+    bool owed = w->woken;
+    if (local_queue_drain(w) > 0)
+        owed = true;
+    close(w->fd);
+    w->joined = false;
+    w->woken = false;
+    if (owed)
+        local_queue_wake_next(dirfd, file);
+}
+
+/* One byte into a FIFO open for writing. The reader may close it between
+ * our open and this write, which raises SIGPIPE: that signal is held back
+ * for this thread meanwhile and taken away again, unless one was already
+ * pending, so a library call never kills or surprises the program. Returns
+ * whether the FIFO holds a wake-up now (a full one already does). */
+static bool write_wake(int fd)
+{
+    sigset_t pipe_only, old, pending;
+    sigemptyset(&pipe_only);
+    sigaddset(&pipe_only, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe_only, &old);
+    sigemptyset(&pending);
+    sigpending(&pending);
+    bool was_pending = sigismember(&pending, SIGPIPE) == 1;
+    ssize_t n = write(fd, "w", 1);
+    int err = errno;
+    if (n < 0 && err == EPIPE && !was_pending) {
+        static const struct timespec at_once = { 0, 0 };
+        sigtimedwait(&pipe_only, NULL, &at_once);
+    }
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    return n == 1 || (n < 0 && err == EAGAIN);
+}
+
+static int by_name(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static bool is_shared_entry(const char *name)
+{
+    size_t n = strlen(name);
+    return n > 2 && strcmp(name + n - 2, ".s") == 0;
+}
+
+void local_queue_wake_next(int dirfd, const char *file)
+{
+    int lfd = open_line(dirfd, file, false);
+    if (lfd < 0)
+        return;
+    DIR *d = fdopendir(lfd);
+    if (!d) {
+        close(lfd);
+        return;
+    }
+    char **names = NULL;
+    size_t count = 0, cap = 0;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        if (de->d_name[0] == '.')
+            continue; /* ".", "..", and waiters still joining */
+        if (count == cap) {
+            size_t ncap = cap ? 2 * cap : 16;
+            char **grown = realloc(names, ncap * sizeof *names);
+            if (!grown)
+                break;
+            names = grown;
+            cap = ncap;
+        }
+        if (!(names[count] = strdup(de->d_name)))
+            break;
+        count++;
+    }
+    if (count > 1)
+        qsort(names, count, sizeof *names, by_name);
+    for (size_t i = 0; i < count; i++) {
+        int fd = openat(lfd, names[i], O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+        if (fd < 0) {
+            if (errno == ENXIO)
+                unlinkat(lfd, names[i], 0); /* nobody has it open: a waiter that died */
+            continue;
+        }
+        bool written = write_wake(fd);
+        close(fd);
+        struct stat st;
+        if (!written || fstatat(lfd, names[i], &st, AT_SYMLINK_NOFOLLOW) != 0)
+            continue; /* it left meanwhile: the one after it gets the wake-up too */
+        if (!is_shared_entry(names[i]))
+            break;
+    }
+    for (size_t i = 0; i < count; i++)
+        free(names[i]);
+    free(names);
+    closedir(d);
+}

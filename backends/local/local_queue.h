@@ -1,0 +1,55 @@
+/* backends/local/local_queue.h - the line of waiters of one lock file, so
+ * that a release wakes the first waiter instead of all of them.
+ *
+ * Each waiter is a FIFO (named pipe) in the lock directory's ".q/<lock file
+ * name>/" folder, named by its arrival time on CLOCK_MONOTONIC (one clock
+ * for the whole host), so the folder read in name order is the line in
+ * arrival order. The waiter keeps its FIFO open for reading and writing
+ * while it waits; a release writes one byte into the first live one. A
+ * waiter that died has no open end left, which an open for writing without
+ * blocking reports (ENXIO): the releaser removes it and goes on to the next.
+ *
+ * Who is woken by one wake_next: the first waiter; when that one wants a
+ * shared hold, every waiter up to and including the first exclusive one
+ * (readers share, and a reader may be kept out by the writer behind it,
+ * which then has to be woken as well).
+ *
+ * Nothing here keeps a lost wake-up from happening on its own: a waiter
+ * joins before it looks at the lock a second time (local.c), and leaves
+ * with local_queue_leave, which hands a wake-up it can no longer use to the
+ * next waiter. */
+#ifndef DLOCK_BACKEND_LOCAL_QUEUE_H
+#define DLOCK_BACKEND_LOCAL_QUEUE_H
+
+#include <stdbool.h>
+
+/* A waiter's place in the line; all zero is "not in the line". */
+struct local_waiter {
+    bool joined;     /* in the line: fd is valid */
+    int fd;          /* the FIFO, open for reading and writing */
+    bool shared;     /* waits for a shared hold */
+    bool woken;      /* a wake-up was taken out of the FIFO and no attempt has used it yet;
+                      * the owner clears it when it makes the attempt */
+    char entry[48];  /* its name in the folder */
+};
+
+/* Puts w at the end of the line of lock file FILE in the lock directory
+ * dirfd (creating the folders as needed). Returns 0, or -1 with errno set
+ * (the folder cannot be written, FIFOs are not supported): the caller then
+ * waits by polling. w must not be in a line. Not thread-safe for one w. */
+int local_queue_join(int dirfd, const char *file, bool shared, struct local_waiter *w);
+
+/* Takes w out of the line (no-op when it is not in one), and hands on a
+ * wake-up that reached w and that w did not use: to the next waiter. */
+void local_queue_leave(int dirfd, const char *file, struct local_waiter *w);
+
+/* Empties w's FIFO after poll said it is readable: how many wake-ups it
+ * held (0 or more); sets w->woken when there was one. */
+int local_queue_drain(struct local_waiter *w);
+
+/* Wakes the first live waiter of lock file FILE (see above for shared
+ * ones), removing dead waiters it meets. Quiet about failures: a waiter
+ * it could not wake finds the lock at its next retry. */
+void local_queue_wake_next(int dirfd, const char *file);
+
+#endif
