@@ -21,16 +21,21 @@
  * costs more than running it).
  *
  * Waiting, in both modes: a release (and, in lease mode, a downgrade, which
- * lets readers in) sends NOTIFY on a channel derived from the name. After a
- * busy answer the waiter LISTENs on that channel on a connection of its
- * own, and only then tries again, so a release between the two cannot be
- * missed; a missed notification (a dropped listener) is covered by
- * retrying after the holder's remaining lease. */
+ * lets readers in) sends NOTIFY on a channel derived from the name.
+ * Exclusive and permit requests that are kept waiting join the name's line
+ * (pg_line.h: the server's own queue for an advisory "gate" lock), where
+ * only the head LISTENs, so a release wakes one waiter and the others make
+ * no request until their turn. Shared requests LISTEN on the channel
+ * themselves (readers may all come in at once): after a busy answer on a
+ * connection of their own, and only then look again, so a release between
+ * the two cannot be missed. A missed notification (a dropped connection)
+ * is covered by retrying after the holder's remaining lease. */
 #include "config.h"
 
 #include "../common/lock_kind.h"
 #include "../common/sql_text.h"
 #include "pg_conn.h"
+#include "pg_line.h"
 #include "pg_list.h"
 #include "pg_sql.h"
 
@@ -63,7 +68,8 @@ struct pg_instance {
 struct pg_lock {
     struct sql_lock_key k;       /* the row's name; k.tag is the NOTIFY channel */
     char advisory[24];           /* the session-mode key (k.digest), as decimal text */
-    PGconn *listener;            /* while LISTENing on channel */
+    PGconn *listener;            /* a shared request's, while LISTENing on channel */
+    struct pg_line line;         /* an exclusive or permit request's place in the line */
     bool last_busy;              /* the last attempt found the lock held */
     bool writer_registered;      /* an exclusive request kept waiting said so in the row */
     uint64_t generation;         /* session mode: holder connection the hold was taken on */
@@ -526,6 +532,13 @@ static int try_once(struct pg_instance *inst, struct dlock_provider_lock *lk, st
     return kind_is_shared(lk) ? shared_try(inst, lk, g) : lease_try(inst, lk, g);
 }
 
+/* Exclusive and permit requests wait in the name's line; shared ones
+ * listen themselves. */
+static bool waits_in_line(const struct dlock_provider_lock *lk)
+{
+    return lk->mode != DLOCK_MODE_SHARED;
+}
+
 static int pg_acquire(void *instance, struct dlock_provider_lock *lk, struct dlock_grant *g)
 {
     struct pg_instance *inst = instance;
@@ -534,8 +547,19 @@ static int pg_acquire(void *instance, struct dlock_provider_lock *lk, struct dlo
     if (rc != DLOCK_OK)
         return rc;
     drain_notifications(pl);
+    pg_line_drain(&pl->line);
     rc = try_once(inst, lk, g);
-    if (rc == DLOCK_EBUSY && !pl->listener) {
+    if (waits_in_line(lk)) {
+        if (rc == DLOCK_OK) {
+            pg_line_granted(&inst->listeners, &pl->line, lk->mode == DLOCK_MODE_EXCLUSIVE);
+        } else if (rc == DLOCK_EBUSY && pl->line.state == PG_LINE_OUT) {
+            /* No second look: the line answers when we are at its head,
+             * and the look made then sees a release before our LISTEN. */
+            if (pg_line_join(&inst->listeners, &pl->line, pl->k.digest, pl->k.tag) != DLOCK_OK)
+                dlock_provider_log(inst->log_handle, DLOCK_LOG_WARN, "%s: cannot wait in line (%s); polling instead",
+                                   inst->server.label, dlock_errmsg());
+        }
+    } else if (rc == DLOCK_EBUSY && !pl->listener) {
         /* Listen, then look again: a release in between is then heard. */
         if (start_listening(inst, pl) == DLOCK_OK)
             rc = try_once(inst, lk, g);
@@ -551,7 +575,12 @@ static int pg_acquire(void *instance, struct dlock_provider_lock *lk, struct dlo
 static int pg_release(void *instance, struct dlock_provider_lock *lk)
 {
     struct pg_instance *inst = instance;
-    return inst->session_mode ? session_release(inst, lk) : lease_release(inst, lk);
+    struct pg_lock *pl = lk->priv;
+    int rc = inst->session_mode ? session_release(inst, lk) : lease_release(inst, lk);
+    /* After the release: the next waiter's look finds the lock free. Also
+     * when the release failed (the hold was lost): the gate goes anyway. */
+    pg_line_pass(&inst->listeners, &pl->line);
+    return rc;
 }
 
 static int pg_renew_batch(void *instance, struct dlock_provider_lock *const *locks, size_t n, int *results)
@@ -588,8 +617,10 @@ static int pg_wait(void *instance, struct dlock_provider_lock *lk, int64_t timeo
 {
     struct pg_instance *inst = instance;
     struct pg_lock *pl = lk->priv;
+    if (pl->line.state != PG_LINE_OUT)
+        return pg_line_wait(&inst->listeners, &pl->line, timeout_ms, wake_fd, inst->log_handle, inst->server.label);
     if (!pl->listener) {
-        /* No listener (it could not be set up): sleep out the timeout,
+        /* No listener or line (it could not be set up): sleep out the timeout,
          * which the core bounds by the holder's lease and its backoff. */
         struct pollfd p = { .fd = wake_fd, .events = POLLIN };
         int n = poll(&p, 1, timeout_ms > INT_MAX ? INT_MAX : (int)timeout_ms);
@@ -633,12 +664,15 @@ static void pg_abandon(void *instance, struct dlock_provider_lock *lk)
         pl->writer_registered = false;
     }
     stop_listening(inst, pl);
+    pg_line_leave(&inst->listeners, &pl->line);
 }
 
 static void pg_lock_fini(void *instance, struct dlock_provider_lock *lk)
 {
     struct pg_lock *pl = lk->priv;
-    stop_listening(instance, pl);
+    struct pg_instance *inst = instance;
+    stop_listening(inst, pl);
+    pg_line_leave(&inst->listeners, &pl->line);
     sql_lock_key_free(&pl->k);
     memset(pl, 0, sizeof *pl);
 }

@@ -1,0 +1,73 @@
+/* backends/postgres/pg_line.h - the line of exclusive waiters (and permit
+ * waiters) of one name, kept by the server, so that a release wakes one.
+ *
+ * The line is PostgreSQL's own lock queue: a waiter asks, on a connection
+ * of its own, for a session advisory lock on the name's "gate" key (the
+ * two-integer form, a key space apart from session mode's holds) and is
+ * granted it in turn. Only the waiter at the head, the one with the gate,
+ * LISTENs on the name's channel, so a release's NOTIFY wakes it alone; the
+ * others sit in the server's queue, making no request. The join is one
+ * query sent without waiting for its answer ("SELECT pg_advisory_lock(..);
+ * LISTEN .."): its answer comes when the waiter reaches the head, and
+ * pg_line_wait then returns so that the core looks once at the lock (a
+ * release before the LISTEN is seen by that look, one after it by the
+ * NOTIFY).
+ *
+ * An exclusive holder that came through the line keeps the gate until it
+ * releases, so the next waiter's first look comes when the lock is free;
+ * a permit holder passes it on at once (another permit may be free). A
+ * waiter or holder whose session ends (the process died) leaves the line
+ * with it: the server frees its advisory locks. */
+#ifndef DLOCK_PG_LINE_H
+#define DLOCK_PG_LINE_H
+
+#include "pg_conn.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+enum pg_line_state { PG_LINE_OUT = 0, PG_LINE_ASKED, PG_LINE_HEAD };
+
+/* One lock's place in its line; all zero is "out of it, no connection". */
+struct pg_line {
+    PGconn *conn;          /* from the listeners' pool while in use */
+    int state;             /* enum pg_line_state */
+    bool answer_pending;   /* a query sent without waiting is not fully answered */
+    bool failed;           /* part of the join's answer was an error */
+    char gate[2][12];      /* the gate key as two int4 texts */
+};
+
+/* Joins the line of the name whose 64-bit digest and NOTIFY channel are
+ * given: takes a connection from pool and sends the join. DLOCK_OK, or a
+ * failure with the detail set (the caller then waits by polling). Not for
+ * a line already joined. */
+int pg_line_join(struct pg_pool *pool, struct pg_line *l, uint64_t digest, const char *channel);
+
+/* Blocks until the line moves for us (we reached the head: DLOCK_OK, the
+ * caller looks at the lock), a NOTIFY comes while we are at the head
+ * (DLOCK_OK), wake_fd is readable (DLOCK_OK), or timeout_ms passes
+ * (DLOCK_ETIMEDOUT). A broken connection or a refused join takes us out of
+ * the line and answers DLOCK_OK, so the caller's next look joins again. */
+int pg_line_wait(struct pg_pool *pool, struct pg_line *l, int64_t timeout_ms, int wake_fd, void *log_handle,
+                 const char *label);
+
+/* Forgets NOTIFYs received so far (they tell of releases before the look
+ * about to be made). */
+void pg_line_drain(struct pg_line *l);
+
+/* The caller was granted the lock. keep_gate: an exclusive hold keeps the
+ * head (the next waiter may look when it is released); otherwise it is
+ * passed on. A grant while the join is still unanswered (a look at a timer
+ * found the lock free) takes the place back: the connection is cancelled
+ * and closed, which the server answers by freeing the gate. */
+void pg_line_granted(struct pg_pool *pool, struct pg_line *l, bool keep_gate);
+
+/* The hold that kept the gate ended: the gate goes to the next waiter,
+ * without waiting for the server's answer. */
+void pg_line_pass(struct pg_pool *pool, struct pg_line *l);
+
+/* Out of the line altogether, and the connection back to pool (abandon,
+ * lock_fini). */
+void pg_line_leave(struct pg_pool *pool, struct pg_line *l);
+
+#endif
