@@ -42,7 +42,7 @@ scripts/setup.sh build-valgrind $BACKENDS || status=1
 echo "== build-valgrind: cmocka programs under valgrind"
 # One program at a time: valgrind slows each ~20x, and the timing bounds of
 # the core tests leave little room for two of them sharing two cores.
-(cd build-valgrind && make -j1 check TESTS="tests/unit/test_basics tests/unit/test_config tests/unit/test_core tests/unit/test_modules tests/metrics/test_metrics tests/backends/local/test_local" \
+(cd build-valgrind && make -j1 check TESTS="tests/unit/test_basics tests/unit/test_config tests/unit/test_core tests/unit/test_modules tests/metrics/test_metrics tests/backends/local/test_local tests/backends/local/test_local_queue" \
     LOG_COMPILER="$(pwd)/../tests/valgrind.sh" > check.log 2>&1) || status=1
 echo "== fuzzing: the config loader and every backend's name mapping, 30 s each"
 tests/fuzz/run.sh build 30 || status=1

@@ -455,13 +455,18 @@ static void start_watch(struct local_instance *inst, struct dlock_provider_lock 
     }
 }
 
-static void stop_watch(struct local_instance *inst, struct dlock_provider_lock *lk)
+/* Out of the line and the watch. granted: what the waiter came for was
+ * given, so a wake-up it did not use is handed on only where it may be
+ * another's (a semaphore's releases free a permit each); a waiter that
+ * gives up hands on one (or, for a semaphore, each). */
+static void stop_watch(struct local_instance *inst, struct dlock_provider_lock *lk, bool granted)
 {
     struct local_lock *ll = lk->priv;
     if (ll->waiter.joined) {
         char file[NAME_MAX + 1];
         dlock__local_file_name(lk->name, lk->name_len, file);
-        local_queue_leave(inst->dirfd, file, &ll->waiter);
+        int hand_on = lk->mode == DLOCK_MODE_SEMAPHORE ? INT_MAX : granted ? 0 : 1;
+        local_queue_leave(inst->dirfd, file, &ll->waiter, hand_on);
     }
     if (ll->counted && ll->map) {
         /* Never below zero: a file given to a process that counted before
@@ -483,11 +488,18 @@ static void stop_watch(struct local_instance *inst, struct dlock_provider_lock *
 static void wake_next(struct local_instance *inst, struct dlock_provider_lock *lk)
 {
     struct local_lock *ll = lk->priv;
-    if (ll->map && __atomic_load_n(&ll->map->waiting, __ATOMIC_SEQ_CST) == 0)
+    uint32_t seen = ll->map ? __atomic_load_n(&ll->map->waiting, __ATOMIC_SEQ_CST) : 1;
+    if (seen == 0)
         return;
     char file[NAME_MAX + 1];
     dlock__local_file_name(lk->name, lk->name_len, file);
-    local_queue_wake_next(inst->dirfd, file);
+    if (local_queue_wake_next(inst->dirfd, file, 1) == 0 && ll->map) {
+        /* Nobody in the line: what is counted was left by waiters that
+         * died. Back to zero, unless a waiter counted itself since we read
+         * the count (its FIFO, visible before it counts, would then have
+         * been found), so releases skip the line again. */
+        __atomic_compare_exchange_n(&ll->map->waiting, &seen, 0, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+    }
 }
 
 /* The first fence of a new file: the wall clock in microseconds, not 1.
@@ -589,7 +601,7 @@ static int acquire_shared(struct local_instance *inst, struct dlock_provider_loc
         grant->retry_hint_ms = -1;
         return DLOCK_EBUSY;
     }
-    stop_watch(inst, lk);
+    stop_watch(inst, lk, true);
     if ((rc = header_is_ours(ll->map, inst->dir, lk)) != DLOCK_OK) {
         set_range(ll->fd, F_UNLCK, HOLD_BYTE, 1, NULL);
         return rc;
@@ -620,7 +632,7 @@ static int acquire_permit(struct local_instance *inst, struct dlock_provider_loc
                 return dlock_seterr(DLOCK_EUNAVAILABLE, "local: cannot lock the file for '%s' in %s: %s",
                                     lk->name, inst->dir, strerror(errno));
             if (!busy) {
-                stop_watch(inst, lk);
+                stop_watch(inst, lk, true);
                 ll->slot = (int)i;
                 ll->held = true;
                 grant->fence = raise_fence(ll->map);
@@ -636,20 +648,21 @@ static int acquire_permit(struct local_instance *inst, struct dlock_provider_loc
     return DLOCK_EBUSY;
 }
 
-static int local_acquire(void *instance, struct dlock_provider_lock *lk, struct dlock_grant *grant)
+static int acquire_once(void *instance, struct dlock_provider_lock *lk, struct dlock_grant *grant)
 {
     struct local_instance *inst = instance;
     struct local_lock *ll = lk->priv;
     int rc = open_lock_file(inst, lk);
     if (rc != DLOCK_OK)
         return rc;
-    ll->waiter.woken = false; /* this attempt is what a wake-up was for */
     if (lk->mode != DLOCK_MODE_EXCLUSIVE && !ll->map)
         return dlock_seterr(DLOCK_EUNAVAILABLE,
                             "local: shared holds and semaphores need the lock file of '%s' in %s mapped "
                             "into memory, and it could not be", lk->name, inst->dir);
     if (ll->map && (rc = mode_mismatch(ll->map, lk)) != DLOCK_OK)
         return rc;
+    if (ll->waiter.wakes > 0)
+        ll->waiter.wakes--; /* this attempt is what one wake-up was for */
     if (lk->mode == DLOCK_MODE_SHARED)
         return acquire_shared(inst, lk, grant);
     if (lk->mode == DLOCK_MODE_SEMAPHORE)
@@ -672,7 +685,7 @@ static int local_acquire(void *instance, struct dlock_provider_lock *lk, struct 
         set_range(ll->fd, F_UNLCK, TURNSTILE_BYTE, 1, NULL);
         ll->turnstile = false;
     }
-    stop_watch(inst, lk);
+    stop_watch(inst, lk, true);
     if (ll->map) {
         rc = grant_in_memory(ll->map, inst->dir, lk);
         if (rc != DLOCK_OK) {
@@ -705,28 +718,62 @@ static int local_acquire(void *instance, struct dlock_provider_lock *lk, struct 
     return DLOCK_OK;
 }
 
+/* A failed attempt is not followed by abandon (only a busy one is): it
+ * leaves the line here, or its place would keep the wake-ups meant for
+ * the waiters behind it. */
+static int local_acquire(void *instance, struct dlock_provider_lock *lk, struct dlock_grant *grant)
+{
+    int rc = acquire_once(instance, lk, grant);
+    if (rc != DLOCK_OK && rc != DLOCK_EBUSY)
+        stop_watch(instance, lk, false);
+    return rc;
+}
+
+/* Whether an exclusive request would still find the lock taken: one
+ * F_OFD_GETLK, no attempt (our own locks never conflict with us). */
+static bool exclusive_range_taken(int fd)
+{
+    struct flock fl = { .l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = EXCLUSIVE_LEN, .l_pid = 0 };
+    return fcntl(fd, F_OFD_GETLK, &fl) == 0 && fl.l_type != F_UNLCK;
+}
+
 static int local_wait(void *instance, struct dlock_provider_lock *lk, int64_t timeout_ms, int wake_fd)
 {
     (void)instance;
     struct local_lock *ll = lk->priv;
-    /* Without a place in the line or a watch, a release or a holder's
-     * death may pass unseen: poll in short steps. */
-    if ((!ll->waiter.joined || !ll->watch_fd) && timeout_ms > 25)
+    /* Without a place in the line or a watch, or uncounted (so releases
+     * may skip the line), a release or a holder's death may pass unseen:
+     * poll in short steps. */
+    if ((!ll->waiter.joined || !ll->watch_fd || !ll->counted) && timeout_ms > 25)
         timeout_ms = 25;
-    struct pollfd p[3] = { { .fd = wake_fd, .events = POLLIN },
-                           { .fd = ll->waiter.joined ? ll->waiter.fd : -1, .events = POLLIN },
-                           { .fd = ll->watch_fd - 1, .events = POLLIN } };
-    int n = poll(p, 3, timeout_ms > INT_MAX ? INT_MAX : (int)timeout_ms);
-    if (n < 0 && errno != EINTR)
-        return dlock_seterr(DLOCK_EUNAVAILABLE, "local: poll failed: %s", strerror(errno));
-    if (n > 0 && ll->waiter.joined && (p[1].revents & POLLIN))
-        local_queue_drain(&ll->waiter);
-    if (n > 0 && ll->watch_fd && (p[2].revents & POLLIN)) {
-        char events[4096];
-        while (read(ll->watch_fd - 1, events, sizeof events) > 0)
-            ;
+    int64_t deadline = dlock_provider_now_ms() + timeout_ms;
+    for (;;) {
+        int64_t left = deadline - dlock_provider_now_ms();
+        if (left < 0)
+            left = 0;
+        struct pollfd p[3] = { { .fd = wake_fd, .events = POLLIN },
+                               { .fd = ll->waiter.joined ? ll->waiter.fd : -1, .events = POLLIN },
+                               { .fd = ll->watch_fd - 1, .events = POLLIN } };
+        int n = poll(p, 3, left > INT_MAX ? INT_MAX : (int)left);
+        if (n < 0 && errno != EINTR)
+            return dlock_seterr(DLOCK_EUNAVAILABLE, "local: poll failed: %s", strerror(errno));
+        if (n <= 0)
+            return n == 0 ? DLOCK_ETIMEDOUT : DLOCK_OK;
+        bool called = (p[0].revents & POLLIN) != 0;
+        if (ll->waiter.joined && (p[1].revents & POLLIN) && local_queue_drain(&ll->waiter) > 0)
+            called = true;
+        if (ll->watch_fd && (p[2].revents & POLLIN)) {
+            char events[4096];
+            while (read(ll->watch_fd - 1, events, sizeof events) > 0)
+                ;
+        }
+        /* Only the watch fired (some descriptor of the file was closed,
+         * its times touched): every waiter sees that, so an exclusive one
+         * looks only when the lock is free, and a close or touch that
+         * freed nothing makes no herd. */
+        if (called || lk->mode != DLOCK_MODE_EXCLUSIVE || !ll->fd_open || !exclusive_range_taken(ll->fd))
+            return DLOCK_OK;
     }
-    return n == 0 ? DLOCK_ETIMEDOUT : DLOCK_OK;
 }
 
 static int local_release(void *instance, struct dlock_provider_lock *lk)
@@ -788,7 +835,7 @@ static int local_renew(void *instance, struct dlock_provider_lock *lk)
 static void local_lock_fini(void *instance, struct dlock_provider_lock *lk)
 {
     struct local_lock *ll = lk->priv;
-    stop_watch(instance, lk); /* before the header is unmapped: it takes itself off the count */
+    stop_watch(instance, lk, false); /* before the header is unmapped: it takes itself off the count */
     close_lock_file(ll);
     ll->held = false;
 }
@@ -848,13 +895,14 @@ static int local_status(struct local_instance *inst, struct dlock_ctl_status *ar
 static void local_abandon(void *instance, struct dlock_provider_lock *lk)
 {
     struct local_lock *ll = lk->priv;
-    stop_watch(instance, lk); /* hands on a wake-up it had and did not use */
     if (ll->turnstile && ll->fd_open) {
         /* The shared requests it kept out may go now: wake them. */
         set_range(ll->fd, F_UNLCK, TURNSTILE_BYTE, 1, NULL);
         futimens(ll->fd, NULL);
     }
     ll->turnstile = false;
+    /* After the turnstile is open: a wake-up it hands on may be a reader's. */
+    stop_watch(instance, lk, false);
 }
 
 static int local_break(void *instance, const char *name, size_t name_len, int *broken, uint64_t *fence)

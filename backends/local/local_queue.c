@@ -30,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -99,7 +100,7 @@ int local_queue_join(int dirfd, const char *file, bool shared, struct local_wait
     w->fd = fd;
     w->joined = true;
     w->shared = shared;
-    w->woken = false;
+    w->wakes = 0;
     return 0;
 }
 
@@ -110,28 +111,26 @@ int local_queue_drain(struct local_waiter *w)
     ssize_t n;
     while (w->joined && (n = read(w->fd, buf, sizeof buf)) > 0)
         got += (int)n;
-    if (got > 0)
-        w->woken = true;
+    w->wakes += got;
     return got;
 }
 
-void local_queue_leave(int dirfd, const char *file, struct local_waiter *w)
+void local_queue_leave(int dirfd, const char *file, struct local_waiter *w, int hand_on)
 {
     if (!w->joined)
         return;
-    int lfd = open_line(dirfd, file, false);
-    if (lfd >= 0) {
-        unlinkat(lfd, w->entry, 0);
-        close(lfd);
-    }
-    bool owed = w->woken;
-    if (local_queue_drain(w) > 0)
-        owed = true;
+    /* By path from the lock directory: needs no descriptor, so it cannot
+     * fail for want of one, and must not (the releaser relies on it). */
+    char path[sizeof LINES_DIR + NAME_MAX + sizeof w->entry + 2];
+    snprintf(path, sizeof path, "%s/%s/%s", LINES_DIR, file, w->entry);
+    unlinkat(dirfd, path, 0);
+    local_queue_drain(w);
+    int owed = w->wakes < hand_on ? w->wakes : hand_on;
     close(w->fd);
     w->joined = false;
-    w->woken = false;
-    if (owed)
-        local_queue_wake_next(dirfd, file);
+    w->wakes = 0;
+    if (owed > 0)
+        local_queue_wake_next(dirfd, file, owed);
 }
 
 /* One byte into a FIFO open for writing. The reader may close it between
@@ -169,15 +168,15 @@ static bool is_shared_entry(const char *name)
     return n > 2 && strcmp(name + n - 2, ".s") == 0;
 }
 
-void local_queue_wake_next(int dirfd, const char *file)
+int local_queue_wake_next(int dirfd, const char *file, int n)
 {
     int lfd = open_line(dirfd, file, false);
     if (lfd < 0)
-        return;
+        return 0;
     DIR *d = fdopendir(lfd);
     if (!d) {
         close(lfd);
-        return;
+        return 1; /* cannot tell */
     }
     char **names = NULL;
     size_t count = 0, cap = 0;
@@ -199,23 +198,38 @@ void local_queue_wake_next(int dirfd, const char *file)
     }
     if (count > 1)
         qsort(names, count, sizeof *names, by_name);
+    int live = 0, woken = 0;
     for (size_t i = 0; i < count; i++) {
-        int fd = openat(lfd, names[i], O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+        int fd = openat(lfd, names[i], O_WRONLY | O_NONBLOCK | O_CLOEXEC | O_NOFOLLOW);
         if (fd < 0) {
             if (errno == ENXIO)
                 unlinkat(lfd, names[i], 0); /* nobody has it open: a waiter that died */
             continue;
         }
+        struct stat st;
+        int unread = 0;
+        if (fstat(fd, &st) != 0 || !S_ISFIFO(st.st_mode)) {
+            close(fd); /* not one of ours (planted in a shared directory): never written */
+            continue;
+        }
+        live++;
+        if (woken >= n) {
+            close(fd);
+            break;
+        }
+        (void)ioctl(fd, FIONREAD, &unread);
         bool written = write_wake(fd);
         close(fd);
-        struct stat st;
         if (!written || fstatat(lfd, names[i], &st, AT_SYMLINK_NOFOLLOW) != 0)
             continue; /* it left meanwhile: the one after it gets the wake-up too */
+        if (unread > 0)
+            continue; /* it has not taken the last one yet: it may be stopped */
         if (!is_shared_entry(names[i]))
-            break;
+            woken++;
     }
     for (size_t i = 0; i < count; i++)
         free(names[i]);
     free(names);
     closedir(d);
+    return live;
 }

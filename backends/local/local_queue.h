@@ -28,8 +28,8 @@ struct local_waiter {
     bool joined;     /* in the line: fd is valid */
     int fd;          /* the FIFO, open for reading and writing */
     bool shared;     /* waits for a shared hold */
-    bool woken;      /* a wake-up was taken out of the FIFO and no attempt has used it yet;
-                      * the owner clears it when it makes the attempt */
+    int wakes;       /* wake-ups taken out of the FIFO that no attempt has used yet;
+                      * the owner takes one off when it makes an attempt */
     char entry[48];  /* its name in the folder */
 };
 
@@ -39,17 +39,24 @@ struct local_waiter {
  * waits by polling. w must not be in a line. Not thread-safe for one w. */
 int local_queue_join(int dirfd, const char *file, bool shared, struct local_waiter *w);
 
-/* Takes w out of the line (no-op when it is not in one), and hands on a
- * wake-up that reached w and that w did not use: to the next waiter. */
-void local_queue_leave(int dirfd, const char *file, struct local_waiter *w);
+/* Takes w out of the line (no-op when it is not in one), and hands on up
+ * to hand_on of the wake-ups that reached w and that w did not use, each
+ * to a waiter of its own (a semaphore's releases free a permit each; for a
+ * lock one is enough, and after an exclusive grant none is needed). */
+void local_queue_leave(int dirfd, const char *file, struct local_waiter *w, int hand_on);
 
 /* Empties w's FIFO after poll said it is readable: how many wake-ups it
- * held (0 or more); sets w->woken when there was one. */
+ * held (0 or more), which are added to w->wakes. */
 int local_queue_drain(struct local_waiter *w);
 
-/* Wakes the first live waiter of lock file FILE (see above for shared
- * ones), removing dead waiters it meets. Quiet about failures: a waiter
- * it could not wake finds the lock at its next retry. */
-void local_queue_wake_next(int dirfd, const char *file);
+/* Wakes the first n live waiters of lock file FILE (see above for shared
+ * ones), removing dead waiters it meets. A waiter whose FIFO still holds
+ * an earlier wake-up (it is stopped, or slow) does not count: the one after
+ * it is woken as well, so one stuck waiter cannot hold up the line.
+ * Returns 0 when the line had no live waiter (which lets the caller
+ * correct a count that dead waiters left too high), else a positive
+ * number (how many it met before it stopped). Quiet about
+ * failures: a waiter it could not wake finds the lock at its next retry. */
+int local_queue_wake_next(int dirfd, const char *file, int n);
 
 #endif
