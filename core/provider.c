@@ -166,7 +166,9 @@ int dlock__p_fence(dlock_client *c, struct dlock__entry *e, uint64_t *out)
 
 bool dlock__p_can_wait(const dlock_client *c)
 {
-    return HAS(c->provider, wait, 1);
+    /* The instance's capabilities, not only the member: a module that can
+     * wait in one mode and not in another clears the bit for the other. */
+    return (c->capabilities & DLOCK_CAP_NATIVE_WAIT) && HAS(c->provider, wait, 1);
 }
 
 int dlock__p_wait(dlock_client *c, struct dlock__entry *e, int64_t timeout_ms, int wake_fd)

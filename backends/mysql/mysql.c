@@ -14,19 +14,26 @@
  *   holder asks for one. If the connection breaks or is KILLed, every hold taken on it
  *   is lost, and the next renewal (the watchdog's, at lease/3) reports it.
  *
- * There is no notification to wait on: a busy lock is retried by the core
- * with jittered backoff, and in lease mode no later than when the holder's
- * lease runs out (the busy answer carries the remaining time). */
+ * Waiting: in session mode a waiter blocks in the server (my_line.h: a
+ * line of named "gate" locks, whose head waits in GET_LOCK for the holder
+ * to let go), so a release wakes one waiter. Lease mode has no such thing
+ * to wait on: a busy lock is retried by the core with jittered backoff,
+ * and no later than when the holder's lease runs out (the busy answer
+ * carries the remaining time); the instance does not claim native waiting
+ * there. */
 #include "config.h"
 
 #include "../common/lock_kind.h"
 #include "../common/sql_text.h"
 #include "my_conn.h"
+#include "my_line.h"
 #include "my_list.h"
 #include "my_sql.h"
 
 #include <dlock/provider.h>
 #include <mysqld_error.h>
+#include <limits.h>
+#include <poll.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,6 +45,7 @@ struct my_instance {
     struct my_server server;
     struct my_sql sql;
     struct my_pool pool;
+    struct my_pool waiters;      /* session mode: connections that wait in the server's line */
     bool session_mode;
     pthread_mutex_t holder_mu;   /* session mode: one connection carries the holds */
     struct my_conn *holder;
@@ -52,6 +60,7 @@ struct my_lock {
     struct sql_lock_key k;       /* the row's name; k.tag the session-mode GET_LOCK name */
     uint64_t generation;         /* session mode: holder connection of the hold */
     bool writer_registered;      /* an exclusive request kept waiting said so in the row */
+    struct my_line line;         /* session mode: the place in the name's line while waiting */
 };
 /* sql_renew_batch_init reads the key at the start of each lock's state. */
 _Static_assert(offsetof(struct my_lock, k) == 0, "the sql_lock_key comes first");
@@ -493,9 +502,34 @@ static int my_acquire(void *instance, struct dlock_provider_lock *lk, struct dlo
     int rc = ensure_key(inst, lk);
     if (rc != DLOCK_OK)
         return rc;
-    if (inst->session_mode)
-        return session_try(inst, lk, g);
-    return kind_is_shared(lk) ? shared_try(inst, lk, g) : lease_try(inst, lk, g);
+    if (!inst->session_mode)
+        return kind_is_shared(lk) ? shared_try(inst, lk, g) : lease_try(inst, lk, g);
+    struct my_lock *ml = lk->priv;
+    rc = session_try(inst, lk, g);
+    if (rc == DLOCK_OK) {
+        my_line_leave(&inst->waiters, &ml->line); /* the gate goes to the next waiter */
+    } else if (rc == DLOCK_EBUSY && ml->line.state == MY_LINE_OUT) {
+        /* No second look: the line answers once we are at its head and the
+         * holder has let go, also when that happened before we joined. */
+        if (my_line_join(&inst->waiters, &ml->line, ml->k.tag) != DLOCK_OK)
+            dlock_provider_log(inst->log_handle, DLOCK_LOG_WARN, "%s: cannot wait in line (%s); polling instead",
+                               inst->server.label, dlock_errmsg());
+    } else if (rc != DLOCK_EBUSY) {
+        my_line_leave(&inst->waiters, &ml->line); /* no abandon follows a failure */
+    }
+    return rc;
+}
+
+static int my_wait(void *instance, struct dlock_provider_lock *lk, int64_t timeout_ms, int wake_fd)
+{
+    struct my_instance *inst = instance;
+    struct my_lock *ml = lk->priv;
+    if (ml->line.state != MY_LINE_OUT)
+        return my_line_wait(&inst->waiters, &ml->line, timeout_ms, wake_fd, inst->log_handle);
+    /* Not in the line (it could not be joined): sleep out the timeout. */
+    struct pollfd p = { .fd = wake_fd, .events = POLLIN };
+    int n = poll(&p, wake_fd >= 0 ? 1 : 0, timeout_ms > INT_MAX ? INT_MAX : (int)timeout_ms);
+    return n == 0 ? DLOCK_ETIMEDOUT : DLOCK_OK;
 }
 
 static int my_release(void *instance, struct dlock_provider_lock *lk)
@@ -540,6 +574,7 @@ static void my_abandon(void *instance, struct dlock_provider_lock *lk)
 {
     struct my_instance *inst = instance;
     struct my_lock *ml = lk->priv;
+    my_line_leave(&inst->waiters, &ml->line);
     if (!ml->writer_registered)
         return;
     /* Out of the way now: the readers held back for us may come in. */
@@ -551,8 +586,9 @@ static void my_abandon(void *instance, struct dlock_provider_lock *lk)
 
 static void my_lock_fini(void *instance, struct dlock_provider_lock *lk)
 {
-    (void)instance;
+    struct my_instance *inst = instance;
     struct my_lock *ml = lk->priv;
+    my_line_leave(&inst->waiters, &ml->line);
     sql_lock_key_free(&ml->k);
     memset(ml, 0, sizeof *ml);
 }
@@ -651,6 +687,10 @@ static int my_ctl(void *instance, int op, void *arg)
          * downgrade to. */
         if (inst->session_mode)
             *(unsigned *)arg &= ~(unsigned)(DLOCK_CAP_SHARED | DLOCK_CAP_SEMAPHORE | DLOCK_CAP_DOWNGRADE);
+        /* Only session mode waits in the server (named locks); a lease row
+         * has nothing to wait on, so its waiters back off. */
+        else
+            *(unsigned *)arg &= ~(unsigned)DLOCK_CAP_NATIVE_WAIT;
         /* A table without the columns of shared holds cannot take the
          * downgraded one: refused up front (DLOCK_ENOTSUP), the exclusive
          * hold is kept, where a failing statement would cost it. */
@@ -720,6 +760,7 @@ static void my_close(void *instance)
     my_conn_close(inst->holder); /* ends the session: the server frees its named locks */
     pthread_mutex_destroy(&inst->holder_mu);
     my_pool_destroy(&inst->pool);
+    my_pool_destroy(&inst->waiters);
     my_sql_free(&inst->sql);
     free(inst);
 }
@@ -753,6 +794,7 @@ static int my_open(void **instance, const struct dlock_provider_env *env)
     snprintf(inst->prefix, sizeof inst->prefix, "%s", set.prefix);
     inst->log_handle = env->log_handle;
     my_pool_init(&inst->pool, &inst->server, (int)set.pool_size);
+    my_pool_init(&inst->waiters, &inst->server, MY_POOL_MAX);
     rc = my_sql_init(&inst->sql, set.table);
     for (int i = 0; rc == DLOCK_OK && i < MY_STATEMENT_COUNT; i++)
         inst->server.statements[i] = inst->sql.text[i];
@@ -773,7 +815,7 @@ static const struct dlock_provider my_provider = {
     .version = DLOCK_PROVIDER_VERSION_4,
     .name = "mysql",
     .capabilities = DLOCK_CAP_RENEW | DLOCK_CAP_FENCE | DLOCK_CAP_SERVER_EXPIRY | DLOCK_CAP_MULTI_HOST |
-                    DLOCK_CAP_SHARED | DLOCK_CAP_SEMAPHORE | DLOCK_CAP_DOWNGRADE,
+                    DLOCK_CAP_SHARED | DLOCK_CAP_SEMAPHORE | DLOCK_CAP_DOWNGRADE | DLOCK_CAP_NATIVE_WAIT,
     .lock_priv_size = sizeof(struct my_lock),
     .settings = my_settings,
     .open = my_open,
@@ -786,6 +828,7 @@ static const struct dlock_provider my_provider = {
     .lock_fini = my_lock_fini,
     .ctl = my_ctl,
     .abandon = my_abandon,
+    .wait = my_wait,
     .list = my_list,
     .break_hold = my_break,
     .downgrade = my_downgrade,

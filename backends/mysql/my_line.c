@@ -1,0 +1,180 @@
+/* backends/mysql/my_line.c - see my_line.h. */
+#include "config.h"
+
+#include "my_line.h"
+
+#include <dlock/provider.h>
+#include <errno.h>
+#include <limits.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* GET_LOCK's timeout in seconds for "as long as it takes": MariaDB
+ * answers NULL at once to the negative timeout that MySQL takes for
+ * infinite, so a year. */
+#define FOREVER_S "31536000"
+
+/* The gate: the lock's own name with ".q" after it (lock names are
+ * "dlock_" and hex digits, so no lock is ever called that). */
+static void gate_of(const struct my_line *l, char *out, size_t size)
+{
+    snprintf(out, size, "%s.q", l->name);
+}
+
+/* Ends l's connection. When a request is in flight the server is told to
+ * end the session (KILL, from a connection of the pool) rather than left to
+ * notice the closed socket when it next answers: the gate, or the place in
+ * its queue, goes at once. */
+static void drop(struct my_pool *pool, struct my_line *l, bool in_flight)
+{
+    if (!l->conn)
+        return;
+    if (in_flight && l->thread_id) {
+        struct my_conn *k = NULL;
+        if (my_pool_get(pool, &k) == DLOCK_OK && k) {
+            char sql[48];
+            snprintf(sql, sizeof sql, "KILL %lu", l->thread_id);
+            if (mysql_query(k->db, sql) != 0 && mysql_errno(k->db) >= 2000) {
+                my_conn_close(k); /* the client's own error: the connection is gone */
+                k = NULL;
+            }
+        }
+        my_pool_put(pool, k);
+    }
+    my_conn_close(l->conn);
+    my_pool_put(pool, NULL);
+    memset(l, 0, sizeof *l);
+}
+
+static bool send_text(struct my_line *l, const char *sql)
+{
+    return mysql_send_query(l->conn->db, sql, (unsigned long)strlen(sql)) == 0;
+}
+
+int my_line_join(struct my_pool *pool, struct my_line *l, const char *name)
+{
+    /* Twice: an idle connection of the pool may have been closed by the
+     * server (wait_timeout) since it was last used. */
+    for (int attempt = 0;; attempt++) {
+        if (!l->conn) {
+            int rc = my_pool_get(pool, &l->conn);
+            if (rc != DLOCK_OK) {
+                l->conn = NULL;
+                return rc;
+            }
+        }
+        snprintf(l->name, sizeof l->name, "%s", name);
+        l->thread_id = mysql_thread_id(l->conn->db);
+        char gate[40], sql[96];
+        gate_of(l, gate, sizeof gate);
+        snprintf(sql, sizeof sql, "SELECT GET_LOCK('%s', " FOREVER_S ")", gate);
+        if (send_text(l, sql)) {
+            l->state = MY_LINE_ASKED;
+            return DLOCK_OK;
+        }
+        int rc = dlock_seterr(DLOCK_EUNAVAILABLE, "%s: cannot join the line of waiters: %s", pool->server->label,
+                              mysql_error(l->conn->db));
+        drop(pool, l, false);
+        if (attempt == 1)
+            return rc;
+    }
+}
+
+/* Reads the answer to the request in flight, which has arrived: its first
+ * column, or -1 for NULL or no row, or -2 when it failed (the detail in
+ * *err when there is one). */
+static long long read_answer(struct my_line *l, char *err, size_t size)
+{
+    MYSQL *db = l->conn->db;
+    if (mysql_read_query_result(db) != 0) {
+        snprintf(err, size, "%s", mysql_error(db));
+        return -2;
+    }
+    MYSQL_RES *res = mysql_store_result(db);
+    if (!res) {
+        snprintf(err, size, "%s", mysql_errno(db) ? mysql_error(db) : "no result");
+        return mysql_errno(db) ? -2 : -1;
+    }
+    MYSQL_ROW row = mysql_fetch_row(res);
+    long long v = row && row[0] ? strtoll(row[0], NULL, 10) : -1;
+    mysql_free_result(res);
+    return v;
+}
+
+/* At the head: waits in the server for the holder to let go. */
+static bool send_watch(struct my_line *l)
+{
+    char sql[128];
+    /* Taken and let go in one statement: the lock is free again for our
+     * holder connection the moment this answers. */
+    snprintf(sql, sizeof sql, "SELECT GET_LOCK('%s', " FOREVER_S "), RELEASE_LOCK('%s')", l->name, l->name);
+    if (!send_text(l, sql))
+        return false;
+    l->state = MY_LINE_WATCHING;
+    return true;
+}
+
+int my_line_wait(struct my_pool *pool, struct my_line *l, int64_t timeout_ms, int wake_fd, void *log_handle)
+{
+    const char *label = pool->server->label;
+    if (l->state == MY_LINE_HEAD && !send_watch(l)) {
+        dlock_provider_log(log_handle, DLOCK_LOG_WARN, "%s: a waiter's request could not be sent (%s); the next "
+                           "look joins the line again", label, mysql_error(l->conn->db));
+        drop(pool, l, false);
+        return DLOCK_OK;
+    }
+    int64_t deadline = dlock_provider_now_ms() + timeout_ms;
+    for (;;) {
+        int64_t left = deadline - dlock_provider_now_ms();
+        struct pollfd p[2] = { { .fd = (int)mysql_get_socket(l->conn->db), .events = POLLIN },
+                               { .fd = wake_fd, .events = POLLIN } };
+        int n = poll(p, wake_fd >= 0 ? 2 : 1, left <= 0 ? 0 : left > INT_MAX ? INT_MAX : (int)left);
+        if (n < 0 && errno != EINTR)
+            return dlock_seterr(DLOCK_EUNAVAILABLE, "mysql: poll failed: %s", strerror(errno));
+        if (n == 0)
+            return DLOCK_ETIMEDOUT;
+        if (n < 0 || (wake_fd >= 0 && (p[1].revents & POLLIN)))
+            return DLOCK_OK;
+        char err[256] = "no answer";
+        long long v = read_answer(l, err, sizeof err);
+        if (v < 0) { /* an error, or NULL: GET_LOCK's own error */
+            dlock_provider_log(log_handle, DLOCK_LOG_WARN, "%s: a waiter's request failed (%s); the next look "
+                               "joins the line again", label, err);
+            drop(pool, l, false);
+            return DLOCK_OK;
+        }
+        if (l->state == MY_LINE_ASKED) {
+            l->state = MY_LINE_HEAD; /* the gate is ours: wait for the holder in the server */
+            if (!send_watch(l)) {
+                drop(pool, l, false);
+                return DLOCK_OK;
+            }
+            continue;
+        }
+        l->state = MY_LINE_HEAD; /* the holder let go: look */
+        return DLOCK_OK;
+    }
+}
+
+void my_line_leave(struct my_pool *pool, struct my_line *l)
+{
+    if (!l->conn)
+        return;
+    if (l->state == MY_LINE_ASKED || l->state == MY_LINE_WATCHING) {
+        drop(pool, l, true);
+        return;
+    }
+    if (l->state == MY_LINE_HEAD) {
+        char gate[40], sql[80];
+        gate_of(l, gate, sizeof gate);
+        snprintf(sql, sizeof sql, "DO RELEASE_LOCK('%s')", gate);
+        if (mysql_query(l->conn->db, sql) != 0) {
+            drop(pool, l, false); /* closing the session frees the gate as well */
+            return;
+        }
+    }
+    my_pool_put(pool, l->conn);
+    memset(l, 0, sizeof *l);
+}
