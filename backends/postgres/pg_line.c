@@ -81,6 +81,47 @@ int pg_line_join(struct pg_pool *pool, struct pg_line *l, uint64_t digest, const
     return DLOCK_OK;
 }
 
+int pg_line_enter(struct pg_pool *pool, struct pg_line *l, uint64_t digest, const char *channel)
+{
+    if (l->conn && !settle(pool, l))
+        l->conn = NULL;
+    if (!l->conn) {
+        int rc = pg_pool_get(pool, &l->conn);
+        if (rc != DLOCK_OK) {
+            l->conn = NULL;
+            return rc;
+        }
+    }
+    snprintf(l->gate[0], sizeof l->gate[0], "%" PRId32, (int32_t)(uint32_t)(digest >> 32));
+    snprintf(l->gate[1], sizeof l->gate[1], "%" PRId32, (int32_t)(uint32_t)digest);
+    char sql[128];
+    snprintf(sql, sizeof sql, "SELECT pg_try_advisory_lock(%s, %s)", l->gate[0], l->gate[1]);
+    PGresult *r = PQexec(l->conn, sql);
+    bool head = PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1 && strcmp(PQgetvalue(r, 0, 0), "t") == 0;
+    bool answered = PQresultStatus(r) == PGRES_TUPLES_OK;
+    PQclear(r);
+    if (!answered) {
+        int rc = dlock_seterr(DLOCK_EUNAVAILABLE, "%s: cannot look at the line of waiters: %s", pool->server->label,
+                              PQerrorMessage(l->conn));
+        drop(pool, l, false);
+        return rc;
+    }
+    if (!head)
+        return pg_line_join(pool, l, digest, channel);
+    snprintf(sql, sizeof sql, "LISTEN \"%s\"", channel);
+    r = PQexec(l->conn, sql);
+    bool listening = PQresultStatus(r) == PGRES_COMMAND_OK;
+    PQclear(r);
+    if (!listening) {
+        int rc = dlock_seterr(DLOCK_EUNAVAILABLE, "%s: cannot LISTEN at the head of the line: %s",
+                              pool->server->label, PQerrorMessage(l->conn));
+        drop(pool, l, false); /* frees the gate with the session */
+        return rc;
+    }
+    l->state = PG_LINE_HEAD;
+    return DLOCK_OK;
+}
+
 int pg_line_wait(struct pg_pool *pool, struct pg_line *l, int64_t timeout_ms, int wake_fd, void *log_handle,
                  const char *label)
 {

@@ -43,6 +43,13 @@ struct pg_line {
  * a line already joined. */
 int pg_line_join(struct pg_pool *pool, struct pg_line *l, uint64_t digest, const char *channel);
 
+/* For fair mode, before a first look: takes the head at once when nobody
+ * is in the line (the gate is free: a blocking round trip for the gate and
+ * one for the LISTEN; l->state is then PG_LINE_HEAD and the caller looks),
+ * else joins it as pg_line_join does (PG_LINE_ASKED: the caller must not
+ * look before its turn). DLOCK_OK, or a failure with the detail set. */
+int pg_line_enter(struct pg_pool *pool, struct pg_line *l, uint64_t digest, const char *channel);
+
 /* Blocks until the line moves for us (we reached the head: DLOCK_OK, the
  * caller looks at the lock), a NOTIFY comes while we are at the head
  * (DLOCK_OK), wake_fd is readable (DLOCK_OK), or timeout_ms passes

@@ -29,7 +29,10 @@
  * themselves (readers may all come in at once): after a busy answer on a
  * connection of their own, and only then look again, so a release between
  * the two cannot be missed. A missed notification (a dropped connection)
- * is covered by retrying after the holder's remaining lease. */
+ * is covered by retrying after the holder's remaining lease. In fair mode
+ * a request enters the line before its first look and looks only at the
+ * head, so requests made in fair mode are granted in the order they came
+ * (one made without it may still take a free lock ahead of the line). */
 #include "config.h"
 
 #include "../common/lock_kind.h"
@@ -548,6 +551,17 @@ static int pg_acquire(void *instance, struct dlock_provider_lock *lk, struct dlo
         return rc;
     drain_notifications(pl);
     pg_line_drain(&pl->line);
+    bool fair = (lk->flags & DLOCK_LOCK_FAIR) != 0;
+    if (fair && !waits_in_line(lk))
+        return dlock_seterr(DLOCK_ENOTSUP, "%s: fair mode is for exclusive holds and permits; shared holds are "
+                            "granted together", inst->server.label);
+    if (fair && pl->line.state == PG_LINE_OUT && pg_line_enter(&inst->listeners, &pl->line, pl->k.digest, pl->k.tag) != DLOCK_OK)
+        return DLOCK_EUNAVAILABLE; /* the detail is set; a fair request does not look out of turn */
+    if (fair && pl->line.state == PG_LINE_ASKED) {
+        /* Others are in the line before us: not our turn to look. */
+        g->retry_hint_ms = -1;
+        return DLOCK_EBUSY;
+    }
     rc = try_once(inst, lk, g);
     if (waits_in_line(lk)) {
         if (rc == DLOCK_OK) {
@@ -908,7 +922,7 @@ static int pg_open(void **instance, const struct dlock_provider_env *env)
 static const struct dlock_provider pg_provider = {
     .version = DLOCK_PROVIDER_VERSION_4,
     .name = "postgres",
-    .capabilities = DLOCK_CAP_RENEW | DLOCK_CAP_FENCE | DLOCK_CAP_NATIVE_WAIT | DLOCK_CAP_SERVER_EXPIRY |
+    .capabilities = DLOCK_CAP_RENEW | DLOCK_CAP_FENCE | DLOCK_CAP_NATIVE_WAIT | DLOCK_CAP_FAIR | DLOCK_CAP_SERVER_EXPIRY |
                     DLOCK_CAP_MULTI_HOST | DLOCK_CAP_SHARED | DLOCK_CAP_SEMAPHORE | DLOCK_CAP_DOWNGRADE,
     .lock_priv_size = sizeof(struct pg_lock),
     .settings = pg_settings,

@@ -359,6 +359,34 @@ static void a_table_from_before_shared_holds(void **state)
     admin("DROP SEQUENCE IF EXISTS old_locks_fence, older_locks_fence");
 }
 
+/* Fair mode: a try-once acquire of a free lock is granted (the request
+ * takes the head of an empty line at once), one of a lock held through the
+ * line is busy, and a shared request in fair mode is refused. */
+static void fair_mode_is_for_exclusive_holds_and_permits(void **state)
+{
+    (void)state;
+    dlock_client *a = open_ok(""), *b = open_ok("");
+    dlock_lock_options o = DLOCK_LOCK_OPTIONS_INIT;
+    o.flags = DLOCK_LOCK_FAIR;
+    dlock_lock *la, *lb, *ls;
+    assert_int_equal(dlock_lock_new(a, "fair-try", 8, &o, &la), DLOCK_OK);
+    assert_int_equal(dlock_lock_new(b, "fair-try", 8, &o, &lb), DLOCK_OK);
+    assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
+    assert_int_equal(dlock_acquire(lb, 0), DLOCK_EBUSY);
+    assert_int_equal(dlock_release(la), DLOCK_OK);
+    assert_int_equal(dlock_acquire(lb, 0), DLOCK_OK);
+    assert_int_equal(dlock_release(lb), DLOCK_OK);
+    o.mode = DLOCK_MODE_SHARED;
+    assert_int_equal(dlock_lock_new(a, "fair-shared", 11, &o, &ls), DLOCK_OK);
+    assert_int_equal(dlock_acquire(ls, 0), DLOCK_ENOTSUP);
+    assert_non_null(strstr(dlock_errmsg(), "fair mode"));
+    dlock_lock_free(la);
+    dlock_lock_free(lb);
+    dlock_lock_free(ls);
+    dlock_client_close(a);
+    dlock_client_close(b);
+}
+
 static void missing_table_without_create_is_a_config_error(void **state)
 {
     (void)state;
@@ -555,6 +583,7 @@ int main(void)
     failed += conformance_run(&session);
     const struct CMUnitTest particular[] = {
         cmocka_unit_test(the_row_holds_owner_fence_and_server_expiry),
+        cmocka_unit_test(fair_mode_is_for_exclusive_holds_and_permits),
         cmocka_unit_test(lease_hold_survives_a_terminated_connection),
         cmocka_unit_test(session_hold_is_lost_with_its_session),
         cmocka_unit_test(lease_holds_renew_in_batches),
