@@ -648,6 +648,31 @@ static int acquire_permit(struct local_instance *inst, struct dlock_provider_loc
     return DLOCK_EBUSY;
 }
 
+/* Fair mode: a request looks only when it is its turn. With waiters in
+ * the line it joins first, and then looks only when woken (a release
+ * wakes the first) or when it finds itself first among the live ones; with
+ * nobody in the line it looks at once. DLOCK_OK when it may look,
+ * DLOCK_EBUSY when it must wait. */
+static int fair_turn(struct local_instance *inst, struct dlock_provider_lock *lk, struct dlock_grant *grant)
+{
+    struct local_lock *ll = lk->priv;
+    if (lk->mode == DLOCK_MODE_SHARED)
+        return dlock_seterr(DLOCK_ENOTSUP, "local: fair mode is for exclusive holds and permits; shared holds are "
+                            "granted together");
+    if (!ll->map)
+        return DLOCK_OK; /* no count to tell whether anyone waits: as without fair mode */
+    if (!ll->watching && __atomic_load_n(&ll->map->waiting, __ATOMIC_SEQ_CST) > 0)
+        start_watch(inst, lk);
+    if (!ll->waiter.joined || ll->waiter.wakes > 0)
+        return DLOCK_OK;
+    char file[NAME_MAX + 1];
+    dlock__local_file_name(lk->name, lk->name_len, file);
+    if (local_queue_is_first(inst->dirfd, file, &ll->waiter))
+        return DLOCK_OK;
+    grant->retry_hint_ms = -1;
+    return DLOCK_EBUSY;
+}
+
 static int acquire_once(void *instance, struct dlock_provider_lock *lk, struct dlock_grant *grant)
 {
     struct local_instance *inst = instance;
@@ -660,6 +685,8 @@ static int acquire_once(void *instance, struct dlock_provider_lock *lk, struct d
                             "local: shared holds and semaphores need the lock file of '%s' in %s mapped "
                             "into memory, and it could not be", lk->name, inst->dir);
     if (ll->map && (rc = mode_mismatch(ll->map, lk)) != DLOCK_OK)
+        return rc;
+    if ((lk->flags & DLOCK_LOCK_FAIR) && (rc = fair_turn(inst, lk, grant)) != DLOCK_OK)
         return rc;
     if (ll->waiter.wakes > 0)
         ll->waiter.wakes--; /* this attempt is what one wake-up was for */
@@ -932,7 +959,7 @@ static int local_ctl(void *instance, int op, void *arg)
 const struct dlock_provider dlock__local_provider = {
     .version = DLOCK_PROVIDER_VERSION_4,
     .name = "local",
-    .capabilities = DLOCK_CAP_RENEW | DLOCK_CAP_FENCE | DLOCK_CAP_FENCE_LINEARIZABLE | DLOCK_CAP_NATIVE_WAIT |
+    .capabilities = DLOCK_CAP_RENEW | DLOCK_CAP_FENCE | DLOCK_CAP_FENCE_LINEARIZABLE | DLOCK_CAP_NATIVE_WAIT | DLOCK_CAP_FAIR |
                     DLOCK_CAP_SHARED | DLOCK_CAP_SEMAPHORE | DLOCK_CAP_DOWNGRADE,
     .lock_priv_size = sizeof(struct local_lock),
     .settings = local_settings,

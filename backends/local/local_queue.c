@@ -168,16 +168,11 @@ static bool is_shared_entry(const char *name)
     return n > 2 && strcmp(name + n - 2, ".s") == 0;
 }
 
-int local_queue_wake_next(int dirfd, const char *file, int n)
+/* The waiters' names of the line open as d (hidden ones, still joining,
+ * left out), in name order: the line. *count of them; free with
+ * free_names. */
+static char **read_line(DIR *d, size_t *countp)
 {
-    int lfd = open_line(dirfd, file, false);
-    if (lfd < 0)
-        return 0;
-    DIR *d = fdopendir(lfd);
-    if (!d) {
-        close(lfd);
-        return 1; /* cannot tell */
-    }
     char **names = NULL;
     size_t count = 0, cap = 0;
     struct dirent *de;
@@ -198,6 +193,29 @@ int local_queue_wake_next(int dirfd, const char *file, int n)
     }
     if (count > 1)
         qsort(names, count, sizeof *names, by_name);
+    *countp = count;
+    return names;
+}
+
+static void free_names(char **names, size_t count)
+{
+    for (size_t i = 0; i < count; i++)
+        free(names[i]);
+    free(names);
+}
+
+int local_queue_wake_next(int dirfd, const char *file, int n)
+{
+    int lfd = open_line(dirfd, file, false);
+    if (lfd < 0)
+        return 0;
+    DIR *d = fdopendir(lfd);
+    if (!d) {
+        close(lfd);
+        return 1; /* cannot tell */
+    }
+    size_t count = 0;
+    char **names = read_line(d, &count);
     int live = 0, woken = 0;
     for (size_t i = 0; i < count; i++) {
         int fd = openat(lfd, names[i], O_WRONLY | O_NONBLOCK | O_CLOEXEC | O_NOFOLLOW);
@@ -227,9 +245,37 @@ int local_queue_wake_next(int dirfd, const char *file, int n)
         if (!is_shared_entry(names[i]))
             woken++;
     }
-    for (size_t i = 0; i < count; i++)
-        free(names[i]);
-    free(names);
+    free_names(names, count);
     closedir(d);
     return live;
+}
+
+bool local_queue_is_first(int dirfd, const char *file, const struct local_waiter *w)
+{
+    if (!w->joined)
+        return true;
+    int lfd = open_line(dirfd, file, false);
+    if (lfd < 0)
+        return true;
+    DIR *d = fdopendir(lfd);
+    if (!d) {
+        close(lfd);
+        return true;
+    }
+    size_t count = 0;
+    char **names = read_line(d, &count);
+    bool first = true;
+    for (size_t i = 0; first && i < count && strcmp(names[i], w->entry) < 0; i++) {
+        int fd = openat(lfd, names[i], O_WRONLY | O_NONBLOCK | O_CLOEXEC | O_NOFOLLOW);
+        struct stat st;
+        if (fd >= 0) {
+            first = !(fstat(fd, &st) == 0 && S_ISFIFO(st.st_mode)); /* a live waiter came before us */
+            close(fd);
+        } else if (errno == ENXIO) {
+            unlinkat(lfd, names[i], 0); /* a waiter that died */
+        }
+    }
+    free_names(names, count);
+    closedir(d);
+    return first;
 }

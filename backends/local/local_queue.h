@@ -59,4 +59,10 @@ int local_queue_drain(struct local_waiter *w);
  * failures: a waiter it could not wake finds the lock at its next retry. */
 int local_queue_wake_next(int dirfd, const char *file, int n);
 
+/* Whether w is first among the live waiters of the line (dead ones it
+ * meets before w are removed): for fair mode, where only the first may
+ * look. True when the folder cannot be read (the caller then looks, as
+ * without a line). */
+bool local_queue_is_first(int dirfd, const char *file, const struct local_waiter *w);
+
 #endif

@@ -872,6 +872,78 @@ static void a_dead_waiter_is_passed_over_and_removed(void **state)
     dlock_client_close(b);
 }
 
+/* Fair mode: a request that comes while the lock is free between two
+ * holds does not take it ahead of a waiter in the line. The waiter is
+ * stopped (SIGSTOP) across the release, so the lock is still free when the
+ * newcomer tries; without fair mode the newcomer would take it. */
+static void fair_mode_keeps_a_newcomer_behind_the_line(void **state)
+{
+    (void)state;
+    int go[2], ready[2], done[2];
+    assert_int_equal(pipe(go), 0);
+    assert_int_equal(pipe(ready), 0);
+    assert_int_equal(pipe(done), 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(go[1]);
+        close(ready[0]);
+        close(done[0]);
+        char ch;
+        if (read(go[0], &ch, 1) != 1)
+            _exit(2);
+        dlock_client *c = open_local();
+        dlock_lock_options o = DLOCK_LOCK_OPTIONS_INIT;
+        o.flags = DLOCK_LOCK_FAIR;
+        dlock_lock *l;
+        if (dlock_lock_new(c, "fair-line", 9, &o, &l) != DLOCK_OK || dlock_acquire(l, 0) != DLOCK_EBUSY)
+            _exit(3);
+        if (write(ready[1], "R", 1) != 1)
+            _exit(4);
+        if (dlock_acquire(l, 20000) != DLOCK_OK)
+            _exit(5);
+        if (write(done[1], "D", 1) != 1)
+            _exit(6);
+        dlock_release(l);
+        _exit(0);
+    }
+    close(go[0]);
+    close(ready[1]);
+    close(done[1]);
+    dlock_client *a = open_local(), *b = open_local();
+    dlock_lock_options o = DLOCK_LOCK_OPTIONS_INIT;
+    o.flags = DLOCK_LOCK_FAIR;
+    dlock_lock *la, *lb;
+    assert_int_equal(dlock_lock_new(a, "fair-line", 9, &o, &la), DLOCK_OK);
+    assert_int_equal(dlock_lock_new(b, "fair-line", 9, &o, &lb), DLOCK_OK);
+    assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
+    assert_int_equal(write(go[1], "G", 1), 1);
+    char ch;
+    assert_int_equal(read(ready[0], &ch, 1), 1);
+    sleep_ms(100); /* into its wait, in the line */
+    kill(pid, SIGSTOP);
+    assert_int_equal(dlock_release(la), DLOCK_OK);
+    assert_int_equal(dlock_acquire(lb, 0), DLOCK_EBUSY); /* the stopped waiter's turn */
+    kill(pid, SIGCONT);
+    assert_int_equal(read(done[0], &ch, 1), 1); /* it was granted */
+    int status;
+    waitpid(pid, &status, 0);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    assert_int_equal(dlock_acquire(lb, 5000), DLOCK_OK);
+    assert_int_equal(dlock_release(lb), DLOCK_OK);
+    o.mode = DLOCK_MODE_SHARED;
+    dlock_lock *ls;
+    assert_int_equal(dlock_lock_new(a, "fair-shared", 11, &o, &ls), DLOCK_OK);
+    assert_int_equal(dlock_acquire(ls, 0), DLOCK_ENOTSUP);
+    close(go[1]);
+    close(ready[0]);
+    close(done[0]);
+    dlock_lock_free(la);
+    dlock_lock_free(lb);
+    dlock_lock_free(ls);
+    dlock_client_close(a);
+    dlock_client_close(b);
+}
+
 static void conformance_config(char *buf, size_t size, int lease_ms, int retry_cap_ms)
 {
     snprintf(buf, size,
@@ -898,6 +970,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(releases_look_at_the_line_only_when_someone_waits, make_dir, remove_dir),
         cmocka_unit_test_setup_teardown(waiters_are_woken_in_the_order_they_came, make_dir, remove_dir),
         cmocka_unit_test_setup_teardown(a_dead_waiter_is_passed_over_and_removed, make_dir, remove_dir),
+        cmocka_unit_test_setup_teardown(fair_mode_keeps_a_newcomer_behind_the_line, make_dir, remove_dir),
         cmocka_unit_test_setup_teardown(default_directory_through_a_symlink_is_refused, make_dir, remove_dir),
         cmocka_unit_test_setup_teardown(an_exclusive_hold_keeps_permits_out, make_dir, remove_dir),
         cmocka_unit_test_setup_teardown(a_reader_behind_a_writer_waits_on_a_watch, make_dir, remove_dir),

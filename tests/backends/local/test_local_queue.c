@@ -196,6 +196,24 @@ static void a_file_that_is_not_a_fifo_is_never_written(void **state)
     local_queue_leave(dirfd_, FILE_NAME, &b, 0);
 }
 
+/* Fair mode's question: first among the live waiters, dead ones before
+ * it passed over. */
+static void the_first_live_waiter_is_first(void **state)
+{
+    (void)state;
+    struct local_waiter dead, a, b;
+    join(&dead, false);
+    join(&a, false);
+    join(&b, false);
+    close(dead.fd);
+    assert_true(local_queue_is_first(dirfd_, FILE_NAME, &a));
+    assert_false(local_queue_is_first(dirfd_, FILE_NAME, &b));
+    local_queue_leave(dirfd_, FILE_NAME, &a, 0);
+    assert_true(local_queue_is_first(dirfd_, FILE_NAME, &b));
+    local_queue_leave(dirfd_, FILE_NAME, &b, 0);
+    assert_int_equal(entries(), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -206,6 +224,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(a_reader_at_the_head_wakes_readers_up_to_the_first_writer, make_dir, remove_dir),
         cmocka_unit_test_setup_teardown(a_waiter_that_gives_up_hands_its_wake_up_on, make_dir, remove_dir),
         cmocka_unit_test_setup_teardown(a_file_that_is_not_a_fifo_is_never_written, make_dir, remove_dir),
+        cmocka_unit_test_setup_teardown(the_first_live_waiter_is_first, make_dir, remove_dir),
     };
     return cmocka_run_group_tests_name("local line of waiters", tests, NULL, NULL);
 }
