@@ -11,11 +11,13 @@
  * open (it is made under a name starting with '.' and renamed), so a
  * releaser never takes a waiter that is still joining for a dead one.
  *
- * Two races are closed between releaser and leaver, so that no wake-up is
- * lost to a waiter that is going away: the leaver removes its name before it
- * empties its FIFO, and hands on whatever it finds there; the releaser looks
- * for the name after writing, and when it is gone wakes the next one too.
- * Whichever order the two run in, one of them sees the other. */
+ * No wake-up is lost to a waiter that is going away: the leaver removes its
+ * name, takes an exclusive flock on its FIFO, empties it and hands on what
+ * it did not use; a releaser writes under a shared flock. So a byte is
+ * written either before the leaver empties the FIFO (and is handed on) or
+ * after it closed it (the write fails with EPIPE: nobody reads it any more,
+ * and the releaser wakes the next waiter instead); a releaser that opens
+ * the FIFO before the name goes cannot write in between. */
 #include "config.h"
 
 #include "local_queue.h"
@@ -30,6 +32,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -124,6 +127,8 @@ void local_queue_leave(int dirfd, const char *file, struct local_waiter *w, int 
     char path[sizeof LINES_DIR + NAME_MAX + sizeof w->entry + 2];
     snprintf(path, sizeof path, "%s/%s/%s", LINES_DIR, file, w->entry);
     unlinkat(dirfd, path, 0);
+    while (flock(w->fd, LOCK_EX) != 0 && errno == EINTR)
+        ;
     local_queue_drain(w);
     int owed = w->wakes < hand_on ? w->wakes : hand_on;
     close(w->fd);
@@ -236,10 +241,12 @@ int local_queue_wake_next(int dirfd, const char *file, int n)
             break;
         }
         (void)ioctl(fd, FIONREAD, &unread);
+        while (flock(fd, LOCK_SH) != 0 && errno == EINTR)
+            ;
         bool written = write_wake(fd);
-        close(fd);
-        if (!written || fstatat(lfd, names[i], &st, AT_SYMLINK_NOFOLLOW) != 0)
-            continue; /* it left meanwhile: the one after it gets the wake-up too */
+        close(fd); /* and the flock with it */
+        if (!written)
+            continue; /* it left meanwhile, without this one: the next one gets it */
         if (unread > 0)
             continue; /* it has not taken the last one yet: it may be stopped */
         if (!is_shared_entry(names[i]))
