@@ -30,11 +30,17 @@ void conn_pool_destroy(struct conn_pool *pool)
     pthread_mutex_destroy(&pool->mu);
 }
 
-int conn_pool_get(struct conn_pool *pool, void **out, bool *was_idle)
+static int get(struct conn_pool *pool, void **out, bool *was_idle, bool wait)
 {
     pthread_mutex_lock(&pool->mu);
-    while (pool->nidle == 0 && pool->total >= pool->max)
+    while (pool->nidle == 0 && pool->total >= pool->max) {
+        if (!wait) {
+            pthread_mutex_unlock(&pool->mu);
+            *out = NULL;
+            return dlock_seterr(DLOCK_EBUSY, "all %d connections of the pool are in use", pool->max);
+        }
         pthread_cond_wait(&pool->cv, &pool->mu);
+    }
     if (pool->nidle > 0) {
         *out = pool->idle[--pool->nidle];
         pthread_mutex_unlock(&pool->mu);
@@ -75,6 +81,16 @@ int conn_pool_get(struct conn_pool *pool, void **out, bool *was_idle)
     pthread_mutex_unlock(&pool->mu);
     *out = conn;
     return conn ? DLOCK_OK : rc;
+}
+
+int conn_pool_get(struct conn_pool *pool, void **out, bool *was_idle)
+{
+    return get(pool, out, was_idle, true);
+}
+
+int conn_pool_try_get(struct conn_pool *pool, void **out)
+{
+    return get(pool, out, NULL, false);
 }
 
 void conn_pool_put(struct conn_pool *pool, void *conn)

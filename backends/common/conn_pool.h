@@ -45,6 +45,10 @@ void conn_pool_destroy(struct conn_pool *pool);
  * *was_idle tells which (an idle one may have died meanwhile). DLOCK_OK or
  * the connect failure (DLOCK_EUNAVAILABLE during the backoff). */
 int conn_pool_get(struct conn_pool *pool, void **out, bool *was_idle);
+/* As conn_pool_get, but DLOCK_EBUSY (detail set) at once instead of
+ * waiting when every connection is in use: for a caller that has another
+ * way (a waiter that can poll). */
+int conn_pool_try_get(struct conn_pool *pool, void **out);
 /* Gives a connection back: kept if reusable, else closed. NULL is allowed
  * (a connection the caller closed itself). */
 void conn_pool_put(struct conn_pool *pool, void *conn);

@@ -305,6 +305,14 @@ int my_pool_get(struct my_pool *pool, struct my_conn **out)
     return rc;
 }
 
+int my_pool_try_get(struct my_pool *pool, struct my_conn **out)
+{
+    void *conn = NULL;
+    int rc = conn_pool_try_get(&pool->pool, &conn);
+    *out = conn;
+    return rc;
+}
+
 void my_pool_put(struct my_pool *pool, struct my_conn *c)
 {
     conn_pool_put(&pool->pool, c);

@@ -87,6 +87,8 @@ void my_pool_init(struct my_pool *pool, const struct my_server *srv, int max);
 void my_pool_destroy(struct my_pool *pool);
 int my_pool_get(struct my_pool *pool, struct my_conn **out);
 void my_pool_put(struct my_pool *pool, struct my_conn *c);
+/* As my_pool_get, but DLOCK_EBUSY at once when every connection is in use. */
+int my_pool_try_get(struct my_pool *pool, struct my_conn **out);
 
 /* my_run on a pooled connection; an idle connection found dead is replaced
  * and the statement sent once more. */

@@ -31,9 +31,9 @@ static void drop(struct my_pool *pool, struct my_line *l, bool in_flight)
 {
     if (!l->conn)
         return;
-    if (in_flight && l->thread_id) {
+    if (in_flight && l->thread_id && l->ctl) {
         struct my_conn *k = NULL;
-        if (my_pool_get(pool, &k) == DLOCK_OK && k) {
+        if (my_pool_get(l->ctl, &k) == DLOCK_OK && k) {
             char sql[48];
             snprintf(sql, sizeof sql, "KILL %lu", l->thread_id);
             if (mysql_query(k->db, sql) != 0 && mysql_errno(k->db) >= 2000) {
@@ -41,7 +41,7 @@ static void drop(struct my_pool *pool, struct my_line *l, bool in_flight)
                 k = NULL;
             }
         }
-        my_pool_put(pool, k);
+        my_pool_put(l->ctl, k);
     }
     my_conn_close(l->conn);
     my_pool_put(pool, NULL);
@@ -53,18 +53,19 @@ static bool send_text(struct my_line *l, const char *sql)
     return mysql_send_query(l->conn->db, sql, (unsigned long)strlen(sql)) == 0;
 }
 
-int my_line_join(struct my_pool *pool, struct my_line *l, const char *name)
+int my_line_join(struct my_pool *pool, struct my_pool *ctl, struct my_line *l, const char *name)
 {
     /* Twice: an idle connection of the pool may have been closed by the
      * server (wait_timeout) since it was last used. */
     for (int attempt = 0;; attempt++) {
         if (!l->conn) {
-            int rc = my_pool_get(pool, &l->conn);
+            int rc = my_pool_try_get(pool, &l->conn);
             if (rc != DLOCK_OK) {
                 l->conn = NULL;
                 return rc;
             }
         }
+        l->ctl = ctl;
         snprintf(l->name, sizeof l->name, "%s", name);
         l->thread_id = mysql_thread_id(l->conn->db);
         char gate[40], sql[96];

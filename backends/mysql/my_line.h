@@ -35,12 +35,15 @@ struct my_line {
     int state;            /* enum my_line_state */
     unsigned long thread_id; /* the server's id of conn, for KILL */
     char name[32];        /* the lock's GET_LOCK name */
+    struct my_pool *ctl;  /* the statement pool, which KILL is sent through */
 };
 
 /* Joins the line of the lock named name (its GET_LOCK name): takes a
- * connection from pool and sends the gate's request. DLOCK_OK, or a failure
+ * connection from pool (DLOCK_EBUSY when none is free) and sends the
+ * gate's request; ctl is the pool a KILL of it is sent through (never pool
+ * itself, whose connections may all be waiting). DLOCK_OK, or a failure
  * with the detail set (the caller then waits by polling). */
-int my_line_join(struct my_pool *pool, struct my_line *l, const char *name);
+int my_line_join(struct my_pool *pool, struct my_pool *ctl, struct my_line *l, const char *name);
 
 /* Blocks until the holder let go while we are at the head (DLOCK_OK: the
  * caller looks), wake_fd is readable (DLOCK_OK), or timeout_ms passes

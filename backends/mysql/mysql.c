@@ -508,12 +508,6 @@ static int my_acquire(void *instance, struct dlock_provider_lock *lk, struct dlo
     rc = session_try(inst, lk, g);
     if (rc == DLOCK_OK) {
         my_line_leave(&inst->waiters, &ml->line); /* the gate goes to the next waiter */
-    } else if (rc == DLOCK_EBUSY && ml->line.state == MY_LINE_OUT) {
-        /* No second look: the line answers once we are at its head and the
-         * holder has let go, also when that happened before we joined. */
-        if (my_line_join(&inst->waiters, &ml->line, ml->k.tag) != DLOCK_OK)
-            dlock_provider_log(inst->log_handle, DLOCK_LOG_WARN, "%s: cannot wait in line (%s); polling instead",
-                               inst->server.label, dlock_errmsg());
     } else if (rc != DLOCK_EBUSY) {
         my_line_leave(&inst->waiters, &ml->line); /* no abandon follows a failure */
     }
@@ -524,6 +518,19 @@ static int my_wait(void *instance, struct dlock_provider_lock *lk, int64_t timeo
 {
     struct my_instance *inst = instance;
     struct my_lock *ml = lk->priv;
+    int64_t deadline = dlock_provider_now_ms() + timeout_ms; /* the join's connect counts */
+    if (ml->line.state == MY_LINE_OUT) {
+        /* Joined here, after a busy answer (a try-once never gets here):
+         * the line answers once we are at its head and the holder has let
+         * go, also when that happened before we joined. */
+        int rc = my_line_join(&inst->waiters, &inst->pool, &ml->line, ml->k.tag);
+        if (rc != DLOCK_OK)
+            dlock_provider_log(inst->log_handle, rc == DLOCK_EBUSY ? DLOCK_LOG_DEBUG : DLOCK_LOG_WARN,
+                               "%s: cannot wait in line (%s); polling instead", inst->server.label, dlock_errmsg());
+    }
+    timeout_ms = deadline - dlock_provider_now_ms();
+    if (timeout_ms < 0)
+        timeout_ms = 0;
     if (ml->line.state != MY_LINE_OUT)
         return my_line_wait(&inst->waiters, &ml->line, timeout_ms, wake_fd, inst->log_handle);
     /* Not in the line (it could not be joined): sleep out the timeout. */

@@ -379,6 +379,14 @@ int pg_pool_get(struct pg_pool *pool, PGconn **out)
     return rc;
 }
 
+int pg_pool_try_get(struct pg_pool *pool, PGconn **out)
+{
+    void *conn = NULL;
+    int rc = conn_pool_try_get(&pool->pool, &conn);
+    *out = conn;
+    return rc;
+}
+
 void pg_pool_put(struct pg_pool *pool, PGconn *conn)
 {
     conn_pool_put(&pool->pool, conn);

@@ -42,6 +42,8 @@ void pg_pool_init(struct pg_pool *pool, const struct pg_server *srv, int max);
 void pg_pool_destroy(struct pg_pool *pool);
 /* Takes a connection (idle, new, or waits for one to come back). */
 int pg_pool_get(struct pg_pool *pool, PGconn **out);
+/* As pg_pool_get, but DLOCK_EBUSY at once when every connection is in use. */
+int pg_pool_try_get(struct pg_pool *pool, PGconn **out);
 /* Gives one back; a connection that is not CONNECTION_OK and idle is closed. */
 void pg_pool_put(struct pg_pool *pool, PGconn *conn);
 

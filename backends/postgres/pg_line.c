@@ -1,30 +1,90 @@
-/* backends/postgres/pg_line.c - see pg_line.h. */
+/* backends/postgres/pg_line.c - see pg_line.h.
+ *
+ * The line's queries are sent as simple queries (several statements in one
+ * string, one round trip) without waiting for the answer, on a connection
+ * of the listeners' pool taken for the time the lock waits (and, for an
+ * exclusive hold that came through the line, holds). The join turns the
+ * session's statement_timeout off, since waiting for the gate is meant to
+ * take as long as the line is long; passing the gate on sets it back
+ * before the connection returns to the pool. A waiter in the line runs a
+ * statement, and so holds a snapshot, for as long as it waits: VACUUM
+ * keeps row versions that much longer, as with any query that runs that
+ * long. */
 #include "config.h"
 
 #include "pg_line.h"
 
 #include <dlock/provider.h>
 #include <inttypes.h>
+#include <limits.h>
+#include <poll.h>
 #include <stdio.h>
 #include <string.h>
 
-/* Closes l's connection, first asking the server to stop the query it
- * runs (a join still queued for the gate) when cancel is set, and gives
- * its place in the pool back. The server frees whatever advisory locks
- * the session had. */
+/* Writes out what libpq still buffers for l (its connections do not
+ * block), within the command timeout. */
+static bool flush(struct pg_pool *pool, struct pg_line *l)
+{
+    int64_t deadline = dlock_provider_now_ms() + pool->server->command_timeout_ms;
+    for (;;) {
+        int r = PQflush(l->conn);
+        if (r == 0)
+            return true;
+        int64_t left = deadline - dlock_provider_now_ms();
+        if (r < 0 || left <= 0)
+            return false;
+        struct pollfd p = { .fd = PQsocket(l->conn), .events = POLLOUT };
+        if (poll(&p, 1, left > INT_MAX ? INT_MAX : (int)left) < 0)
+            return false;
+    }
+}
+
+static bool send_text(struct pg_pool *pool, struct pg_line *l, const char *sql)
+{
+    return PQsendQuery(l->conn, sql) && flush(pool, l);
+}
+
+/* Asks the server, from a connection of the statement pool (bounded by
+ * the command timeout, where libpq's own cancel request could wait on a
+ * connect without end), to stop what l's session runs: a join still
+ * queued for the gate. */
+static void cancel_queued(struct pg_line *l)
+{
+    if (!l->ctl || !l->conn)
+        return;
+    char pid[16];
+    snprintf(pid, sizeof pid, "%d", PQbackendPID(l->conn));
+    const char *values[1] = { pid };
+    PGconn *c = NULL;
+    int rc;
+    if (pg_pool_try_get(l->ctl, &c) != DLOCK_OK)
+        return; /* closing the connection frees the place too, when the server next answers it */
+    PQclear(pg_exec(l->ctl->server, &c, "SELECT pg_cancel_backend($1::int)", 1, values, NULL, NULL, &rc));
+    pg_pool_put(l->ctl, c);
+}
+
+/* Closes l's connection (asking the server first to stop a join in
+ * flight, when cancel is set) and gives its place in the pool back. The
+ * server frees whatever advisory locks the session had. */
 static void drop(struct pg_pool *pool, struct pg_line *l, bool cancel)
 {
     if (!l->conn)
         return;
-    if (cancel) {
-        PGcancel *c = PQgetCancel(l->conn);
-        if (c) {
-            char err[256];
-            (void)PQcancel(c, err, sizeof err); /* best effort: closing frees the gate anyway */
-            PQfreeCancel(c);
-        }
-    }
+    if (cancel)
+        cancel_queued(l);
     PQfinish(l->conn);
+    pg_pool_put(pool, NULL);
+    memset(l, 0, sizeof *l);
+}
+
+/* Gives up l's connection whatever state pg_exec left it in (it closes a
+ * connection that failed, and leaves l->conn NULL). */
+static void forget(struct pg_pool *pool, struct pg_line *l)
+{
+    if (l->conn) {
+        drop(pool, l, false);
+        return;
+    }
     pg_pool_put(pool, NULL);
     memset(l, 0, sizeof *l);
 }
@@ -48,30 +108,43 @@ static bool settle(struct pg_pool *pool, struct pg_line *l)
         }
         int64_t left = deadline - dlock_provider_now_ms();
         if (left <= 0 || pg_wait_socket(l->conn, -1, left) < 0 || !PQconsumeInput(l->conn)) {
-            drop(pool, l, true);
+            drop(pool, l, false);
             return false;
         }
     }
 }
 
-int pg_line_join(struct pg_pool *pool, struct pg_line *l, uint64_t digest, const char *channel)
+/* A connection for l: its own, or one of the pool's if one is free (a
+ * waiter that finds none polls instead of waiting for one). */
+static int take_conn(struct pg_pool *pool, struct pg_line *l)
 {
-    if (l->conn && !settle(pool, l))
+    if (l->conn && settle(pool, l))
+        return DLOCK_OK;
+    int rc = pg_pool_try_get(pool, &l->conn);
+    if (rc != DLOCK_OK)
         l->conn = NULL;
-    if (!l->conn) {
-        int rc = pg_pool_get(pool, &l->conn);
-        if (rc != DLOCK_OK) {
-            l->conn = NULL;
-            return rc;
-        }
-    }
+    return rc;
+}
+
+static void set_gate(struct pg_line *l, uint64_t digest, struct pg_pool *ctl)
+{
     snprintf(l->gate[0], sizeof l->gate[0], "%" PRId32, (int32_t)(uint32_t)(digest >> 32));
     snprintf(l->gate[1], sizeof l->gate[1], "%" PRId32, (int32_t)(uint32_t)digest);
-    char sql[128];
-    snprintf(sql, sizeof sql, "SELECT pg_advisory_lock(%s, %s); LISTEN \"%s\"", l->gate[0], l->gate[1], channel);
-    if (!PQsendQuery(l->conn, sql)) {
-        int rc = dlock_seterr(DLOCK_EUNAVAILABLE, "%s: cannot join the line of waiters: %s", pool->server->label,
-                              PQerrorMessage(l->conn));
+    l->ctl = ctl;
+}
+
+int pg_line_join(struct pg_pool *pool, struct pg_pool *ctl, struct pg_line *l, uint64_t digest, const char *channel)
+{
+    int rc = take_conn(pool, l);
+    if (rc != DLOCK_OK)
+        return rc;
+    set_gate(l, digest, ctl);
+    char sql[160];
+    snprintf(sql, sizeof sql, "SET statement_timeout = 0; SELECT pg_advisory_lock(%s, %s); LISTEN \"%s\"",
+             l->gate[0], l->gate[1], channel);
+    if (!send_text(pool, l, sql)) {
+        rc = dlock_seterr(DLOCK_EUNAVAILABLE, "%s: cannot join the line of waiters: %s", pool->server->label,
+                          PQerrorMessage(l->conn));
         drop(pool, l, false);
         return rc;
     }
@@ -81,42 +154,35 @@ int pg_line_join(struct pg_pool *pool, struct pg_line *l, uint64_t digest, const
     return DLOCK_OK;
 }
 
-int pg_line_enter(struct pg_pool *pool, struct pg_line *l, uint64_t digest, const char *channel)
+int pg_line_enter(struct pg_pool *pool, struct pg_pool *ctl, struct pg_line *l, uint64_t digest, const char *channel)
 {
-    if (l->conn && !settle(pool, l))
-        l->conn = NULL;
-    if (!l->conn) {
-        int rc = pg_pool_get(pool, &l->conn);
-        if (rc != DLOCK_OK) {
-            l->conn = NULL;
-            return rc;
-        }
-    }
-    snprintf(l->gate[0], sizeof l->gate[0], "%" PRId32, (int32_t)(uint32_t)(digest >> 32));
-    snprintf(l->gate[1], sizeof l->gate[1], "%" PRId32, (int32_t)(uint32_t)digest);
+    int rc = take_conn(pool, l);
+    if (rc != DLOCK_OK)
+        return rc;
+    set_gate(l, digest, ctl);
     char sql[128];
     snprintf(sql, sizeof sql, "SELECT pg_try_advisory_lock(%s, %s)", l->gate[0], l->gate[1]);
-    PGresult *r = PQexec(l->conn, sql);
-    bool head = PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1 && strcmp(PQgetvalue(r, 0, 0), "t") == 0;
-    bool answered = PQresultStatus(r) == PGRES_TUPLES_OK;
+    PGresult *r = pg_exec(pool->server, &l->conn, sql, 0, NULL, NULL, NULL, &rc);
+    bool answered = r && PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1;
+    bool head = answered && strcmp(PQgetvalue(r, 0, 0), "t") == 0;
+    if (r && !answered)
+        rc = pg_result_check(pool->server, r, "pg_try_advisory_lock");
     PQclear(r);
     if (!answered) {
-        int rc = dlock_seterr(DLOCK_EUNAVAILABLE, "%s: cannot look at the line of waiters: %s", pool->server->label,
-                              PQerrorMessage(l->conn));
-        drop(pool, l, false);
-        return rc;
+        forget(pool, l);
+        return rc == DLOCK_OK ? DLOCK_EUNAVAILABLE : rc;
     }
     if (!head)
-        return pg_line_join(pool, l, digest, channel);
+        return pg_line_join(pool, ctl, l, digest, channel);
     snprintf(sql, sizeof sql, "LISTEN \"%s\"", channel);
-    r = PQexec(l->conn, sql);
-    bool listening = PQresultStatus(r) == PGRES_COMMAND_OK;
+    r = pg_exec(pool->server, &l->conn, sql, 0, NULL, NULL, NULL, &rc);
+    bool listening = r && PQresultStatus(r) == PGRES_COMMAND_OK;
+    if (r && !listening)
+        rc = pg_result_check(pool->server, r, "LISTEN");
     PQclear(r);
     if (!listening) {
-        int rc = dlock_seterr(DLOCK_EUNAVAILABLE, "%s: cannot LISTEN at the head of the line: %s",
-                              pool->server->label, PQerrorMessage(l->conn));
-        drop(pool, l, false); /* frees the gate with the session */
-        return rc;
+        forget(pool, l); /* frees the gate with the session */
+        return rc == DLOCK_OK ? DLOCK_EUNAVAILABLE : rc;
     }
     l->state = PG_LINE_HEAD;
     return DLOCK_OK;
@@ -177,19 +243,27 @@ void pg_line_drain(struct pg_line *l)
         PQfreemem(n);
 }
 
-/* Sends the gate's release and the UNLISTEN without waiting for them. */
+/* Gives the gate to the next waiter (the server does at once what it was
+ * sent), puts statement_timeout back, and returns the connection to the
+ * pool once the answer is read. */
 static void pass_on(struct pg_pool *pool, struct pg_line *l)
 {
     if (l->state != PG_LINE_HEAD)
         return;
-    char sql[96];
-    snprintf(sql, sizeof sql, "SELECT pg_advisory_unlock(%s, %s); UNLISTEN *", l->gate[0], l->gate[1]);
+    char sql[160];
+    snprintf(sql, sizeof sql, "SELECT pg_advisory_unlock(%s, %s); UNLISTEN *; SET statement_timeout = %lld",
+             l->gate[0], l->gate[1], (long long)pool->server->command_timeout_ms);
     l->state = PG_LINE_OUT;
-    if (!PQsendQuery(l->conn, sql)) {
+    if (!send_text(pool, l, sql)) {
         drop(pool, l, false); /* closing the session frees the gate as well */
         return;
     }
     l->answer_pending = true;
+    if (!settle(pool, l))
+        return;
+    pg_line_drain(l); /* none may wake the next user of the connection */
+    pg_pool_put(pool, l->conn);
+    memset(l, 0, sizeof *l);
 }
 
 void pg_line_granted(struct pg_pool *pool, struct pg_line *l, bool keep_gate)
@@ -213,10 +287,13 @@ void pg_line_leave(struct pg_pool *pool, struct pg_line *l)
         drop(pool, l, true);
         return;
     }
-    pass_on(pool, l);
+    if (l->state == PG_LINE_HEAD) {
+        pass_on(pool, l);
+        return;
+    }
     if (!settle(pool, l))
         return;
-    pg_line_drain(l); /* none may wake the next user of the connection */
+    pg_line_drain(l);
     pg_pool_put(pool, l->conn);
     memset(l, 0, sizeof *l);
 }

@@ -13,11 +13,12 @@
  * release before the LISTEN is seen by that look, one after it by the
  * NOTIFY).
  *
- * An exclusive holder that came through the line keeps the gate until it
- * releases, so the next waiter's first look comes when the lock is free;
- * a permit holder passes it on at once (another permit may be free). A
- * waiter or holder whose session ends (the process died) leaves the line
- * with it: the server frees its advisory locks. */
+ * An exclusive holder that came through the line keeps the gate (and its
+ * connection) until it releases, so the next waiter's first look comes when
+ * the lock is free; a permit holder passes it on at once (another permit
+ * may be free). A waiter or holder whose session ends (the process died)
+ * leaves the line with it: the server frees its advisory locks. A waiter
+ * that finds every connection of the pool in use polls instead of joining. */
 #ifndef DLOCK_PG_LINE_H
 #define DLOCK_PG_LINE_H
 
@@ -35,20 +36,22 @@ struct pg_line {
     bool answer_pending;   /* a query sent without waiting is not fully answered */
     bool failed;           /* part of the join's answer was an error */
     char gate[2][12];      /* the gate key as two int4 texts */
+    struct pg_pool *ctl;   /* the statement pool, for cancelling a join in flight */
 };
 
 /* Joins the line of the name whose 64-bit digest and NOTIFY channel are
- * given: takes a connection from pool and sends the join. DLOCK_OK, or a
- * failure with the detail set (the caller then waits by polling). Not for
- * a line already joined. */
-int pg_line_join(struct pg_pool *pool, struct pg_line *l, uint64_t digest, const char *channel);
+ * given: takes a connection from pool (DLOCK_EBUSY when none is free: the
+ * caller then polls) and sends the join; ctl is the pool that a cancel of
+ * the join is sent through. DLOCK_OK, or a failure with the detail set (the
+ * caller then waits by polling). Not for a line already joined. */
+int pg_line_join(struct pg_pool *pool, struct pg_pool *ctl, struct pg_line *l, uint64_t digest, const char *channel);
 
 /* For fair mode, before a first look: takes the head at once when nobody
  * is in the line (the gate is free: a blocking round trip for the gate and
  * one for the LISTEN; l->state is then PG_LINE_HEAD and the caller looks),
  * else joins it as pg_line_join does (PG_LINE_ASKED: the caller must not
  * look before its turn). DLOCK_OK, or a failure with the detail set. */
-int pg_line_enter(struct pg_pool *pool, struct pg_line *l, uint64_t digest, const char *channel);
+int pg_line_enter(struct pg_pool *pool, struct pg_pool *ctl, struct pg_line *l, uint64_t digest, const char *channel);
 
 /* Blocks until the line moves for us (we reached the head: DLOCK_OK, the
  * caller looks at the lock), a NOTIFY comes while we are at the head
@@ -70,7 +73,7 @@ void pg_line_drain(struct pg_line *l);
 void pg_line_granted(struct pg_pool *pool, struct pg_line *l, bool keep_gate);
 
 /* The hold that kept the gate ended: the gate goes to the next waiter,
- * without waiting for the server's answer. */
+ * and the connection back to the pool once the server has answered. */
 void pg_line_pass(struct pg_pool *pool, struct pg_line *l);
 
 /* Out of the line altogether, and the connection back to pool (abandon,

@@ -73,6 +73,7 @@ struct pg_lock {
     char advisory[24];           /* the session-mode key (k.digest), as decimal text */
     PGconn *listener;            /* a shared request's, while LISTENing on channel */
     struct pg_line line;         /* an exclusive or permit request's place in the line */
+    bool timer_look;             /* the last wait ran out: a fair request in the line may look */
     bool last_busy;              /* the last attempt found the lock held */
     bool writer_registered;      /* an exclusive request kept waiting said so in the row */
     uint64_t generation;         /* session mode: holder connection the hold was taken on */
@@ -551,28 +552,29 @@ static int pg_acquire(void *instance, struct dlock_provider_lock *lk, struct dlo
         return rc;
     drain_notifications(pl);
     pg_line_drain(&pl->line);
-    bool fair = (lk->flags & DLOCK_LOCK_FAIR) != 0;
+    bool fair = (lk->flags & DLOCK_LOCK_FAIR) != 0, timer_look = pl->timer_look;
+    pl->timer_look = false;
     if (fair && !waits_in_line(lk))
         return dlock_seterr(DLOCK_ENOTSUP, "%s: fair mode is for exclusive holds and permits; shared holds are "
                             "granted together", inst->server.label);
-    if (fair && pl->line.state == PG_LINE_OUT && pg_line_enter(&inst->listeners, &pl->line, pl->k.digest, pl->k.tag) != DLOCK_OK)
-        return DLOCK_EUNAVAILABLE; /* the detail is set; a fair request does not look out of turn */
-    if (fair && pl->line.state == PG_LINE_ASKED) {
-        /* Others are in the line before us: not our turn to look. */
+    if (fair && pl->line.state == PG_LINE_OUT &&
+        pg_line_enter(&inst->listeners, &inst->pool, &pl->line, pl->k.digest, pl->k.tag) != DLOCK_OK)
+        dlock_provider_log(inst->log_handle, DLOCK_LOG_WARN, "%s: cannot enter the line (%s); this look is not "
+                           "in turn", inst->server.label, dlock_errmsg());
+    if (fair && pl->line.state == PG_LINE_ASKED && !timer_look) {
+        /* Others are in the line before us: not our turn to look. Only
+         * when a wait ran out (the head may be a holder that hangs, its
+         * lease gone) is there a look out of turn. */
         g->retry_hint_ms = -1;
         return DLOCK_EBUSY;
     }
     rc = try_once(inst, lk, g);
     if (waits_in_line(lk)) {
-        if (rc == DLOCK_OK) {
+        /* The line is joined in wait, which a try-once never reaches. */
+        if (rc == DLOCK_OK)
             pg_line_granted(&inst->listeners, &pl->line, lk->mode == DLOCK_MODE_EXCLUSIVE);
-        } else if (rc == DLOCK_EBUSY && pl->line.state == PG_LINE_OUT) {
-            /* No second look: the line answers when we are at its head,
-             * and the look made then sees a release before our LISTEN. */
-            if (pg_line_join(&inst->listeners, &pl->line, pl->k.digest, pl->k.tag) != DLOCK_OK)
-                dlock_provider_log(inst->log_handle, DLOCK_LOG_WARN, "%s: cannot wait in line (%s); polling instead",
-                                   inst->server.label, dlock_errmsg());
-        }
+        else if (rc != DLOCK_EBUSY)
+            pg_line_leave(&inst->listeners, &pl->line); /* no abandon follows a failure */
     } else if (rc == DLOCK_EBUSY && !pl->listener) {
         /* Listen, then look again: a release in between is then heard. */
         if (start_listening(inst, pl) == DLOCK_OK)
@@ -631,8 +633,24 @@ static int pg_wait(void *instance, struct dlock_provider_lock *lk, int64_t timeo
 {
     struct pg_instance *inst = instance;
     struct pg_lock *pl = lk->priv;
-    if (pl->line.state != PG_LINE_OUT)
-        return pg_line_wait(&inst->listeners, &pl->line, timeout_ms, wake_fd, inst->log_handle, inst->server.label);
+    int64_t deadline = dlock_provider_now_ms() + timeout_ms; /* the join's connect counts */
+    if (waits_in_line(lk) && pl->line.state == PG_LINE_OUT) {
+        /* Joined here, after a busy answer: the answer to the join comes
+         * when we are at the head, and the look made then sees a release
+         * that came before our LISTEN. */
+        int rc = pg_line_join(&inst->listeners, &inst->pool, &pl->line, pl->k.digest, pl->k.tag);
+        if (rc != DLOCK_OK)
+            dlock_provider_log(inst->log_handle, rc == DLOCK_EBUSY ? DLOCK_LOG_DEBUG : DLOCK_LOG_WARN,
+                               "%s: cannot wait in line (%s); polling instead", inst->server.label, dlock_errmsg());
+    }
+    timeout_ms = deadline - dlock_provider_now_ms();
+    if (timeout_ms < 0)
+        timeout_ms = 0;
+    if (pl->line.state != PG_LINE_OUT) {
+        int rc = pg_line_wait(&inst->listeners, &pl->line, timeout_ms, wake_fd, inst->log_handle, inst->server.label);
+        pl->timer_look = rc == DLOCK_ETIMEDOUT;
+        return rc;
+    }
     if (!pl->listener) {
         /* No listener or line (it could not be set up): sleep out the timeout,
          * which the core bounds by the holder's lease and its backoff. */
@@ -640,7 +658,6 @@ static int pg_wait(void *instance, struct dlock_provider_lock *lk, int64_t timeo
         int n = poll(&p, 1, timeout_ms > INT_MAX ? INT_MAX : (int)timeout_ms);
         return n == 0 ? DLOCK_ETIMEDOUT : DLOCK_OK;
     }
-    int64_t deadline = dlock_provider_now_ms() + timeout_ms;
     for (;;) {
         PGnotify *n = PQnotifies(pl->listener);
         if (n) {

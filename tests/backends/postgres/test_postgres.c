@@ -359,6 +359,67 @@ static void a_table_from_before_shared_holds(void **state)
     admin("DROP SEQUENCE IF EXISTS old_locks_fence, older_locks_fence");
 }
 
+/* A waiter keeps its place in the line for longer than the command
+ * timeout (1 s here), which the session's statement_timeout would
+ * otherwise cut short: the second waiter makes no attempt while the hold
+ * lasts 2.5 s (a cancelled join would make it look again and queue anew
+ * at the tail), and they are granted in the order they came. */
+struct line_turn {
+    dlock_lock *lock;
+    int *turns;
+    int turn;
+};
+
+static void *take_line_turn(void *arg)
+{
+    struct line_turn *w = arg;
+    if (dlock_acquire(w->lock, 20000) == DLOCK_OK) {
+        w->turn = __atomic_fetch_add(w->turns, 1, __ATOMIC_SEQ_CST);
+        dlock_release(w->lock);
+    }
+    return NULL;
+}
+
+static void a_waiter_keeps_its_place_past_the_command_timeout(void **state)
+{
+    (void)state;
+    char text[2048];
+    write_config(text, sizeof text, 30000, 10000, "");
+    dlock_client *a = test_client_open(text), *c[2];
+    dlock_lock *la = NULL;
+    assert_int_equal(dlock_lock_new(a, "long-line", 9, NULL, &la), DLOCK_OK);
+    assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
+    int turns = 0;
+    struct line_turn w[2];
+    pthread_t t[2];
+    for (int i = 0; i < 2; i++) {
+        c[i] = test_client_open(text);
+        w[i] = (struct line_turn){ NULL, &turns, -1 };
+        assert_int_equal(dlock_lock_new(c[i], "long-line", 9, NULL, &w[i].lock), DLOCK_OK);
+        assert_int_equal(pthread_create(&t[i], NULL, take_line_turn, &w[i]), 0);
+        int64_t t0 = now_ms();
+        while (test_client_metric(c[i], "dlock_busy_total") < 1 && now_ms() - t0 < 5000)
+            sleep_ms(5);
+        sleep_ms(100); /* in the line */
+    }
+    sleep_ms(2500);
+    /* The first: its busy answer, and the look on reaching the head (an
+     * empty line); the second: its busy answer only, queued since. */
+    assert_int_equal(test_client_metric(c[0], "dlock_acquire_attempts_total"), 2);
+    assert_int_equal(test_client_metric(c[1], "dlock_acquire_attempts_total"), 1);
+    assert_int_equal(dlock_release(la), DLOCK_OK);
+    for (int i = 0; i < 2; i++)
+        pthread_join(t[i], NULL);
+    assert_int_equal(w[0].turn, 0);
+    assert_int_equal(w[1].turn, 1);
+    for (int i = 0; i < 2; i++) {
+        dlock_lock_free(w[i].lock);
+        dlock_client_close(c[i]);
+    }
+    dlock_lock_free(la);
+    dlock_client_close(a);
+}
+
 /* Fair mode: a try-once acquire of a free lock is granted (the request
  * takes the head of an empty line at once), one of a lock held through the
  * line is busy, and a shared request in fair mode is refused. */
@@ -584,6 +645,7 @@ int main(void)
     const struct CMUnitTest particular[] = {
         cmocka_unit_test(the_row_holds_owner_fence_and_server_expiry),
         cmocka_unit_test(fair_mode_is_for_exclusive_holds_and_permits),
+        cmocka_unit_test(a_waiter_keeps_its_place_past_the_command_timeout),
         cmocka_unit_test(lease_hold_survives_a_terminated_connection),
         cmocka_unit_test(session_hold_is_lost_with_its_session),
         cmocka_unit_test(lease_holds_renew_in_batches),
