@@ -24,6 +24,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <unistd.h>
 
 static struct test_service server = { .script = "postgres" };
@@ -420,6 +422,57 @@ static void a_waiter_keeps_its_place_past_the_command_timeout(void **state)
     dlock_client_close(a);
 }
 
+/* Fair mode: a head of the line that hangs while it holds (SIGSTOP: its
+ * lease runs out on the server, its session and gate stay) does not stop
+ * the line for good: the fair waiter behind it looks when its wait runs
+ * out (retry cap 300 ms) and takes the expired row. */
+static void a_fair_waiter_behind_a_hung_holder_gets_the_expired_lock(void **state)
+{
+    (void)state;
+    int ready[2];
+    assert_int_equal(pipe(ready), 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(ready[0]);
+        char text[2048];
+        write_config(text, sizeof text, 1000, 300, "");
+        dlock_client *c = NULL;
+        dlock_lock_options o = DLOCK_LOCK_OPTIONS_INIT;
+        o.flags = DLOCK_LOCK_FAIR;
+        dlock_lock *l = NULL;
+        if (dlock_client_open_string(&c, text) != DLOCK_OK || dlock_lock_new(c, "fair-hung", 9, &o, &l) != DLOCK_OK ||
+            dlock_acquire(l, 0) != DLOCK_OK)
+            _exit(3);
+        if (write(ready[1], "H", 1) != 1)
+            _exit(4);
+        for (;;)
+            pause();
+    }
+    close(ready[1]);
+    char ch;
+    assert_int_equal(read(ready[0], &ch, 1), 1);
+    close(ready[0]);
+    kill(pid, SIGSTOP); /* holds the row (1 s lease) and the gate, and renews no more */
+    char text[2048];
+    write_config(text, sizeof text, 30000, 300, "");
+    dlock_client *w = test_client_open(text);
+    dlock_lock_options o = DLOCK_LOCK_OPTIONS_INIT;
+    o.flags = DLOCK_LOCK_FAIR;
+    dlock_lock *lw = NULL;
+    assert_int_equal(dlock_lock_new(w, "fair-hung", 9, &o, &lw), DLOCK_OK);
+    int64_t t0 = now_ms();
+    int rc = dlock_acquire(lw, 10000);
+    int64_t took = now_ms() - t0;
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    assert_int_equal(rc, DLOCK_OK);
+    if (took > slack_ms(3000))
+        fail_msg("granted %lld ms after the hung holder's lease of 1 s", (long long)took);
+    assert_int_equal(dlock_release(lw), DLOCK_OK);
+    dlock_lock_free(lw);
+    dlock_client_close(w);
+}
+
 /* Fair mode: a try-once acquire of a free lock is granted (the request
  * takes the head of an empty line at once), one of a lock held through the
  * line is busy, and a shared request in fair mode is refused. */
@@ -646,6 +699,7 @@ int main(void)
         cmocka_unit_test(the_row_holds_owner_fence_and_server_expiry),
         cmocka_unit_test(fair_mode_is_for_exclusive_holds_and_permits),
         cmocka_unit_test(a_waiter_keeps_its_place_past_the_command_timeout),
+        cmocka_unit_test(a_fair_waiter_behind_a_hung_holder_gets_the_expired_lock),
         cmocka_unit_test(lease_hold_survives_a_terminated_connection),
         cmocka_unit_test(session_hold_is_lost_with_its_session),
         cmocka_unit_test(lease_holds_renew_in_batches),
