@@ -79,7 +79,8 @@ struct local_lock {
     struct lock_file_header *map; /* the header in memory while fd_open, or NULL */
     bool watching;            /* set up to wait (the line, the watch, the count) */
     int watch_fd;             /* inotify fd + 1 while contending, 0 if none */
-    struct local_waiter waiter; /* the place in the line while contending (fd -1 if none) */
+    struct local_waiter waiter; /* the place in the line while contending */
+    char file[NAME_MAX + 1];  /* the lock file's name in the directory, once it was opened */
     bool counted;             /* counted in the header's waiting */
     struct local_lock *prev, *next; /* in open_files while fd_open */
 };
@@ -351,7 +352,7 @@ static int open_lock_file(struct local_instance *inst, struct dlock_provider_loc
     struct local_lock *ll = lk->priv;
     if (ll->fd_open)
         return DLOCK_OK;
-    char file[NAME_MAX + 1];
+    char *file = ll->file;
     dlock__local_file_name(lk->name, lk->name_len, file);
     int fd = openat(inst->dirfd, file, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0666);
     if (fd < 0)
@@ -436,12 +437,11 @@ static void start_watch(struct local_instance *inst, struct dlock_provider_lock 
     if (ll->watching)
         return;
     ll->watching = true;
-    char file[NAME_MAX + 1], path[PATH_MAX + NAME_MAX + 2];
-    dlock__local_file_name(lk->name, lk->name_len, file);
-    (void)local_queue_join(inst->dirfd, file, lk->mode == DLOCK_MODE_SHARED, &ll->waiter);
+    char path[PATH_MAX + NAME_MAX + 2];
+    (void)local_queue_join(inst->dirfd, ll->file, lk->mode == DLOCK_MODE_SHARED, &ll->waiter);
     int fd = inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
     if (fd >= 0) {
-        snprintf(path, sizeof path, "%s/%s", inst->dir, file);
+        snprintf(path, sizeof path, "%s/%s", inst->dir, ll->file);
         if (inotify_add_watch(fd, path, IN_ATTRIB | IN_CLOSE_WRITE) < 0)
             close(fd);
         else
@@ -463,10 +463,8 @@ static void stop_watch(struct local_instance *inst, struct dlock_provider_lock *
 {
     struct local_lock *ll = lk->priv;
     if (ll->waiter.joined) {
-        char file[NAME_MAX + 1];
-        dlock__local_file_name(lk->name, lk->name_len, file);
         int hand_on = lk->mode == DLOCK_MODE_SEMAPHORE ? INT_MAX : granted ? 0 : 1;
-        local_queue_leave(inst->dirfd, file, &ll->waiter, hand_on);
+        local_queue_leave(inst->dirfd, ll->file, &ll->waiter, hand_on);
     }
     if (ll->counted && ll->map) {
         /* Never below zero: a file given to a process that counted before
@@ -491,9 +489,7 @@ static void wake_next(struct local_instance *inst, struct dlock_provider_lock *l
     uint32_t seen = ll->map ? __atomic_load_n(&ll->map->waiting, __ATOMIC_SEQ_CST) : 1;
     if (seen == 0)
         return;
-    char file[NAME_MAX + 1];
-    dlock__local_file_name(lk->name, lk->name_len, file);
-    if (local_queue_wake_next(inst->dirfd, file, 1) == 0 && ll->map) {
+    if (local_queue_wake_next(inst->dirfd, ll->file, 1) == 0 && ll->map) {
         /* Nobody in the line: what is counted was left by waiters that
          * died. Back to zero, unless a waiter counted itself since we read
          * the count (its FIFO, visible before it counts, would then have
@@ -665,9 +661,7 @@ static int fair_turn(struct local_instance *inst, struct dlock_provider_lock *lk
         start_watch(inst, lk);
     if (!ll->waiter.joined || ll->waiter.wakes > 0)
         return DLOCK_OK;
-    char file[NAME_MAX + 1];
-    dlock__local_file_name(lk->name, lk->name_len, file);
-    if (local_queue_is_first(inst->dirfd, file, &ll->waiter))
+    if (local_queue_is_first(inst->dirfd, ll->file, &ll->waiter))
         return DLOCK_OK;
     grant->retry_hint_ms = -1;
     return DLOCK_EBUSY;

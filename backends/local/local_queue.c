@@ -40,6 +40,12 @@
 
 #define LINES_DIR ".q"
 
+/* dirfd(3), which the parameters named dirfd below would hide. */
+static int dirfd_of(DIR *d)
+{
+    return dirfd(d);
+}
+
 /* The folder of FILE's line, opened; made first when create is set (with
  * the lock directory's own permissions, so that whoever may lock there may
  * wait there). -1 when it does not exist or cannot be made. */
@@ -102,7 +108,6 @@ int local_queue_join(int dirfd, const char *file, bool shared, struct local_wait
     }
     w->fd = fd;
     w->joined = true;
-    w->shared = shared;
     w->wakes = 0;
     return 0;
 }
@@ -209,32 +214,54 @@ static void free_names(char **names, size_t count)
     free(names);
 }
 
-int local_queue_wake_next(int dirfd, const char *file, int n)
+/* FILE's line, read: its folder open as *d (closedir it) and its names in
+ * order (free_names them). False when there is no folder to read. */
+static bool list_line(int dirfd, const char *file, DIR **d, char ***names, size_t *count)
 {
     int lfd = open_line(dirfd, file, false);
     if (lfd < 0)
-        return 0;
-    DIR *d = fdopendir(lfd);
-    if (!d) {
+        return false;
+    if (!(*d = fdopendir(lfd))) {
         close(lfd);
-        return 1; /* cannot tell */
+        return false;
     }
+    *names = read_line(*d, count);
+    return true;
+}
+
+/* The FIFO of waiter NAME in the line's folder lfd, open for writing when
+ * a waiter still has it open; -1 otherwise. One that nobody has open (the
+ * waiter died) is removed; something that is not a FIFO (planted in a
+ * shared directory) is left alone and never written. */
+static int open_live(int lfd, const char *name)
+{
+    int fd = openat(lfd, name, O_WRONLY | O_NONBLOCK | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0) {
+        if (errno == ENXIO)
+            unlinkat(lfd, name, 0);
+        return -1;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISFIFO(st.st_mode)) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+int local_queue_wake_next(int dirfd, const char *file, int n)
+{
+    DIR *d;
+    char **names;
     size_t count = 0;
-    char **names = read_line(d, &count);
+    if (!list_line(dirfd, file, &d, &names, &count))
+        return 0;
     int live = 0, woken = 0;
     for (size_t i = 0; i < count; i++) {
-        int fd = openat(lfd, names[i], O_WRONLY | O_NONBLOCK | O_CLOEXEC | O_NOFOLLOW);
-        if (fd < 0) {
-            if (errno == ENXIO)
-                unlinkat(lfd, names[i], 0); /* nobody has it open: a waiter that died */
+        int fd = open_live(dirfd_of(d), names[i]);
+        if (fd < 0)
             continue;
-        }
-        struct stat st;
         int unread = 0;
-        if (fstat(fd, &st) != 0 || !S_ISFIFO(st.st_mode)) {
-            close(fd); /* not one of ours (planted in a shared directory): never written */
-            continue;
-        }
         live++;
         if (woken >= n) {
             close(fd);
@@ -259,27 +286,17 @@ int local_queue_wake_next(int dirfd, const char *file, int n)
 
 bool local_queue_is_first(int dirfd, const char *file, const struct local_waiter *w)
 {
-    if (!w->joined)
-        return true;
-    int lfd = open_line(dirfd, file, false);
-    if (lfd < 0)
-        return true;
-    DIR *d = fdopendir(lfd);
-    if (!d) {
-        close(lfd);
-        return true;
-    }
+    DIR *d;
+    char **names;
     size_t count = 0;
-    char **names = read_line(d, &count);
+    if (!w->joined || !list_line(dirfd, file, &d, &names, &count))
+        return true;
     bool first = true;
     for (size_t i = 0; first && i < count && strcmp(names[i], w->entry) < 0; i++) {
-        int fd = openat(lfd, names[i], O_WRONLY | O_NONBLOCK | O_CLOEXEC | O_NOFOLLOW);
-        struct stat st;
+        int fd = open_live(dirfd_of(d), names[i]);
         if (fd >= 0) {
-            first = !(fstat(fd, &st) == 0 && S_ISFIFO(st.st_mode)); /* a live waiter came before us */
+            first = false; /* a live waiter came before us */
             close(fd);
-        } else if (errno == ENXIO) {
-            unlinkat(lfd, names[i], 0); /* a waiter that died */
         }
     }
     free_names(names, count);

@@ -27,14 +27,14 @@
 struct local_waiter {
     bool joined;     /* in the line: fd is valid */
     int fd;          /* the FIFO, open for reading and writing */
-    bool shared;     /* waits for a shared hold */
     int wakes;       /* wake-ups taken out of the FIFO that no attempt has used yet;
                       * the owner takes one off when it makes an attempt */
     char entry[48];  /* its name in the folder */
 };
 
 /* Puts w at the end of the line of lock file FILE in the lock directory
- * dirfd (creating the folders as needed). Returns 0, or -1 with errno set
+ * dirfd (creating the folders as needed); shared: it waits for a shared
+ * hold (its name says so, for the releaser). Returns 0, or -1 with errno set
  * (the folder cannot be written, FIFOs are not supported): the caller then
  * waits by polling. w must not be in a line. Not thread-safe for one w. */
 int local_queue_join(int dirfd, const char *file, bool shared, struct local_waiter *w);

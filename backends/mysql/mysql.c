@@ -506,11 +506,9 @@ static int my_acquire(void *instance, struct dlock_provider_lock *lk, struct dlo
         return kind_is_shared(lk) ? shared_try(inst, lk, g) : lease_try(inst, lk, g);
     struct my_lock *ml = lk->priv;
     rc = session_try(inst, lk, g);
-    if (rc == DLOCK_OK) {
-        my_line_leave(&inst->waiters, &ml->line); /* the gate goes to the next waiter */
-    } else if (rc != DLOCK_EBUSY) {
-        my_line_leave(&inst->waiters, &ml->line); /* no abandon follows a failure */
-    }
+    /* Granted: the gate goes to the next waiter; failed: no abandon follows. */
+    if (rc != DLOCK_EBUSY)
+        my_line_leave(&inst->waiters, &ml->line);
     return rc;
 }
 

@@ -114,16 +114,34 @@ static bool settle(struct pg_pool *pool, struct pg_line *l)
     }
 }
 
-/* A connection for l: its own, or one of the pool's if one is free (a
- * waiter that finds none polls instead of waiting for one). */
+/* A connection for l, out of the line (which has none: every way out
+ * gives it back): one of the pool's if one is free (a waiter that finds
+ * none polls instead of waiting for one). */
 static int take_conn(struct pg_pool *pool, struct pg_line *l)
 {
-    if (l->conn && settle(pool, l))
-        return DLOCK_OK;
     int rc = pg_pool_try_get(pool, &l->conn);
     if (rc != DLOCK_OK)
         l->conn = NULL;
     return rc;
+}
+
+/* One statement on l's connection, which must answer with status want;
+ * otherwise the connection goes (and with it the session's gate) and the
+ * failure is returned. */
+static int exec_on_line(struct pg_pool *pool, struct pg_line *l, const char *sql, ExecStatusType want,
+                        const char *what, PGresult **out)
+{
+    int rc = DLOCK_OK;
+    PGresult *r = pg_exec(pool->server, &l->conn, sql, 0, NULL, NULL, NULL, &rc);
+    if (r && PQresultStatus(r) == want) {
+        *out = r;
+        return DLOCK_OK;
+    }
+    if (r)
+        rc = pg_result_check(pool->server, r, what);
+    PQclear(r);
+    forget(pool, l);
+    return rc == DLOCK_OK ? DLOCK_EUNAVAILABLE : rc;
 }
 
 static void set_gate(struct pg_line *l, uint64_t digest, struct pg_pool *ctl)
@@ -135,7 +153,7 @@ static void set_gate(struct pg_line *l, uint64_t digest, struct pg_pool *ctl)
 
 int pg_line_join(struct pg_pool *pool, struct pg_pool *ctl, struct pg_line *l, uint64_t digest, const char *channel)
 {
-    int rc = take_conn(pool, l);
+    int rc = l->conn ? DLOCK_OK : take_conn(pool, l); /* pg_line_enter's, when it found others in the line */
     if (rc != DLOCK_OK)
         return rc;
     set_gate(l, digest, ctl);
@@ -162,28 +180,17 @@ int pg_line_enter(struct pg_pool *pool, struct pg_pool *ctl, struct pg_line *l, 
     set_gate(l, digest, ctl);
     char sql[128];
     snprintf(sql, sizeof sql, "SELECT pg_try_advisory_lock(%s, %s)", l->gate[0], l->gate[1]);
-    PGresult *r = pg_exec(pool->server, &l->conn, sql, 0, NULL, NULL, NULL, &rc);
-    bool answered = r && PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1;
-    bool head = answered && strcmp(PQgetvalue(r, 0, 0), "t") == 0;
-    if (r && !answered)
-        rc = pg_result_check(pool->server, r, "pg_try_advisory_lock");
+    PGresult *r;
+    if ((rc = exec_on_line(pool, l, sql, PGRES_TUPLES_OK, "pg_try_advisory_lock", &r)) != DLOCK_OK)
+        return rc;
+    bool head = PQntuples(r) == 1 && strcmp(PQgetvalue(r, 0, 0), "t") == 0;
     PQclear(r);
-    if (!answered) {
-        forget(pool, l);
-        return rc == DLOCK_OK ? DLOCK_EUNAVAILABLE : rc;
-    }
     if (!head)
-        return pg_line_join(pool, ctl, l, digest, channel);
+        return pg_line_join(pool, ctl, l, digest, channel); /* on this connection */
     snprintf(sql, sizeof sql, "LISTEN \"%s\"", channel);
-    r = pg_exec(pool->server, &l->conn, sql, 0, NULL, NULL, NULL, &rc);
-    bool listening = r && PQresultStatus(r) == PGRES_COMMAND_OK;
-    if (r && !listening)
-        rc = pg_result_check(pool->server, r, "LISTEN");
+    if ((rc = exec_on_line(pool, l, sql, PGRES_COMMAND_OK, "LISTEN", &r)) != DLOCK_OK)
+        return rc; /* the session, and the gate with it, are gone */
     PQclear(r);
-    if (!listening) {
-        forget(pool, l); /* frees the gate with the session */
-        return rc == DLOCK_OK ? DLOCK_EUNAVAILABLE : rc;
-    }
     l->state = PG_LINE_HEAD;
     return DLOCK_OK;
 }
@@ -246,7 +253,7 @@ void pg_line_drain(struct pg_line *l)
 /* Gives the gate to the next waiter (the server does at once what it was
  * sent), puts statement_timeout back, and returns the connection to the
  * pool once the answer is read. */
-static void pass_on(struct pg_pool *pool, struct pg_line *l)
+void pg_line_pass(struct pg_pool *pool, struct pg_line *l)
 {
     if (l->state != PG_LINE_HEAD)
         return;
@@ -271,29 +278,13 @@ void pg_line_granted(struct pg_pool *pool, struct pg_line *l, bool keep_gate)
     if (l->state == PG_LINE_ASKED)
         drop(pool, l, true);
     else if (!keep_gate)
-        pass_on(pool, l);
-}
-
-void pg_line_pass(struct pg_pool *pool, struct pg_line *l)
-{
-    pass_on(pool, l);
+        pg_line_pass(pool, l);
 }
 
 void pg_line_leave(struct pg_pool *pool, struct pg_line *l)
 {
-    if (!l->conn)
-        return;
-    if (l->state == PG_LINE_ASKED) {
+    if (l->state == PG_LINE_ASKED)
         drop(pool, l, true);
-        return;
-    }
-    if (l->state == PG_LINE_HEAD) {
-        pass_on(pool, l);
-        return;
-    }
-    if (!settle(pool, l))
-        return;
-    pg_line_drain(l);
-    pg_pool_put(pool, l->conn);
-    memset(l, 0, sizeof *l);
+    else
+        pg_line_pass(pool, l); /* out of the line already: nothing */
 }
