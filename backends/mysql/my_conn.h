@@ -13,7 +13,7 @@
 #include <stdbool.h>
 
 #define MY_POOL_MAX CONN_POOL_MAX
-#define MY_MAX_STATEMENTS 24
+#define MY_MAX_STATEMENTS 28
 #define MY_MAX_PARAMS 16            /* bound parameters of one statement */
 
 struct my_server {

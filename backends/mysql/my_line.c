@@ -3,8 +3,11 @@
 
 #include "my_line.h"
 
+#include "../common/sql_text.h"
+
 #include <dlock/provider.h>
 #include <errno.h>
+#include <mysqld_error.h>
 #include <limits.h>
 #include <poll.h>
 #include <stdio.h>
@@ -104,31 +107,60 @@ static long long read_answer(struct my_line *l, char *err, size_t size)
     return v;
 }
 
-/* At the head: waits in the server for the holder to let go. */
-static bool send_watch(struct my_line *l)
+/* What sending the watch came to. */
+enum watch_sent { WATCH_SENT, WATCH_LOOK, WATCH_FAILED };
+
+/* At the head: waits in the server for the holder to let go (see my_line.h). */
+static enum watch_sent send_watch(struct my_line *l, const struct my_line_watch *w, int64_t sleep_ms)
 {
-    char sql[128];
-    /* Taken and let go in one statement: the lock is free again for our
-     * holder connection the moment this answers. */
-    snprintf(sql, sizeof sql, "SELECT GET_LOCK('%s', " FOREVER_S "), RELEASE_LOCK('%s')", l->name, l->name);
-    if (!send_text(l, sql))
-        return false;
+    char *sql;
+    if (w) {
+        int armed = w->arm(w->ctx, l->thread_id);
+        if (armed <= 0)
+            return armed == 0 ? WATCH_LOOK : WATCH_FAILED;
+        sql = w->sleep_sql(w->ctx, l->thread_id, sleep_ms);
+    } else {
+        /* Taken and let go in one statement: the lock is free again for our
+         * holder connection the moment this answers. */
+        sql = sql_format("SELECT GET_LOCK('%s', " FOREVER_S "), RELEASE_LOCK('%s')", l->name, l->name);
+        if (!sql)
+            dlock_seterr(DLOCK_ENOMEM, "mysql: out of memory");
+    }
+    bool sent = sql && send_text(l, sql);
+    if (sql && !sent)
+        dlock_seterr(DLOCK_EUNAVAILABLE, "%s", mysql_error(l->conn->db));
+    free(sql);
+    if (!sent)
+        return WATCH_FAILED;
     l->state = MY_LINE_WATCHING;
-    return true;
+    return WATCH_SENT;
 }
 
-int my_line_wait(struct my_pool *pool, struct my_line *l, int64_t timeout_ms, int wake_fd, void *log_handle)
+/* How long past its timeout the answer to a lease-mode sleep is awaited:
+ * the server ends the sleep itself, and a sleep still in flight when the
+ * caller moves on costs the connection. */
+#define SLEEP_GRACE_MS 100
+
+int my_line_wait(struct my_pool *pool, struct my_line *l, const struct my_line_watch *watch, int64_t timeout_ms,
+                 int wake_fd, void *log_handle)
 {
     const char *label = pool->server->label;
-    if (l->state == MY_LINE_HEAD && !send_watch(l)) {
-        dlock_provider_log(log_handle, DLOCK_LOG_WARN, "%s: a waiter's request could not be sent (%s); the next "
-                           "look joins the line again", label, mysql_error(l->conn->db));
-        drop(pool, l, false);
-        return DLOCK_OK;
-    }
     int64_t deadline = dlock_provider_now_ms() + timeout_ms;
+    if (l->state == MY_LINE_HEAD) {
+        enum watch_sent sent = send_watch(l, watch, timeout_ms);
+        if (sent == WATCH_LOOK)
+            return DLOCK_OK;
+        if (sent == WATCH_FAILED) {
+            dlock_provider_log(log_handle, DLOCK_LOG_WARN, "%s: a waiter's request could not be sent (%s); the next "
+                               "look joins the line again", label, dlock_errmsg());
+            drop(pool, l, false);
+            return DLOCK_OK;
+        }
+    }
     for (;;) {
-        int64_t left = deadline - dlock_provider_now_ms();
+        int64_t now = dlock_provider_now_ms(), left = deadline - now;
+        if (watch && l->state == MY_LINE_WATCHING)
+            left += SLEEP_GRACE_MS;
         struct pollfd p[2] = { { .fd = (int)mysql_get_socket(l->conn->db), .events = POLLIN },
                                { .fd = wake_fd, .events = POLLIN } };
         int n = poll(p, wake_fd >= 0 ? 2 : 1, left <= 0 ? 0 : left > INT_MAX ? INT_MAX : (int)left);
@@ -140,6 +172,21 @@ int my_line_wait(struct my_pool *pool, struct my_line *l, int64_t timeout_ms, in
             return DLOCK_OK;
         char err[256] = "no answer";
         long long v = read_answer(l, err, sizeof err);
+        /* KILL QUERY: in lease mode the release's way of ending our sleep;
+         * one that comes late, after we moved on, may end the request for
+         * the gate instead, which is then simply made again. */
+        bool interrupted = v == -2 && mysql_errno(l->conn->db) == ER_QUERY_INTERRUPTED;
+        if (interrupted && l->state == MY_LINE_ASKED) {
+            char gate[40], sql[96];
+            gate_of(l, gate, sizeof gate);
+            snprintf(sql, sizeof sql, "SELECT GET_LOCK('%s', " FOREVER_S ")", gate);
+            if (send_text(l, sql))
+                continue;
+        }
+        if (interrupted && l->state == MY_LINE_WATCHING) {
+            l->state = MY_LINE_HEAD; /* woken by the release: look */
+            return DLOCK_OK;
+        }
         if (v < 0) { /* an error, or NULL: GET_LOCK's own error */
             dlock_provider_log(log_handle, DLOCK_LOG_WARN, "%s: a waiter's request failed (%s); the next look "
                                "joins the line again", label, err);
@@ -147,14 +194,18 @@ int my_line_wait(struct my_pool *pool, struct my_line *l, int64_t timeout_ms, in
             return DLOCK_OK;
         }
         if (l->state == MY_LINE_ASKED) {
-            l->state = MY_LINE_HEAD; /* the gate is ours: wait for the holder in the server */
-            if (!send_watch(l)) {
+            l->state = MY_LINE_HEAD; /* the gate is ours: watch the holder */
+            int64_t sleep_ms = deadline - dlock_provider_now_ms();
+            enum watch_sent sent = send_watch(l, watch, sleep_ms > 0 ? sleep_ms : 0);
+            if (sent == WATCH_LOOK)
+                return DLOCK_OK;
+            if (sent == WATCH_FAILED) {
                 drop(pool, l, false);
                 return DLOCK_OK;
             }
             continue;
         }
-        l->state = MY_LINE_HEAD; /* the holder let go: look */
+        l->state = MY_LINE_HEAD; /* the holder let go, or the sleep ran out: look */
         return DLOCK_OK;
     }
 }

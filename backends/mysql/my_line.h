@@ -1,19 +1,26 @@
-/* backends/mysql/my_line.h - session mode's line of waiters of one name,
- * kept by the server with its own named locks, so that waiters block in
- * the server instead of polling and a release wakes one of them.
+/* backends/mysql/my_line.h - the line of waiters of one name, kept by the
+ * server with its own named locks, so that waiters block in the server
+ * instead of polling and a release wakes one of them.
  *
  * A waiter asks, on a connection of its own and without waiting for the
  * answer, for GET_LOCK on the name's "gate" (the name's lock name with ".q"
  * after it): the server grants it in turn. The waiter with the gate, the
- * head, then sends SELECT GET_LOCK(name, ..), RELEASE_LOCK(name): the
- * server answers it when the holder's RELEASE_LOCK runs or its connection
- * ends (the lock is taken and let go at once, so the head's client can take
- * it on its own holder connection), and only then does the head look. The
- * others sit in the server's queue for the gate, making no request. A grant
- * passes the gate on. A waiter whose process died leaves a connection the
- * server ends when it next answers it, which frees its gate; one that gives
- * up has its query killed (KILL, from another connection) and its
- * connection closed. */
+ * head, then watches the holder, and only looks when the watch answers.
+ * The others sit in the server's queue for the gate, making no request. A
+ * grant passes the gate on. A waiter whose process died leaves a
+ * connection the server ends when it next answers it, which frees its
+ * gate; one that gives up has its query killed (KILL, from another
+ * connection) and its connection closed.
+ *
+ * The watch in session mode is SELECT GET_LOCK(name, ..), RELEASE_LOCK(name):
+ * the server answers it when the holder's RELEASE_LOCK runs or its
+ * connection ends (the lock is taken and let go at once, so the head's
+ * client can take it on its own holder connection). In lease mode the hold
+ * is a row, which nothing in the server waits on: the head first arms (the
+ * caller's statement writes this connection's id into the row while the
+ * row is busy for it), then sleeps in the server until the timeout; a
+ * release takes the id out of the row and ends the sleep with KILL QUERY
+ * (struct my_line_watch). */
 #ifndef DLOCK_MY_LINE_H
 #define DLOCK_MY_LINE_H
 
@@ -38,6 +45,19 @@ struct my_line {
     struct my_pool *ctl;  /* the statement pool, which KILL is sent through */
 };
 
+/* How the head of a lease-mode line watches the holder. */
+struct my_line_watch {
+    /* Writes thread_id into the row while the row is still busy for the
+     * request: 1 when armed (a release will wake thread_id), 0 when the row
+     * looks free (the caller looks instead), -1 on failure (detail set). */
+    int (*arm)(void *ctx, unsigned long thread_id);
+    /* The statement that sleeps sleep_ms while the row still names
+     * thread_id as its waker (one row, one column): malloc'd, or NULL with
+     * DLOCK_ENOMEM set. */
+    char *(*sleep_sql)(void *ctx, unsigned long thread_id, int64_t sleep_ms);
+    void *ctx;
+};
+
 /* Joins the line of the lock named name (its GET_LOCK name): takes a
  * connection from pool (DLOCK_EBUSY when none is free) and sends the
  * gate's request; ctl is the pool a KILL of it is sent through (never pool
@@ -47,10 +67,14 @@ int my_line_join(struct my_pool *pool, struct my_pool *ctl, struct my_line *l, c
 
 /* Blocks until the holder let go while we are at the head (DLOCK_OK: the
  * caller looks), wake_fd is readable (DLOCK_OK), or timeout_ms passes
- * (DLOCK_ETIMEDOUT); reaching the head on the way sends the watch. A broken
- * connection or a refused request takes us out of the line and answers
- * DLOCK_OK, so the caller's next look joins again. */
-int my_line_wait(struct my_pool *pool, struct my_line *l, int64_t timeout_ms, int wake_fd, void *log_handle);
+ * (DLOCK_ETIMEDOUT); reaching the head on the way sends the watch: session
+ * mode's when watch is NULL, else a lease-mode one, whose sleep ends in the
+ * server at the timeout (its answer is awaited a little past it, so that
+ * the connection is not lost to a sleep in flight). A broken connection or
+ * a refused request takes us out of the line and answers DLOCK_OK, so the
+ * caller's next look joins again. */
+int my_line_wait(struct my_pool *pool, struct my_line *l, const struct my_line_watch *watch, int64_t timeout_ms,
+                 int wake_fd, void *log_handle);
 
 /* The caller was granted the lock, or gives up: out of the line, the gate
  * passed on, the connection back to pool (or killed and closed when a

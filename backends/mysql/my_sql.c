@@ -28,7 +28,18 @@
  * server time, under InnoDB's row lock) and makes it the shared row of a
  * single holder, us, with the expiry we had, so the name is never free or
  * anyone else's in between. The fence stays (the same hold), and with it
- * a waiting writer's registration, so the writer keeps its place. */
+ * a waiting writer's registration, so the writer keeps its place.
+ *
+ * Waiting (mysql.c): the waiter at the head of a name's line writes the
+ * server's id of its waiting connection into the row's waker column, but
+ * only while the row is still busy for it (MY_ARM, MY_SHARED_ARM, under
+ * InnoDB's row lock, so no release slips between its look and this), then
+ * sleeps in the server. Every statement that frees the row, or a place in
+ * it, takes the waker out in the same UPDATE and reports it through
+ * LAST_INSERT_ID (TAKE_WAKER), and the client ends that sleep with KILL
+ * QUERY; with no waker the id is 0 and a release costs nothing more. A
+ * grant of a free or expired row clears a waker left behind by a head whose
+ * sleep ran out. A table without the column gets statements without it. */
 #include "config.h"
 
 #include "my_sql.h"
@@ -48,8 +59,17 @@
 #define HOLDER_KEYS "JSON_TABLE(JSON_KEYS(COALESCE(holders, '{}')), '$[*]' COLUMNS (k VARCHAR(100) PATH '$')) AS j"
 #define HOLDER_EXPIRY "JSON_EXTRACT(holders, CONCAT('$.\"', j.k, '\"'))"
 #define OWNER_PATH "CONCAT('$.\"', ?, '\"')"
+/* Reads the waker out of the row into LAST_INSERT_ID (0: none) and leaves
+ * NULL in its place: an assignment to waker. */
+#define TAKE_WAKER "NULLIF(0 * LAST_INSERT_ID(COALESCE(waker, 0)), 0)"
+/* Whether a shared or permit request may take the row now. Parameters:
+ * kind, kind, owner, permits, permits, permits, owner. */
+#define SHARED_TAKE "(owner IS NULL OR expires_at < " NOW_MS " OR owner = ?)\n" \
+    "      AND (SELECT COUNT(*) FROM " HOLDER_KEYS "\n" \
+    "           WHERE owner = ? AND j.k <> ? AND " HOLDER_EXPIRY " > " NOW_MS ") < IF(? = 0, 4294967296, ?)\n" \
+    "      AND (? <> 0 OR writer IS NULL OR writer = ? OR writer_until < " NOW_MS " OR writer_fence <> fence)"
 
-int my_sql_init(struct my_sql *sql, const char *table)
+int my_sql_init(struct my_sql *sql, const char *table, bool waker)
 {
     memset(sql, 0, sizeof *sql);
     snprintf(sql->table, sizeof sql->table, "%s", table);
@@ -62,7 +82,8 @@ int my_sql_init(struct my_sql *sql, const char *table)
                                "  holders JSON NULL,\n"
                                "  writer VARCHAR(100) NULL,\n"
                                "  writer_until BIGINT NULL,\n"
-                               "  writer_fence BIGINT UNSIGNED NULL\n"
+                               "  writer_fence BIGINT UNSIGNED NULL,\n"
+                               "  waker BIGINT UNSIGNED NULL\n"
                                ") ENGINE=InnoDB",
                                t);
     sql->add_shared_columns = sql_format("ALTER TABLE `%s` ADD COLUMN holders JSON NULL,\n"
@@ -70,16 +91,21 @@ int my_sql_init(struct my_sql *sql, const char *table)
                                          "  ADD COLUMN writer_until BIGINT NULL,\n"
                                          "  ADD COLUMN writer_fence BIGINT UNSIGNED NULL",
                                          t);
+    sql->add_waker_column = sql_format("ALTER TABLE `%s` ADD COLUMN waker BIGINT UNSIGNED NULL", t);
+    /* The waker assignments, or nothing for a table without the column. */
+    const char *take = waker ? ",\n  waker = " TAKE_WAKER : "";
+    const char *clear_if_free = waker ? "  waker = IF(" FREE_OR_EXPIRED ", NULL, waker),\n" : "";
     sql->text[MY_ACQUIRE] = sql_format(
         "INSERT INTO `%s` (name, owner, fence, expires_at)\n"
         "VALUES (?, ?, LAST_INSERT_ID(1), " NOW_MS " + ?)\n"
         "ON DUPLICATE KEY UPDATE\n"
+        "%s"
         "  fence = IF(" FREE_OR_EXPIRED ", LAST_INSERT_ID(fence + 1),\n"
         "             IF(owner = VALUES(owner), LAST_INSERT_ID(fence),\n"
         "                fence + 0 * LAST_INSERT_ID(%llu + GREATEST(expires_at - " NOW_MS ", 0)))),\n"
         "  owner = IF(" FREE_OR_EXPIRED " OR owner = VALUES(owner), VALUES(owner), owner),\n"
         "  expires_at = IF(owner = VALUES(owner), VALUES(expires_at), expires_at)",
-        t, (unsigned long long)MY_BUSY_MARK);
+        t, clear_if_free, (unsigned long long)MY_BUSY_MARK);
     sql->text[MY_ENSURE_ROW] = sql_format("INSERT INTO `%s` (name, owner, fence, expires_at) VALUES (?, NULL, 0, 0)\n"
                                           "ON DUPLICATE KEY UPDATE name = name",
                                           t);
@@ -87,14 +113,12 @@ int my_sql_init(struct my_sql *sql, const char *table)
      * kind, owner, lease, kind, lease, kind, key. */
     sql->text[MY_SHARED_ACQUIRE] = sql_format(
         "UPDATE `%s` SET\n"
-        "  fence = IF((@dlock_take := (owner IS NULL OR expires_at < " NOW_MS " OR owner = ?)\n"
-        "      AND (SELECT COUNT(*) FROM " HOLDER_KEYS "\n"
-        "           WHERE owner = ? AND j.k <> ? AND " HOLDER_EXPIRY " > " NOW_MS ") < IF(? = 0, 4294967296, ?)\n"
-        "      AND (? <> 0 OR writer IS NULL OR writer = ? OR writer_until < " NOW_MS " OR writer_fence <> fence)),\n"
+        "  fence = IF((@dlock_take := " SHARED_TAKE "),\n"
         "    LAST_INSERT_ID(fence + 1),\n"
         "    IF(owner <> ? AND LEFT(owner, 1) = '~' AND expires_at >= " NOW_MS ",\n"
         "       fence + 0 * LAST_INSERT_ID(%llu + CAST(CONCAT('0', SUBSTRING(owner, 3)) AS UNSIGNED)),\n"
         "       fence + 0 * LAST_INSERT_ID(%llu + GREATEST(expires_at - " NOW_MS ", 0)))),\n"
+        "%s"
         "  holders = IF(@dlock_take, JSON_SET(COALESCE((SELECT JSON_OBJECTAGG(j.k, " HOLDER_EXPIRY ")\n"
         "      FROM " HOLDER_KEYS " WHERE owner = ? AND " HOLDER_EXPIRY " > " NOW_MS "), JSON_OBJECT()),\n"
         "    " OWNER_PATH ", " NOW_MS " + ?), holders),\n"
@@ -102,7 +126,8 @@ int my_sql_init(struct my_sql *sql, const char *table)
         "  owner = IF(@dlock_take, ?, owner),\n"
         "  writer = IF(@dlock_take, NULL, writer)\n"
         "WHERE name = ?",
-        t, (unsigned long long)MY_KIND_MARK, (unsigned long long)MY_BUSY_MARK);
+        t, (unsigned long long)MY_KIND_MARK, (unsigned long long)MY_BUSY_MARK,
+        waker ? "  waker = IF(@dlock_take AND " FREE_OR_EXPIRED ", NULL, waker),\n" : "");
     /* owner, lease, lease, key, owner */
     sql->text[MY_SHARED_RENEW] = sql_format(
         "UPDATE `%s` SET holders = JSON_SET(holders, " OWNER_PATH ", " NOW_MS " + ?),\n"
@@ -117,16 +142,17 @@ int my_sql_init(struct my_sql *sql, const char *table)
         "  holders = COALESCE((SELECT JSON_OBJECTAGG(j.k, " HOLDER_EXPIRY ") FROM " HOLDER_KEYS "\n"
         "                      WHERE j.k <> ? AND " HOLDER_EXPIRY " > " NOW_MS "), JSON_OBJECT()),\n"
         "  expires_at = COALESCE((SELECT MAX(CAST(" HOLDER_EXPIRY " AS SIGNED)) FROM " HOLDER_KEYS "), " NOW_MS "),\n"
-        "  owner = IF(JSON_LENGTH(holders) = 0, NULL, owner)\n"
+        "  owner = IF(JSON_LENGTH(holders) = 0, NULL, owner)%s\n"
         "WHERE name = ? AND LEFT(owner, 1) = '~' AND JSON_EXTRACT(holders, " OWNER_PATH ") > " NOW_MS,
-        t);
+        t, waker ? ",\n  waker = IF(owner IS NULL OR LEFT(owner, 2) = '~p', " TAKE_WAKER ", waker)" : "");
     /* owner, lease, key, owner */
     sql->text[MY_REGISTER_WRITER] = sql_format(
         "UPDATE `%s` SET writer = ?, writer_until = " NOW_MS " + 2 * ?, writer_fence = fence\n"
         "WHERE name = ? AND owner IS NOT NULL AND expires_at >= " NOW_MS "\n"
         "  AND (writer IS NULL OR writer = ? OR writer_until < " NOW_MS " OR writer_fence <> fence)",
         t);
-    sql->text[MY_UNREGISTER_WRITER] = sql_format("UPDATE `%s` SET writer = NULL WHERE name = ? AND writer = ?", t);
+    sql->text[MY_UNREGISTER_WRITER] = sql_format("UPDATE `%s` SET writer = NULL%s WHERE name = ? AND writer = ?", t,
+                                                 take);
     /* owner, owner, key, owner, owner: our own exclusive row becomes shared
      * (holders: us alone, with our expiry); or, sent again after the
      * answer to the first was lost, our entry is already in the shared
@@ -135,10 +161,10 @@ int my_sql_init(struct my_sql *sql, const char *table)
     sql->text[MY_DOWNGRADE] = sql_format(
         "UPDATE `%s` SET\n"
         "  holders = IF(owner = ?, JSON_SET(JSON_OBJECT(), " OWNER_PATH ", expires_at), holders),\n"
-        "  owner = '~s'\n"
+        "  owner = '~s'%s\n"
         "WHERE name = ? AND expires_at >= " NOW_MS "\n"
         "  AND (owner = ? OR (owner = '~s' AND JSON_EXTRACT(holders, " OWNER_PATH ") > " NOW_MS "))",
-        t);
+        t, take);
     sql->text[MY_SHARED_STATUS] = sql_format(
         "SELECT COUNT(*) FROM `%s` AS t, " HOLDER_KEYS " WHERE t.name = ? AND " HOLDER_EXPIRY " > " NOW_MS, t);
     /* key: an operator's break (holders and a waiting writer's registration
@@ -163,9 +189,24 @@ int my_sql_init(struct my_sql *sql, const char *table)
         "SET t.expires_at = " NOW_MS " + u.ms\n"
         "WHERE t.expires_at >= " NOW_MS,
         t);
-    sql->text[MY_RELEASE] = sql_format("UPDATE `%s` SET owner = NULL, expires_at = " NOW_MS "\n"
+    sql->text[MY_RELEASE] = sql_format("UPDATE `%s` SET owner = NULL, expires_at = " NOW_MS "%s\n"
                                    "WHERE name = ? AND owner = ? AND expires_at >= " NOW_MS,
+                                   t, take);
+    /* waker, key, owner: armed while an exclusive request would be busy. */
+    sql->text[MY_ARM] = sql_format("UPDATE `%s` SET waker = ?\n"
+                                   "WHERE name = ? AND owner IS NOT NULL AND expires_at >= " NOW_MS " AND owner <> ?",
                                    t);
+    /* waker, key, then SHARED_TAKE's parameters: armed while that request
+     * would be busy; a take that cannot be decided (NULL) counts as free,
+     * so the request looks instead of sleeping. */
+    sql->text[MY_SHARED_ARM] = sql_format("UPDATE `%s` SET waker = ?\nWHERE name = ? AND NOT COALESCE(" SHARED_TAKE
+                                          ", TRUE)",
+                                          t);
+    sql->text[MY_TAKE_WAKER] = sql_format("UPDATE `%s` SET waker = " TAKE_WAKER " WHERE name = ? AND waker IS NOT NULL",
+                                          t);
+    sql->text[MY_HAS_WAKER] = sql_format(
+        "SELECT COUNT(*) FROM information_schema.columns\n"
+        "WHERE table_schema = DATABASE() AND table_name = ? AND column_name = 'waker'");
     sql->text[MY_STATUS] = sql_format("SELECT owner, fence, GREATEST(expires_at - " NOW_MS ", 0),\n"
                                   "       owner IS NOT NULL AND expires_at >= " NOW_MS "\n"
                                   "FROM `%s` WHERE name = ?",
@@ -186,7 +227,7 @@ int my_sql_init(struct my_sql *sql, const char *table)
         "WHERE IS_USED_LOCK(u.n) = CONNECTION_ID()");
     sql->text[MY_SESSION_RELEASE] = sql_format("SELECT RELEASE_LOCK(?)");
     sql->text[MY_SESSION_STATUS] = sql_format("SELECT IS_USED_LOCK(?)");
-    bool ok = sql->create_table != NULL && sql->add_shared_columns != NULL;
+    bool ok = sql->create_table != NULL && sql->add_shared_columns != NULL && sql->add_waker_column != NULL;
     for (int i = 0; i < MY_STATEMENT_COUNT; i++)
         ok &= sql->text[i] != NULL;
     if (!ok) {
@@ -200,6 +241,7 @@ void my_sql_free(struct my_sql *sql)
 {
     free(sql->create_table);
     free(sql->add_shared_columns);
+    free(sql->add_waker_column);
     for (int i = 0; i < MY_STATEMENT_COUNT; i++)
         free(sql->text[i]);
     memset(sql, 0, sizeof *sql);

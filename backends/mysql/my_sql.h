@@ -23,7 +23,8 @@ enum my_statement {
     MY_RENEW,            /* lease ms, key, owner -> 1 row found when still ours */
     MY_RENEW_BATCH,      /* JSON [[hex key, owner, lease ms], ...] -> rows found still ours
                           * (needs JSON_TABLE: MariaDB >= 10.6, MySQL >= 8.0.4) */
-    MY_RELEASE,          /* key, owner -> 1 row found when released */
+    MY_RELEASE,          /* key, owner -> 1 row found when released; insert id: the waker taken out, 0 none
+                          * (likewise MY_SHARED_RELEASE, MY_UNREGISTER_WRITER and MY_DOWNGRADE) */
     MY_STATUS,           /* key -> owner, fence, ms left, valid */
     /* shared holds and permits (lease mode) */
     MY_ENSURE_ROW,       /* key: the name's row exists (free) */
@@ -38,6 +39,11 @@ enum my_statement {
     MY_SHARED_STATUS,    /* key -> live holders */
     MY_HAS_SHARED_COLUMNS, /* table name -> 1 when the table has the shared columns */
     MY_BREAK,            /* key -> 1 row found when it was held; insert id: the new fence */
+    /* waiting (lease mode; with the waker column only) */
+    MY_ARM,              /* waker, key, owner -> 1 row found when armed (still busy for an exclusive request) */
+    MY_SHARED_ARM,       /* waker, key, kind, kind, owner, permits x3, owner -> 1 row found when armed */
+    MY_TAKE_WAKER,       /* key -> insert id: the waker taken out, 0 none */
+    MY_HAS_WAKER,        /* table name -> 1 when the table has the waker column */
     MY_SESSION_ACQUIRE,  /* lock name -> 1 granted, 0 busy */
     MY_SESSION_FENCE,    /* key, lock name -> rows > 0 while held here; insert id: fence */
     MY_SESSION_CHECK,    /* lock name -> 1 while this connection holds it */
@@ -51,11 +57,15 @@ struct my_sql {
     char table[MY_TABLE_MAX + 1];
     char *create_table;
     char *add_shared_columns;   /* for a table made before shared holds existed */
+    char *add_waker_column;     /* for a table made before lease-mode waiting existed */
     char *text[MY_STATEMENT_COUNT];
 };
 
 
-int my_sql_init(struct my_sql *sql, const char *table);
+/* Builds the statements for table; waker says whether the table has the
+ * waker column (without it, no statement names it and lease-mode waiters
+ * cannot arm). DLOCK_OK, or DLOCK_ENOMEM with the detail set. */
+int my_sql_init(struct my_sql *sql, const char *table, bool waker);
 void my_sql_free(struct my_sql *sql);
 
 /* The JSON parameter of MY_RENEW_BATCH for the holds of b: keys in hex,

@@ -14,13 +14,16 @@
  *   holder asks for one. If the connection breaks or is KILLed, every hold taken on it
  *   is lost, and the next renewal (the watchdog's, at lease/3) reports it.
  *
- * Waiting: in session mode a waiter blocks in the server (my_line.h: a
- * line of named "gate" locks, whose head waits in GET_LOCK for the holder
- * to let go), so a release wakes one waiter. Lease mode has no such thing
- * to wait on: a busy lock is retried by the core with jittered backoff,
- * and no later than when the holder's lease runs out (the busy answer
- * carries the remaining time); the instance does not claim native waiting
- * there. */
+ * Waiting: a waiter blocks in the server, in a line of named "gate" locks
+ * (my_line.h), so a release wakes one waiter. In session mode the head
+ * waits in GET_LOCK for the holder to let go. In lease mode the head arms
+ * the row (its connection's id in the waker column, while the row is busy
+ * for it) and sleeps in the server until the holder's lease would run out;
+ * a release takes the waker out of the row in its own UPDATE and ends that
+ * sleep with KILL QUERY (wake_waker), and a holder that died is outlived by
+ * the sleep's end. A lease-mode table without the waker column (an earlier
+ * version's, with create_table off) has waiters retry with the core's
+ * backoff instead, and the instance does not claim native waiting. */
 #include "config.h"
 
 #include "../common/lock_kind.h"
@@ -54,13 +57,15 @@ struct my_instance {
     void *log_handle;
     bool no_batch;               /* the server cannot run MY_RENEW_BATCH (no JSON_TABLE) */
     bool no_shared_columns;      /* the table has none (create_table off): writers do not register, no downgrade */
+    bool no_waker;               /* lease mode, the table has no waker column (create_table off): waiters back off */
+    bool kill_denied_told;       /* the warning that KILL QUERY is refused was logged */
 };
 
 struct my_lock {
     struct sql_lock_key k;       /* the row's name; k.tag the session-mode GET_LOCK name */
     uint64_t generation;         /* session mode: holder connection of the hold */
     bool writer_registered;      /* an exclusive request kept waiting said so in the row */
-    struct my_line line;         /* session mode: the place in the name's line while waiting */
+    struct my_line line;         /* the place in the name's line while waiting */
 };
 /* sql_renew_batch_init reads the key at the start of each lock's state. */
 _Static_assert(offsetof(struct my_lock, k) == 0, "the sql_lock_key comes first");
@@ -101,6 +106,37 @@ static struct my_param integer(long long v)
 /* ---- lease mode ---------------------------------------------------------------------- */
 
 static void register_writer(struct my_instance *inst, struct dlock_provider_lock *lk);
+
+/* A statement took a waiter's connection id out of the row (o->insert_id):
+ * ends its sleep in the server. Best effort: a waker that is gone (it gave
+ * up) is no one to wake, and one that cannot be woken still looks when its
+ * sleep runs out, at the holder's expiry. */
+static void wake_waker(struct my_instance *inst, const struct my_outcome *o)
+{
+    if (o->insert_id == 0 || o->insert_id >= MY_KIND_MARK)
+        return;
+    struct my_conn *c = NULL;
+    if (my_pool_get(&inst->pool, &c) != DLOCK_OK || !c) {
+        my_pool_put(&inst->pool, c);
+        return;
+    }
+    char sql[48];
+    snprintf(sql, sizeof sql, "KILL QUERY %llu", (unsigned long long)o->insert_id);
+    if (mysql_query(c->db, sql) != 0) {
+        unsigned e = mysql_errno(c->db);
+        if (e == ER_KILL_DENIED_ERROR && !__atomic_exchange_n(&inst->kill_denied_told, true, __ATOMIC_RELAXED))
+            dlock_provider_log(inst->log_handle, DLOCK_LOG_WARN,
+                               "%s: KILL QUERY of a waiter's connection is refused (%s): waiters of other users "
+                               "are woken only when the holder's lease would have run out; let every client of "
+                               "the table use one user, or grant CONNECTION ADMIN",
+                               inst->server.label, mysql_error(c->db));
+        if (e >= 2000) { /* the client's own error: the connection is gone */
+            my_conn_close(c);
+            c = NULL;
+        }
+    }
+    my_pool_put(&inst->pool, c);
+}
 
 static int lease_try(struct my_instance *inst, struct dlock_provider_lock *lk, struct dlock_grant *g)
 {
@@ -310,12 +346,13 @@ static int lease_release(struct my_instance *inst, struct dlock_provider_lock *l
      * already freed is the first one's work, not a loss. */
     if (rc == DLOCK_OK && o.affected != 1)
         rc = my_pool_last_resent() ? DLOCK_OK : DLOCK_ENOTOWNER;
+    else if (rc == DLOCK_OK)
+        wake_waker(inst, &o);
     return rc;
 }
 
-/* Our exclusive row made shared in one statement (MY_DOWNGRADE). There is
- * no notification to send: waiting readers come in at their next retry,
- * as after a release. */
+/* Our exclusive row made shared in one statement (MY_DOWNGRADE), which
+ * also takes out the waker, as a release does. */
 static int lease_downgrade(struct my_instance *inst, struct dlock_provider_lock *lk)
 {
     struct my_lock *ml = lk->priv;
@@ -330,6 +367,7 @@ static int lease_downgrade(struct my_instance *inst, struct dlock_provider_lock 
     if (o.affected != 1)
         return dlock_seterr(DLOCK_ELOST, "%s: the lock is no longer held by this owner (its lease ran out or it was "
                             "taken), so it was not downgraded", inst->server.label);
+    wake_waker(inst, &o); /* a reader at the head may come in now */
     return DLOCK_OK;
 }
 
@@ -502,14 +540,64 @@ static int my_acquire(void *instance, struct dlock_provider_lock *lk, struct dlo
     int rc = ensure_key(inst, lk);
     if (rc != DLOCK_OK)
         return rc;
-    if (!inst->session_mode)
-        return kind_is_shared(lk) ? shared_try(inst, lk, g) : lease_try(inst, lk, g);
     struct my_lock *ml = lk->priv;
-    rc = session_try(inst, lk, g);
+    if (!inst->session_mode)
+        rc = kind_is_shared(lk) ? shared_try(inst, lk, g) : lease_try(inst, lk, g);
+    else
+        rc = session_try(inst, lk, g);
     /* Granted: the gate goes to the next waiter; failed: no abandon follows. */
     if (rc != DLOCK_EBUSY)
         my_line_leave(&inst->waiters, &ml->line);
     return rc;
+}
+
+/* The lease-mode head's watch: see my_line.h. */
+struct lease_watch {
+    struct my_instance *inst;
+    struct dlock_provider_lock *lk;
+};
+
+static int lease_arm(void *ctx, unsigned long thread_id)
+{
+    struct lease_watch *w = ctx;
+    struct my_instance *inst = w->inst;
+    struct dlock_provider_lock *lk = w->lk;
+    struct my_lock *ml = lk->priv;
+    struct my_param id = integer((long long)thread_id), key = bytes(ml->k.key, ml->k.key_len);
+    struct my_param who = bytes(lk->owner, strlen(lk->owner));
+    struct my_outcome o = { .affected = 0 };
+    int rc;
+    if (kind_is_shared(lk)) {
+        char kind[16];
+        unsigned limit = lk->mode == DLOCK_MODE_SEMAPHORE ? lk->permits : 0;
+        snprintf(kind, sizeof kind, limit ? "~p%u" : "~s", limit);
+        struct my_param k = bytes(kind, strlen(kind)), n = integer(limit);
+        struct my_param p[9] = { id, key, k, k, who, n, n, n, who };
+        rc = my_pool_run(&inst->pool, MY_SHARED_ARM, p, 9, -1, &o);
+    } else {
+        struct my_param p[3] = { id, key, who };
+        rc = my_pool_run(&inst->pool, MY_ARM, p, 3, -1, &o);
+    }
+    if (rc != DLOCK_OK)
+        return -1;
+    return o.affected == 1 ? 1 : 0;
+}
+
+static char *lease_sleep_sql(void *ctx, unsigned long thread_id, int64_t sleep_ms)
+{
+    struct lease_watch *w = ctx;
+    const struct my_lock *ml = w->lk->priv;
+    /* The key as a hex literal: it is binary, and this goes as text. */
+    char *hex = malloc(2 * ml->k.key_len + 1), *sql = NULL;
+    if (hex) {
+        *sql_hex(hex, ml->k.key, ml->k.key_len) = '\0';
+        sql = sql_format("SELECT COALESCE((SELECT IF(waker = %lu, SLEEP(%lld / 1000), 0) FROM `%s` WHERE name = X'%s'), 0)",
+                         thread_id, (long long)sleep_ms, w->inst->sql.table, hex);
+        free(hex);
+    }
+    if (!sql)
+        dlock_seterr(DLOCK_ENOMEM, "%s: out of memory", w->inst->server.label);
+    return sql;
 }
 
 static int my_wait(void *instance, struct dlock_provider_lock *lk, int64_t timeout_ms, int wake_fd)
@@ -529,8 +617,11 @@ static int my_wait(void *instance, struct dlock_provider_lock *lk, int64_t timeo
     timeout_ms = deadline - dlock_provider_now_ms();
     if (timeout_ms < 0)
         timeout_ms = 0;
+    struct lease_watch lw = { inst, lk };
+    const struct my_line_watch watch = { lease_arm, lease_sleep_sql, &lw };
     if (ml->line.state != MY_LINE_OUT)
-        return my_line_wait(&inst->waiters, &ml->line, timeout_ms, wake_fd, inst->log_handle);
+        return my_line_wait(&inst->waiters, &ml->line, inst->session_mode ? NULL : &watch, timeout_ms, wake_fd,
+                            inst->log_handle);
     /* Not in the line (it could not be joined): sleep out the timeout. */
     struct pollfd p = { .fd = wake_fd, .events = POLLIN };
     int n = poll(&p, wake_fd >= 0 ? 1 : 0, timeout_ms > INT_MAX ? INT_MAX : (int)timeout_ms);
@@ -585,7 +676,8 @@ static void my_abandon(void *instance, struct dlock_provider_lock *lk)
     /* Out of the way now: the readers held back for us may come in. */
     struct my_param p[2] = { bytes(ml->k.key, ml->k.key_len), bytes(lk->owner, strlen(lk->owner)) };
     struct my_outcome o;
-    my_pool_run(&inst->pool, MY_UNREGISTER_WRITER, p, 2, -1, &o);
+    if (my_pool_run(&inst->pool, MY_UNREGISTER_WRITER, p, 2, -1, &o) == DLOCK_OK && o.affected == 1)
+        wake_waker(inst, &o);
     ml->writer_registered = false;
 }
 
@@ -668,6 +760,11 @@ static int my_break(void *instance, const char *name, size_t name_len, int *brok
         *broken = o.affected == 1;
         *fence = *broken ? o.insert_id : 0;
     }
+    /* The fence took LAST_INSERT_ID, so the waker comes out on its own. */
+    struct my_outcome w;
+    if (rc == DLOCK_OK && *broken && !inst->no_waker && my_pool_run(&inst->pool, MY_TAKE_WAKER, p, 1, -1, &w) == DLOCK_OK &&
+        w.affected == 1)
+        wake_waker(inst, &w);
     sql_lock_key_free(&k);
     return rc;
 }
@@ -692,9 +789,9 @@ static int my_ctl(void *instance, int op, void *arg)
          * downgrade to. */
         if (inst->session_mode)
             *(unsigned *)arg &= ~(unsigned)(DLOCK_CAP_SHARED | DLOCK_CAP_SEMAPHORE | DLOCK_CAP_DOWNGRADE);
-        /* Only session mode waits in the server (named locks); a lease row
-         * has nothing to wait on, so its waiters back off. */
-        else
+        /* A lease row without the waker column cannot be armed: its
+         * waiters back off. */
+        if (inst->no_waker)
             *(unsigned *)arg &= ~(unsigned)DLOCK_CAP_NATIVE_WAIT;
         /* A table without the columns of shared holds cannot take the
          * downgraded one: refused up front (DLOCK_ENOTSUP), the exclusive
@@ -706,28 +803,29 @@ static int my_ctl(void *instance, int op, void *arg)
     return DLOCK_ENOTSUP;
 }
 
-/* A table made before shared holds existed: give it their columns, or say
- * how (exclusive locks work without them; shared and permit requests fail
- * until then). */
-static int add_shared_columns(struct my_instance *inst, struct my_conn *c, bool create)
+/* Columns a table of an earlier version lacks: has_columns counts them
+ * (MY_HAS_*), alter adds them. With create, they are added; without, the
+ * instance goes on without them (*missing) and the warning says what then
+ * fails or is slower, and that dlock.conf(5) has the ALTER TABLE. */
+static int add_columns(struct my_instance *inst, struct my_conn *c, bool create, int has_columns, const char *alter,
+                       const char *what, const char *without, bool *missing)
 {
     struct my_outcome o;
     struct my_param p[1] = { bytes(inst->sql.table, strlen(inst->sql.table)) };
-    int rc = my_run(&inst->server, c, MY_HAS_SHARED_COLUMNS, p, 1, -1, &o);
+    int rc = my_run(&inst->server, c, has_columns, p, 1, -1, &o);
     if (rc != DLOCK_OK || (o.has_row && o.ints[0] > 0))
         return rc;
     if (!create) {
         dlock_provider_log(inst->log_handle, DLOCK_LOG_WARN,
-                           "%s: table `%s` has no columns for shared holds and semaphores; they will fail until it "
-                           "has them (ALTER TABLE in dlock.conf(5))",
-                           inst->server.label, inst->sql.table);
-        inst->no_shared_columns = true;
+                           "%s: table `%s` has no %s; %s until it has (ALTER TABLE in dlock.conf(5))",
+                           inst->server.label, inst->sql.table, what, without);
+        *missing = true;
         return DLOCK_OK;
     }
-    if (mysql_query(c->db, inst->sql.add_shared_columns) != 0 && mysql_errno(c->db) != ER_DUP_FIELDNAME)
+    if (mysql_query(c->db, alter) != 0 && mysql_errno(c->db) != ER_DUP_FIELDNAME)
         return dlock_seterr(mysql_errno(c->db) == 1142 ? DLOCK_ECONFIG : DLOCK_EUNAVAILABLE,
-                            "%s: ALTER TABLE `%s` (the columns of shared holds) failed: %s", inst->server.label,
-                            inst->sql.table, mysql_error(c->db));
+                            "%s: ALTER TABLE `%s` (the %s) failed: %s", inst->server.label, inst->sql.table, what,
+                            mysql_error(c->db));
     return DLOCK_OK;
 }
 
@@ -753,8 +851,14 @@ static int prepare_schema(struct my_instance *inst, bool create)
         rc = dlock_seterr(DLOCK_ECONFIG, "%s (mysql.create_table is false: create it with the DDL in dlock.conf(5))",
                           dlock_errmsg());
     }
+    /* Shared holds and permits fail without their columns; exclusive locks
+     * work. Lease-mode waiters without the waker column back off. */
     if (rc == DLOCK_OK)
-        rc = add_shared_columns(inst, c, create);
+        rc = add_columns(inst, c, create, MY_HAS_SHARED_COLUMNS, inst->sql.add_shared_columns,
+                         "columns for shared holds and semaphores", "they will fail", &inst->no_shared_columns);
+    if (rc == DLOCK_OK && !inst->session_mode)
+        rc = add_columns(inst, c, create, MY_HAS_WAKER, inst->sql.add_waker_column, "waker column",
+                         "waiters poll with backoff instead of waiting in the server", &inst->no_waker);
     my_pool_put(&inst->pool, c);
     return rc;
 }
@@ -800,12 +904,20 @@ static int my_open(void **instance, const struct dlock_provider_env *env)
     inst->log_handle = env->log_handle;
     my_pool_init(&inst->pool, &inst->server, (int)set.pool_size);
     my_pool_init(&inst->waiters, &inst->server, MY_POOL_MAX);
-    rc = my_sql_init(&inst->sql, set.table);
+    rc = my_sql_init(&inst->sql, set.table, true);
     for (int i = 0; rc == DLOCK_OK && i < MY_STATEMENT_COUNT; i++)
         inst->server.statements[i] = inst->sql.text[i];
     /* Connect now, so a wrong address or password is reported at open. */
     if (rc == DLOCK_OK)
         rc = prepare_schema(inst, set.create_table);
+    /* No waker column: statements that do not name it. The connection the
+     * schema was looked at with prepared none of those that change. */
+    if (rc == DLOCK_OK && inst->no_waker) {
+        my_sql_free(&inst->sql);
+        rc = my_sql_init(&inst->sql, set.table, false);
+        for (int i = 0; rc == DLOCK_OK && i < MY_STATEMENT_COUNT; i++)
+            inst->server.statements[i] = inst->sql.text[i];
+    }
     if (rc != DLOCK_OK) {
         my_close(inst);
         return rc;

@@ -16,13 +16,16 @@
 #include "../../support/shared_kinds.h"
 #include "../../support/fence_guard_case.h"
 #include "../../support/downgrade_case.h"
+#include "../../support/stopped_holder.h"
 
 #include <dlock.h>
 #include <mysql.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static struct test_service server = { .script = "mariadb" };
@@ -170,6 +173,174 @@ static void busy_answer_carries_the_holders_remaining_lease(void **state)
     dlock_lock_free(lb);
     dlock_client_close(a);
     dlock_client_close(b);
+}
+
+/* A waiter's acquire on its own thread: when it was granted, or why not;
+ * a grant is released at once (by the thread that holds it). */
+struct waiter {
+    dlock_lock *lock;
+    int rc;
+    int64_t granted_at;
+};
+
+static void *wait_for_it(void *arg)
+{
+    struct waiter *w = arg;
+    w->rc = dlock_acquire(w->lock, 20000);
+    w->granted_at = now_ms();
+    if (w->rc == DLOCK_OK)
+        w->rc = dlock_release(w->lock);
+    return NULL;
+}
+
+/* Starts w on its own thread and returns once its first answer was busy
+ * and it has had time to arm the row. */
+static void start_waiter(struct waiter *w, pthread_t *t, dlock_client *c)
+{
+    w->rc = -1;
+    assert_int_equal(pthread_create(t, NULL, wait_for_it, w), 0);
+    int64_t t0 = now_ms();
+    while (test_client_metric(c, "dlock_busy_total") < 1 && now_ms() - t0 < 5000)
+        sleep_ms(5);
+    sleep_ms(slack_ms(200));
+}
+
+static const char *waker_of(const char *name)
+{
+    char sql[160];
+    snprintf(sql, sizeof sql, "SELECT COALESCE(waker, 0) FROM dlock_locks WHERE name = 'dlock:%s'", name);
+    return admin(sql);
+}
+
+/* Lease mode waits in the server: while the holder holds (1.5 s, where the
+ * backoff up to a retry cap of 4 s would ask about ten times), the waiter
+ * asks once and its connection's id is in the row; the release takes it
+ * out and ends the waiter's sleep, and the second attempt is the grant. */
+static void lease_mode_waiters_wait_in_the_server(void **state)
+{
+    (void)state;
+    char text[2048];
+    write_config(text, sizeof text, 30000, 4000, "");
+    dlock_client *a = test_client_open(text), *b = test_client_open(text);
+    assert_true(dlock_client_capabilities(b) & DLOCK_CAP_NATIVE_WAIT);
+    dlock_lock *la = test_lock_named(a, "armed");
+    struct waiter w = { test_lock_named(b, "armed"), -1, 0 };
+    assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
+    pthread_t t;
+    start_waiter(&w, &t, b);
+    sleep_ms(1500);
+    assert_int_equal(test_client_metric(b, "dlock_acquire_attempts_total"), 1);
+    assert_string_not_equal(waker_of("armed"), "0");
+    int64_t t0 = now_ms();
+    assert_int_equal(dlock_release(la), DLOCK_OK);
+    pthread_join(t, NULL);
+    assert_int_equal(w.rc, DLOCK_OK);
+    if (w.granted_at - t0 > slack_ms(500))
+        fail_msg("granted %lld ms after the release", (long long)(w.granted_at - t0));
+    assert_int_equal(test_client_metric(b, "dlock_acquire_attempts_total"), 2);
+    assert_string_equal(waker_of("armed"), "0");
+    dlock_lock_free(w.lock);
+    dlock_lock_free(la);
+    dlock_client_close(a);
+    dlock_client_close(b);
+}
+
+/* An operator's break frees the row as a release does, and wakes the
+ * waiter the same way (its sleep would last the holder's 30 s lease). */
+static void a_break_wakes_the_waiter(void **state)
+{
+    (void)state;
+    char text[2048];
+    write_config(text, sizeof text, 30000, 4000, "");
+    dlock_client *a = test_client_open(text), *b = test_client_open(text), *op = test_client_open(text);
+    dlock_lock *la = test_lock_named(a, "broken-line");
+    struct waiter w = { test_lock_named(b, "broken-line"), -1, 0 };
+    assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
+    pthread_t t;
+    start_waiter(&w, &t, b);
+    int broken = 0;
+    uint64_t fence = 0;
+    int64_t t0 = now_ms();
+    assert_int_equal(dlock_break(op, "broken-line", 11, &broken, &fence), DLOCK_OK);
+    assert_int_equal(broken, 1);
+    pthread_join(t, NULL);
+    assert_int_equal(w.rc, DLOCK_OK);
+    if (w.granted_at - t0 > slack_ms(500))
+        fail_msg("granted %lld ms after the break", (long long)(w.granted_at - t0));
+    assert_int_equal(test_client_metric(b, "dlock_acquire_attempts_total"), 2);
+    assert_int_not_equal(dlock_release(la), DLOCK_OK); /* broken */
+    dlock_lock_free(w.lock);
+    dlock_lock_free(la);
+    dlock_client_close(a);
+    dlock_client_close(b);
+    dlock_client_close(op);
+}
+
+/* Shared kinds wait the same way: a reader behind an exclusive hold is
+ * woken when that hold is downgraded, and a permit request behind the one
+ * permit of a semaphore when its holder lets go. */
+static void readers_and_permits_are_woken_by_what_frees_them(void **state)
+{
+    (void)state;
+    char text[2048];
+    write_config(text, sizeof text, 30000, 4000, "");
+    dlock_client *a = test_client_open(text), *b = test_client_open(text);
+    dlock_lock *x = test_lock_named(a, "woken-reader");
+    struct waiter r = { test_lock_of_kind(b, "woken-reader", DLOCK_MODE_SHARED, 0), -1, 0 };
+    assert_int_equal(dlock_acquire(x, 0), DLOCK_OK);
+    pthread_t t;
+    start_waiter(&r, &t, b);
+    int64_t t0 = now_ms();
+    assert_int_equal(dlock_downgrade(x), DLOCK_OK);
+    pthread_join(t, NULL);
+    assert_int_equal(r.rc, DLOCK_OK);
+    if (r.granted_at - t0 > slack_ms(500))
+        fail_msg("the reader was granted %lld ms after the downgrade", (long long)(r.granted_at - t0));
+    assert_int_equal(test_client_metric(b, "dlock_acquire_attempts_total"), 2);
+    assert_int_equal(dlock_release(x), DLOCK_OK);
+
+    dlock_lock *p = test_lock_of_kind(a, "woken-permit", DLOCK_MODE_SEMAPHORE, 1);
+    struct waiter q = { test_lock_of_kind(b, "woken-permit", DLOCK_MODE_SEMAPHORE, 1), -1, 0 };
+    assert_int_equal(dlock_acquire(p, 0), DLOCK_OK);
+    start_waiter(&q, &t, b);
+    t0 = now_ms();
+    assert_int_equal(dlock_release(p), DLOCK_OK);
+    pthread_join(t, NULL);
+    assert_int_equal(q.rc, DLOCK_OK);
+    if (q.granted_at - t0 > slack_ms(500))
+        fail_msg("the permit was granted %lld ms after the release", (long long)(q.granted_at - t0));
+    assert_int_equal(test_client_metric(b, "dlock_acquire_attempts_total"), 4);
+    dlock_lock_free(q.lock);
+    dlock_lock_free(p);
+    dlock_lock_free(r.lock);
+    dlock_lock_free(x);
+    dlock_client_close(a);
+    dlock_client_close(b);
+}
+
+/* A holder that stops (SIGSTOP: lease 1 s, no more renewals) never lets
+ * go: the waiter's sleep in the server ends when that lease would run out,
+ * and it takes the expired row. */
+static void a_waiter_outlives_a_holder_that_stopped(void **state)
+{
+    (void)state;
+    char holder[2048];
+    write_config(holder, sizeof holder, 1000, 4000, "");
+    pid_t pid = stopped_holder_start(holder, "stopped-holder", 0);
+    char text[2048];
+    write_config(text, sizeof text, 30000, 4000, "");
+    dlock_client *w = test_client_open(text);
+    dlock_lock *lw = test_lock_named(w, "stopped-holder");
+    int64_t t0 = now_ms();
+    int rc = dlock_acquire(lw, 10000);
+    int64_t took = now_ms() - t0;
+    stopped_holder_end(pid);
+    assert_int_equal(rc, DLOCK_OK);
+    if (took > slack_ms(2000))
+        fail_msg("granted %lld ms after a holder with a 1 s lease stopped", (long long)took);
+    assert_int_equal(dlock_release(lw), DLOCK_OK);
+    dlock_lock_free(lw);
+    dlock_client_close(w);
 }
 
 static void lease_hold_survives_a_killed_connection(void **state)
@@ -406,6 +577,7 @@ static void a_table_from_before_shared_holds(void **state)
           " fence BIGINT UNSIGNED NOT NULL, expires_at BIGINT NOT NULL) ENGINE=InnoDB");
     admin("CREATE TABLE older_locks LIKE old_locks");
     dlock_client *c = open_ok("table = \"old_locks\";");
+    assert_true(dlock_client_capabilities(c) & DLOCK_CAP_NATIVE_WAIT); /* the waker column was added */
     dlock_lock *s = test_lock_of_kind(c, "old", DLOCK_MODE_SHARED, 0);
     assert_int_equal(dlock_acquire(s, 0), DLOCK_OK);
     assert_int_equal(dlock_release(s), DLOCK_OK);
@@ -414,8 +586,10 @@ static void a_table_from_before_shared_holds(void **state)
     c = open_ok("table = \"older_locks\"; create_table = false;");
     dlock_lock *x = test_lock_named(c, "older");
     assert_int_equal(dlock_acquire(x, 0), DLOCK_OK);
-    /* Nowhere to keep a downgraded hold: refused up front, the hold kept. */
+    /* Nowhere to keep a downgraded hold: refused up front, the hold kept;
+     * nowhere to arm a waiter: waiters back off. */
     assert_int_equal(dlock_client_capabilities(c) & DLOCK_CAP_DOWNGRADE, 0);
+    assert_int_equal(dlock_client_capabilities(c) & DLOCK_CAP_NATIVE_WAIT, 0);
     assert_int_equal(dlock_downgrade(x), DLOCK_ENOTSUP);
     assert_true(dlock_validity_ms(x) > 0);
     assert_int_equal(dlock_release(x), DLOCK_OK);
@@ -592,6 +766,10 @@ int main(void)
     const struct CMUnitTest particular[] = {
         cmocka_unit_test(the_row_holds_owner_fence_and_server_expiry),
         cmocka_unit_test(busy_answer_carries_the_holders_remaining_lease),
+        cmocka_unit_test(lease_mode_waiters_wait_in_the_server),
+        cmocka_unit_test(a_break_wakes_the_waiter),
+        cmocka_unit_test(readers_and_permits_are_woken_by_what_frees_them),
+        cmocka_unit_test(a_waiter_outlives_a_holder_that_stopped),
         cmocka_unit_test(lease_hold_survives_a_killed_connection),
         cmocka_unit_test(session_hold_is_lost_with_its_connection),
         cmocka_unit_test(session_wait_timeout_bounds_an_idle_hold),

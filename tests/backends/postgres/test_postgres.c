@@ -16,6 +16,7 @@
 #include "../../support/shared_kinds.h"
 #include "../../support/fence_guard_case.h"
 #include "../../support/downgrade_case.h"
+#include "../../support/stopped_holder.h"
 
 #include <dlock.h>
 #include <libpq-fe.h>
@@ -429,30 +430,10 @@ static void a_waiter_keeps_its_place_past_the_command_timeout(void **state)
 static void a_fair_waiter_behind_a_hung_holder_gets_the_expired_lock(void **state)
 {
     (void)state;
-    int ready[2];
-    assert_int_equal(pipe(ready), 0);
-    pid_t pid = fork();
-    if (pid == 0) {
-        close(ready[0]);
-        char text[2048];
-        write_config(text, sizeof text, 1000, 300, "");
-        dlock_client *c = NULL;
-        dlock_lock_options o = DLOCK_LOCK_OPTIONS_INIT;
-        o.flags = DLOCK_LOCK_FAIR;
-        dlock_lock *l = NULL;
-        if (dlock_client_open_string(&c, text) != DLOCK_OK || dlock_lock_new(c, "fair-hung", 9, &o, &l) != DLOCK_OK ||
-            dlock_acquire(l, 0) != DLOCK_OK)
-            _exit(3);
-        if (write(ready[1], "H", 1) != 1)
-            _exit(4);
-        for (;;)
-            pause();
-    }
-    close(ready[1]);
-    char ch;
-    assert_int_equal(read(ready[0], &ch, 1), 1);
-    close(ready[0]);
-    kill(pid, SIGSTOP); /* holds the row (1 s lease) and the gate, and renews no more */
+    char holder[2048];
+    write_config(holder, sizeof holder, 1000, 300, "");
+    /* holds the row (1 s lease) and the gate, and renews no more */
+    pid_t pid = stopped_holder_start(holder, "fair-hung", DLOCK_LOCK_FAIR);
     char text[2048];
     write_config(text, sizeof text, 30000, 300, "");
     dlock_client *w = test_client_open(text);
@@ -463,8 +444,7 @@ static void a_fair_waiter_behind_a_hung_holder_gets_the_expired_lock(void **stat
     int64_t t0 = now_ms();
     int rc = dlock_acquire(lw, 10000);
     int64_t took = now_ms() - t0;
-    kill(pid, SIGKILL);
-    waitpid(pid, NULL, 0);
+    stopped_holder_end(pid);
     assert_int_equal(rc, DLOCK_OK);
     if (took > slack_ms(3000))
         fail_msg("granted %lld ms after the hung holder's lease of 1 s", (long long)took);
