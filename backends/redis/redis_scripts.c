@@ -45,15 +45,30 @@
  * issued before such a loss was at most the clock of its grant (or one more
  * per grant within a microsecond), so taking the clock now keeps tokens
  * strictly increasing as long as the server's clock does not go back.
- * Microseconds since 1970 stay exact in Lua's doubles until about 2255. */
-#define LUA_NEXT_FENCE                                                        \
+ * Microseconds since 1970 stay exact in Lua's doubles until about 2255.
+ *
+ * LUA_NEXT_FENCE_IN(unit) rounds the clock down to a multiple of unit
+ * microseconds (a Lua expression) first. Redlock asks for 10 ms: masters
+ * whose counters agree then hand out the same token for a grant unless
+ * their clocks fall on two sides of a 10 ms mark, so the round that raises
+ * a majority's counters to the token is rarely due; read to the
+ * microsecond, the masters' clocks always differ, and it was due at every
+ * grant. The price is that a counter lost less than 10 ms after a grant
+ * can repeat that master's token, which the other masters of a majority
+ * still cover. */
+#define LUA_NEXT_FENCE_IN(unit)                                               \
     "local fence = redis.call('incr', KEYS[2])\n"                             \
     "local t = redis.call('time')\n"                                          \
-    "local clock = tonumber(t[1]) * 1000000 + tonumber(t[2])\n"               \
+    "local unit = " unit "\n"                                                 \
+    "local clock = math.floor((tonumber(t[1]) * 1000000 + tonumber(t[2])) / unit) * unit\n" \
     "if fence < clock then\n"                                                 \
     "  fence = clock\n"                                                       \
     "  redis.call('set', KEYS[2], string.format('%d', fence))\n"              \
     "end\n"
+#define LUA_NEXT_FENCE LUA_NEXT_FENCE_IN("1")
+
+/* The clock unit of SCRIPT_ACQUIRE: its optional fifth argument. */
+#define ACQUIRE_UNIT "(tonumber(ARGV[5]) or 1)"
 
 /* Our own field already there. The core counts reentry itself and never
  * asks the server again for a hold it has, so this is either this very
@@ -61,13 +76,14 @@
  * hold the client declared lost whose give-back did not get through. Both
  * are one hold, not two: the count stays 1 (one release frees it), and it
  * is a new grant with a new, higher fence. */
-#define LUA_OWN_FIELD                                                         \
+#define LUA_OWN_FIELD_IN(unit)                                                \
     "if redis.call('hexists', KEYS[1], ARGV[1]) == 1 then\n"                  \
     "  redis.call('hset', KEYS[1], ARGV[1], 1)\n"                             \
     "  redis.call('pexpire', KEYS[1], ARGV[2])\n"                             \
-    LUA_NEXT_FENCE                                                            \
+    LUA_NEXT_FENCE_IN(unit)                                                   \
     "  return {1, fence}\n"                                                   \
     "end\n"
+#define LUA_OWN_FIELD LUA_OWN_FIELD_IN("1")
 
 static const char *const script_text[SCRIPT_COUNT] = {
     /* acquire: a free lock goes to whoever asks (barging allowed); a waiter
@@ -79,10 +95,10 @@ static const char *const script_text[SCRIPT_COUNT] = {
     "    redis.call('lrem', KEYS[3], 0, ARGV[1])\n"
     "    redis.call('zrem', KEYS[4], ARGV[1])\n"
     "  end\n"
-    LUA_NEXT_FENCE
+    LUA_NEXT_FENCE_IN(ACQUIRE_UNIT)
     "  return {1, fence}\n"
     "end\n"
-    LUA_OWN_FIELD
+    LUA_OWN_FIELD_IN(ACQUIRE_UNIT)
     LUA_REGISTER_WAITER,
 
     /* fair acquire (Redisson's fair lock, with the server's clock): waiters

@@ -10,7 +10,8 @@
 
 enum redis_script {
     /* KEYS: lock, fence, queue, timeouts; ARGV: owner, lease, queue timeout,
-     * "1" if this owner registered as a waiter -> {1, fence} | {0, retry in ms} */
+     * "1" if this owner registered as a waiter[, the clock's unit in the
+     * fence in microseconds, 1 if left out] -> {1, fence} | {0, retry in ms} */
     SCRIPT_ACQUIRE,
     /* same, first come first served */
     SCRIPT_ACQUIRE_FAIR,

@@ -51,6 +51,8 @@
 #include <unistd.h>
 
 #define REDLOCK_MAX_SERVERS 15
+/* The unit, in microseconds, of the masters' clocks in a fence token. */
+#define FENCE_CLOCK_UNIT_US "10000"
 
 struct redlock_instance {
     int n;
@@ -350,12 +352,14 @@ static int try_acquire(struct redlock_instance *inst, struct dlock_provider_lock
     char lease[24], queue_timeout[24];
     int lease_len = snprintf(lease, sizeof lease, "%lld", (long long)lk->lease_ms);
     int qt_len = snprintf(queue_timeout, sizeof queue_timeout, "%lld", (long long)inst->waiter_timeout_ms);
-    /* "1": the owner may be queued, and a master that grants takes it out. */
-    const char *args[8] = { rl->k.key, rl->k.fence_key, rl->k.queue_key, rl->k.timeouts_key, lk->owner, lease,
-                            queue_timeout, rl->registered ? "1" : "0" };
-    size_t lens[8] = { rl->k.key_len, rl->k.fence_key_len, rl->k.queue_key_len, rl->k.timeouts_key_len,
-                       strlen(lk->owner), (size_t)lease_len, (size_t)qt_len, 1 };
-    struct call call = { 4, 8, args, lens };
+    /* "1": the owner may be queued, and a master that grants takes it out.
+     * FENCE_CLOCK_UNIT_US: the masters' clocks in the token, in 10 ms steps,
+     * so that they agree and no raise round is due (redis_scripts.c). */
+    const char *args[9] = { rl->k.key, rl->k.fence_key, rl->k.queue_key, rl->k.timeouts_key, lk->owner, lease,
+                            queue_timeout, rl->registered ? "1" : "0", FENCE_CLOCK_UNIT_US };
+    size_t lens[9] = { rl->k.key_len, rl->k.fence_key_len, rl->k.queue_key_len, rl->k.timeouts_key_len,
+                       strlen(lk->owner), (size_t)lease_len, (size_t)qt_len, 1, sizeof FENCE_CLOCK_UNIT_US - 1 };
+    struct call call = { 4, 9, args, lens };
     redisReply *replies[REDLOCK_MAX_SERVERS];
     int answered = fan_out(inst, SCRIPT_ACQUIRE, &call, NULL, replies);
     bool granted[REDLOCK_MAX_SERVERS] = { false }, busy[REDLOCK_MAX_SERVERS] = { false };
