@@ -86,6 +86,36 @@ int my_line_join(struct my_pool *pool, struct my_pool *ctl, struct my_line *l, c
     }
 }
 
+int my_line_enter(struct my_pool *pool, struct my_pool *ctl, struct my_line *l, const char *name)
+{
+    int rc = my_pool_try_get(pool, &l->conn);
+    if (rc != DLOCK_OK) {
+        l->conn = NULL;
+        return rc;
+    }
+    l->ctl = ctl;
+    snprintf(l->name, sizeof l->name, "%s", name);
+    l->thread_id = mysql_thread_id(l->conn->db);
+    char gate[40], sql[96];
+    gate_of(l, gate, sizeof gate);
+    snprintf(sql, sizeof sql, "SELECT GET_LOCK('%s', 0)", gate);
+    MYSQL_RES *res = NULL;
+    /* The connection may have been closed by the server while idle in the
+     * pool; a dead one is dropped and the join makes a new one. */
+    if (mysql_query(l->conn->db, sql) != 0 || !(res = mysql_store_result(l->conn->db))) {
+        drop(pool, l, false);
+        return my_line_join(pool, ctl, l, name);
+    }
+    MYSQL_ROW row = mysql_fetch_row(res);
+    bool head = row && row[0] && strcmp(row[0], "1") == 0;
+    mysql_free_result(res);
+    if (head) {
+        l->state = MY_LINE_HEAD;
+        return DLOCK_OK;
+    }
+    return my_line_join(pool, ctl, l, name); /* on this connection */
+}
+
 /* Reads the answer to the request in flight, which has arrived: its first
  * column, or -1 for NULL or no row, or -2 when it failed (the detail in
  * *err when there is one). */

@@ -23,7 +23,12 @@
  * sleep with KILL QUERY (wake_waker), and a holder that died is outlived by
  * the sleep's end. A lease-mode table without the waker column (an earlier
  * version's, with create_table off) has waiters retry with the core's
- * backoff instead, and the instance does not claim native waiting. */
+ * backoff instead, and the instance does not claim native waiting.
+ *
+ * Fair mode: a request enters the line before its first look, taking the
+ * gate at once with GET_LOCK(gate, 0) when nobody is in the line, and
+ * looks only at the head, so requests made in fair mode are granted in the
+ * order the server queued them for the gate. */
 #include "config.h"
 
 #include "../common/lock_kind.h"
@@ -66,6 +71,7 @@ struct my_lock {
     uint64_t generation;         /* session mode: holder connection of the hold */
     bool writer_registered;      /* an exclusive request kept waiting said so in the row */
     struct my_line line;         /* the place in the name's line while waiting */
+    bool timer_look;             /* the last wait ran out: a fair request in the line may look */
 };
 /* sql_renew_batch_init reads the key at the start of each lock's state. */
 _Static_assert(offsetof(struct my_lock, k) == 0, "the sql_lock_key comes first");
@@ -541,6 +547,19 @@ static int my_acquire(void *instance, struct dlock_provider_lock *lk, struct dlo
     if (rc != DLOCK_OK)
         return rc;
     struct my_lock *ml = lk->priv;
+    bool fair = (lk->flags & DLOCK_LOCK_FAIR) != 0, timer_look = ml->timer_look;
+    ml->timer_look = false;
+    if (fair && ml->line.state == MY_LINE_OUT &&
+        my_line_enter(&inst->waiters, &inst->pool, &ml->line, ml->k.tag) != DLOCK_OK)
+        dlock_provider_log(inst->log_handle, DLOCK_LOG_WARN, "%s: cannot enter the line (%s); this look is not "
+                           "in turn", inst->server.label, dlock_errmsg());
+    if (fair && ml->line.state == MY_LINE_ASKED && !timer_look) {
+        /* Others are in the line before us: not our turn to look. Only
+         * when a wait ran out (the head may be a holder that hangs, its
+         * lease gone) is there a look out of turn. */
+        g->retry_hint_ms = -1;
+        return DLOCK_EBUSY;
+    }
     if (!inst->session_mode)
         rc = kind_is_shared(lk) ? shared_try(inst, lk, g) : lease_try(inst, lk, g);
     else
@@ -619,9 +638,12 @@ static int my_wait(void *instance, struct dlock_provider_lock *lk, int64_t timeo
         timeout_ms = 0;
     struct lease_watch lw = { inst, lk };
     const struct my_line_watch watch = { lease_arm, lease_sleep_sql, &lw };
-    if (ml->line.state != MY_LINE_OUT)
-        return my_line_wait(&inst->waiters, &ml->line, inst->session_mode ? NULL : &watch, timeout_ms, wake_fd,
-                            inst->log_handle);
+    if (ml->line.state != MY_LINE_OUT) {
+        int rc = my_line_wait(&inst->waiters, &ml->line, inst->session_mode ? NULL : &watch, timeout_ms, wake_fd,
+                              inst->log_handle);
+        ml->timer_look = rc == DLOCK_ETIMEDOUT;
+        return rc;
+    }
     /* Not in the line (it could not be joined): sleep out the timeout. */
     struct pollfd p = { .fd = wake_fd, .events = POLLIN };
     int n = poll(&p, wake_fd >= 0 ? 1 : 0, timeout_ms > INT_MAX ? INT_MAX : (int)timeout_ms);
@@ -792,7 +814,7 @@ static int my_ctl(void *instance, int op, void *arg)
         /* A lease row without the waker column cannot be armed: its
          * waiters back off. */
         if (inst->no_waker)
-            *(unsigned *)arg &= ~(unsigned)DLOCK_CAP_NATIVE_WAIT;
+            *(unsigned *)arg &= ~(unsigned)(DLOCK_CAP_NATIVE_WAIT | DLOCK_CAP_FAIR);
         /* A table without the columns of shared holds cannot take the
          * downgraded one: refused up front (DLOCK_ENOTSUP), the exclusive
          * hold is kept, where a failing statement would cost it. */
@@ -932,7 +954,8 @@ static const struct dlock_provider my_provider = {
     .version = DLOCK_PROVIDER_VERSION_4,
     .name = "mysql",
     .capabilities = DLOCK_CAP_RENEW | DLOCK_CAP_FENCE | DLOCK_CAP_SERVER_EXPIRY | DLOCK_CAP_MULTI_HOST |
-                    DLOCK_CAP_SHARED | DLOCK_CAP_SEMAPHORE | DLOCK_CAP_DOWNGRADE | DLOCK_CAP_NATIVE_WAIT,
+                    DLOCK_CAP_SHARED | DLOCK_CAP_SEMAPHORE | DLOCK_CAP_DOWNGRADE | DLOCK_CAP_NATIVE_WAIT |
+                    DLOCK_CAP_FAIR,
     .lock_priv_size = sizeof(struct my_lock),
     .settings = my_settings,
     .open = my_open,

@@ -343,6 +343,69 @@ static void a_waiter_outlives_a_holder_that_stopped(void **state)
     dlock_client_close(w);
 }
 
+/* Fair mode: a request that comes while the lock is free between two
+ * holds does not take it ahead of the waiter at the head of the line. The
+ * waiter is stopped (SIGSTOP) once it is armed in the row, so the lock is
+ * still free after the release when the newcomer tries. */
+static void fair_mode_keeps_a_newcomer_behind_the_line(void **state)
+{
+    (void)state;
+    char text[2048];
+    write_config(text, sizeof text, 30000, 4000, "");
+    int go[2], done[2];
+    assert_int_equal(pipe(go), 0);
+    assert_int_equal(pipe(done), 0);
+    dlock_lock_options o = DLOCK_LOCK_OPTIONS_INIT;
+    o.flags = DLOCK_LOCK_FAIR;
+    /* Forked before this process has clients (and their threads). */
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(go[1]);
+        close(done[0]);
+        char ch;
+        if (read(go[0], &ch, 1) != 1)
+            _exit(2);
+        dlock_client *c = NULL;
+        dlock_lock *l = NULL;
+        if (dlock_client_open_string(&c, text) != DLOCK_OK || dlock_lock_new(c, "fair-line", 9, &o, &l) != DLOCK_OK ||
+            dlock_acquire(l, 20000) != DLOCK_OK)
+            _exit(3);
+        if (write(done[1], "D", 1) != 1)
+            _exit(4);
+        dlock_release(l);
+        _exit(0);
+    }
+    close(go[0]);
+    close(done[1]);
+    dlock_client *a = test_client_open(text), *n = test_client_open(text);
+    dlock_lock *la = NULL, *ln = NULL;
+    assert_int_equal(dlock_lock_new(a, "fair-line", 9, &o, &la), DLOCK_OK);
+    assert_int_equal(dlock_lock_new(n, "fair-line", 9, &o, &ln), DLOCK_OK);
+    assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
+    assert_int_equal(write(go[1], "G", 1), 1);
+    close(go[1]);
+    int64_t t0 = now_ms();
+    while (strcmp(waker_of("fair-line"), "0") == 0 && now_ms() - t0 < 5000)
+        sleep_ms(10);
+    assert_string_not_equal(waker_of("fair-line"), "0"); /* at the head, armed */
+    kill(pid, SIGSTOP);
+    assert_int_equal(dlock_release(la), DLOCK_OK);
+    int rc = dlock_acquire(ln, 0); /* free now, but not the newcomer's turn */
+    kill(pid, SIGCONT);
+    char ch;
+    ssize_t got = read(done[0], &ch, 1);
+    close(done[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    assert_int_equal(rc, DLOCK_EBUSY);
+    assert_int_equal(got, 1);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    dlock_lock_free(ln);
+    dlock_lock_free(la);
+    dlock_client_close(n);
+    dlock_client_close(a);
+}
+
 static void lease_hold_survives_a_killed_connection(void **state)
 {
     (void)state;
@@ -770,6 +833,7 @@ int main(void)
         cmocka_unit_test(a_break_wakes_the_waiter),
         cmocka_unit_test(readers_and_permits_are_woken_by_what_frees_them),
         cmocka_unit_test(a_waiter_outlives_a_holder_that_stopped),
+        cmocka_unit_test(fair_mode_keeps_a_newcomer_behind_the_line),
         cmocka_unit_test(lease_hold_survives_a_killed_connection),
         cmocka_unit_test(session_hold_is_lost_with_its_connection),
         cmocka_unit_test(session_wait_timeout_bounds_an_idle_hold),
