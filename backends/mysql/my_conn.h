@@ -37,6 +37,7 @@ struct my_conn {
     MYSQL *db;
     MYSQL_STMT *stmt[MY_MAX_STATEMENTS]; /* prepared on first use */
     unsigned last_errno;        /* of the last failure, 0 if none */
+    bool untimed;               /* a waiter's: the server's statement time limit is off */
 };
 
 /* Opens one connection. NULL on failure with the detail set and *rc the code. */

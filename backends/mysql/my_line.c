@@ -56,6 +56,30 @@ static bool send_text(struct my_line *l, const char *sql)
     return mysql_send_query(l->conn->db, sql, (unsigned long)strlen(sql)) == 0;
 }
 
+/* A waiter's requests last as long as the wait: a statement time limit of
+ * the server's (MariaDB's max_statement_time, MySQL's max_execution_time)
+ * would cut them off and send the waiter to the back of the line. Once per
+ * connection; false when the connection is found dead. */
+static bool lift_statement_time(struct my_line *l)
+{
+    MYSQL *db = l->conn->db;
+    if (l->conn->untimed)
+        return true;
+    if (mysql_query(db, "SET SESSION max_statement_time = 0") != 0 && mysql_errno(db) == ER_UNKNOWN_SYSTEM_VARIABLE)
+        mysql_query(db, "SET SESSION max_execution_time = 0");
+    if (mysql_errno(db) >= 2000) /* the client's own error: the connection is gone */
+        return false;
+    l->conn->untimed = true;
+    return true;
+}
+
+static void ask_for_gate(struct my_line *l, char *sql, size_t size, const char *timeout)
+{
+    char gate[40];
+    gate_of(l, gate, sizeof gate);
+    snprintf(sql, size, "SELECT GET_LOCK('%s', %s)", gate, timeout);
+}
+
 int my_line_join(struct my_pool *pool, struct my_pool *ctl, struct my_line *l, const char *name)
 {
     /* Twice: an idle connection of the pool may have been closed by the
@@ -71,10 +95,11 @@ int my_line_join(struct my_pool *pool, struct my_pool *ctl, struct my_line *l, c
         l->ctl = ctl;
         snprintf(l->name, sizeof l->name, "%s", name);
         l->thread_id = mysql_thread_id(l->conn->db);
-        char gate[40], sql[96];
-        gate_of(l, gate, sizeof gate);
-        snprintf(sql, sizeof sql, "SELECT GET_LOCK('%s', " FOREVER_S ")", gate);
-        if (send_text(l, sql)) {
+        l->armed = false;
+        l->reasks = 0;
+        char sql[96];
+        ask_for_gate(l, sql, sizeof sql, FOREVER_S);
+        if (lift_statement_time(l) && send_text(l, sql)) {
             l->state = MY_LINE_ASKED;
             return DLOCK_OK;
         }
@@ -96,13 +121,14 @@ int my_line_enter(struct my_pool *pool, struct my_pool *ctl, struct my_line *l, 
     l->ctl = ctl;
     snprintf(l->name, sizeof l->name, "%s", name);
     l->thread_id = mysql_thread_id(l->conn->db);
-    char gate[40], sql[96];
-    gate_of(l, gate, sizeof gate);
-    snprintf(sql, sizeof sql, "SELECT GET_LOCK('%s', 0)", gate);
+    l->armed = false;
+    l->reasks = 0;
+    char sql[96];
+    ask_for_gate(l, sql, sizeof sql, "0");
     MYSQL_RES *res = NULL;
     /* The connection may have been closed by the server while idle in the
      * pool; a dead one is dropped and the join makes a new one. */
-    if (mysql_query(l->conn->db, sql) != 0 || !(res = mysql_store_result(l->conn->db))) {
+    if (!lift_statement_time(l) || mysql_query(l->conn->db, sql) != 0 || !(res = mysql_store_result(l->conn->db))) {
         drop(pool, l, false);
         return my_line_join(pool, ctl, l, name);
     }
@@ -148,6 +174,7 @@ static enum watch_sent send_watch(struct my_line *l, const struct my_line_watch 
         int armed = w->arm(w->ctx, l->thread_id);
         if (armed <= 0)
             return armed == 0 ? WATCH_LOOK : WATCH_FAILED;
+        l->armed = true;
         sql = w->sleep_sql(w->ctx, l->thread_id, sleep_ms);
     } else {
         /* Taken and let go in one statement: the lock is free again for our
@@ -202,19 +229,23 @@ int my_line_wait(struct my_pool *pool, struct my_line *l, const struct my_line_w
             return DLOCK_OK;
         char err[256] = "no answer";
         long long v = read_answer(l, err, sizeof err);
-        /* KILL QUERY: in lease mode the release's way of ending our sleep;
-         * one that comes late, after we moved on, may end the request for
-         * the gate instead, which is then simply made again. */
-        bool interrupted = v == -2 && mysql_errno(l->conn->db) == ER_QUERY_INTERRUPTED;
-        if (interrupted && l->state == MY_LINE_ASKED) {
-            char gate[40], sql[96];
-            gate_of(l, gate, sizeof gate);
-            snprintf(sql, sizeof sql, "SELECT GET_LOCK('%s', " FOREVER_S ")", gate);
+        unsigned e = v == -2 ? mysql_errno(l->conn->db) : 0;
+        /* KILL QUERY: in lease mode the release's way of ending our sleep.
+         * One that comes late, after we moved on, may end the request for
+         * the gate instead (GET_LOCK then answers NULL, or the error), as
+         * may a statement time limit we could not lift: the gate is then
+         * asked for again, a few times in a row at most. */
+        bool cut_off = e == ER_QUERY_INTERRUPTED || e == ER_STATEMENT_TIMEOUT;
+        if ((cut_off || v == -1) && l->state == MY_LINE_ASKED && l->reasks < 3) {
+            char sql[96];
+            ask_for_gate(l, sql, sizeof sql, FOREVER_S);
+            l->reasks++;
             if (send_text(l, sql))
                 continue;
         }
-        if (interrupted && l->state == MY_LINE_WATCHING) {
-            l->state = MY_LINE_HEAD; /* woken by the release: look */
+        if (cut_off && l->state == MY_LINE_WATCHING) {
+            l->state = MY_LINE_HEAD; /* woken by the release (which took the waker): look */
+            l->armed = e == ER_STATEMENT_TIMEOUT;
             return DLOCK_OK;
         }
         if (v < 0) { /* an error, or NULL: GET_LOCK's own error */
@@ -225,6 +256,7 @@ int my_line_wait(struct my_pool *pool, struct my_line *l, const struct my_line_w
         }
         if (l->state == MY_LINE_ASKED) {
             l->state = MY_LINE_HEAD; /* the gate is ours: watch the holder */
+            l->reasks = 0;
             int64_t sleep_ms = deadline - dlock_provider_now_ms();
             enum watch_sent sent = send_watch(l, watch, sleep_ms > 0 ? sleep_ms : 0);
             if (sent == WATCH_LOOK)
@@ -236,6 +268,7 @@ int my_line_wait(struct my_pool *pool, struct my_line *l, const struct my_line_w
             continue;
         }
         l->state = MY_LINE_HEAD; /* the holder let go, or the sleep ran out: look */
+        l->armed = watch && v == 2; /* slept out: the waker may still be ours */
         return DLOCK_OK;
     }
 }

@@ -43,6 +43,8 @@ struct my_line {
     unsigned long thread_id; /* the server's id of conn, for KILL */
     char name[32];        /* the lock's GET_LOCK name */
     struct my_pool *ctl;  /* the statement pool, which KILL is sent through */
+    bool armed;           /* lease mode: the row may still name thread_id as its waker */
+    int reasks;           /* the gate asked for again in a row after its request was cut off */
 };
 
 /* How the head of a lease-mode line watches the holder. */
@@ -52,8 +54,9 @@ struct my_line_watch {
      * looks free (the caller looks instead), -1 on failure (detail set). */
     int (*arm)(void *ctx, unsigned long thread_id);
     /* The statement that sleeps sleep_ms while the row still names
-     * thread_id as its waker (one row, one column): malloc'd, or NULL with
-     * DLOCK_ENOMEM set. */
+     * thread_id as its waker; its one value is 2 when it slept (still
+     * armed), anything else when it did not or was cut short: malloc'd,
+     * or NULL with DLOCK_ENOMEM set. */
     char *(*sleep_sql)(void *ctx, unsigned long thread_id, int64_t sleep_ms);
     void *ctx;
 };
@@ -84,7 +87,9 @@ int my_line_wait(struct my_pool *pool, struct my_line *l, const struct my_line_w
 
 /* The caller was granted the lock, or gives up: out of the line, the gate
  * passed on, the connection back to pool (or killed and closed when a
- * request is still in flight). */
+ * request is still in flight). A lease-mode caller takes its waker out of
+ * the row first when l->armed, so that no release later ends a query of
+ * whoever has the connection next. */
 void my_line_leave(struct my_pool *pool, struct my_line *l);
 
 #endif

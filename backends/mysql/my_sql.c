@@ -169,10 +169,13 @@ int my_sql_init(struct my_sql *sql, const char *table, bool waker)
         "SELECT COUNT(*) FROM `%s` AS t, " HOLDER_KEYS " WHERE t.name = ? AND " HOLDER_EXPIRY " > " NOW_MS, t);
     /* key: an operator's break (holders and a waiting writer's registration
      * are void once owner is NULL and the fence moved). */
+    /* The fence takes LAST_INSERT_ID, so the waker goes into @dlock_waker,
+     * read on the same connection (MY_BREAK_WAKER). */
     sql->text[MY_BREAK] = sql_format("UPDATE `%s` SET fence = LAST_INSERT_ID(fence + 1), owner = NULL,\n"
-                                     "  expires_at = " NOW_MS "\n"
+                                     "  expires_at = " NOW_MS "%s\n"
                                      "WHERE name = ? AND owner IS NOT NULL AND expires_at >= " NOW_MS,
-                                     t);
+                                     t, waker ? ",\n  waker = NULLIF(0 * (@dlock_waker := COALESCE(waker, 0)), 0)" : "");
+    sql->text[MY_BREAK_WAKER] = sql_format("SELECT CAST(COALESCE(@dlock_waker, 0) AS UNSIGNED)");
     sql->text[MY_HAS_SHARED_COLUMNS] = sql_format(
         "SELECT COUNT(*) FROM information_schema.columns\n"
         "WHERE table_schema = DATABASE() AND table_name = ? AND column_name = 'writer_fence'");
@@ -197,13 +200,13 @@ int my_sql_init(struct my_sql *sql, const char *table, bool waker)
                                    "WHERE name = ? AND owner IS NOT NULL AND expires_at >= " NOW_MS " AND owner <> ?",
                                    t);
     /* waker, key, then SHARED_TAKE's parameters: armed while that request
-     * would be busy; a take that cannot be decided (NULL) counts as free,
-     * so the request looks instead of sleeping. */
+     * would be busy; a take that cannot be decided (NULL) is busy, as the
+     * acquire's IF sees it. */
     sql->text[MY_SHARED_ARM] = sql_format("UPDATE `%s` SET waker = ?\nWHERE name = ? AND NOT COALESCE(" SHARED_TAKE
-                                          ", TRUE)",
+                                          ", FALSE)",
                                           t);
-    sql->text[MY_TAKE_WAKER] = sql_format("UPDATE `%s` SET waker = " TAKE_WAKER " WHERE name = ? AND waker IS NOT NULL",
-                                          t);
+    /* key, waker: a head that leaves while armed takes its own id out. */
+    sql->text[MY_DISARM] = sql_format("UPDATE `%s` SET waker = NULL WHERE name = ? AND waker = ?", t);
     sql->text[MY_HAS_WAKER] = sql_format(
         "SELECT COUNT(*) FROM information_schema.columns\n"
         "WHERE table_schema = DATABASE() AND table_name = ? AND column_name = 'waker'");

@@ -42,7 +42,8 @@ enum my_statement {
     /* waiting (lease mode; with the waker column only) */
     MY_ARM,              /* waker, key, owner -> 1 row found when armed (still busy for an exclusive request) */
     MY_SHARED_ARM,       /* waker, key, kind, kind, owner, permits x3, owner -> 1 row found when armed */
-    MY_TAKE_WAKER,       /* key -> insert id: the waker taken out, 0 none */
+    MY_DISARM,           /* key, waker: the waker cleared if it is still that one */
+    MY_BREAK_WAKER,      /* -> the waker the last MY_BREAK on this connection took out, 0 none */
     MY_HAS_WAKER,        /* table name -> 1 when the table has the waker column */
     MY_SESSION_ACQUIRE,  /* lock name -> 1 granted, 0 busy */
     MY_SESSION_FENCE,    /* key, lock name -> rows > 0 while held here; insert id: fence */

@@ -32,6 +32,7 @@
 #include "config.h"
 
 #include "../common/lock_kind.h"
+#include "../common/out_of_line.h"
 #include "../common/sql_text.h"
 #include "my_conn.h"
 #include "my_line.h"
@@ -72,6 +73,7 @@ struct my_lock {
     bool writer_registered;      /* an exclusive request kept waiting said so in the row */
     struct my_line line;         /* the place in the name's line while waiting */
     bool timer_look;             /* the last wait ran out: a fair request in the line may look */
+    bool writers_turn;           /* a shared request's last look was busy only for a waiting writer */
 };
 /* sql_renew_batch_init reads the key at the start of each lock's state. */
 _Static_assert(offsetof(struct my_lock, k) == 0, "the sql_lock_key comes first");
@@ -113,13 +115,13 @@ static struct my_param integer(long long v)
 
 static void register_writer(struct my_instance *inst, struct dlock_provider_lock *lk);
 
-/* A statement took a waiter's connection id out of the row (o->insert_id):
+/* A statement took a waiter's connection id out of the row (id; 0: none):
  * ends its sleep in the server. Best effort: a waker that is gone (it gave
  * up) is no one to wake, and one that cannot be woken still looks when its
  * sleep runs out, at the holder's expiry. */
-static void wake_waker(struct my_instance *inst, const struct my_outcome *o)
+static void wake_waker(struct my_instance *inst, uint64_t id)
 {
-    if (o->insert_id == 0 || o->insert_id >= MY_KIND_MARK)
+    if (id == 0 || id >= MY_KIND_MARK)
         return;
     struct my_conn *c = NULL;
     if (my_pool_get(&inst->pool, &c) != DLOCK_OK || !c) {
@@ -127,7 +129,7 @@ static void wake_waker(struct my_instance *inst, const struct my_outcome *o)
         return;
     }
     char sql[48];
-    snprintf(sql, sizeof sql, "KILL QUERY %llu", (unsigned long long)o->insert_id);
+    snprintf(sql, sizeof sql, "KILL QUERY %llu", (unsigned long long)id);
     if (mysql_query(c->db, sql) != 0) {
         unsigned e = mysql_errno(c->db);
         if (e == ER_KILL_DENIED_ERROR && !__atomic_exchange_n(&inst->kill_denied_told, true, __ATOMIC_RELAXED))
@@ -227,6 +229,7 @@ static int shared_try(struct my_instance *inst, struct dlock_provider_lock *lk, 
         /* Nothing left of a lease, yet busy: a waiting writer's turn, whose
          * end nobody knows. Back off as behind any holder, instead of asking
          * again at once. */
+        ml->writers_turn = g->retry_hint_ms == 0;
         if (g->retry_hint_ms == 0)
             g->retry_hint_ms = -1;
         return DLOCK_EBUSY;
@@ -353,7 +356,7 @@ static int lease_release(struct my_instance *inst, struct dlock_provider_lock *l
     if (rc == DLOCK_OK && o.affected != 1)
         rc = my_pool_last_resent() ? DLOCK_OK : DLOCK_ENOTOWNER;
     else if (rc == DLOCK_OK)
-        wake_waker(inst, &o);
+        wake_waker(inst, o.insert_id);
     return rc;
 }
 
@@ -373,7 +376,7 @@ static int lease_downgrade(struct my_instance *inst, struct dlock_provider_lock 
     if (o.affected != 1)
         return dlock_seterr(DLOCK_ELOST, "%s: the lock is no longer held by this owner (its lease ran out or it was "
                             "taken), so it was not downgraded", inst->server.label);
-    wake_waker(inst, &o); /* a reader at the head may come in now */
+    wake_waker(inst, o.insert_id); /* a reader at the head may come in now */
     return DLOCK_OK;
 }
 
@@ -540,6 +543,20 @@ static int session_release(struct my_instance *inst, struct dlock_provider_lock 
 
 /* ---- the provider ----------------------------------------------------------------------- */
 
+/* Out of the line (see my_line_leave): a lease-mode head that may still
+ * be armed first takes its id out of the row. */
+static void leave_line(struct my_instance *inst, struct dlock_provider_lock *lk)
+{
+    struct my_lock *ml = lk->priv;
+    if (ml->line.armed && !inst->session_mode) {
+        struct my_param p[2] = { bytes(ml->k.key, ml->k.key_len), integer((long long)ml->line.thread_id) };
+        struct my_outcome o;
+        my_pool_run(&inst->pool, MY_DISARM, p, 2, -1, &o);
+        ml->line.armed = false;
+    }
+    my_line_leave(&inst->waiters, &ml->line);
+}
+
 static int my_acquire(void *instance, struct dlock_provider_lock *lk, struct dlock_grant *g)
 {
     struct my_instance *inst = instance;
@@ -549,6 +566,7 @@ static int my_acquire(void *instance, struct dlock_provider_lock *lk, struct dlo
     struct my_lock *ml = lk->priv;
     bool fair = (lk->flags & DLOCK_LOCK_FAIR) != 0, timer_look = ml->timer_look;
     ml->timer_look = false;
+    ml->writers_turn = false;
     if (fair && ml->line.state == MY_LINE_OUT &&
         my_line_enter(&inst->waiters, &inst->pool, &ml->line, ml->k.tag) != DLOCK_OK)
         dlock_provider_log(inst->log_handle, DLOCK_LOG_WARN, "%s: cannot enter the line (%s); this look is not "
@@ -566,7 +584,7 @@ static int my_acquire(void *instance, struct dlock_provider_lock *lk, struct dlo
         rc = session_try(inst, lk, g);
     /* Granted: the gate goes to the next waiter; failed: no abandon follows. */
     if (rc != DLOCK_EBUSY)
-        my_line_leave(&inst->waiters, &ml->line);
+        leave_line(inst, lk);
     return rc;
 }
 
@@ -610,7 +628,9 @@ static char *lease_sleep_sql(void *ctx, unsigned long thread_id, int64_t sleep_m
     char *hex = malloc(2 * ml->k.key_len + 1), *sql = NULL;
     if (hex) {
         *sql_hex(hex, ml->k.key, ml->k.key_len) = '\0';
-        sql = sql_format("SELECT COALESCE((SELECT IF(waker = %lu, SLEEP(%lld / 1000), 0) FROM `%s` WHERE name = X'%s'), 0)",
+        /* 2 when it slept out (the waker still ours), 1 when the row no
+         * longer names us, 0 when there is no row. */
+        sql = sql_format("SELECT COALESCE((SELECT IF(waker = %lu, SLEEP(%lld / 1000) + 2, 1) FROM `%s` WHERE name = X'%s'), 0)",
                          thread_id, (long long)sleep_ms, w->inst->sql.table, hex);
         free(hex);
     }
@@ -624,6 +644,12 @@ static int my_wait(void *instance, struct dlock_provider_lock *lk, int64_t timeo
     struct my_instance *inst = instance;
     struct my_lock *ml = lk->priv;
     int64_t deadline = dlock_provider_now_ms() + timeout_ms; /* the join's connect counts */
+    if (ml->writers_turn && ml->line.state == MY_LINE_HEAD) {
+        /* A shared head held back only for a writer that waits behind it
+         * in the line: let the writer by, and queue again behind it. */
+        leave_line(inst, lk);
+    }
+    ml->writers_turn = false;
     if (ml->line.state == MY_LINE_OUT) {
         /* Joined here, after a busy answer (a try-once never gets here):
          * the line answers once we are at its head and the holder has let
@@ -642,12 +668,12 @@ static int my_wait(void *instance, struct dlock_provider_lock *lk, int64_t timeo
         int rc = my_line_wait(&inst->waiters, &ml->line, inst->session_mode ? NULL : &watch, timeout_ms, wake_fd,
                               inst->log_handle);
         ml->timer_look = rc == DLOCK_ETIMEDOUT;
-        return rc;
+        if (rc != DLOCK_OK || ml->line.state != MY_LINE_OUT)
+            return rc;
+        /* The request failed and took us out of the line (logged). */
+        timeout_ms = deadline - dlock_provider_now_ms();
     }
-    /* Not in the line (it could not be joined): sleep out the timeout. */
-    struct pollfd p = { .fd = wake_fd, .events = POLLIN };
-    int n = poll(&p, wake_fd >= 0 ? 1 : 0, timeout_ms > INT_MAX ? INT_MAX : (int)timeout_ms);
-    return n == 0 ? DLOCK_ETIMEDOUT : DLOCK_OK;
+    return out_of_line_wait(wake_fd, timeout_ms); /* then look, and join again */
 }
 
 static int my_release(void *instance, struct dlock_provider_lock *lk)
@@ -692,22 +718,28 @@ static void my_abandon(void *instance, struct dlock_provider_lock *lk)
 {
     struct my_instance *inst = instance;
     struct my_lock *ml = lk->priv;
-    my_line_leave(&inst->waiters, &ml->line);
-    if (!ml->writer_registered)
-        return;
-    /* Out of the way now: the readers held back for us may come in. */
-    struct my_param p[2] = { bytes(ml->k.key, ml->k.key_len), bytes(lk->owner, strlen(lk->owner)) };
-    struct my_outcome o;
-    if (my_pool_run(&inst->pool, MY_UNREGISTER_WRITER, p, 2, -1, &o) == DLOCK_OK && o.affected == 1)
-        wake_waker(inst, &o);
-    ml->writer_registered = false;
+    if (ml->writer_registered) {
+        /* Out of the way now: the readers held back for us may come in.
+         * Before leaving the line, while the waker it may take out of the
+         * row, if it is ours, still names our own waiting connection. */
+        struct my_param p[2] = { bytes(ml->k.key, ml->k.key_len), bytes(lk->owner, strlen(lk->owner)) };
+        struct my_outcome o;
+        if (my_pool_run(&inst->pool, MY_UNREGISTER_WRITER, p, 2, -1, &o) == DLOCK_OK && o.affected == 1) {
+            if (ml->line.conn && o.insert_id == ml->line.thread_id)
+                ml->line.armed = false; /* taken out already */
+            else
+                wake_waker(inst, o.insert_id);
+        }
+        ml->writer_registered = false;
+    }
+    leave_line(inst, lk);
 }
 
 static void my_lock_fini(void *instance, struct dlock_provider_lock *lk)
 {
     struct my_instance *inst = instance;
     struct my_lock *ml = lk->priv;
-    my_line_leave(&inst->waiters, &ml->line);
+    leave_line(inst, lk);
     sql_lock_key_free(&ml->k);
     memset(ml, 0, sizeof *ml);
 }
@@ -765,6 +797,40 @@ static int my_status(struct my_instance *inst, struct dlock_ctl_status *arg)
     return rc;
 }
 
+/* MY_BREAK, then the waker it took out, read on the same connection (its
+ * session's variable: the fence has LAST_INSERT_ID). Twice when the
+ * connection turns out dead, as my_pool_run does. */
+static int break_row(struct my_instance *inst, const struct sql_lock_key *k, int *broken, uint64_t *fence,
+                     uint64_t *waker)
+{
+    struct my_param p[1] = { bytes(k->key, k->key_len) };
+    int rc = DLOCK_OK;
+    for (int attempt = 0; attempt < 2; attempt++) {
+        struct my_conn *c = NULL;
+        struct my_outcome o, w = { .has_row = false };
+        if ((rc = my_pool_get(&inst->pool, &c)) != DLOCK_OK)
+            return rc;
+        rc = my_run(&inst->server, c, MY_BREAK, p, 1, -1, &o);
+        if (rc == DLOCK_OK) {
+            *broken = o.affected == 1;
+            *fence = *broken ? o.insert_id : 0;
+            /* Broken all the same if this fails: the waiter then looks
+             * when its sleep runs out. */
+            if (*broken && !inst->no_waker && my_run(&inst->server, c, MY_BREAK_WAKER, NULL, 0, -1, &w) == DLOCK_OK &&
+                w.has_row && w.ints[0] > 0)
+                *waker = (uint64_t)w.ints[0];
+        }
+        bool dead = my_conn_broken(c);
+        if (dead)
+            my_conn_close(c);
+        my_pool_put(&inst->pool, dead ? NULL : c);
+        /* Dead before the break ran: once more on a new connection. */
+        if (!(dead && rc != DLOCK_OK))
+            break;
+    }
+    return rc;
+}
+
 static int my_break(void *instance, const char *name, size_t name_len, int *broken, uint64_t *fence)
 {
     struct my_instance *inst = instance;
@@ -775,18 +841,10 @@ static int my_break(void *instance, const char *name, size_t name_len, int *brok
     int rc = sql_lock_key_init(&k, inst->prefix, name, name_len);
     if (rc != DLOCK_OK)
         return rc;
-    struct my_param p[1] = { bytes(k.key, k.key_len) };
-    struct my_outcome o;
-    rc = my_pool_run(&inst->pool, MY_BREAK, p, 1, -1, &o);
-    if (rc == DLOCK_OK) {
-        *broken = o.affected == 1;
-        *fence = *broken ? o.insert_id : 0;
-    }
-    /* The fence took LAST_INSERT_ID, so the waker comes out on its own. */
-    struct my_outcome w;
-    if (rc == DLOCK_OK && *broken && !inst->no_waker && my_pool_run(&inst->pool, MY_TAKE_WAKER, p, 1, -1, &w) == DLOCK_OK &&
-        w.affected == 1)
-        wake_waker(inst, &w);
+    uint64_t waker = 0;
+    rc = break_row(inst, &k, broken, fence, &waker);
+    if (rc == DLOCK_OK && *broken)
+        wake_waker(inst, waker);
     sql_lock_key_free(&k);
     return rc;
 }

@@ -36,6 +36,7 @@
 #include "config.h"
 
 #include "../common/lock_kind.h"
+#include "../common/out_of_line.h"
 #include "../common/sql_text.h"
 #include "pg_conn.h"
 #include "pg_line.h"
@@ -649,15 +650,14 @@ static int pg_wait(void *instance, struct dlock_provider_lock *lk, int64_t timeo
     if (pl->line.state != PG_LINE_OUT) {
         int rc = pg_line_wait(&inst->listeners, &pl->line, timeout_ms, wake_fd, inst->log_handle, inst->server.label);
         pl->timer_look = rc == DLOCK_ETIMEDOUT;
-        return rc;
+        if (rc != DLOCK_OK || pl->line.state != PG_LINE_OUT || !waits_in_line(lk))
+            return rc;
+        /* The request failed and took us out of the line (logged): not at
+         * once again, which would spin while the failure lasts. */
+        return out_of_line_wait(wake_fd, deadline - dlock_provider_now_ms());
     }
-    if (!pl->listener) {
-        /* No listener or line (it could not be set up): sleep out the timeout,
-         * which the core bounds by the holder's lease and its backoff. */
-        struct pollfd p = { .fd = wake_fd, .events = POLLIN };
-        int n = poll(&p, 1, timeout_ms > INT_MAX ? INT_MAX : (int)timeout_ms);
-        return n == 0 ? DLOCK_ETIMEDOUT : DLOCK_OK;
-    }
+    if (!pl->listener) /* no listener or line (it could not be set up): look again soon */
+        return out_of_line_wait(wake_fd, timeout_ms);
     for (;;) {
         PGnotify *n = PQnotifies(pl->listener);
         if (n) {

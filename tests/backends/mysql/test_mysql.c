@@ -17,6 +17,7 @@
 #include "../../support/fence_guard_case.h"
 #include "../../support/downgrade_case.h"
 #include "../../support/stopped_holder.h"
+#include "../../support/waiters.h"
 
 #include <dlock.h>
 #include <mysql.h>
@@ -173,36 +174,6 @@ static void busy_answer_carries_the_holders_remaining_lease(void **state)
     dlock_lock_free(lb);
     dlock_client_close(a);
     dlock_client_close(b);
-}
-
-/* A waiter's acquire on its own thread: when it was granted, or why not;
- * a grant is released at once (by the thread that holds it). */
-struct waiter {
-    dlock_lock *lock;
-    int rc;
-    int64_t granted_at;
-};
-
-static void *wait_for_it(void *arg)
-{
-    struct waiter *w = arg;
-    w->rc = dlock_acquire(w->lock, 20000);
-    w->granted_at = now_ms();
-    if (w->rc == DLOCK_OK)
-        w->rc = dlock_release(w->lock);
-    return NULL;
-}
-
-/* Starts w on its own thread and returns once its first answer was busy
- * and it has had time to arm the row. */
-static void start_waiter(struct waiter *w, pthread_t *t, dlock_client *c)
-{
-    w->rc = -1;
-    assert_int_equal(pthread_create(t, NULL, wait_for_it, w), 0);
-    int64_t t0 = now_ms();
-    while (test_client_metric(c, "dlock_busy_total") < 1 && now_ms() - t0 < 5000)
-        sleep_ms(5);
-    sleep_ms(slack_ms(200));
 }
 
 static const char *waker_of(const char *name)
@@ -404,6 +375,100 @@ static void fair_mode_keeps_a_newcomer_behind_the_line(void **state)
     dlock_lock_free(la);
     dlock_client_close(n);
     dlock_client_close(a);
+}
+
+/* A reader at the head of the line that is refused only because a writer
+ * registered (the writer waits behind it in the line) lets the writer by:
+ * at the holder's release the writer is granted, then the reader, both at
+ * once, not when the holder's 30 s lease would have run out. */
+static void a_reader_at_the_head_lets_a_waiting_writer_by(void **state)
+{
+    (void)state;
+    char text[2048];
+    write_config(text, sizeof text, 30000, 4000, "");
+    dlock_client *e = test_client_open(text), *r = test_client_open(text), *x = test_client_open(text);
+    dlock_lock *le = test_lock_named(e, "writer-by");
+    struct waiter wr = { test_lock_of_kind(r, "writer-by", DLOCK_MODE_SHARED, 0), -1, 0 };
+    struct waiter wx = { test_lock_named(x, "writer-by"), -1, 0 };
+    assert_int_equal(dlock_acquire(le, 0), DLOCK_OK);
+    pthread_t tr, tx;
+    start_waiter(&wr, &tr, r); /* the head */
+    start_waiter(&wx, &tx, x); /* registered as a writer, behind the reader */
+    int64_t t0 = now_ms();
+    assert_int_equal(dlock_release(le), DLOCK_OK);
+    pthread_join(tx, NULL);
+    pthread_join(tr, NULL);
+    assert_int_equal(wx.rc, DLOCK_OK);
+    assert_int_equal(wr.rc, DLOCK_OK);
+    if (wx.granted_at - t0 > slack_ms(1000) || wr.granted_at - t0 > slack_ms(1500))
+        fail_msg("writer granted after %lld ms, reader after %lld ms", (long long)(wx.granted_at - t0),
+                 (long long)(wr.granted_at - t0));
+    assert_true(wx.granted_at <= wr.granted_at);
+    dlock_lock_free(wx.lock);
+    dlock_lock_free(wr.lock);
+    dlock_lock_free(le);
+    dlock_client_close(e);
+    dlock_client_close(r);
+    dlock_client_close(x);
+}
+
+/* See more_waiters_than_waiting_connections. */
+static void waiters_beyond_the_waiting_connections_still_come_in_soon(void **state)
+{
+    (void)state;
+    char text[2048];
+    write_config(text, sizeof text, 30000, 4000, "pool_size = 4;");
+    more_waiters_than_waiting_connections(text);
+}
+
+/* A head that gives up while armed takes its connection's id out of the
+ * row: left there, a later release would KILL QUERY whatever that pooled
+ * connection runs next. */
+static void a_waiter_that_gives_up_leaves_no_waker(void **state)
+{
+    (void)state;
+    char text[2048];
+    write_config(text, sizeof text, 30000, 4000, "");
+    dlock_client *a = test_client_open(text), *b = test_client_open(text);
+    dlock_lock *la = test_lock_named(a, "gave-up");
+    dlock_lock *lb = test_lock_of_kind(b, "gave-up", DLOCK_MODE_SHARED, 0);
+    assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
+    assert_int_equal(dlock_acquire(lb, 500), DLOCK_ETIMEDOUT);
+    assert_string_equal(waker_of("gave-up"), "0");
+    assert_int_equal(dlock_release(la), DLOCK_OK);
+    dlock_lock_free(lb);
+    dlock_lock_free(la);
+    dlock_client_close(a);
+    dlock_client_close(b);
+}
+
+/* A server-wide statement time limit (MariaDB's max_statement_time, 1 s
+ * here) does not cut the waits short: the waiter's connections lift it, so
+ * a 2.5 s wait is one busy answer and one grant. */
+static void a_statement_time_limit_does_not_cut_waits_short(void **state)
+{
+    (void)state;
+    admin("SET GLOBAL max_statement_time = 1");
+    char text[2048];
+    write_config(text, sizeof text, 30000, 4000, "");
+    dlock_client *a = test_client_open(text), *b = test_client_open(text);
+    dlock_lock *la = test_lock_named(a, "time-limit");
+    struct waiter w = { test_lock_named(b, "time-limit"), -1, 0 };
+    assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
+    pthread_t t;
+    start_waiter(&w, &t, b);
+    sleep_ms(2500);
+    long long during = test_client_metric(b, "dlock_acquire_attempts_total");
+    assert_int_equal(dlock_release(la), DLOCK_OK);
+    pthread_join(t, NULL);
+    admin("SET GLOBAL max_statement_time = 0");
+    assert_int_equal(w.rc, DLOCK_OK);
+    assert_int_equal(during, 1);
+    assert_int_equal(test_client_metric(b, "dlock_acquire_attempts_total"), 2);
+    dlock_lock_free(w.lock);
+    dlock_lock_free(la);
+    dlock_client_close(a);
+    dlock_client_close(b);
 }
 
 static void lease_hold_survives_a_killed_connection(void **state)
@@ -834,6 +899,10 @@ int main(void)
         cmocka_unit_test(readers_and_permits_are_woken_by_what_frees_them),
         cmocka_unit_test(a_waiter_outlives_a_holder_that_stopped),
         cmocka_unit_test(fair_mode_keeps_a_newcomer_behind_the_line),
+        cmocka_unit_test(a_reader_at_the_head_lets_a_waiting_writer_by),
+        cmocka_unit_test(waiters_beyond_the_waiting_connections_still_come_in_soon),
+        cmocka_unit_test(a_waiter_that_gives_up_leaves_no_waker),
+        cmocka_unit_test(a_statement_time_limit_does_not_cut_waits_short),
         cmocka_unit_test(lease_hold_survives_a_killed_connection),
         cmocka_unit_test(session_hold_is_lost_with_its_connection),
         cmocka_unit_test(session_wait_timeout_bounds_an_idle_hold),

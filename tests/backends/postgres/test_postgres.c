@@ -17,6 +17,7 @@
 #include "../../support/fence_guard_case.h"
 #include "../../support/downgrade_case.h"
 #include "../../support/stopped_holder.h"
+#include "../../support/waiters.h"
 
 #include <dlock.h>
 #include <libpq-fe.h>
@@ -423,6 +424,15 @@ static void a_waiter_keeps_its_place_past_the_command_timeout(void **state)
     dlock_client_close(a);
 }
 
+/* See more_waiters_than_waiting_connections. */
+static void waiters_beyond_the_waiting_connections_still_come_in_soon(void **state)
+{
+    (void)state;
+    char text[2048];
+    write_config(text, sizeof text, 30000, 4000, "pool_size = 4;");
+    more_waiters_than_waiting_connections(text);
+}
+
 /* Fair mode: a head of the line that hangs while it holds (SIGSTOP: its
  * lease runs out on the server, its session and gate stay) does not stop
  * the line for good: the fair waiter behind it looks when its wait runs
@@ -680,6 +690,7 @@ int main(void)
         cmocka_unit_test(fair_mode_is_for_exclusive_holds_and_permits),
         cmocka_unit_test(a_waiter_keeps_its_place_past_the_command_timeout),
         cmocka_unit_test(a_fair_waiter_behind_a_hung_holder_gets_the_expired_lock),
+        cmocka_unit_test(waiters_beyond_the_waiting_connections_still_come_in_soon),
         cmocka_unit_test(lease_hold_survives_a_terminated_connection),
         cmocka_unit_test(session_hold_is_lost_with_its_session),
         cmocka_unit_test(lease_holds_renew_in_batches),

@@ -1,0 +1,85 @@
+/* tests/support/waiters.h - waiters on threads of their own, for the cases
+ * that count when and how often a release lets them in. */
+#ifndef DLOCK_TEST_WAITERS_H
+#define DLOCK_TEST_WAITERS_H
+
+#include "test_client.h"
+#include "test_time.h"
+
+#include <dlock.h>
+#include <pthread.h>
+#include <stdio.h>
+
+/* A waiter's acquire on its own thread: when it was granted, or why not;
+ * a grant is released at once (by the thread that holds it). */
+struct waiter {
+    dlock_lock *lock;
+    int rc;
+    int64_t granted_at;
+};
+
+static inline void *wait_for_it(void *arg)
+{
+    struct waiter *w = arg;
+    w->rc = dlock_acquire(w->lock, 20000);
+    w->granted_at = now_ms();
+    if (w->rc == DLOCK_OK)
+        w->rc = dlock_release(w->lock);
+    return NULL;
+}
+
+/* Starts w on its own thread and returns once its client c counted a busy
+ * answer (c's first) and the waiter had time to settle in its wait. */
+static inline void start_waiter(struct waiter *w, pthread_t *t, dlock_client *c)
+{
+    w->rc = -1;
+    long long busy = test_client_metric(c, "dlock_busy_total");
+    assert_int_equal(pthread_create(t, NULL, wait_for_it, w), 0);
+    int64_t t0 = now_ms();
+    while (test_client_metric(c, "dlock_busy_total") <= busy && now_ms() - t0 < 5000)
+        sleep_ms(5);
+    sleep_ms(slack_ms(200));
+}
+
+/* More waiting locks in one client (config: a long lease, say 30 s) than
+ * it has waiting connections (64): those left out of the line look again
+ * soon, and every waiter is granted at once after the releases, not when
+ * the holder's lease would have run out. */
+static inline void more_waiters_than_waiting_connections(const char *config)
+{
+    enum { N = 66 };
+    dlock_client *h = test_client_open(config), *w = test_client_open(config);
+    static dlock_lock *held[N];
+    static struct waiter waiters[N];
+    static pthread_t t[N];
+    for (int i = 0; i < N; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "many-waiters-%d", i);
+        held[i] = test_lock_named(h, name);
+        assert_int_equal(dlock_acquire(held[i], 0), DLOCK_OK);
+        waiters[i] = (struct waiter){ test_lock_named(w, name), -1, 0 };
+        assert_int_equal(pthread_create(&t[i], NULL, wait_for_it, &waiters[i]), 0);
+    }
+    int64_t t0 = now_ms();
+    while (test_client_metric(w, "dlock_busy_total") < N && now_ms() - t0 < 10000)
+        sleep_ms(20);
+    sleep_ms(slack_ms(300));
+    t0 = now_ms();
+    for (int i = 0; i < N; i++)
+        assert_int_equal(dlock_release(held[i]), DLOCK_OK);
+    int64_t last = 0;
+    for (int i = 0; i < N; i++) {
+        pthread_join(t[i], NULL);
+        assert_int_equal(waiters[i].rc, DLOCK_OK);
+        if (waiters[i].granted_at - t0 > last)
+            last = waiters[i].granted_at - t0;
+        dlock_lock_free(waiters[i].lock);
+        dlock_lock_free(held[i]);
+    }
+    if (last > slack_ms(2000))
+        fail_msg("the last of %d waiters was granted %lld ms after the releases", N, (long long)last);
+    dlock_client_close(h);
+    dlock_client_close(w);
+}
+
+#endif
