@@ -816,7 +816,7 @@ static int redis_wait(void *instance, struct dlock_provider_lock *lk, int64_t ti
     struct redis_lock *rl = lk->priv;
     /* Not subscribed (the subscriber is down): the timeout is the holder's
      * TTL, or retry_cap_ms, and the core retries after it. */
-    return redis_subscriber_wait(rl->notify_fd - 1, wake_fd, timeout_ms, "redis");
+    return redis_subscriber_wait(rl->notify_fd - 1, wake_fd, timeout_ms, "redis", NULL);
 }
 
 static void redis_abandon(void *instance, struct dlock_provider_lock *lk)

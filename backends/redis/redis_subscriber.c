@@ -375,16 +375,18 @@ void redis_subscriber_remove(struct redis_subscriber *sub, const char *channel, 
     pthread_mutex_unlock(&sub->mu);
 }
 
-int redis_subscriber_wait(int notify_fd, int wake_fd, int64_t timeout_ms, const char *who)
+int redis_subscriber_wait(int notify_fd, int wake_fd, int64_t timeout_ms, const char *who, uint64_t *messages)
 {
+    if (messages)
+        *messages = 0;
     struct pollfd p[2] = { { .fd = wake_fd, .events = POLLIN }, { .fd = notify_fd, .events = POLLIN } };
     int n = poll(p, notify_fd >= 0 ? 2 : 1, timeout_ms > INT_MAX ? INT_MAX : (int)timeout_ms);
     if (n < 0 && errno != EINTR)
         return dlock_seterr(DLOCK_EUNAVAILABLE, "%s: poll failed: %s", who, strerror(errno));
     if (n > 0 && notify_fd >= 0 && (p[1].revents & POLLIN)) {
-        uint64_t v;
-        ssize_t ignored = read(notify_fd, &v, sizeof v);
-        (void)ignored;
+        uint64_t v = 0;
+        if (read(notify_fd, &v, sizeof v) == (ssize_t)sizeof v && messages)
+            *messages = v; /* an eventfd: the signals since the last read, added up */
     }
     return n == 0 ? DLOCK_ETIMEDOUT : DLOCK_OK;
 }

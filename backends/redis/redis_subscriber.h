@@ -29,9 +29,11 @@ void redis_subscriber_remove(struct redis_subscriber *sub, const char *channel, 
 
 /* A provider's wait on a subscription: blocks until notify_fd (as given to
  * redis_subscriber_add; -1 when not subscribed) is signalled, wake_fd
- * becomes readable or timeout_ms passes. Consumes the signal it woke on.
- * DLOCK_OK, DLOCK_ETIMEDOUT, or DLOCK_EUNAVAILABLE when poll fails (who
- * names the backend in the message). */
-int redis_subscriber_wait(int notify_fd, int wake_fd, int64_t timeout_ms, const char *who);
+ * becomes readable or timeout_ms passes. Consumes the signals it woke on
+ * and, when messages is not NULL, stores how many there were (0 when it
+ * woke for wake_fd or the timeout). DLOCK_OK, DLOCK_ETIMEDOUT, or
+ * DLOCK_EUNAVAILABLE when poll fails (who names the backend in the
+ * message). */
+int redis_subscriber_wait(int notify_fd, int wake_fd, int64_t timeout_ms, const char *who, uint64_t *messages);
 
 #endif

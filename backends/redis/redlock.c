@@ -310,11 +310,41 @@ static void drain_notifications(struct redlock_lock *rl)
             ;
 }
 
+/* How long a waiter woken by fewer than a majority of masters' release
+ * messages waits for the rest before it tries anyway, in ms. */
+#define GATHER_MS 5
+
+/* A release reaches the masters one by one, and each publishes on its own:
+ * trying at the first message finds the others still held, a failed
+ * attempt that is undone on every master, and another wait (about one per
+ * master, six attempts per grant). So the waiter gathers messages until a
+ * majority's have come, or GATHER_MS after the first: a master whose queue
+ * has another waiter first, or whose subscriber is down, sends none. */
 static int redlock_wait(void *instance, struct dlock_provider_lock *lk, int64_t timeout_ms, int wake_fd)
 {
-    (void)instance;
+    struct redlock_instance *inst = instance;
     struct redlock_lock *rl = lk->priv;
-    return redis_subscriber_wait(rl->notify_fd - 1, wake_fd, timeout_ms, "redlock");
+    int64_t deadline = dlock_provider_now_ms() + timeout_ms;
+    uint64_t got = 0;
+    int rc = redis_subscriber_wait(rl->notify_fd - 1, wake_fd, timeout_ms, "redlock", &got);
+    if (rc != DLOCK_OK || got == 0)
+        return rc; /* the timeout, or wake_fd: the core looks at it now */
+    int64_t until = dlock_provider_now_ms() + GATHER_MS;
+    if (until > deadline)
+        until = deadline;
+    while (got < (uint64_t)inst->quorum) {
+        int64_t left = until - dlock_provider_now_ms();
+        uint64_t more = 0;
+        if (left <= 0)
+            break;
+        rc = redis_subscriber_wait(rl->notify_fd - 1, wake_fd, left, "redlock", &more);
+        if (rc == DLOCK_ETIMEDOUT)
+            break;
+        if (rc != DLOCK_OK || more == 0)
+            return rc; /* poll failed, or wake_fd */
+        got += more;
+    }
+    return DLOCK_OK;
 }
 
 static int try_acquire(struct redlock_instance *inst, struct dlock_provider_lock *lk, struct dlock_grant *g);

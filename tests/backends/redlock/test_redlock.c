@@ -166,6 +166,36 @@ static void *wait_for_it(void *arg)
     return NULL;
 }
 
+/* A on client *a holds name (lease 30 s); B on client *b waits for it on
+ * thread *t (retry cap 10 s), settled in its wait after 300 ms. */
+struct held_and_waited {
+    dlock_client *a, *b;
+    dlock_lock *la;
+    struct waiter w;
+    pthread_t t;
+};
+
+static void hold_and_wait(struct held_and_waited *h, const char *name)
+{
+    char text[1024];
+    write_config(text, sizeof text, 30000, 10000);
+    h->a = test_client_open(text);
+    h->b = test_client_open(text);
+    h->la = test_lock_named(h->a, name);
+    assert_int_equal(dlock_acquire(h->la, 0), DLOCK_OK);
+    h->w = (struct waiter){ test_lock_named(h->b, name), 99, 0, 0 };
+    pthread_create(&h->t, NULL, wait_for_it, &h->w);
+    sleep_ms(300);
+}
+
+static void hold_and_wait_end(struct held_and_waited *h)
+{
+    dlock_lock_free(h->la);
+    dlock_lock_free(h->w.lock);
+    dlock_client_close(h->a);
+    dlock_client_close(h->b);
+}
+
 /* A 10 s retry cap and a 30 s lease: only a release message explains a
  * hand-off within 50 ms, with `down` masters killed first (their wake-ups
  * are lost, the others' are not). */
@@ -173,28 +203,17 @@ static void release_wakes_the_waiter(int down)
 {
     for (int i = 0; i < down; i++)
         test_redis_kill(&masters[i], 1);
-    char text[1024];
-    write_config(text, sizeof text, 30000, 10000);
-    dlock_client *a = test_client_open(text), *b = test_client_open(text);
-    dlock_lock *la = test_lock_named(a, "wake"), *lb = test_lock_named(b, "wake");
-    assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
-    static struct waiter w;
-    w = (struct waiter){ lb, 99, 0, 0 };
-    pthread_t t;
-    pthread_create(&t, NULL, wait_for_it, &w);
-    sleep_ms(300);
+    static struct held_and_waited h;
+    hold_and_wait(&h, "wake");
     int64_t released_at = now_ms();
-    assert_int_equal(dlock_release(la), DLOCK_OK);
-    pthread_join(t, NULL);
-    assert_int_equal(w.rc, DLOCK_OK);
-    if (w.granted_at - released_at > 50)
-        fail_msg("granted %lld ms after the release", (long long)(w.granted_at - released_at));
+    assert_int_equal(dlock_release(h.la), DLOCK_OK);
+    pthread_join(h.t, NULL);
+    assert_int_equal(h.w.rc, DLOCK_OK);
+    if (h.w.granted_at - released_at > 50)
+        fail_msg("granted %lld ms after the release", (long long)(h.w.granted_at - released_at));
     /* busy, busy again after subscribing, granted after the message */
-    assert_true(test_client_metric(b, "dlock_acquire_attempts_total") <= 3);
-    dlock_lock_free(la);
-    dlock_lock_free(lb);
-    dlock_client_close(a);
-    dlock_client_close(b);
+    assert_true(test_client_metric(h.b, "dlock_acquire_attempts_total") <= 3);
+    hold_and_wait_end(&h);
     for (int i = 0; i < down; i++)
         restart(i);
 }
@@ -209,6 +228,34 @@ static void a_release_wakes_the_waiter_with_two_masters_down(void **state)
 {
     (void)state;
     release_wakes_the_waiter(2);
+}
+
+/* A waiter gathers the masters' release messages until a majority's have
+ * come, but one master's message alone still makes it try, soon: its other
+ * masters may have other waiters first in their queues. Here one master
+ * publishes to the waiter while the lock stays held: the waiter tries
+ * again within a few ms, not at its retry hint (2.5 s). */
+static void one_masters_message_alone_still_makes_the_waiter_try(void **state)
+{
+    (void)state;
+    static struct held_and_waited h;
+    hold_and_wait(&h, "one-message");
+    long long before = test_client_metric(h.b, "dlock_acquire_attempts_total");
+    redisReply *ch = test_redis_cmd(&masters[0], "PUBSUB CHANNELS *");
+    assert_int_equal(ch->type, REDIS_REPLY_ARRAY);
+    assert_int_equal(ch->elements, 1); /* the waiter's own channel */
+    freeReplyObject(test_redis_cmd(&masters[0], "PUBLISH %s released", ch->element[0]->str));
+    freeReplyObject(ch);
+    int64_t t0 = now_ms();
+    while (test_client_metric(h.b, "dlock_acquire_attempts_total") == before && now_ms() - t0 < 2000)
+        sleep_ms(1);
+    int64_t took = now_ms() - t0;
+    assert_int_equal(dlock_release(h.la), DLOCK_OK);
+    pthread_join(h.t, NULL);
+    assert_int_equal(h.w.rc, DLOCK_OK);
+    if (took > slack_ms(500))
+        fail_msg("the waiter tried %lld ms after one master's message", (long long)took);
+    hold_and_wait_end(&h);
 }
 
 /* A waiter that was granted leaves the masters' queues: otherwise it stays
@@ -527,6 +574,7 @@ int main(void)
         cmocka_unit_test_setup(a_release_wakes_the_waiter_at_once, before_each),
         cmocka_unit_test_setup(a_release_wakes_the_waiter_with_two_masters_down, before_each),
         cmocka_unit_test_setup(a_granted_waiter_leaves_the_queues, before_each),
+        cmocka_unit_test_setup(one_masters_message_alone_still_makes_the_waiter_try, before_each),
     };
     failed += cmocka_run_group_tests_name("redlock", tests, NULL, NULL);
     for (int i = 0; i < MASTERS; i++)
