@@ -52,6 +52,7 @@ static int get(struct conn_pool *pool, void **out, bool *was_idle, bool wait)
         *was_idle = false;
     int64_t now = dlock_provider_now_ms();
     if (now < pool->retry_at_ms) {
+        *out = NULL;
         int rc = dlock_seterr(DLOCK_EUNAVAILABLE, "%s (next attempt in %lld ms)", pool->last_error,
                               (long long)(pool->retry_at_ms - now));
         pthread_mutex_unlock(&pool->mu);

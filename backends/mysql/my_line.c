@@ -34,15 +34,15 @@ static void drop(struct my_pool *pool, struct my_line *l, bool in_flight)
 {
     if (!l->conn)
         return;
-    if (in_flight && l->thread_id && l->ctl) {
-        struct my_conn *k = NULL;
-        if (my_pool_get(l->ctl, &k) == DLOCK_OK && k) {
-            char sql[48];
-            snprintf(sql, sizeof sql, "KILL %lu", l->thread_id);
-            if (mysql_query(k->db, sql) != 0 && mysql_errno(k->db) >= 2000) {
-                my_conn_close(k); /* the client's own error: the connection is gone */
-                k = NULL;
-            }
+    struct my_conn *k = NULL;
+    /* Put back only when one was had: a failed get took no place in the
+     * pool's count. */
+    if (in_flight && l->thread_id && l->ctl && my_pool_get(l->ctl, &k) == DLOCK_OK && k) {
+        char sql[48];
+        snprintf(sql, sizeof sql, "KILL %lu", l->thread_id);
+        if (mysql_query(k->db, sql) != 0 && mysql_errno(k->db) >= 2000) {
+            my_conn_close(k); /* the client's own error: the connection is gone */
+            k = NULL;
         }
         my_pool_put(l->ctl, k);
     }
@@ -80,39 +80,11 @@ static void ask_for_gate(struct my_line *l, char *sql, size_t size, const char *
     snprintf(sql, size, "SELECT GET_LOCK('%s', %s)", gate, timeout);
 }
 
-int my_line_join(struct my_pool *pool, struct my_pool *ctl, struct my_line *l, const char *name)
+/* A waiting connection for l, out of the line until now: DLOCK_EBUSY when
+ * every one of pool is in use. */
+static int take_conn(struct my_pool *pool, struct my_pool *ctl, struct my_line *l, const char *name)
 {
-    /* Twice: an idle connection of the pool may have been closed by the
-     * server (wait_timeout) since it was last used. */
-    for (int attempt = 0;; attempt++) {
-        if (!l->conn) {
-            int rc = my_pool_try_get(pool, &l->conn);
-            if (rc != DLOCK_OK) {
-                l->conn = NULL;
-                return rc;
-            }
-        }
-        l->ctl = ctl;
-        snprintf(l->name, sizeof l->name, "%s", name);
-        l->thread_id = mysql_thread_id(l->conn->db);
-        l->armed = false;
-        l->reasks = 0;
-        char sql[96];
-        ask_for_gate(l, sql, sizeof sql, FOREVER_S);
-        if (lift_statement_time(l) && send_text(l, sql)) {
-            l->state = MY_LINE_ASKED;
-            return DLOCK_OK;
-        }
-        int rc = dlock_seterr(DLOCK_EUNAVAILABLE, "%s: cannot join the line of waiters: %s", pool->server->label,
-                              mysql_error(l->conn->db));
-        drop(pool, l, false);
-        if (attempt == 1)
-            return rc;
-    }
-}
-
-int my_line_enter(struct my_pool *pool, struct my_pool *ctl, struct my_line *l, const char *name)
-{
+    memset(l, 0, sizeof *l);
     int rc = my_pool_try_get(pool, &l->conn);
     if (rc != DLOCK_OK) {
         l->conn = NULL;
@@ -121,25 +93,61 @@ int my_line_enter(struct my_pool *pool, struct my_pool *ctl, struct my_line *l, 
     l->ctl = ctl;
     snprintf(l->name, sizeof l->name, "%s", name);
     l->thread_id = mysql_thread_id(l->conn->db);
-    l->armed = false;
-    l->reasks = 0;
-    char sql[96];
-    ask_for_gate(l, sql, sizeof sql, "0");
-    MYSQL_RES *res = NULL;
-    /* The connection may have been closed by the server while idle in the
-     * pool; a dead one is dropped and the join makes a new one. */
-    if (!lift_statement_time(l) || mysql_query(l->conn->db, sql) != 0 || !(res = mysql_store_result(l->conn->db))) {
+    return DLOCK_OK;
+}
+
+int my_line_join(struct my_pool *pool, struct my_pool *ctl, struct my_line *l, const char *name)
+{
+    /* Twice: an idle connection of the pool may have been closed by the
+     * server (wait_timeout) since it was last used. */
+    for (int attempt = 0;; attempt++) {
+        int rc = take_conn(pool, ctl, l, name);
+        if (rc != DLOCK_OK)
+            return rc;
+        char sql[96];
+        ask_for_gate(l, sql, sizeof sql, FOREVER_S);
+        if (lift_statement_time(l) && send_text(l, sql)) {
+            l->state = MY_LINE_ASKED;
+            return DLOCK_OK;
+        }
+        rc = dlock_seterr(DLOCK_EUNAVAILABLE, "%s: cannot join the line of waiters: %s", pool->server->label,
+                              mysql_error(l->conn->db));
         drop(pool, l, false);
-        return my_line_join(pool, ctl, l, name);
+        if (attempt == 1)
+            return rc;
     }
-    MYSQL_ROW row = mysql_fetch_row(res);
-    bool head = row && row[0] && strcmp(row[0], "1") == 0;
-    mysql_free_result(res);
-    if (head) {
-        l->state = MY_LINE_HEAD;
-        return DLOCK_OK;
+}
+
+int my_line_enter(struct my_pool *pool, struct my_pool *ctl, struct my_line *l, const char *name, bool *head)
+{
+    *head = false;
+    /* Twice: an idle connection of the pool may have been closed by the
+     * server (wait_timeout) since it was last used. */
+    for (int attempt = 0;; attempt++) {
+        int rc = take_conn(pool, ctl, l, name);
+        if (rc != DLOCK_OK)
+            return rc;
+        char sql[96];
+        ask_for_gate(l, sql, sizeof sql, "0");
+        MYSQL_RES *res = NULL;
+        if (lift_statement_time(l) && mysql_query(l->conn->db, sql) == 0 && (res = mysql_store_result(l->conn->db))) {
+            MYSQL_ROW row = mysql_fetch_row(res);
+            *head = row && row[0] && strcmp(row[0], "1") == 0;
+            mysql_free_result(res);
+            if (*head) {
+                l->state = MY_LINE_HEAD;
+                return DLOCK_OK;
+            }
+            my_pool_put(pool, l->conn); /* others are in the line */
+            memset(l, 0, sizeof *l);
+            return DLOCK_OK;
+        }
+        rc = dlock_seterr(DLOCK_EUNAVAILABLE, "%s: cannot enter the line of waiters: %s", pool->server->label,
+                          mysql_error(l->conn->db));
+        drop(pool, l, false);
+        if (attempt == 1)
+            return rc;
     }
-    return my_line_join(pool, ctl, l, name); /* on this connection */
 }
 
 /* Reads the answer to the request in flight, which has arrived: its first
@@ -162,6 +170,10 @@ static long long read_answer(struct my_line *l, char *err, size_t size)
     mysql_free_result(res);
     return v;
 }
+
+/* MySQL's ER_QUERY_TIMEOUT (max_execution_time), which MariaDB's headers
+ * do not name. */
+#define MY_ER_QUERY_TIMEOUT 3024
 
 /* What sending the watch came to. */
 enum watch_sent { WATCH_SENT, WATCH_LOOK, WATCH_FAILED };
@@ -235,7 +247,7 @@ int my_line_wait(struct my_pool *pool, struct my_line *l, const struct my_line_w
          * the gate instead (GET_LOCK then answers NULL, or the error), as
          * may a statement time limit we could not lift: the gate is then
          * asked for again, a few times in a row at most. */
-        bool cut_off = e == ER_QUERY_INTERRUPTED || e == ER_STATEMENT_TIMEOUT;
+        bool cut_off = e == ER_QUERY_INTERRUPTED || e == ER_STATEMENT_TIMEOUT || e == MY_ER_QUERY_TIMEOUT;
         if ((cut_off || v == -1) && l->state == MY_LINE_ASKED && l->reasks < 3) {
             char sql[96];
             ask_for_gate(l, sql, sizeof sql, FOREVER_S);
@@ -244,8 +256,10 @@ int my_line_wait(struct my_pool *pool, struct my_line *l, const struct my_line_w
                 continue;
         }
         if (cut_off && l->state == MY_LINE_WATCHING) {
-            l->state = MY_LINE_HEAD; /* woken by the release (which took the waker): look */
-            l->armed = e == ER_STATEMENT_TIMEOUT;
+            /* Woken by the release, which took the waker; or by a late KILL
+             * meant for an earlier use of this connection, or a time limit,
+             * which did not: disarming stays due (it checks the id). */
+            l->state = MY_LINE_HEAD;
             return DLOCK_OK;
         }
         if (v < 0) { /* an error, or NULL: GET_LOCK's own error */

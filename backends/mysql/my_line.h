@@ -68,11 +68,14 @@ struct my_line_watch {
  * with the detail set (the caller then waits by polling). */
 int my_line_join(struct my_pool *pool, struct my_pool *ctl, struct my_line *l, const char *name);
 
-/* Fair mode: enters the line before the first look. Takes the gate at
- * once when nobody is in the line (MY_LINE_HEAD: the caller looks), else
- * joins it as my_line_join does (MY_LINE_ASKED: not our turn to look).
- * DLOCK_OK, or a failure with the detail set (out of the line). */
-int my_line_enter(struct my_pool *pool, struct my_pool *ctl, struct my_line *l, const char *name);
+/* Fair mode: before the first look, takes the gate when nobody is in the
+ * line (*head true, MY_LINE_HEAD: the caller looks). When others are,
+ * *head is false and the line is left as it was (MY_LINE_OUT, the
+ * connection back in pool): not our turn to look, and the caller joins
+ * the line when it waits, which a try-once never does. A connection found
+ * dead is replaced once. DLOCK_OK, or a failure with the detail set
+ * (DLOCK_EBUSY: every waiting connection is in use). */
+int my_line_enter(struct my_pool *pool, struct my_pool *ctl, struct my_line *l, const char *name, bool *head);
 
 /* Blocks until the holder let go while we are at the head (DLOCK_OK: the
  * caller looks), wake_fd is readable (DLOCK_OK), or timeout_ms passes

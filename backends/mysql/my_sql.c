@@ -16,7 +16,9 @@
  *
  * Shared holds and permits live in the same row, as in the postgres
  * backend: owner is the kind ("~s", "~p<N>"), expires_at the latest
- * holder's expiry, holders a JSON object of owner -> expiry in ms. Their
+ * holder's expiry, holders a JSON object of owner -> expiry in ms. A
+ * permit request that finds none free is told the earliest holder's
+ * expiry, when the first permit comes free if nobody lets go. Their
  * acquire is one UPDATE of the row (made first if missing) that decides
  * once, into @dlock_take, from the row InnoDB has locked for the update,
  * and every later assignment follows that decision. A writer kept waiting,
@@ -55,6 +57,9 @@
 /* The server's clock, UTC (the session's time_zone is +00:00), in ms. */
 #define NOW_MS "CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)"
 #define FREE_OR_EXPIRED "(owner IS NULL OR expires_at < " NOW_MS ")"
+/* Free or expired for MY_LATE_MS already (a release leaves expires_at at
+ * the time it ran): a live head of the line would have taken it by then. */
+#define FREE_FOR_LONG "(" FREE_OR_EXPIRED " AND expires_at < " NOW_MS " - " MY_LATE_MS ")"
 /* The holders of the row as (j.k), with their expiry HOLDER_EXPIRY. */
 #define HOLDER_KEYS "JSON_TABLE(JSON_KEYS(COALESCE(holders, '{}')), '$[*]' COLUMNS (k VARCHAR(100) PATH '$')) AS j"
 #define HOLDER_EXPIRY "JSON_EXTRACT(holders, CONCAT('$.\"', j.k, '\"'))"
@@ -68,6 +73,24 @@
     "      AND (SELECT COUNT(*) FROM " HOLDER_KEYS "\n" \
     "           WHERE owner = ? AND j.k <> ? AND " HOLDER_EXPIRY " > " NOW_MS ") < IF(? = 0, 4294967296, ?)\n" \
     "      AND (? <> 0 OR writer IS NULL OR writer = ? OR writer_until < " NOW_MS " OR writer_fence <> fence)"
+
+/* The exclusive acquire (see the top of this file), granting when the
+ * row's state is free (an SQL condition on owner and expires_at). */
+static char *acquire_text(const char *t, const char *free_cond, bool waker)
+{
+    return sql_format(
+        "INSERT INTO `%s` (name, owner, fence, expires_at)\n"
+        "VALUES (?, ?, LAST_INSERT_ID(1), " NOW_MS " + ?)\n"
+        "ON DUPLICATE KEY UPDATE\n"
+        "%s%s%s"
+        "  fence = IF(%s, LAST_INSERT_ID(fence + 1),\n"
+        "             IF(owner = VALUES(owner), LAST_INSERT_ID(fence),\n"
+        "                fence + 0 * LAST_INSERT_ID(%llu + GREATEST(expires_at - " NOW_MS ", 0)))),\n"
+        "  owner = IF(%s OR owner = VALUES(owner), VALUES(owner), owner),\n"
+        "  expires_at = IF(owner = VALUES(owner), VALUES(expires_at), expires_at)",
+        t, waker ? "  waker = IF(" : "", waker ? free_cond : "", waker ? ", NULL, waker),\n" : "", free_cond,
+        (unsigned long long)MY_BUSY_MARK, free_cond);
+}
 
 int my_sql_init(struct my_sql *sql, const char *table, bool waker)
 {
@@ -94,18 +117,8 @@ int my_sql_init(struct my_sql *sql, const char *table, bool waker)
     sql->add_waker_column = sql_format("ALTER TABLE `%s` ADD COLUMN waker BIGINT UNSIGNED NULL", t);
     /* The waker assignments, or nothing for a table without the column. */
     const char *take = waker ? ",\n  waker = " TAKE_WAKER : "";
-    const char *clear_if_free = waker ? "  waker = IF(" FREE_OR_EXPIRED ", NULL, waker),\n" : "";
-    sql->text[MY_ACQUIRE] = sql_format(
-        "INSERT INTO `%s` (name, owner, fence, expires_at)\n"
-        "VALUES (?, ?, LAST_INSERT_ID(1), " NOW_MS " + ?)\n"
-        "ON DUPLICATE KEY UPDATE\n"
-        "%s"
-        "  fence = IF(" FREE_OR_EXPIRED ", LAST_INSERT_ID(fence + 1),\n"
-        "             IF(owner = VALUES(owner), LAST_INSERT_ID(fence),\n"
-        "                fence + 0 * LAST_INSERT_ID(%llu + GREATEST(expires_at - " NOW_MS ", 0)))),\n"
-        "  owner = IF(" FREE_OR_EXPIRED " OR owner = VALUES(owner), VALUES(owner), owner),\n"
-        "  expires_at = IF(owner = VALUES(owner), VALUES(expires_at), expires_at)",
-        t, clear_if_free, (unsigned long long)MY_BUSY_MARK);
+    sql->text[MY_ACQUIRE] = acquire_text(t, FREE_OR_EXPIRED, waker);
+    sql->text[MY_ACQUIRE_LATE] = acquire_text(t, FREE_FOR_LONG, waker);
     sql->text[MY_ENSURE_ROW] = sql_format("INSERT INTO `%s` (name, owner, fence, expires_at) VALUES (?, NULL, 0, 0)\n"
                                           "ON DUPLICATE KEY UPDATE name = name",
                                           t);
@@ -117,7 +130,10 @@ int my_sql_init(struct my_sql *sql, const char *table, bool waker)
         "    LAST_INSERT_ID(fence + 1),\n"
         "    IF(owner <> ? AND LEFT(owner, 1) = '~' AND expires_at >= " NOW_MS ",\n"
         "       fence + 0 * LAST_INSERT_ID(%llu + CAST(CONCAT('0', SUBSTRING(owner, 3)) AS UNSIGNED)),\n"
-        "       fence + 0 * LAST_INSERT_ID(%llu + GREATEST(expires_at - " NOW_MS ", 0)))),\n"
+        "       fence + 0 * LAST_INSERT_ID(%llu + GREATEST(IF(LEFT(owner, 2) = '~p',\n"
+        "         COALESCE((SELECT MIN(CAST(" HOLDER_EXPIRY " AS SIGNED)) FROM " HOLDER_KEYS "\n"
+        "                   WHERE " HOLDER_EXPIRY " > " NOW_MS "), expires_at),\n"
+        "         expires_at) - " NOW_MS ", 0)))),\n"
         "%s"
         "  holders = IF(@dlock_take, JSON_SET(COALESCE((SELECT JSON_OBJECTAGG(j.k, " HOLDER_EXPIRY ")\n"
         "      FROM " HOLDER_KEYS " WHERE owner = ? AND " HOLDER_EXPIRY " > " NOW_MS "), JSON_OBJECT()),\n"
@@ -136,7 +152,10 @@ int my_sql_init(struct my_sql *sql, const char *table, bool waker)
         "  AND JSON_EXTRACT(holders, " OWNER_PATH ") > " NOW_MS,
         t);
     /* owner, key, owner: the others still live stay; the last one out frees
-     * the row (holders is assigned first, so the later ones see the rest). */
+     * the row (holders is assigned first, so the later ones see the rest).
+     * Any release takes the waker: a permit came free, the name did, or
+     * the row's expiry moved closer (the holder left was due sooner), and a
+     * writer armed against the readers sleeps no longer than that. */
     sql->text[MY_SHARED_RELEASE] = sql_format(
         "UPDATE `%s` SET\n"
         "  holders = COALESCE((SELECT JSON_OBJECTAGG(j.k, " HOLDER_EXPIRY ") FROM " HOLDER_KEYS "\n"
@@ -144,7 +163,7 @@ int my_sql_init(struct my_sql *sql, const char *table, bool waker)
         "  expires_at = COALESCE((SELECT MAX(CAST(" HOLDER_EXPIRY " AS SIGNED)) FROM " HOLDER_KEYS "), " NOW_MS "),\n"
         "  owner = IF(JSON_LENGTH(holders) = 0, NULL, owner)%s\n"
         "WHERE name = ? AND LEFT(owner, 1) = '~' AND JSON_EXTRACT(holders, " OWNER_PATH ") > " NOW_MS,
-        t, waker ? ",\n  waker = IF(owner IS NULL OR LEFT(owner, 2) = '~p', " TAKE_WAKER ", waker)" : "");
+        t, take);
     /* owner, lease, key, owner */
     sql->text[MY_REGISTER_WRITER] = sql_format(
         "UPDATE `%s` SET writer = ?, writer_until = " NOW_MS " + 2 * ?, writer_fence = fence\n"

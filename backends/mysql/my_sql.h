@@ -17,9 +17,13 @@
 /* A shared or permit request on a name held in another kind reports
  * MY_KIND_MARK + that kind's permits (0: shared). */
 #define MY_KIND_MARK (UINT64_C(1) << 61)
+/* How long a row must have been free before a fair request that is not at
+ * the head of the line may take it (the head may hang), in ms. */
+#define MY_LATE_MS "2000"
 
 enum my_statement {
     MY_ACQUIRE,          /* key, owner, lease ms -> insert id: fence, or MY_BUSY_MARK + ms */
+    MY_ACQUIRE_LATE,     /* the same, granting only a row free or expired for MY_LATE_MS */
     MY_RENEW,            /* lease ms, key, owner -> 1 row found when still ours */
     MY_RENEW_BATCH,      /* JSON [[hex key, owner, lease ms], ...] -> rows found still ours
                           * (needs JSON_TABLE: MariaDB >= 10.6, MySQL >= 8.0.4) */

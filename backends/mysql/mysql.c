@@ -28,7 +28,9 @@
  * Fair mode: a request enters the line before its first look, taking the
  * gate at once with GET_LOCK(gate, 0) when nobody is in the line, and
  * looks only at the head, so requests made in fair mode are granted in the
- * order the server queued them for the gate. */
+ * order the server queued them for the gate. Out of turn only when the
+ * head seems to hang: in lease mode, an exclusive request whose wait ran
+ * out may take a row that has been free for MY_LATE_MS. */
 #include "config.h"
 
 #include "../common/lock_kind.h"
@@ -124,10 +126,8 @@ static void wake_waker(struct my_instance *inst, uint64_t id)
     if (id == 0 || id >= MY_KIND_MARK)
         return;
     struct my_conn *c = NULL;
-    if (my_pool_get(&inst->pool, &c) != DLOCK_OK || !c) {
-        my_pool_put(&inst->pool, c);
-        return;
-    }
+    if (my_pool_get(&inst->pool, &c) != DLOCK_OK || !c)
+        return; /* none was had: nothing to put back */
     char sql[48];
     snprintf(sql, sizeof sql, "KILL QUERY %llu", (unsigned long long)id);
     if (mysql_query(c->db, sql) != 0) {
@@ -146,13 +146,15 @@ static void wake_waker(struct my_instance *inst, uint64_t id)
     my_pool_put(&inst->pool, c);
 }
 
-static int lease_try(struct my_instance *inst, struct dlock_provider_lock *lk, struct dlock_grant *g)
+/* One exclusive attempt: MY_ACQUIRE, or MY_ACQUIRE_LATE for a fair look
+ * out of turn. */
+static int lease_try(struct my_instance *inst, struct dlock_provider_lock *lk, struct dlock_grant *g, int which)
 {
     struct my_lock *ml = lk->priv;
     struct my_param p[3] = { bytes(ml->k.key, ml->k.key_len), bytes(lk->owner, strlen(lk->owner)),
                              integer(lk->lease_ms) };
     struct my_outcome o;
-    int rc = my_pool_run(&inst->pool, MY_ACQUIRE, p, 3, -1, &o);
+    int rc = my_pool_run(&inst->pool, which, p, 3, -1, &o);
     if (rc != DLOCK_OK)
         return rc;
     if (o.insert_id >= MY_BUSY_MARK) {
@@ -567,24 +569,42 @@ static int my_acquire(void *instance, struct dlock_provider_lock *lk, struct dlo
     bool fair = (lk->flags & DLOCK_LOCK_FAIR) != 0, timer_look = ml->timer_look;
     ml->timer_look = false;
     ml->writers_turn = false;
-    if (fair && ml->line.state == MY_LINE_OUT &&
-        my_line_enter(&inst->waiters, &inst->pool, &ml->line, ml->k.tag) != DLOCK_OK)
-        dlock_provider_log(inst->log_handle, DLOCK_LOG_WARN, "%s: cannot enter the line (%s); this look is not "
-                           "in turn", inst->server.label, dlock_errmsg());
-    if (fair && ml->line.state == MY_LINE_ASKED && !timer_look) {
-        /* Others are in the line before us: not our turn to look. Only
-         * when a wait ran out (the head may be a holder that hangs, its
-         * lease gone) is there a look out of turn. */
-        g->retry_hint_ms = -1;
-        return DLOCK_EBUSY;
+    int acquire = MY_ACQUIRE;
+    if (fair && ml->line.state == MY_LINE_OUT) {
+        bool head = false;
+        rc = my_line_enter(&inst->waiters, &inst->pool, &ml->line, ml->k.tag, &head);
+        if (rc == DLOCK_OK && !head) {
+            /* Others are in the line before us: not our turn to look. The
+             * wait joins the line. */
+            g->retry_hint_ms = -1;
+            return DLOCK_EBUSY;
+        }
+        if (rc != DLOCK_OK) /* out of the line (every waiting connection in use): a look out of turn */
+            dlock_provider_log(inst->log_handle, rc == DLOCK_EBUSY ? DLOCK_LOG_DEBUG : DLOCK_LOG_WARN,
+                               "%s: cannot enter the line (%s); this look is not in turn", inst->server.label,
+                               dlock_errmsg());
+    }
+    if (fair && ml->line.state == MY_LINE_ASKED) {
+        /* In the line, not at its head: not our turn to look. A head that
+         * hangs (stopped, its session open) would hold the line for good,
+         * so a lease-mode exclusive request whose wait ran out looks out
+         * of turn, but may take only a row free for MY_LATE_MS, which a
+         * live head would have taken long before. */
+        if (!timer_look || inst->session_mode || kind_is_shared(lk)) {
+            g->retry_hint_ms = -1;
+            return DLOCK_EBUSY;
+        }
+        acquire = MY_ACQUIRE_LATE;
     }
     if (!inst->session_mode)
-        rc = kind_is_shared(lk) ? shared_try(inst, lk, g) : lease_try(inst, lk, g);
+        rc = kind_is_shared(lk) ? shared_try(inst, lk, g) : lease_try(inst, lk, g, acquire);
     else
         rc = session_try(inst, lk, g);
     /* Granted: the gate goes to the next waiter; failed: no abandon follows. */
     if (rc != DLOCK_EBUSY)
         leave_line(inst, lk);
+    else if (acquire == MY_ACQUIRE_LATE && g->retry_hint_ms == 0)
+        g->retry_hint_ms = -1; /* free, but not for long yet: a while in line again */
     return rc;
 }
 

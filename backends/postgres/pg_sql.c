@@ -76,6 +76,15 @@ int pg_sql_init(struct pg_sql *sql, const char *table)
     /* An UPDATE of the row costs less than INSERT .. ON CONFLICT (no
      * speculative insertion, no CTE); it is tried first when the lock was
      * free the last time we looked. */
+    /* A release leaves expires_at at the time it ran, so a free row's is
+     * when it came free; a live head of the line would have taken it long
+     * before PG_LATE_MS. */
+    q[PG_TAKE_LATE] = sql_format("UPDATE \"%s\" AS t SET fence = t.fence + 1, owner = $2,\n"
+                                 "  expires_at = now() + $3::bigint * interval '1 millisecond'\n"
+                                 "WHERE name = $1 AND (t.owner IS NULL OR t.expires_at < now())\n"
+                                 "  AND t.expires_at < now() - interval '" PG_LATE_MS " milliseconds'\n"
+                                 "RETURNING fence",
+                                 t);
     q[PG_TAKE] = sql_format("UPDATE \"%s\" AS t SET\n"
                         "  fence = CASE WHEN t.owner = $2 AND t.expires_at >= now() THEN t.fence ELSE t.fence + 1 END,\n"
                         "  owner = $2, expires_at = now() + $3::bigint * interval '1 millisecond'\n"

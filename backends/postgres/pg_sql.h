@@ -10,6 +10,10 @@
 
 #define PG_TABLE_MAX 50
 
+/* How long a row must have been free before a fair request that is not at
+ * the head of the line may take it (the head may hang), in ms. */
+#define PG_LATE_MS "2000"
+
 enum pg_statement {
     PG_EXISTS,           /* $1 table, $2 sequence (quoted, as text) -> table?, sequence?, shared columns? */
     PG_CREATE_TABLE,
@@ -17,6 +21,8 @@ enum pg_statement {
     PG_CREATE_SEQUENCE,
     /* lease mode: $1 key (bytea), $2 owner, $3 lease ms */
     PG_TAKE,             /* the fast path: -> fence when the existing row was taken, else no row */
+    PG_TAKE_LATE,        /* the same, taking only a row free or expired for PG_LATE_MS (a fair look
+                          * out of turn) */
     PG_ACQUIRE,          /* -> (fence or NULL when busy, holder's ms left or NULL) */
     PG_RENEW_BATCH,      /* $1 keys (bytea[]), $2 owners (text[]), $3 leases (bigint[]) -> the
                           * 1-based positions of the holds still ours */

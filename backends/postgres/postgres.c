@@ -182,7 +182,9 @@ static int shared_columns_error(const struct pg_instance *inst)
                         inst->server.label, inst->sql.table);
 }
 
-static int lease_try(struct pg_instance *inst, struct dlock_provider_lock *lk, struct dlock_grant *g)
+/* One exclusive attempt; late: a fair look out of turn (see pg_acquire),
+ * which takes only a row free for PG_LATE_MS (PG_TAKE_LATE), else busy. */
+static int lease_try(struct pg_instance *inst, struct dlock_provider_lock *lk, struct dlock_grant *g, bool late)
 {
     struct pg_lock *pl = lk->priv;
     char lease[24];
@@ -191,6 +193,21 @@ static int lease_try(struct pg_instance *inst, struct dlock_provider_lock *lk, s
     int lengths[3] = { (int)pl->k.key_len, 0, 0 }, formats[3] = { 1, 0, 0 };
     int rc;
     PGresult *res;
+    if (late) {
+        if (!(res = pg_pool_exec(&inst->pool, PG_TAKE_LATE, 3, values, lengths, formats, &rc)))
+            return rc;
+        rc = pg_result_check(&inst->server, res, "acquire");
+        if (rc == DLOCK_OK && PQntuples(res) == 1) {
+            g->fence = strtoull(PQgetvalue(res, 0, 0), NULL, 10);
+            g->has_fence = 1;
+            pl->writer_registered = false;
+        } else if (rc == DLOCK_OK) {
+            g->retry_hint_ms = -1; /* held, or not free for long: a while in line again */
+            rc = DLOCK_EBUSY;
+        }
+        PQclear(res);
+        return rc;
+    }
     if (!pl->last_busy) {
         /* Fast path: take the existing row. No row back means it is held
          * or does not exist yet; the upsert below tells which. */
@@ -534,7 +551,7 @@ static int try_once(struct pg_instance *inst, struct dlock_provider_lock *lk, st
 {
     if (inst->session_mode)
         return session_try(inst, lk, g);
-    return kind_is_shared(lk) ? shared_try(inst, lk, g) : lease_try(inst, lk, g);
+    return kind_is_shared(lk) ? shared_try(inst, lk, g) : lease_try(inst, lk, g, false);
 }
 
 /* Exclusive and permit requests wait in the name's line; shared ones
@@ -562,14 +579,20 @@ static int pg_acquire(void *instance, struct dlock_provider_lock *lk, struct dlo
         pg_line_enter(&inst->listeners, &inst->pool, &pl->line, pl->k.digest, pl->k.tag) != DLOCK_OK)
         dlock_provider_log(inst->log_handle, DLOCK_LOG_WARN, "%s: cannot enter the line (%s); this look is not "
                            "in turn", inst->server.label, dlock_errmsg());
-    if (fair && pl->line.state == PG_LINE_ASKED && !timer_look) {
-        /* Others are in the line before us: not our turn to look. Only
-         * when a wait ran out (the head may be a holder that hangs, its
-         * lease gone) is there a look out of turn. */
-        g->retry_hint_ms = -1;
-        return DLOCK_EBUSY;
+    if (fair && pl->line.state == PG_LINE_ASKED) {
+        /* Others are in the line before us: not our turn to look. A head
+         * that hangs (a holder stopped with the gate, its lease gone) would
+         * hold the line for good, so a lease-mode exclusive request whose
+         * wait ran out looks out of turn, but may take only a row free for
+         * PG_LATE_MS: at a holder's expiry, the live head looks first. */
+        if (!timer_look || inst->session_mode || lk->mode != DLOCK_MODE_EXCLUSIVE) {
+            g->retry_hint_ms = -1;
+            return DLOCK_EBUSY;
+        }
+        rc = lease_try(inst, lk, g, true);
+    } else {
+        rc = try_once(inst, lk, g);
     }
-    rc = try_once(inst, lk, g);
     if (waits_in_line(lk)) {
         /* The line is joined in wait, which a try-once never reaches. */
         if (rc == DLOCK_OK)

@@ -11,10 +11,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-/* Forks a child that opens a client from config, takes name (lock_flags
- * in its options) and then waits; returns its pid once it holds the lock
- * and is stopped, or fails the test. */
-static inline pid_t stopped_holder_start(const char *config, const char *name, unsigned lock_flags)
+/* Forks a child that opens a client from config, takes name with the
+ * options o (NULL: the defaults) and then waits; returns its pid once it
+ * holds the lock and is stopped, or fails the test. */
+static inline pid_t stopped_holder_start_with(const char *config, const char *name, const dlock_lock_options *o)
 {
     int ready[2];
     assert_int_equal(pipe(ready), 0);
@@ -23,10 +23,8 @@ static inline pid_t stopped_holder_start(const char *config, const char *name, u
     if (pid == 0) {
         close(ready[0]);
         dlock_client *c = NULL;
-        dlock_lock_options o = DLOCK_LOCK_OPTIONS_INIT;
-        o.flags = lock_flags;
         dlock_lock *l = NULL;
-        if (dlock_client_open_string(&c, config) != DLOCK_OK || dlock_lock_new(c, name, strlen(name), &o, &l) != DLOCK_OK ||
+        if (dlock_client_open_string(&c, config) != DLOCK_OK || dlock_lock_new(c, name, strlen(name), o, &l) != DLOCK_OK ||
             dlock_acquire(l, 0) != DLOCK_OK)
             _exit(3);
         if (write(ready[1], "H", 1) != 1)
@@ -44,6 +42,14 @@ static inline pid_t stopped_holder_start(const char *config, const char *name, u
     }
     kill(pid, SIGSTOP);
     return pid;
+}
+
+/* The same, for an exclusive lock with lock_flags in its options. */
+static inline pid_t stopped_holder_start(const char *config, const char *name, unsigned lock_flags)
+{
+    dlock_lock_options o = DLOCK_LOCK_OPTIONS_INIT;
+    o.flags = lock_flags;
+    return stopped_holder_start_with(config, name, &o);
 }
 
 /* Ends the stopped holder (SIGKILL) and reaps it. */

@@ -377,6 +377,169 @@ static void fair_mode_keeps_a_newcomer_behind_the_line(void **state)
     dlock_client_close(a);
 }
 
+/* Holders that stop (SIGSTOP, lease 1 s) beside live ones with long
+ * leases (20 s): a permit request is told the earliest holder's expiry and
+ * gets the stopped holder's permit when that runs out; a writer armed
+ * against two readers is woken when the live one lets go, and learns that
+ * the row now expires when the stopped one's hold does. Both within about
+ * a second, not at the live holders' 20 s. */
+static void waiters_behind_stopped_and_live_holders_come_in_at_the_earliest_expiry(void **state)
+{
+    (void)state;
+    char stopped_config[2048], text[2048];
+    write_config(stopped_config, sizeof stopped_config, 1000, 4000, "");
+    write_config(text, sizeof text, 20000, 4000, "");
+    dlock_lock_options permit = DLOCK_LOCK_OPTIONS_INIT, reader = DLOCK_LOCK_OPTIONS_INIT;
+    permit.mode = DLOCK_MODE_SEMAPHORE;
+    permit.permits = 2;
+    reader.mode = DLOCK_MODE_SHARED;
+    pid_t p1 = stopped_holder_start_with(stopped_config, "earliest-permit", &permit);
+    pid_t p2 = stopped_holder_start_with(stopped_config, "earliest-reader", &reader);
+    dlock_client *h = test_client_open(text), *w = test_client_open(text);
+    dlock_lock *hp = test_lock_of_kind(h, "earliest-permit", DLOCK_MODE_SEMAPHORE, 2);
+    dlock_lock *hr = test_lock_of_kind(h, "earliest-reader", DLOCK_MODE_SHARED, 0);
+    assert_int_equal(dlock_acquire(hp, 0), DLOCK_OK);
+    assert_int_equal(dlock_acquire(hr, 0), DLOCK_OK);
+    int64_t t0 = now_ms();
+    struct waiter wp = { test_lock_of_kind(w, "earliest-permit", DLOCK_MODE_SEMAPHORE, 2), -1, 0 };
+    struct waiter wx = { test_lock_named(w, "earliest-reader"), -1, 0 };
+    pthread_t tp, tx;
+    start_waiter(&wp, &tp, w);
+    start_waiter(&wx, &tx, w);
+    assert_int_equal(dlock_release(hr), DLOCK_OK);
+    pthread_join(tp, NULL);
+    pthread_join(tx, NULL);
+    stopped_holder_end(p1);
+    stopped_holder_end(p2);
+    assert_int_equal(wp.rc, DLOCK_OK);
+    assert_int_equal(wx.rc, DLOCK_OK);
+    if (wp.granted_at - t0 > slack_ms(3000) || wx.granted_at - t0 > slack_ms(3000))
+        fail_msg("the permit was granted after %lld ms, the writer after %lld ms", (long long)(wp.granted_at - t0),
+                 (long long)(wx.granted_at - t0));
+    assert_int_equal(dlock_release(hp), DLOCK_OK);
+    dlock_lock_free(wp.lock);
+    dlock_lock_free(wx.lock);
+    dlock_lock_free(hp);
+    dlock_lock_free(hr);
+    dlock_client_close(h);
+    dlock_client_close(w);
+}
+
+/* Kills every connection to the test database but the caller's own. */
+static void kill_other_connections(void)
+{
+    char ids[512], sql[64];
+    snprintf(ids, sizeof ids, "%s", admin("SELECT GROUP_CONCAT(id) FROM information_schema.processlist "
+                                          "WHERE db = 'dl' AND id <> CONNECTION_ID()"));
+    for (char *id = strtok(ids, ","); id; id = strtok(NULL, ",")) {
+        snprintf(sql, sizeof sql, "KILL %s", id);
+        admin(sql);
+    }
+}
+
+/* A fair try-once: on a free lock whose pooled waiting connection the
+ * server has closed, it is granted (the connection is replaced); on a lock
+ * with a line, it is busy and makes no connection (20 tries, no new
+ * server connections but a few). */
+static void fair_try_once_is_granted_or_busy_without_new_connections(void **state)
+{
+    (void)state;
+    char text[2048];
+    write_config(text, sizeof text, 30000, 4000, "");
+    dlock_lock_options o = DLOCK_LOCK_OPTIONS_INIT;
+    o.flags = DLOCK_LOCK_FAIR;
+    dlock_client *a = test_client_open(text), *b = test_client_open(text);
+    dlock_lock *la = NULL, *lb = NULL;
+    assert_int_equal(dlock_lock_new(a, "fair-once", 9, &o, &la), DLOCK_OK);
+    assert_int_equal(dlock_lock_new(b, "fair-once", 9, &o, &lb), DLOCK_OK);
+    assert_int_equal(dlock_acquire(la, 0), DLOCK_OK); /* a waiting connection taken, and put back */
+    assert_int_equal(dlock_release(la), DLOCK_OK);
+    kill_other_connections();
+    assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
+    struct waiter w = { lb, -1, 0 };
+    pthread_t t;
+    start_waiter(&w, &t, b); /* b at the head of the line */
+    dlock_client *c = test_client_open(text);
+    dlock_lock *lc = NULL;
+    assert_int_equal(dlock_lock_new(c, "fair-once", 9, &o, &lc), DLOCK_OK);
+    assert_int_equal(dlock_acquire(lc, 0), DLOCK_EBUSY); /* c's connections made */
+    char value[64];
+    snprintf(value, sizeof value, "%s", admin("SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS "
+                                              "WHERE VARIABLE_NAME = 'CONNECTIONS'"));
+    long long before = strtoll(value, NULL, 10);
+    for (int i = 0; i < 20; i++)
+        assert_int_equal(dlock_acquire(lc, 0), DLOCK_EBUSY);
+    snprintf(value, sizeof value, "%s", admin("SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS "
+                                              "WHERE VARIABLE_NAME = 'CONNECTIONS'"));
+    long long made = strtoll(value, NULL, 10) - before;
+    assert_int_equal(dlock_release(la), DLOCK_OK);
+    pthread_join(t, NULL);
+    assert_int_equal(w.rc, DLOCK_OK);
+    /* The admin queries above connect once each. */
+    if (made > 4)
+        fail_msg("20 fair try-onces made %lld new server connections", made);
+    dlock_lock_free(lc);
+    dlock_lock_free(lb);
+    dlock_lock_free(la);
+    dlock_client_close(c);
+    dlock_client_close(b);
+    dlock_client_close(a);
+}
+
+/* Fair mode: a head of the line that hangs (stopped while it waits, its
+ * sessions open, its gate held) does not hold the line for good: the fair
+ * waiter behind it looks out of turn when its wait runs out (retry cap
+ * 300 ms) and takes the row once it has been free for 2 s. */
+static void a_fair_line_outlives_a_head_that_hangs(void **state)
+{
+    (void)state;
+    char text[2048];
+    write_config(text, sizeof text, 30000, 300, "");
+    int go[2];
+    assert_int_equal(pipe(go), 0);
+    dlock_lock_options o = DLOCK_LOCK_OPTIONS_INIT;
+    o.flags = DLOCK_LOCK_FAIR;
+    pid_t pid = fork(); /* before this process has clients */
+    if (pid == 0) {
+        close(go[1]);
+        char ch;
+        dlock_client *c = NULL;
+        dlock_lock *l = NULL;
+        if (read(go[0], &ch, 1) != 1 || dlock_client_open_string(&c, text) != DLOCK_OK ||
+            dlock_lock_new(c, "hung-head", 9, &o, &l) != DLOCK_OK)
+            _exit(2);
+        dlock_acquire(l, 20000);
+        _exit(0);
+    }
+    close(go[0]);
+    dlock_client *a = test_client_open(text), *x = test_client_open(text);
+    dlock_lock *la = NULL, *lx = NULL;
+    assert_int_equal(dlock_lock_new(a, "hung-head", 9, &o, &la), DLOCK_OK);
+    assert_int_equal(dlock_lock_new(x, "hung-head", 9, &o, &lx), DLOCK_OK);
+    assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
+    assert_int_equal(write(go[1], "G", 1), 1);
+    close(go[1]);
+    int64_t t0 = now_ms();
+    while (strcmp(waker_of("hung-head"), "0") == 0 && now_ms() - t0 < 5000)
+        sleep_ms(10);
+    assert_string_not_equal(waker_of("hung-head"), "0"); /* at the head, armed */
+    kill(pid, SIGSTOP);
+    struct waiter w = { lx, -1, 0 };
+    pthread_t t;
+    start_waiter(&w, &t, x); /* behind the hung head */
+    t0 = now_ms();
+    assert_int_equal(dlock_release(la), DLOCK_OK);
+    pthread_join(t, NULL);
+    stopped_holder_end(pid);
+    assert_int_equal(w.rc, DLOCK_OK);
+    if (w.granted_at - t0 < 1900 || w.granted_at - t0 > slack_ms(4000))
+        fail_msg("granted %lld ms after the release, past a head that hangs", (long long)(w.granted_at - t0));
+    dlock_lock_free(lx);
+    dlock_lock_free(la);
+    dlock_client_close(x);
+    dlock_client_close(a);
+}
+
 /* A reader at the head of the line that is refused only because a writer
  * registered (the writer waits behind it in the line) lets the writer by:
  * at the holder's release the writer is granted, then the reader, both at
@@ -899,6 +1062,9 @@ int main(void)
         cmocka_unit_test(readers_and_permits_are_woken_by_what_frees_them),
         cmocka_unit_test(a_waiter_outlives_a_holder_that_stopped),
         cmocka_unit_test(fair_mode_keeps_a_newcomer_behind_the_line),
+        cmocka_unit_test(a_fair_line_outlives_a_head_that_hangs),
+        cmocka_unit_test(fair_try_once_is_granted_or_busy_without_new_connections),
+        cmocka_unit_test(waiters_behind_stopped_and_live_holders_come_in_at_the_earliest_expiry),
         cmocka_unit_test(a_reader_at_the_head_lets_a_waiting_writer_by),
         cmocka_unit_test(waiters_beyond_the_waiting_connections_still_come_in_soon),
         cmocka_unit_test(a_waiter_that_gives_up_leaves_no_waker),
