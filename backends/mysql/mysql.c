@@ -603,8 +603,8 @@ static int my_acquire(void *instance, struct dlock_provider_lock *lk, struct dlo
     /* Granted: the gate goes to the next waiter; failed: no abandon follows. */
     if (rc != DLOCK_EBUSY)
         leave_line(inst, lk);
-    else if (acquire == MY_ACQUIRE_LATE && g->retry_hint_ms == 0)
-        g->retry_hint_ms = -1; /* free, but not for long yet: a while in line again */
+    else if (acquire == MY_ACQUIRE_LATE)
+        g->retry_hint_ms = -1; /* held, or free not for long yet: a while in line again, not the holder's lease */
     return rc;
 }
 
