@@ -43,6 +43,7 @@
 
 #include <dlock/provider.h>
 #include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -102,6 +103,22 @@ struct call {
     const size_t *lens;
 };
 
+/* Whether the next reply on c can be read before deadline. The answers
+ * are read one master after another, each read with the connection's own
+ * timeout: a slow master would push the next one's wait past the round's
+ * timeout, and a late grant would count. So once the round is well into
+ * its timeout, the rest wait only until its end (a poll before the read);
+ * before that, the read's own timeout is the same bound and costs no
+ * system call. */
+static bool answer_in_time(redisContext *c, int64_t deadline, int64_t timeout_ms)
+{
+    int64_t left = deadline - dlock_provider_now_ms();
+    if (left >= timeout_ms - 2)
+        return true;
+    struct pollfd p = { .fd = c->fd, .events = POLLIN };
+    return poll(&p, 1, left > 0 ? (int)left : 0) == 1;
+}
+
 /* Runs script `which` on the masters whose only[i] is true (all when only is
  * NULL): sends it to each, then reads each answer, so the whole costs about
  * the slowest master's round trip. replies[i] is NULL for a master that did
@@ -140,11 +157,20 @@ static int fan_out(struct redlock_instance *inst, enum redis_script which, const
         }
     }
     int answered = 0;
+    int64_t deadline = dlock_provider_now_ms() + inst->pools[0].server.command_timeout_ms;
     for (int i = 0; i < inst->n; i++) {
         if (ctx[i]) {
             redisReply *r = NULL;
-            if (redisGetReply(ctx[i], (void **)&r) != REDIS_OK)
+            if (!answer_in_time(ctx[i], deadline, inst->pools[0].server.command_timeout_ms) ||
+                redisGetReply(ctx[i], (void **)&r) != REDIS_OK) {
+                if (r)
+                    freeReplyObject(r);
                 r = NULL;
+                /* The reply may still come: the connection is of no more
+                 * use (the pool closes a broken one). */
+                if (!ctx[i]->err)
+                    ctx[i]->err = REDIS_ERR_OTHER;
+            }
             redis_pool_put(&inst->pools[i], ctx[i]);
             if (r && r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOSCRIPT", 8) == 0) {
                 /* This master lost its scripts (restart, SCRIPT FLUSH). */

@@ -265,8 +265,14 @@ static void server_restarted_from_an_older_snapshot(void **state)
     assert_true(r.grants >= 10);
     /* Tokens that went back would be refused by the guard, which has seen
      * higher ones: every worker would be locked out of the resource (with
-     * the counter seeded only when missing, 37 of 174 reads were). */
-    assert_int_equal(r.writes_refused + r.reads_refused, 0);
+     * the counter seeded only when missing, 37 of 174 reads were). The
+     * one refusal that is right: the holder at the kill, whose hold the
+     * older snapshot does not have, writing once more before it learns
+     * that (its release then says so), after a later grant's token. Token
+     * order itself is checked as a violation (fence_disorder). */
+    if (r.writes_refused + r.reads_refused > r.releases_refused + r.lost_notes)
+        fail_msg("%d writes and %d reads refused, by %d holders told of a loss", r.writes_refused, r.reads_refused,
+                 r.releases_refused + r.lost_notes);
 }
 
 /* Every connection half-closed (the client reads end-of-file) for 300 ms,
