@@ -197,17 +197,22 @@ static int shared_columns_error(const struct my_instance *inst)
                         inst->server.label, inst->sql.table);
 }
 
+/* The row's owner for a shared or permit request ("~s", "~p<N>"), into
+ * kind; returns the permits (0 for shared). */
+static unsigned kind_of(const struct dlock_provider_lock *lk, char *kind, size_t size)
+{
+    unsigned limit = lk->mode == DLOCK_MODE_SEMAPHORE ? lk->permits : 0;
+    snprintf(kind, size, limit ? "~p%u" : "~s", limit);
+    return limit;
+}
+
 /* One attempt at a shared hold or a permit: the row is made first if the
  * name has none yet. */
 static int shared_try(struct my_instance *inst, struct dlock_provider_lock *lk, struct dlock_grant *g)
 {
     struct my_lock *ml = lk->priv;
     char kind[16];
-    unsigned limit = lk->mode == DLOCK_MODE_SEMAPHORE ? lk->permits : 0;
-    if (limit)
-        snprintf(kind, sizeof kind, "~p%u", limit);
-    else
-        snprintf(kind, sizeof kind, "~s");
+    unsigned limit = kind_of(lk, kind, sizeof kind);
     struct my_param k = bytes(kind, strlen(kind)), who = bytes(lk->owner, strlen(lk->owner));
     struct my_param n = integer(limit), lease = integer(lk->lease_ms), key = bytes(ml->k.key, ml->k.key_len);
     struct my_param p[15] = { k, k, who, n, n, n, who, k, k, who, lease, k, lease, k, key };
@@ -626,8 +631,7 @@ static int lease_arm(void *ctx, unsigned long thread_id)
     int rc;
     if (kind_is_shared(lk)) {
         char kind[16];
-        unsigned limit = lk->mode == DLOCK_MODE_SEMAPHORE ? lk->permits : 0;
-        snprintf(kind, sizeof kind, limit ? "~p%u" : "~s", limit);
+        unsigned limit = kind_of(lk, kind, sizeof kind);
         struct my_param k = bytes(kind, strlen(kind)), n = integer(limit);
         struct my_param p[9] = { id, key, k, k, who, n, n, n, who };
         rc = my_pool_run(&inst->pool, MY_SHARED_ARM, p, 9, -1, &o);
