@@ -62,7 +62,7 @@ void conformance_child_kill(pid_t pid);
 int conformance_group_teardown(void **state);
 
 /* Runs every case against target, then conformance_run_shared(),
- * conformance_run_list() and conformance_run_waiting(); returns
+ * conformance_run_kinds(), conformance_run_list() and conformance_run_waiting(); returns
  * the number of failed cases. */
 int conformance_run(const struct conformance_target *target);
 
@@ -70,6 +70,11 @@ int conformance_run(const struct conformance_target *target);
  * backend claims DLOCK_CAP_SHARED / DLOCK_CAP_SEMAPHORE, and otherwise a
  * check that it refuses them with DLOCK_ENOTSUP. */
 int conformance_run_shared(const struct conformance_target *target);
+
+/* One name asked for in two kinds (conformance_kinds.c): every ordered pair
+ * of exclusive, shared and semaphores of 1 and 2 permits, trying once and
+ * waiting; never two holders of kinds that cannot mix. */
+int conformance_run_kinds(const struct conformance_target *target);
 
 /* The listing cases (conformance_list.c): run where target->lists is set,
  * and otherwise a check that dlock_list() answers DLOCK_ENOTSUP. */
