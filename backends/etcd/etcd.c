@@ -19,13 +19,16 @@
  * Shared holds and semaphores (provider version 2) queue in the same line.
  * Their keys carry their kind after the name's directory ("~s~" shared,
  * "~p~" a permit; an exclusive key starts with the owner's hex id, so every
- * exclusive key of a name sorts before "<dir>~" and one range finds them).
- * A shared request holds when no exclusive key is older than its own, and
- * waits for the deletion of the youngest exclusive key before it; an
+ * exclusive key of a name sorts before "<dir>~", the permit keys after
+ * them and the shared keys last, so one range finds the keys that keep a
+ * reader out). A name is a lock or a semaphore, never both at once: a
+ * shared request holds when no exclusive or permit key is older than its
+ * own, and waits for the deletion of the youngest such key before it; an
  * exclusive request holds when its key is the oldest of all (so a waiting
- * writer keeps every later reader out); a permit request holds when its key
- * is among the N oldest and waits for any deletion in the name (a permit
- * may come back from any holder). A semaphore's N is kept in a key beside
+ * writer keeps every later reader and permit out); a permit request holds
+ * when its key is among the N oldest with only permit keys before it, and
+ * waits for any deletion in the name (a permit may come back from any
+ * holder). A semaphore's N is kept in a key beside
  * the directory, "<prefix><escaped name>#permits", made by the first
  * request; a request with another N is refused.
  *
@@ -155,28 +158,31 @@ static struct json_object *dir_range(const struct etcd_lock *el)
     return r;
 }
 
-/* {"key": dir, "range_end": dir + "~"}: the name's exclusive keys. */
-static struct json_object *exclusive_range(const struct etcd_lock *el)
+/* {"key": dir, "range_end": dir + "~s"}: the name's keys that keep a
+ * shared request out, its exclusive keys and its permit keys (ETCD_PERMIT_MARK
+ * sorts before ETCD_SHARED_MARK, and every exclusive key before both). */
+static struct json_object *reader_blocking_range(const struct etcd_lock *el)
 {
     struct json_object *r = json_object_new_object();
     json_object_object_add(r, "key", etcd_json_b64(el->dir, el->dir_len));
     char end[KEY_MAX];
-    size_t n = el->dir_len < sizeof end - 1 ? el->dir_len : sizeof end - 2;
+    size_t n = el->dir_len < sizeof end - 2 ? el->dir_len : sizeof end - 3;
     memcpy(end, el->dir, n);
-    end[n++] = '~';
+    end[n++] = ETCD_SHARED_MARK[0];
+    end[n++] = ETCD_SHARED_MARK[1];
     json_object_object_add(r, "range_end", etcd_json_b64(end, n));
     return r;
 }
 
 /* What decides a grant, read in the same txn as the queueing: the oldest
- * key (exclusive), the N oldest keys (a permit), the two oldest exclusive
- * keys with their values (shared: the first may be a hold made shared,
- * the oldest key of the name and the only one so made, and then the
- * second is the oldest writer). */
+ * key (exclusive), the N oldest keys (a permit), the two oldest keys that
+ * keep a reader out, with their values (shared: the first may be a hold
+ * made shared, the oldest key of the name and the only one so made, and
+ * then the second is the oldest writer or permit). */
 static struct json_object *deciding_range(const struct dlock_provider_lock *lk, const struct etcd_lock *el)
 {
     bool shared = lk->mode == DLOCK_MODE_SHARED;
-    struct json_object *r = shared ? exclusive_range(el) : dir_range(el);
+    struct json_object *r = shared ? reader_blocking_range(el) : dir_range(el);
     json_object_object_add(r, "sort_order", json_object_new_string("ASCEND"));
     json_object_object_add(r, "sort_target", json_object_new_string("CREATE"));
     json_object_object_add(r, "limit",
@@ -359,8 +365,19 @@ static bool kv_made_shared(struct json_object *kv)
     return etcd_value_made_shared(value, etcd_json_unb64(kv, "value", value, sizeof value));
 }
 
-/* The first writer among a range of exclusive keys read with their values
- * (one made shared is no writer), or NULL. */
+/* Whether a key of lk's name (read from its range) is a permit's. */
+static bool kv_is_permit(const struct etcd_lock *el, struct json_object *kv)
+{
+    char key[KEY_MAX];
+    int n = etcd_json_unb64(kv, "key", key, sizeof key);
+    size_t mark = strlen(ETCD_PERMIT_MARK);
+    return n >= 0 && (size_t)n >= el->dir_len + mark && memcmp(key, el->dir, el->dir_len) == 0 &&
+           memcmp(key + el->dir_len, ETCD_PERMIT_MARK, mark) == 0;
+}
+
+/* The first key that keeps a reader out among a range read with values
+ * (reader_blocking_range: a writer or a permit; a hold made shared is
+ * neither), or NULL. */
 static struct json_object *first_writer(struct json_object *range)
 {
     struct json_object *kvs = etcd_json_get(range, "kvs");
@@ -382,16 +399,23 @@ static bool is_granted(const struct dlock_provider_lock *lk, const struct etcd_l
     struct json_object *kv = first_kv(deciding);
     if (lk->mode != DLOCK_MODE_SEMAPHORE)
         return kv && etcd_json_int(kv, "create_revision") == el->create_rev;
+    /* Among the N oldest, with only permits before it: an older key of a
+     * lock request (a holder or a writer waiting, exclusive or shared)
+     * keeps every permit behind it out, as it would keep out a writer. */
     struct json_object *kvs = etcd_json_get(deciding, "kvs");
     size_t n = kvs && json_object_is_type(kvs, json_type_array) ? json_object_array_length(kvs) : 0;
-    for (size_t i = 0; i < n; i++)
-        if (etcd_json_int(json_object_array_get_idx(kvs, i), "create_revision") == el->create_rev)
-            return true; /* among the N oldest */
+    for (size_t i = 0; i < n; i++) {
+        struct json_object *older = json_object_array_get_idx(kvs, i);
+        if (etcd_json_int(older, "create_revision") == el->create_rev)
+            return true;
+        if (!kv_is_permit(el, older))
+            return false;
+    }
     return false;
 }
 
 /* Busy: finds the key just before ours that keeps us out (any key for an
- * exclusive request, an exclusive one for a shared request), to wait for
+ * exclusive request, an exclusive or permit one for a shared request), to wait for
  * its deletion, or for a shared request its being made shared. For a
  * shared request the youngest older exclusive key may have been made
  * shared since the grant was decided: it is then the oldest key, no writer
@@ -402,7 +426,7 @@ static int find_predecessor(struct etcd_instance *inst, const struct dlock_provi
     free(el->pred);
     el->pred = NULL;
     bool shared = lk->mode == DLOCK_MODE_SHARED;
-    struct json_object *req = shared ? exclusive_range(el) : dir_range(el), *reply = NULL;
+    struct json_object *req = shared ? reader_blocking_range(el) : dir_range(el), *reply = NULL;
     json_object_object_add(req, "sort_order", json_object_new_string("DESCEND"));
     json_object_object_add(req, "sort_target", json_object_new_string("CREATE"));
     json_object_object_add(req, "limit", etcd_json_int_str(1));

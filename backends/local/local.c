@@ -392,6 +392,18 @@ static int set_range(int fd, short type, off_t start, off_t len, bool *busy)
     }
 }
 
+/* The kind of lock another open file holds on byte at that a write lock
+ * there would meet: F_RDLCK (a shared hold), F_WRLCK (an exclusive one),
+ * F_UNLCK (none), or -1 with errno set. */
+static int lock_met_at(int fd, off_t at)
+{
+    struct flock fl = { .l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = at, .l_len = 1, .l_pid = 0 };
+    while (fcntl(fd, F_OFD_GETLK, &fl) != 0)
+        if (errno != EINTR)
+            return -1;
+    return fl.l_type;
+}
+
 /* An exclusive hold's range (local_file.h). */
 static int set_lock(int fd, short type, bool *busy)
 {
@@ -597,6 +609,14 @@ static int acquire_shared(struct local_instance *inst, struct dlock_provider_loc
         grant->retry_hint_ms = -1;
         return DLOCK_EBUSY;
     }
+    /* A semaphore request publishes the name's permits before it looks
+     * for readers (acquire_permit); a reader looks at them after it
+     * holds its read lock. Each orders its write before its read, so
+     * at least one of the two sees the other and refuses. */
+    if ((rc = mode_mismatch(ll->map, lk)) != DLOCK_OK) {
+        set_range(ll->fd, F_UNLCK, HOLD_BYTE, 1, NULL);
+        return rc;
+    }
     stop_watch(inst, lk, true);
     if ((rc = header_is_ours(ll->map, inst->dir, lk)) != DLOCK_OK) {
         set_range(ll->fd, F_UNLCK, HOLD_BYTE, 1, NULL);
@@ -621,6 +641,18 @@ static int acquire_permit(struct local_instance *inst, struct dlock_provider_loc
         permits != lk->permits)
         return dlock_seterr(DLOCK_EINVAL, "local: '%s' is a semaphore of %u permits, not %u", lk->name, permits,
                             lk->permits);
+    /* A reader holds the name as a shared lock: a permit beside it would
+     * hold the name twice. (Its read lock lies outside the permits, so the
+     * kernel would not keep the two apart.) */
+    int met = lock_met_at(ll->fd, HOLD_BYTE);
+    if (met < 0)
+        return dlock_seterr(DLOCK_EUNAVAILABLE, "local: cannot test the file for '%s' in %s: %s", lk->name,
+                            inst->dir, strerror(errno));
+    if (met == F_RDLCK)
+        return dlock_seterr(DLOCK_EINVAL,
+                            "local: '%s' is held as a shared lock, not as a semaphore; it is a semaphore of %u "
+                            "permits from now on, for requests made once the shared holders let go",
+                            lk->name, lk->permits);
     for (int look = 0; look < 2; look++) {
         for (unsigned i = 0; i < lk->permits; i++) {
             bool busy;

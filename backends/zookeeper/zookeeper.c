@@ -23,9 +23,12 @@
  * read/write lock: a shared node holds when no exclusive node is below it
  * and watches the nearest exclusive one below; an exclusive node holds when
  * it is the lowest of all, so a waiting writer keeps later readers out. A
- * permit node holds when fewer than N nodes are below it and watches the
- * parent's children (any holder may let go); a permit node with another N
- * in the queue is an error for both.
+ * permit node holds when fewer than N nodes are below it, all of them
+ * permits, and watches the parent's children (any holder may let go); a
+ * permit node with another N in the queue is an error for both. A name is
+ * a lock or a semaphore, never both at once: a permit node below a shared
+ * one keeps it out as an exclusive node would, and so does any lock node
+ * below a permit.
  *
  * A downgrade replaces the holder's exclusive node by a shared one of the
  * same session with the same name but for the "~s" mark, so the same
@@ -389,7 +392,7 @@ static int standing(struct zk_instance *inst, zhandle_t *zh, const struct dlock_
     const char *own = strrchr(zl->node, '/') + 1;
     int64_t own_seq = zk_sequence_of(own), best_below = -1;
     const char *pred = NULL;
-    bool found = false;
+    bool found = false, lock_below = false;
     unsigned below = 0, other_n = 0;
     for (int i = 0; i < children.count; i++) {
         int64_t seq = zk_sequence_of(children.data[i]);
@@ -401,8 +404,13 @@ static int standing(struct zk_instance *inst, zhandle_t *zh, const struct dlock_
             found = true;
         else if (seq >= 0 && seq < own_seq) {
             below++;
-            /* Only an exclusive node keeps a shared one out. */
-            if ((lk->mode != DLOCK_MODE_SHARED || kind == 'x') && seq > best_below) {
+            /* A lock request's node below a permit keeps it out, as it
+             * would keep out a writer. */
+            if (kind != 'p')
+                lock_below = true;
+            /* A shared node is kept out by an exclusive node or a permit
+             * below it (a name is a lock or a semaphore, not both). */
+            if ((lk->mode != DLOCK_MODE_SHARED || kind != 's') && seq > best_below) {
                 best_below = seq;
                 pred = children.data[i];
             }
@@ -416,7 +424,7 @@ static int standing(struct zk_instance *inst, zhandle_t *zh, const struct dlock_
         rc = dlock_seterr(DLOCK_EINVAL, "zookeeper: '%s' is a semaphore of %u permits, not %u", lk->name, other_n,
                           lk->permits);
     else if (lk->mode == DLOCK_MODE_SEMAPHORE) {
-        rc = below < lk->permits ? DLOCK_OK : DLOCK_EBUSY;
+        rc = below < lk->permits && !lock_below ? DLOCK_OK : DLOCK_EBUSY;
         zl->wait_children = rc == DLOCK_EBUSY;
         pred = NULL;
     } else
