@@ -3,6 +3,7 @@
 #include "config.h"
 
 #include "cli/cli.h"
+#include "cli/escape.h"
 
 #include <dlock.h>
 
@@ -506,21 +507,29 @@ static int cmd_status(const char *config, int argc, char **argv)
     if (rc != DLOCK_OK) {
         code = fail(rc, "status");
     } else if (info.held == 1) {
-        printf("%s: held", name);
+        /* The name and the owner as dlock list shows them: the owner is
+         * whatever the backend stores, which anyone who may write the lock
+         * keys can set, so nothing of it reaches the terminal raw. */
+        escape_text(stdout, name, strlen(name));
+        printf(": held");
         if (info.holder_pid > 0)
             printf(" by pid %lld", (long long)info.holder_pid);
-        if (info.holder[0])
-            printf(" (owner %s)", info.holder);
+        if (info.holder[0]) {
+            printf(" (owner ");
+            escape_text(stdout, info.holder, strnlen(info.holder, sizeof info.holder));
+            printf(")");
+        }
         if (info.ttl_ms >= 0)
             printf(", %lld ms of lease left", (long long)info.ttl_ms);
         printf(", fence %llu, backend %s\n", (unsigned long long)info.fence, dlock_client_backend(client));
         code = 1;
     } else if (info.held == 0) {
-        printf("%s: free, last fence %llu, backend %s\n", name, (unsigned long long)info.fence,
-               dlock_client_backend(client));
+        escape_text(stdout, name, strlen(name));
+        printf(": free, last fence %llu, backend %s\n", (unsigned long long)info.fence, dlock_client_backend(client));
         code = 0;
     } else {
-        printf("%s: unknown, backend %s\n", name, dlock_client_backend(client));
+        escape_text(stdout, name, strlen(name));
+        printf(": unknown, backend %s\n", dlock_client_backend(client));
         code = EXIT_SOFTWARE;
     }
     dlock_client_close(client);

@@ -55,6 +55,19 @@ static int by_name(const void *a, const void *b)
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
+/* Whether c could be a file name this backend makes: the bytes that
+ * dlock__local_file_name keeps or writes, so every cursor is printable. */
+static bool valid_cursor(const char *c)
+{
+    size_t n = strlen(c);
+    if (n == 0 || n > NAME_MAX || c[0] == '.')
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (!strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.%", c[i]))
+            return false;
+    return true;
+}
+
 /* The lock files after `after` (NULL: all), sorted. */
 static int read_directory(int dirfd, const char *dir, const char *after, struct file_list *out)
 {
@@ -72,8 +85,9 @@ static int read_directory(int dirfd, const char *dir, const char *after, struct 
     struct dirent *de;
     while (rc == DLOCK_OK && (errno = 0, de = readdir(d)) != NULL) {
         const char *n = de->d_name;
-        if (n[0] == '.' || !(ends_with(n, ".lock") || ends_with(n, ".hlock")) || (after && strcmp(n, after) <= 0))
-            continue;
+        if (!valid_cursor(n) || !(ends_with(n, ".lock") || ends_with(n, ".hlock")) ||
+            (after && strcmp(n, after) <= 0))
+            continue; /* not a file this backend makes (its names are cursors), or before the page */
         if (out->n == out->cap) {
             size_t cap = out->cap ? 2 * out->cap : 64;
             char **grown = realloc(out->names, cap * sizeof *grown);
@@ -284,6 +298,15 @@ static int list_file(int dirfd, const char *dir, const char *file, struct dlock_
         close(fd);
         return DLOCK_OK;
     }
+    /* Only the file this name maps to: a planted file whose name decodes
+     * to a name held elsewhere (a %XX of a byte kept as it is) or whose
+     * stored name belongs to another file would list that name twice. */
+    char canonical[NAME_MAX + 1];
+    dlock__local_file_name(name, name_len, canonical);
+    if (strcmp(canonical, file) != 0) {
+        close(fd);
+        return DLOCK_OK;
+    }
     dlock_list_entry e = { .name = name, .name_len = name_len };
     struct lock_file_header h;
     dlock_list_holder holder;
@@ -294,17 +317,6 @@ static int list_file(int dirfd, const char *dir, const char *file, struct dlock_
         return rc;
     (*emitted)++;
     return req->emit(&e, req->emit_arg);
-}
-
-static bool valid_cursor(const char *c)
-{
-    size_t n = strlen(c);
-    if (n == 0 || n > NAME_MAX || c[0] == '.')
-        return false;
-    for (size_t i = 0; i < n; i++)
-        if (!strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.%", c[i]))
-            return false;
-    return true;
 }
 
 int dlock__local_list(int dirfd, const char *dir, struct dlock_provider_list *req)

@@ -32,6 +32,30 @@ static size_t utf8_sequence(const unsigned char *s, size_t left)
     return n;
 }
 
+/* Whether the well-formed sequence of n bytes at s is a code point that a
+ * terminal acts on or that reorders what is read: the C1 controls
+ * U+0080..U+009F (an xterm takes U+009B as CSI and U+009D as OSC), the
+ * line and paragraph separators U+2028/U+2029, and the bidirectional
+ * embeddings, overrides and isolates U+202A..U+202E, U+2066..U+2069. */
+static bool acts_on_terminal(const unsigned char *s, size_t n)
+{
+    if (n == 2)
+        return s[0] == 0xC2 && s[1] <= 0x9F;
+    if (n == 3 && s[0] == 0xE2 && s[1] == 0x80)
+        return s[2] >= 0xA8 && s[2] <= 0xAE;
+    if (n == 3 && s[0] == 0xE2 && s[1] == 0x81)
+        return s[2] >= 0xA6 && s[2] <= 0xA9;
+    return false;
+}
+
+/* The code point of a well-formed sequence of up to 3 bytes. */
+static unsigned code_point(const unsigned char *s, size_t n)
+{
+    if (n == 2)
+        return (unsigned)(s[0] & 0x1F) << 6 | (s[1] & 0x3F);
+    return (unsigned)(s[0] & 0x0F) << 12 | (unsigned)(s[1] & 0x3F) << 6 | (s[2] & 0x3F);
+}
+
 bool escape_json(FILE *f, const char *s, size_t len)
 {
     const unsigned char *u = (const unsigned char *)s;
@@ -56,6 +80,8 @@ bool escape_json(FILE *f, const char *s, size_t len)
             fputs("\\t", f);
         else if (c < 0x20 || c == 0x7F || c == '<' || c == '>' || c == '&')
             fprintf(f, "\\u%04x", c);
+        else if (acts_on_terminal(u + i, n)) /* the same code point, but not raw on a terminal */
+            fprintf(f, "\\u%04x", code_point(u + i, n));
         else
             fwrite(u + i, 1, n, f);
         i += n;
@@ -78,6 +104,9 @@ void escape_text(FILE *f, const char *s, size_t len)
             fputs("\\t", f);
         else if (n == 0 || c < 0x20 || c == 0x7F)
             fprintf(f, "\\x%02x", c);
+        else if (acts_on_terminal(u + i, n))
+            for (size_t k = 0; k < n; k++)
+                fprintf(f, "\\x%02x", u[i + k]);
         else
             fwrite(u + i, 1, n, f);
         i += n ? n : 1;

@@ -2,6 +2,7 @@
  * waited for, as a table or as JSON, page by page through dlock_list(). */
 #include "cli.h"
 #include "entry.h"
+#include "escape.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -104,7 +105,13 @@ int cmd_list(const char *config, int argc, char **argv)
     if (rc != DLOCK_OK)
         code = fail(rc, "list");
     else if (next)
-        fprintf(stderr, "%s: more entries follow; go on with --cursor '%s'\n", progname, next);
+    {
+        /* Backends promise a printable cursor; a backend's data should
+         * still not reach the terminal raw if one broke that. */
+        fprintf(stderr, "%s: more entries follow; go on with --cursor '", progname);
+        escape_text(stderr, next, strlen(next));
+        fprintf(stderr, "'\n");
+    }
     free(next);
     dlock_client_close(client);
     return code;
