@@ -276,7 +276,11 @@ int dlock_acquire(dlock_lock *lock, int64_t wait_ms);
  * matches. Returns DLOCK_OK; DLOCK_ENOTOWNER (the thread does not hold it);
  * DLOCK_ELOST (the hold had been lost: nothing was deleted, and the local
  * hold is now cleared); DLOCK_EUNAVAILABLE (the backend could not be told:
- * the local hold is cleared and the lease will free it). Thread-safe.
+ * the local hold is cleared, and the server-side hold ends at its lease;
+ * zookeeper and etcd, whose session or lease the client's other holds keep
+ * alive, remember it and delete it at the client's next renewal round or
+ * acquire, and a later acquire of the same handle is a new hold with a new
+ * fence). Thread-safe.
  */
 int dlock_release(dlock_lock *lock);
 

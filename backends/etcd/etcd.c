@@ -51,6 +51,7 @@
 #include "etcd_http.h"
 #include "etcd_keys.h"
 #include "etcd_list.h"
+#include "etcd_orphans.h"
 #include "etcd_watch.h"
 #include "../common/name_escape.h"
 
@@ -74,6 +75,7 @@ struct etcd_instance {
     char prefix[128];
     pthread_mutex_t lease_mu;   /* leases */
     struct etcd_lease leases[MAX_LEASES];
+    struct etcd_orphans orphans; /* our keys that a delete could not reach */
     void *log_handle;
 };
 
@@ -91,6 +93,7 @@ struct etcd_lock {
     size_t pred_len;
     bool wait_any;              /* while busy (a permit): wait for any deletion in the name */
     bool permits_checked;       /* a semaphore: its N matches the name's */
+    bool queue_unanswered;      /* our last queueing got no answer: our key may exist unknown to us */
     int64_t watch_from;         /* the revision to watch pred from */
 };
 
@@ -310,6 +313,7 @@ static void forget_lease(struct etcd_instance *inst, int64_t id)
 }
 
 static int delete_own_key(struct etcd_instance *inst, struct etcd_lock *el);
+static void sweep_orphans(struct etcd_instance *inst);
 static int keepalive(struct etcd_instance *inst, int64_t id);
 
 /* ---- acquire ------------------------------------------------------------------------- */
@@ -522,6 +526,14 @@ static int etcd_acquire(void *instance, struct dlock_provider_lock *lk, struct d
         rc = lease_for(inst, lk->lease_ms, &lease_id);
     if (rc != DLOCK_OK)
         return rc;
+    sweep_orphans(inst);
+    int64_t orphan_hold_rev = 0;
+    if (etcd_orphans_adopt(&inst->orphans, el->key, el->key_len, &orphan_hold_rev) != DLOCK_OK) {
+        g->retry_hint_ms = 0; /* a sweep is deleting our old key this moment */
+        return DLOCK_EBUSY;
+    }
+    if (orphan_hold_rev)
+        el->granted_rev = orphan_hold_rev; /* a hold's key: found again, it is not a new grant */
     struct json_object *reply = NULL;
     struct etcd_status st;
     rc = enqueue(inst, lk, el, lease_id, &reply, &st);
@@ -532,6 +544,7 @@ static int etcd_acquire(void *instance, struct dlock_provider_lock *lk, struct d
         if ((rc = lease_for(inst, lk->lease_ms, &lease_id)) == DLOCK_OK)
             rc = enqueue(inst, lk, el, lease_id, &reply, &st);
     }
+    el->queue_unanswered = rc != DLOCK_OK && st.sent && st.grpc_code == 0;
     if (rc != DLOCK_OK)
         return rc;
     bool created = etcd_json_get(reply, "succeeded") != NULL &&
@@ -642,43 +655,109 @@ static int etcd_wait(void *instance, struct dlock_provider_lock *lk, int64_t tim
 
 /* ---- release, renewal ------------------------------------------------------------------- */
 
-/* Deletes our key if its create_revision is still ours: a release sent
- * twice, or late, never deletes a newer key of the same owner. */
-static int delete_own_key(struct etcd_instance *inst, struct etcd_lock *el)
+/* Deletes key if its create_revision is create_rev (any, when 0): a
+ * release sent twice, or late, never deletes a newer key of the same
+ * owner. DLOCK_OK with *deleted set, or the failure (st says whether the
+ * request may have reached the server). */
+static int delete_key(struct etcd_instance *inst, const char *key, size_t key_len, int64_t create_rev, bool *deleted,
+                      struct etcd_status *st)
 {
-    if (!el->key || !el->create_rev)
-        return DLOCK_ENOTOWNER;
-    struct json_object *cmp = json_object_new_object();
-    json_object_object_add(cmp, "key", etcd_json_b64(el->key, el->key_len));
-    json_object_object_add(cmp, "target", json_object_new_string("CREATE"));
-    json_object_object_add(cmp, "create_revision", etcd_json_int_str(el->create_rev));
     struct json_object *compare = json_object_new_array();
-    json_object_array_add(compare, cmp);
+    if (create_rev) {
+        struct json_object *cmp = json_object_new_object();
+        json_object_object_add(cmp, "key", etcd_json_b64(key, key_len));
+        json_object_object_add(cmp, "target", json_object_new_string("CREATE"));
+        json_object_object_add(cmp, "create_revision", etcd_json_int_str(create_rev));
+        json_object_array_add(compare, cmp);
+    }
     struct json_object *del = json_object_new_object();
-    json_object_object_add(del, "key", etcd_json_b64(el->key, el->key_len));
+    json_object_object_add(del, "key", etcd_json_b64(key, key_len));
     struct json_object *success = json_object_new_array();
     json_object_array_add(success, op("request_delete_range", del));
     struct json_object *txn = json_object_new_object(), *reply = NULL;
     json_object_object_add(txn, "compare", compare);
     json_object_object_add(txn, "success", success);
-    int rc = etcd_call(&inst->http, "/v3/kv/txn", txn, &reply, NULL);
+    int rc = etcd_call(&inst->http, "/v3/kv/txn", txn, &reply, st);
     json_object_put(txn);
     if (rc != DLOCK_OK)
         return rc;
-    bool deleted = etcd_json_get(reply, "succeeded") && json_object_get_boolean(etcd_json_get(reply, "succeeded"));
+    *deleted = etcd_json_get(reply, "succeeded") && json_object_get_boolean(etcd_json_get(reply, "succeeded"));
     json_object_put(reply);
+    return DLOCK_OK;
+}
+
+/* Deletes our key if its create_revision is still ours. DLOCK_OK,
+ * DLOCK_ENOTOWNER (no key of ours, or no longer the one we made), or the
+ * failure, with el unchanged. */
+static int delete_own_key_reporting(struct etcd_instance *inst, struct etcd_lock *el, struct etcd_status *st)
+{
+    st->grpc_code = 0;
+    st->sent = false;
+    if (!el->key || !el->create_rev)
+        return DLOCK_ENOTOWNER;
+    bool deleted = false;
+    int rc = delete_key(inst, el->key, el->key_len, el->create_rev, &deleted, st);
+    if (rc != DLOCK_OK)
+        return rc;
     el->create_rev = el->granted_rev = 0;
     return deleted ? DLOCK_OK : DLOCK_ENOTOWNER;
 }
 
+static int delete_own_key(struct etcd_instance *inst, struct etcd_lock *el)
+{
+    struct etcd_status st;
+    return delete_own_key_reporting(inst, el, &st);
+}
+
+/* A sweep's delete of an orphan (etcd_orphans.h). */
+static int delete_orphan(void *arg, const char *key, size_t key_len, int64_t create_rev)
+{
+    bool deleted;
+    struct etcd_status st;
+    return delete_key(arg, key, key_len, create_rev, &deleted, &st);
+}
+
+static void sweep_orphans(struct etcd_instance *inst)
+{
+    etcd_orphans_sweep(&inst->orphans, delete_orphan, inst);
+}
+
+/* A delete that may not have reached the server leaves our key on a lease
+ * that our other holds keep alive: remember it, so a sweep deletes it. */
+static void remember_if_unanswered(struct etcd_instance *inst, struct etcd_lock *el, int rc,
+                                   const struct etcd_status *st)
+{
+    if (rc == DLOCK_OK || rc == DLOCK_ENOTOWNER || !(st->sent && st->grpc_code == 0))
+        return;
+    bool was_hold = el->granted_rev != 0 && el->granted_rev == el->create_rev;
+    if (etcd_orphans_add(&inst->orphans, el->key, el->key_len, el->create_rev, was_hold) != DLOCK_OK)
+        return; /* out of memory: the lease frees it once no hold of ours keeps it alive */
+}
+
 static int etcd_release(void *instance, struct dlock_provider_lock *lk)
 {
-    return delete_own_key(instance, lk->priv);
+    struct etcd_instance *inst = instance;
+    struct etcd_lock *el = lk->priv;
+    struct etcd_status st;
+    int rc = delete_own_key_reporting(inst, el, &st);
+    remember_if_unanswered(inst, el, rc, &st);
+    return rc;
 }
 
 static void etcd_abandon(void *instance, struct dlock_provider_lock *lk)
 {
-    delete_own_key(instance, lk->priv); /* out of the queue now, not at the lease's end */
+    /* Out of the queue now, not at the lease's end. */
+    struct etcd_instance *inst = instance;
+    struct etcd_lock *el = lk->priv;
+    struct etcd_status st;
+    if (!el->create_rev && el->queue_unanswered && el->key) {
+        /* Our queueing got no answer: our key may be there. */
+        etcd_orphans_add(&inst->orphans, el->key, el->key_len, 0, false);
+        el->queue_unanswered = false;
+        return;
+    }
+    int rc = delete_own_key_reporting(inst, el, &st);
+    remember_if_unanswered(inst, el, rc, &st);
 }
 
 /* One keepalive for a lease: DLOCK_OK (alive), DLOCK_ELOST (expired or
@@ -752,6 +831,9 @@ static int check_keys(struct etcd_instance *inst, int64_t id, struct dlock_provi
 static int etcd_renew_batch(void *instance, struct dlock_provider_lock *const *locks, size_t n, int *results)
 {
     struct etcd_instance *inst = instance;
+    /* Our holds keep the lease alive, and with it any key of ours a delete
+     * could not reach: delete those first. */
+    sweep_orphans(inst);
     /* The distinct leases: few (one per lease length), so a list will do. */
     int64_t *ids = malloc(n * sizeof *ids);
     if (!ids) {
@@ -898,6 +980,7 @@ static int etcd_open(void **instance, const struct dlock_provider_env *env)
     snprintf(inst->prefix, sizeof inst->prefix, "%s", prefix);
     inst->log_handle = env->log_handle;
     pthread_mutex_init(&inst->lease_mu, NULL);
+    etcd_orphans_init(&inst->orphans);
     /* Reach the cluster now, so a wrong address or password is reported
      * at open. */
     rc = etcd_authenticate(&inst->http);
@@ -911,6 +994,7 @@ static int etcd_open(void **instance, const struct dlock_provider_env *env)
     if (reply)
         json_object_put(reply);
     if (rc != DLOCK_OK) {
+        etcd_orphans_destroy(&inst->orphans);
         pthread_mutex_destroy(&inst->lease_mu);
         etcd_http_destroy(&inst->http);
         free(inst);
@@ -924,7 +1008,8 @@ static void etcd_close(void *instance)
 {
     struct etcd_instance *inst = instance;
     /* Revoking the leases deletes every key on them at once, rather than
-     * leaving them to the TTL. */
+     * leaving them to the TTL; orphans on other leases are deleted first. */
+    sweep_orphans(inst);
     for (int i = 0; i < MAX_LEASES; i++) {
         if (!inst->leases[i].id)
             continue;
@@ -932,6 +1017,7 @@ static void etcd_close(void *instance)
         if (lease_call(inst, "/v3/lease/revoke", "ID", inst->leases[i].id, &reply) == DLOCK_OK)
             json_object_put(reply);
     }
+    etcd_orphans_destroy(&inst->orphans);
     pthread_mutex_destroy(&inst->lease_mu);
     etcd_http_destroy(&inst->http);
     free(inst);

@@ -271,6 +271,14 @@ static void *serve(void *arg)
                     pthread_mutex_unlock(&p->mu);
                     continue;
                 }
+                if (mode == FAULT_DROP) {
+                    /* Lost on the way: read and thrown away. */
+                    char sink[16384];
+                    ssize_t got = read(idx[k] % 2 == 0 ? pr->client : pr->server, sink, sizeof sink);
+                    if (got == 0 || (got < 0 && errno != EINTR && errno != EAGAIN))
+                        close_pair(pr);
+                    continue;
+                }
                 bool ok = idx[k] % 2 == 0 ? take(pr, 0, pr->client, delay) : take(pr, 1, pr->server, delay);
                 if (!ok && idx[k] % 2 == 0 && pr->queue[0] && mode != FAULT_RESET) {
                     /* The client closed with bytes still on their way: as on

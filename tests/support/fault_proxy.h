@@ -18,13 +18,16 @@
  *                    server sends and reset that connection: the request
  *                    ran, and its client only sees the connection die (a
  *                    load balancer, CLIENT KILL, a failover). Then back to
- *                    FAULT_PASS by itself: one shot. */
+ *                    FAULT_PASS by itself: one shot;
+ *   FAULT_DROP       read every byte that comes, either way, and throw it
+ *                    away, connections kept open: requests lost before
+ *                    they reach the server, so their answers never come. */
 #ifndef TEST_FAULT_PROXY_H
 #define TEST_FAULT_PROXY_H
 
 #include <stdint.h>
 
-enum fault_mode { FAULT_PASS, FAULT_DELAY, FAULT_BLACKHOLE, FAULT_RESET, FAULT_HALF_CLOSE, FAULT_DROP_REPLY_RESET };
+enum fault_mode { FAULT_PASS, FAULT_DELAY, FAULT_BLACKHOLE, FAULT_RESET, FAULT_HALF_CLOSE, FAULT_DROP_REPLY_RESET, FAULT_DROP };
 
 struct fault_proxy;
 

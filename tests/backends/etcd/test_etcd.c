@@ -577,6 +577,114 @@ static void note_lost(dlock_lock *l, void *arg)
     __atomic_store_n(&lost_at, now_ms(), __ATOMIC_SEQ_CST);
 }
 
+/* A client that talks to etcd through a proxy (lease 6 s, so its other
+ * hold outlives the faults), holding "<name>-keep" beside what the case
+ * does: that hold keeps the client's lease alive throughout. */
+struct stray_client {
+    struct fault_proxy *proxy;
+    dlock_client *client;
+    dlock_lock *keep;
+};
+
+static void stray_client_open(struct stray_client *sc, const char *name)
+{
+    int proxy_port;
+    sc->proxy = fault_proxy_start(server.port, &proxy_port);
+    assert_non_null(sc->proxy);
+    char text[1024];
+    write_config_at(text, sizeof text, proxy_port, 6000, 100, "");
+    sc->client = test_client_open(text);
+    char keep[64];
+    snprintf(keep, sizeof keep, "%s-keep", name);
+    sc->keep = test_lock_named(sc->client, keep);
+    assert_int_equal(dlock_acquire(sc->keep, 0), DLOCK_OK);
+}
+
+static void stray_client_close(struct stray_client *sc)
+{
+    assert_int_equal(dlock_release(sc->keep), DLOCK_OK);
+    dlock_lock_free(sc->keep);
+    dlock_client_close(sc->client);
+    fault_proxy_stop(sc->proxy);
+}
+
+/* Another client waits for name: granted well within one lease of the
+ * stray client (before, it waited for as long as that client held
+ * anything, as the key stayed on a lease kept alive). */
+static void granted_within_a_lease(const char *name)
+{
+    dlock_client *d = open_ok(6000);
+    dlock_lock *ld = test_lock_named(d, name);
+    int64_t t0 = now_ms();
+    int rc = dlock_acquire(ld, 14000);
+    int64_t took = now_ms() - t0;
+    if (rc != DLOCK_OK || took > 5000)
+        fail_msg("'%s': %s after %lld ms: a key of the stray client still holds it", name, dlock_strerror(rc),
+                 (long long)took);
+    assert_int_equal(dlock_release(ld), DLOCK_OK);
+    dlock_lock_free(ld);
+    dlock_client_close(d);
+}
+
+/* A release whose request is lost (and so its answer never comes) leaves
+ * the key; it is deleted at the client's next renewal round. */
+static void a_release_that_gets_no_answer_is_deleted_later(void **state)
+{
+    (void)state;
+    struct stray_client sc;
+    stray_client_open(&sc, "stray-rel");
+    dlock_lock *la = test_lock_named(sc.client, "stray-rel");
+    assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
+    fault_proxy_set(sc.proxy, FAULT_DROP, 0);
+    sleep_ms(100); /* the proxy thread has taken the new mode */
+    assert_int_equal(dlock_release(la), DLOCK_EUNAVAILABLE);
+    fault_proxy_set(sc.proxy, FAULT_PASS, 0);
+    granted_within_a_lease("stray-rel");
+    /* The handle takes the name again: a new key, with a higher fence. */
+    assert_int_equal(dlock_acquire(la, 5000), DLOCK_OK);
+    assert_int_equal(dlock_release(la), DLOCK_OK);
+    dlock_lock_free(la);
+    stray_client_close(&sc);
+}
+
+struct stray_waiter {
+    dlock_lock *lock;
+    int rc;
+};
+
+static void *wait_in_line(void *arg)
+{
+    struct stray_waiter *w = arg;
+    w->rc = dlock_acquire(w->lock, 1500);
+    return NULL;
+}
+
+/* A waiter gives up while its requests are lost: its delete never comes.
+ * When the holder lets go, that key must not become the holder. */
+static void a_waiter_that_gives_up_without_an_answer_leaves_no_key(void **state)
+{
+    (void)state;
+    dlock_client *x = open_ok(6000);
+    dlock_lock *lx = test_lock_named(x, "stray-wait");
+    assert_int_equal(dlock_acquire(lx, 0), DLOCK_OK);
+    struct stray_client sc;
+    stray_client_open(&sc, "stray-wait");
+    struct stray_waiter w = { test_lock_named(sc.client, "stray-wait"), -1 };
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, wait_in_line, &w), 0);
+    sleep_ms(700); /* queued, and waiting */
+    fault_proxy_set(sc.proxy, FAULT_DROP, 0);
+    pthread_join(t, NULL);
+    assert_int_not_equal(w.rc, DLOCK_OK);
+    fault_proxy_set(sc.proxy, FAULT_PASS, 0);
+    assert_int_equal(dlock_release(lx), DLOCK_OK);
+    granted_within_a_lease("stray-wait");
+    dlock_lock_free(w.lock);
+    stray_client_close(&sc);
+    dlock_lock_free(lx);
+    dlock_client_close(x);
+}
+
 /* The holder is cut off longer than its lease: it is told at its validity
  * end, and the next client is granted only after that, once the server's
  * lease ran out. */
@@ -817,6 +925,8 @@ int main(void)
         cmocka_unit_test(a_release_before_the_watch_is_created_is_seen),
         cmocka_unit_test(a_downgraded_key_keeps_its_place_and_shows_as_shared),
         cmocka_unit_test(a_downgrade_while_a_reader_queues_is_seen),
+        cmocka_unit_test(a_release_that_gets_no_answer_is_deleted_later),
+        cmocka_unit_test(a_waiter_that_gives_up_without_an_answer_leaves_no_key),
         cmocka_unit_test(partition_past_the_lease),
         cmocka_unit_test(bad_settings_are_config_errors),
         cmocka_unit_test(unreachable_cluster_is_a_clear_error),
