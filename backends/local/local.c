@@ -80,6 +80,8 @@ struct local_lock {
     bool watching;            /* set up to wait (the line, the watch, the count) */
     int watch_fd;             /* inotify fd + 1 while contending, 0 if none */
     struct local_waiter waiter; /* the place in the line while contending */
+    int64_t look_again_at;    /* fair mode: when a stuck waiter ahead stops counting
+                               * (dlock_provider_now_ms), 0 for none */
     char file[NAME_MAX + 1];  /* the lock file's name in the directory, once it was opened */
     bool counted;             /* counted in the header's waiting */
     struct local_lock *prev, *next; /* in open_files while fd_open */
@@ -693,8 +695,15 @@ static int fair_turn(struct local_instance *inst, struct dlock_provider_lock *lk
         start_watch(inst, lk);
     if (!ll->waiter.joined || ll->waiter.wakes > 0)
         return DLOCK_OK;
-    if (local_queue_is_first(inst->dirfd, ll->file, &ll->waiter))
+    int64_t look_again_ms;
+    ll->look_again_at = 0;
+    if (local_queue_is_first(inst->dirfd, ll->file, &ll->waiter, &look_again_ms))
         return DLOCK_OK;
+    /* A waiter ahead holds a wake-up it has not taken: if it is stopped,
+     * no release comes to wake us, so wake up to look when it stops
+     * counting. */
+    if (look_again_ms >= 0)
+        ll->look_again_at = dlock_provider_now_ms() + look_again_ms + 1;
     grant->retry_hint_ms = -1;
     return DLOCK_EBUSY;
 }
@@ -800,6 +809,12 @@ static int local_wait(void *instance, struct dlock_provider_lock *lk, int64_t ti
     if ((!ll->waiter.joined || !ll->watch_fd || !ll->counted) && timeout_ms > 25)
         timeout_ms = 25;
     int64_t deadline = dlock_provider_now_ms() + timeout_ms;
+    if (ll->look_again_at && ll->look_again_at < deadline) {
+        /* Fair mode, behind a waiter that may be stuck (fair_turn): the
+         * wait ends then as if called, for one more look. */
+        deadline = ll->look_again_at;
+        timeout_ms = -1;
+    }
     for (;;) {
         int64_t left = deadline - dlock_provider_now_ms();
         if (left < 0)
@@ -811,7 +826,7 @@ static int local_wait(void *instance, struct dlock_provider_lock *lk, int64_t ti
         if (n < 0 && errno != EINTR)
             return dlock_seterr(DLOCK_EUNAVAILABLE, "local: poll failed: %s", strerror(errno));
         if (n <= 0)
-            return n == 0 ? DLOCK_ETIMEDOUT : DLOCK_OK;
+            return n == 0 && timeout_ms >= 0 ? DLOCK_ETIMEDOUT : DLOCK_OK;
         bool called = (p[0].revents & POLLIN) != 0;
         if (ll->waiter.joined && (p[1].revents & POLLIN) && local_queue_drain(&ll->waiter) > 0)
             called = true;

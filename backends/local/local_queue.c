@@ -284,20 +284,41 @@ int local_queue_wake_next(int dirfd, const char *file, int n)
     return live;
 }
 
-bool local_queue_is_first(int dirfd, const char *file, const struct local_waiter *w)
+/* How long ago the FIFO fd was last written to (a wake-up), in ms. The
+ * kernel stamps a FIFO's modification time from the wall clock at every
+ * write, so the comparison is with that clock. */
+static int64_t ms_since_write(int fd)
+{
+    struct stat st;
+    struct timespec now;
+    if (fstat(fd, &st) != 0 || clock_gettime(CLOCK_REALTIME, &now) != 0)
+        return 0;
+    return (int64_t)(now.tv_sec - st.st_mtim.tv_sec) * 1000 + (now.tv_nsec - st.st_mtim.tv_nsec) / 1000000;
+}
+
+bool local_queue_is_first(int dirfd, const char *file, const struct local_waiter *w, int64_t *look_again_ms)
 {
     DIR *d;
     char **names;
     size_t count = 0;
+    *look_again_ms = -1;
     if (!w->joined || !list_line(dirfd, file, &d, &names, &count))
         return true;
     bool first = true;
     for (size_t i = 0; first && i < count && strcmp(names[i], w->entry) < 0; i++) {
         int fd = open_live(dirfd_of(d), names[i]);
-        if (fd >= 0) {
-            first = false; /* a live waiter came before us */
-            close(fd);
-        }
+        if (fd < 0)
+            continue;
+        int unread = 0;
+        (void)ioctl(fd, FIONREAD, &unread);
+        int64_t since = unread > 0 ? ms_since_write(fd) : 0;
+        close(fd);
+        if (unread > 0 && since >= LOCAL_STUCK_WAKE_MS)
+            continue; /* woken long ago and not taking its turn: stopped, or hung */
+        first = false; /* a live waiter came before us */
+        /* If it is stopped, the release that wakes it wakes nobody else:
+         * look again within half the grace, or when its wake-up is old. */
+        *look_again_ms = unread > 0 ? LOCAL_STUCK_WAKE_MS - since : LOCAL_STUCK_WAKE_MS / 2;
     }
     free_names(names, count);
     closedir(d);

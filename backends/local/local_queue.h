@@ -22,6 +22,7 @@
 #define DLOCK_BACKEND_LOCAL_QUEUE_H
 
 #include <stdbool.h>
+#include <stdint.h>
 
 /* A waiter's place in the line; all zero is "not in the line". */
 struct local_waiter {
@@ -59,10 +60,21 @@ int local_queue_drain(struct local_waiter *w);
  * failures: a waiter it could not wake finds the lock at its next retry. */
 int local_queue_wake_next(int dirfd, const char *file, int n);
 
+/* How long a waiter may leave a wake-up unread in its FIFO before the
+ * waiters behind it stop counting it as ahead of them in fair mode. A
+ * waiter that polls takes a wake-up at once, so one left this long
+ * belongs to a process that is stopped or hung. */
+#define LOCAL_STUCK_WAKE_MS 2000
+
 /* Whether w is first among the live waiters of the line (dead ones it
  * meets before w are removed): for fair mode, where only the first may
- * look. True when the folder cannot be read (the caller then looks, as
- * without a line). */
-bool local_queue_is_first(int dirfd, const char *file, const struct local_waiter *w);
+ * look. A waiter ahead whose FIFO has held a wake-up for
+ * LOCAL_STUCK_WAKE_MS or longer does not count. When w is not first,
+ * *look_again_ms gets when to look again: when the wake-up of the waiter
+ * ahead gets that old, or half of LOCAL_STUCK_WAKE_MS when it holds none
+ * (a release that wakes a stopped waiter wakes nobody else); else -1.
+ * True when the folder cannot be read (the caller then looks, as without a
+ * line). */
+bool local_queue_is_first(int dirfd, const char *file, const struct local_waiter *w, int64_t *look_again_ms);
 
 #endif

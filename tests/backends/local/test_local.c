@@ -872,6 +872,71 @@ static void a_dead_waiter_is_passed_over_and_removed(void **state)
     dlock_client_close(b);
 }
 
+/* Fair mode: a waiter at the head of the line that is stopped (SIGSTOP)
+ * when the release wakes it keeps the lock free, and the fair waiters
+ * behind it out, only for LOCAL_STUCK_WAKE_MS (2 s): then the next one
+ * looks out of turn. Before, it held the line for as long as it lived. */
+static void a_stopped_head_of_a_fair_line_is_passed_within_3_s(void **state)
+{
+    (void)state;
+    int go[2], ready[2];
+    assert_int_equal(pipe(go), 0);
+    assert_int_equal(pipe(ready), 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(go[1]);
+        close(ready[0]);
+        char ch;
+        if (read(go[0], &ch, 1) != 1)
+            _exit(2);
+        dlock_client *c = open_local();
+        dlock_lock_options o = DLOCK_LOCK_OPTIONS_INIT;
+        o.flags = DLOCK_LOCK_FAIR;
+        dlock_lock *l;
+        if (dlock_lock_new(c, "fair-stuck", 10, &o, &l) != DLOCK_OK || dlock_acquire(l, 0) != DLOCK_EBUSY)
+            _exit(3);
+        if (write(ready[1], "R", 1) != 1)
+            _exit(4);
+        if (dlock_acquire(l, 30000) != DLOCK_OK)
+            _exit(5);
+        dlock_release(l);
+        _exit(0);
+    }
+    close(go[0]);
+    close(ready[1]);
+    dlock_client *a = open_local(), *b = open_local();
+    dlock_lock_options o = DLOCK_LOCK_OPTIONS_INIT;
+    o.flags = DLOCK_LOCK_FAIR;
+    dlock_lock *la, *lb;
+    assert_int_equal(dlock_lock_new(a, "fair-stuck", 10, &o, &la), DLOCK_OK);
+    assert_int_equal(dlock_lock_new(b, "fair-stuck", 10, &o, &lb), DLOCK_OK);
+    assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
+    assert_int_equal(write(go[1], "G", 1), 1);
+    char ch;
+    assert_int_equal(read(ready[0], &ch, 1), 1);
+    sleep_ms(100); /* into its wait, in the line */
+    struct timed_waiter t = { lb, -1, 0 };
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, wait_and_take, &t), 0);
+    sleep_ms(200); /* the second waiter is in the line, behind the first */
+    kill(pid, SIGSTOP);
+    int64_t released = now_ms();
+    assert_int_equal(dlock_release(la), DLOCK_OK);
+    pthread_join(th, NULL);
+    int64_t took = t.granted_at - released;
+    kill(pid, SIGCONT);
+    int status;
+    waitpid(pid, &status, 0);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0); /* granted too, after it went on */
+    if (t.rc != DLOCK_OK || took < 1500 || took > 2000 + slack_ms(1500))
+        fail_msg("the waiter behind a stopped head: %s after %lld ms (wanted 2 s)", dlock_strerror(t.rc),
+                 (long long)took);
+    dlock_lock_free(la);
+    dlock_lock_free(lb);
+    dlock_client_close(a);
+    dlock_client_close(b);
+}
+
 /* Fair mode: a request that comes while the lock is free between two
  * holds does not take it ahead of a waiter in the line. The waiter is
  * stopped (SIGSTOP) across the release, so the lock is still free when the
@@ -971,6 +1036,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(waiters_are_woken_in_the_order_they_came, make_dir, remove_dir),
         cmocka_unit_test_setup_teardown(a_dead_waiter_is_passed_over_and_removed, make_dir, remove_dir),
         cmocka_unit_test_setup_teardown(fair_mode_keeps_a_newcomer_behind_the_line, make_dir, remove_dir),
+        cmocka_unit_test_setup_teardown(a_stopped_head_of_a_fair_line_is_passed_within_3_s, make_dir, remove_dir),
         cmocka_unit_test_setup_teardown(default_directory_through_a_symlink_is_refused, make_dir, remove_dir),
         cmocka_unit_test_setup_teardown(an_exclusive_hold_keeps_permits_out, make_dir, remove_dir),
         cmocka_unit_test_setup_teardown(a_reader_behind_a_writer_waits_on_a_watch, make_dir, remove_dir),

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 static char dir[] = "/tmp/dlock-queue-test-XXXXXX";
@@ -196,20 +197,50 @@ static void a_file_that_is_not_a_fifo_is_never_written(void **state)
     local_queue_leave(dirfd_, FILE_NAME, &b, 0);
 }
 
+/* A waiter that holds a wake-up it has not taken (stopped, or hung) stops
+ * counting as ahead once LOCAL_STUCK_WAKE_MS have passed since it was
+ * written; until then the one behind is told when to look again. The
+ * FIFO's time is moved back rather than waited for. */
+static void a_waiter_that_leaves_its_wake_up_unread_is_passed(void **state)
+{
+    (void)state;
+    struct local_waiter a, b;
+    int64_t look_again;
+    join(&a, false);
+    join(&b, false);
+    assert_int_equal(local_queue_wake_next(dirfd_, FILE_NAME, 1), 2);
+    assert_false(local_queue_is_first(dirfd_, FILE_NAME, &b, &look_again));
+    assert_true(look_again > 0 && look_again <= LOCAL_STUCK_WAKE_MS);
+    struct timespec old[2];
+    assert_int_equal(clock_gettime(CLOCK_REALTIME, &old[0]), 0);
+    old[0].tv_sec -= LOCAL_STUCK_WAKE_MS / 1000 + 1;
+    old[1] = old[0];
+    assert_int_equal(futimens(a.fd, old), 0);
+    assert_true(local_queue_is_first(dirfd_, FILE_NAME, &b, &look_again));
+    /* Taken at last: it counts again. */
+    assert_int_equal(local_queue_drain(&a), 1);
+    assert_false(local_queue_is_first(dirfd_, FILE_NAME, &b, &look_again));
+    assert_int_equal(look_again, LOCAL_STUCK_WAKE_MS / 2);
+    local_queue_leave(dirfd_, FILE_NAME, &a, 0);
+    local_queue_leave(dirfd_, FILE_NAME, &b, 0);
+    assert_int_equal(entries(), 0);
+}
+
 /* Fair mode's question: first among the live waiters, dead ones before
  * it passed over. */
 static void the_first_live_waiter_is_first(void **state)
 {
     (void)state;
     struct local_waiter dead, a, b;
+    int64_t look_again;
     join(&dead, false);
     join(&a, false);
     join(&b, false);
     close(dead.fd);
-    assert_true(local_queue_is_first(dirfd_, FILE_NAME, &a));
-    assert_false(local_queue_is_first(dirfd_, FILE_NAME, &b));
+    assert_true(local_queue_is_first(dirfd_, FILE_NAME, &a, &look_again));
+    assert_false(local_queue_is_first(dirfd_, FILE_NAME, &b, &look_again));
     local_queue_leave(dirfd_, FILE_NAME, &a, 0);
-    assert_true(local_queue_is_first(dirfd_, FILE_NAME, &b));
+    assert_true(local_queue_is_first(dirfd_, FILE_NAME, &b, &look_again));
     local_queue_leave(dirfd_, FILE_NAME, &b, 0);
     assert_int_equal(entries(), 0);
 }
@@ -225,6 +256,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(a_waiter_that_gives_up_hands_its_wake_up_on, make_dir, remove_dir),
         cmocka_unit_test_setup_teardown(a_file_that_is_not_a_fifo_is_never_written, make_dir, remove_dir),
         cmocka_unit_test_setup_teardown(the_first_live_waiter_is_first, make_dir, remove_dir),
+        cmocka_unit_test_setup_teardown(a_waiter_that_leaves_its_wake_up_unread_is_passed, make_dir, remove_dir),
     };
     return cmocka_run_group_tests_name("local line of waiters", tests, NULL, NULL);
 }
