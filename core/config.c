@@ -437,9 +437,12 @@ int dlock__config_load(struct dlock__config *cfg, const char *path, const char *
         int find_rc = dlock__provider_find(backend, &cfg->provider);
         if (find_rc != DLOCK_OK) {
             diag->backend_unavailable = find_rc == DLOCK_EUNAVAILABLE;
-            dlock__diag_add(diag, 1, backend_setting ? file_of(backend_setting, cfg->source) : cfg->source,
-                            backend_setting ? config_setting_source_line(backend_setting) : 0,
-                            "backend '%s' is not available: %s", backend, dlock_errmsg());
+            const char *file = backend_setting ? file_of(backend_setting, cfg->source) : cfg->source;
+            int line = backend_setting ? config_setting_source_line(backend_setting) : 0;
+            if (find_rc == DLOCK_ECONFIG) /* not a name at all: a mistake in the file */
+                dlock__diag_add(diag, 1, file, line, "backend: %s", dlock_errmsg());
+            else
+                dlock__diag_add(diag, 1, file, line, "backend '%s' is not available: %s", backend, dlock_errmsg());
             cfg->provider = NULL;
         }
         check_groups(cfg, diag);

@@ -137,7 +137,8 @@ const char *dlock__suggest(const char *word, const char *const *candidates, size
 /* Finds a provider by name: registered ones, the built-in local backend,
  * then dlock_<name>.so in $DLOCK_MODULE_PATH and the module directory.
  * Returns DLOCK_OK, DLOCK_EUNAVAILABLE (not found or refused; detail set)
- * or DLOCK_EINVAL (bad name). Providers are never unloaded. */
+ * or DLOCK_ECONFIG (not a backend name: a path, say). Providers are never
+ * unloaded. */
 int dlock__provider_find(const char *name, const struct dlock_provider **out);
 /* Validates a provider table; DLOCK_OK or DLOCK_EINVAL with the reason. */
 int dlock__provider_check(const struct dlock_provider *p, const char *origin);

@@ -141,7 +141,7 @@ static int load_module(const char *dir, const char *name, const struct dlock_pro
 int dlock__provider_find(const char *name, const struct dlock_provider **out)
 {
     if (!name || !valid_backend_name(name))
-        return dlock_seterr(DLOCK_EUNAVAILABLE, "'%s' is not a backend name (1-32 characters of [a-z0-9_])",
+        return dlock_seterr(DLOCK_ECONFIG, "'%s' is not a backend name (1-32 characters of [a-z0-9_])",
                             name ? name : "(null)");
     pthread_mutex_lock(&registry_mu);
     const struct dlock_provider *p = lookup_locked(name);

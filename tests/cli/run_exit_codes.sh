@@ -61,6 +61,10 @@ expect_status 69 $? "backend unavailable"
 printf 'backend = "nosuchbackend";\n' > "$T/nomodule.conf"
 DLOCK_MODULE_PATH=/nonexistent "$DLOCK" -c "$T/nomodule.conf" run x -- true 2>/dev/null
 expect_status 69 $? "backend module missing on this host"
+printf 'backend = "../../lib/evil";\n' > "$T/badname.conf"
+"$DLOCK" -c "$T/badname.conf" run x -- true 2> "$T/err"
+expect_status 78 $? "a backend that is not a backend name is a configuration error"
+grep -q "not a backend name" "$T/err" && ok "the message says why" || not_ok "message: $(cat "$T/err")"
 "$DLOCK" run x 2>/dev/null
 expect_status 64 $? "usage error"
 "$DLOCK" run --wait soon x -- true 2>/dev/null

@@ -61,6 +61,18 @@ static void bad_modules_are_refused_with_reasons(void **state)
     refuses("testmod_partial", "lacks the required member release");
     refuses("testmod_noentry", "does not export dlock_module_provider()");
     refuses("testmod_absent", "no module dlock_testmod_absent.so in");
+    /* A value that is not a backend name at all (a path, say) is a
+     * mistake in the configuration, not a host that lacks a module. */
+    const char *not_names[] = { "../../lib/evil", "Redis", "a/b", "" };
+    for (size_t i = 0; i < sizeof not_names / sizeof not_names[0]; i++) {
+        char text[128];
+        snprintf(text, sizeof text, "backend = \"%s\";", not_names[i]);
+        dlock_client *c = (dlock_client *)1;
+        int rc = dlock_client_open_string(&c, text);
+        if (rc != DLOCK_ECONFIG || !strstr(dlock_errmsg(), "not a backend name"))
+            fail_msg("backend \"%s\": %s: %s", not_names[i], dlock_strerror(rc), dlock_errmsg());
+        assert_null(c);
+    }
 }
 
 static int dummy_open(void **i, const struct dlock_provider_env *e) { (void)i; (void)e; return 0; }
