@@ -373,6 +373,48 @@ static void check_secret_file_mode(struct dlock__config *cfg, const char *path, 
     }
 }
 
+/* Whether a string is a URL with credentials in its authority
+ * ("scheme://user:password@host"). */
+static bool url_with_credentials(const char *v)
+{
+    const char *authority = strstr(v, "://");
+    if (!authority)
+        return false;
+    authority += 3;
+    size_t end = strcspn(authority, "/?#");
+    return memchr(authority, '@', end) != NULL;
+}
+
+/* A backend setting that is a URL with a user and password in it: the
+ * backend sends them and keeps them out of its messages, but they belong
+ * in the settings made for credentials, which a file mode check covers
+ * and which never appear in a label. */
+static void check_credentials_in_urls(struct dlock__config *cfg, struct dlock__diag *diag)
+{
+    const config_setting_t *root = config_root_setting(&cfg->cfg);
+    for (int i = 0; i < config_setting_length(root); i++) {
+        const config_setting_t *g = config_setting_get_elem(root, (unsigned)i);
+        if (config_setting_type(g) != CONFIG_TYPE_GROUP)
+            continue;
+        for (int k = 0; k < config_setting_length(g); k++) {
+            const config_setting_t *s = config_setting_get_elem(g, (unsigned)k);
+            bool list = config_setting_is_aggregate(s);
+            int n = list ? config_setting_length(s) : 1;
+            for (int j = 0; j < n; j++) {
+                const config_setting_t *item = list ? config_setting_get_elem(s, (unsigned)j) : s;
+                const char *v = config_setting_type(item) == CONFIG_TYPE_STRING ? config_setting_get_string(item) : NULL;
+                if (!v || !url_with_credentials(v))
+                    continue;
+                dlock__diag_add(diag, 0, file_of(item, cfg->source), config_setting_source_line(item),
+                                "%s.%s: a URL with a user name and password in it; put them in the backend's "
+                                "own settings instead (for etcd: etcd.username and etcd.password)",
+                                config_setting_name(g), config_setting_name(s));
+                break;
+            }
+        }
+    }
+}
+
 static void set_defaults(struct dlock__config *cfg)
 {
     cfg->lease_ms = DLOCK__DEFAULT_LEASE_MS;
@@ -447,6 +489,7 @@ int dlock__config_load(struct dlock__config *cfg, const char *path, const char *
         }
         check_groups(cfg, diag);
         check_secret_file_mode(cfg, path, diag);
+        check_credentials_in_urls(cfg, diag);
     }
     if (diag->errors > 0) {
         dlock__config_free(cfg);

@@ -19,19 +19,47 @@ static void init_curl(void)
     curl_init_result = curl_global_init(CURL_GLOBAL_DEFAULT);
 }
 
+/* url with the user information of its authority ("user:password@"), if
+ * it has any, written as "***@": libcurl sends it as HTTP basic
+ * authentication (for an etcd behind an authenticating proxy), and it must
+ * not reach a message, a log or the panel. */
+static void redact_userinfo(const char *url, char *out, size_t size)
+{
+    const char *authority = strstr(url, "://");
+    authority = authority ? authority + 3 : url;
+    size_t end = strcspn(authority, "/?#");
+    const char *at = memrchr(authority, '@', end);
+    if (!at) {
+        snprintf(out, size, "%s", url);
+        return;
+    }
+    snprintf(out, size, "%.*s***%s", (int)(authority - url), url, at);
+}
+
 static int copy_endpoint(struct etcd_http *h, const char *value, const dlock_settings *s)
 {
     size_t len = strlen(value);
     while (len > 0 && value[len - 1] == '/')
         len--;
+    char shown[sizeof h->shown[0]];
+    redact_userinfo(value, shown, sizeof shown);
     if ((strncmp(value, "http://", 7) != 0 && strncmp(value, "https://", 8) != 0) || len <= 8 ||
         len >= sizeof h->endpoints[0])
         return dlock_seterr(DLOCK_ECONFIG, "%s: etcd.endpoints: \"%s\" is not an http:// or https:// URL",
-                            dlock_settings_where(s, "endpoints"), value);
+                            dlock_settings_where(s, "endpoints"), shown);
     memcpy(h->endpoints[h->nendpoints], value, len);
     h->endpoints[h->nendpoints][len] = 0;
+    redact_userinfo(h->endpoints[h->nendpoints], h->shown[h->nendpoints], sizeof h->shown[0]);
     h->nendpoints++;
     return DLOCK_OK;
+}
+
+const char *etcd_http_shown(const struct etcd_http *h, const char *endpoint)
+{
+    for (int i = 0; i < h->nendpoints; i++)
+        if (strcmp(h->endpoints[i], endpoint) == 0)
+            return h->shown[i];
+    return "(an endpoint)";
 }
 
 int etcd_http_init(struct etcd_http *h, const dlock_settings *s)
@@ -80,7 +108,7 @@ int etcd_http_init(struct etcd_http *h, const dlock_settings *s)
     if (rc != DLOCK_OK)
         return rc;
     pthread_mutex_init(&h->mu, NULL);
-    snprintf(h->label, sizeof h->label, "etcd %s%s", h->endpoints[0], h->nendpoints > 1 ? " (and others)" : "");
+    snprintf(h->label, sizeof h->label, "etcd %s%s", h->shown[0], h->nendpoints > 1 ? " (and others)" : "");
     return DLOCK_OK;
 }
 
@@ -176,7 +204,7 @@ static int server_error(const struct etcd_http *h, const char *endpoint, long st
                        : needs_user       ? " (the server requires authentication: set etcd.username and etcd.password)"
                                           : "";
     int code = st->grpc_code == 7 || needs_user ? DLOCK_ECONFIG : DLOCK_EUNAVAILABLE;
-    int rc = dlock_seterr(code, "etcd %s: HTTP %ld: %s%s", endpoint, status,
+    int rc = dlock_seterr(code, "etcd %s: HTTP %ld: %s%s", etcd_http_shown(h, endpoint), status,
                           err ? json_object_get_string(err) : "an answer without an error message", hint);
     if (obj)
         json_object_put(obj);
@@ -302,7 +330,7 @@ static int call_once(struct etcd_http *h, const char *path, struct json_object *
     int rc = DLOCK_OK;
     if (res != CURLE_OK) {
         st->sent = res != CURLE_COULDNT_CONNECT && res != CURLE_COULDNT_RESOLVE_HOST;
-        rc = dlock_seterr(DLOCK_EUNAVAILABLE, "etcd %s: %s%s", endpoint, curl_easy_strerror(res),
+        rc = dlock_seterr(DLOCK_EUNAVAILABLE, "etcd %s: %s%s", etcd_http_shown(h, endpoint), curl_easy_strerror(res),
                           res == CURLE_OPERATION_TIMEDOUT ? " (raise etcd.command_timeout_ms?)" : "");
         next_endpoint(h, endpoint);
     } else if (status != 200) {
@@ -316,7 +344,7 @@ static int call_once(struct etcd_http *h, const char *path, struct json_object *
                 json_object_put(*reply);
             *reply = NULL;
             rc = dlock_seterr(DLOCK_EPROTOCOL, "etcd %s: %s answered with something that is not a JSON object",
-                              endpoint, path);
+                              etcd_http_shown(h, endpoint), path);
         }
     }
     free(b.data);

@@ -20,6 +20,8 @@
 
 struct etcd_http {
     char endpoints[ETCD_MAX_ENDPOINTS][256]; /* "http://host:port", no trailing slash */
+    char shown[ETCD_MAX_ENDPOINTS][256];     /* the same for messages: a user and password
+                                              * in the URL written as "***" */
     int nendpoints;
     int current;                    /* the endpoint calls go to; moves on after a failure */
     int64_t connect_timeout_ms;
@@ -38,6 +40,10 @@ struct etcd_http {
  * cert and key. DLOCK_OK or DLOCK_ECONFIG naming the setting. */
 int etcd_http_init(struct etcd_http *h, const dlock_settings *s);
 void etcd_http_destroy(struct etcd_http *h);
+
+/* The form of endpoint (one of h->endpoints) to write in messages, with
+ * no credentials in it. */
+const char *etcd_http_shown(const struct etcd_http *h, const char *endpoint);
 
 /* What a call's failure was, beside its libdlock code. */
 struct etcd_status {

@@ -144,7 +144,7 @@ int etcd_watch_deletions(struct etcd_http *h, const char *key, size_t key_len, c
             rc = DLOCK_OK;
             while ((msg = curl_multi_info_read(m, &left)) != NULL)
                 if (msg->msg == CURLMSG_DONE && msg->data.result != CURLE_OK)
-                    rc = dlock_seterr(DLOCK_EUNAVAILABLE, "etcd %s: watch: %s", endpoint,
+                    rc = dlock_seterr(DLOCK_EUNAVAILABLE, "etcd %s: watch: %s", etcd_http_shown(h, endpoint),
                                       curl_easy_strerror(msg->data.result));
             break;
         }

@@ -723,6 +723,59 @@ static void partition_past_the_lease(void **state)
     fault_proxy_stop(proxy);
 }
 
+struct collected_findings {
+    char text[4096];
+    int warnings;
+};
+
+static void collect_finding(int is_error, const char *file, int line, const char *msg, void *arg)
+{
+    (void)file;
+    (void)line;
+    struct collected_findings *f = arg;
+    size_t used = strlen(f->text);
+    snprintf(f->text + used, sizeof f->text - used, "%s|%s\n", is_error ? "E" : "W", msg);
+    if (!is_error)
+        f->warnings++;
+}
+
+/* A user and password in an endpoint URL (for an etcd behind an
+ * authenticating proxy) are sent, but never shown: not in a failure to
+ * connect, not in the server's answer, which carries the instance label,
+ * and check-config warns and points to etcd.username and etcd.password. */
+static void credentials_in_an_endpoint_url_are_never_shown(void **state)
+{
+    (void)state;
+    char text[1024];
+    snprintf(text, sizeof text,
+             "backend = \"etcd\";\netcd = { endpoints = (\"http://u:S3CRETxyz@127.0.0.1:%d\"); "
+             "connect_timeout_ms = 500; };\n", server.port + 2);
+    dlock_client *c = NULL;
+    assert_int_equal(dlock_client_open_string(&c, text), DLOCK_EUNAVAILABLE);
+    if (strstr(dlock_errmsg(), "S3CRET") || !strstr(dlock_errmsg(), "http://***@127.0.0.1"))
+        fail_msg("the failure to connect: %s", dlock_errmsg());
+
+    snprintf(text, sizeof text,
+             "backend = \"etcd\";\netcd = { endpoints = (\"http://u:S3CRETxyz@127.0.0.1:%d/\"); };\n", server.port);
+    /* etcd itself takes the basic authentication libcurl sends for them
+     * as a bad token: the server's answer, with the endpoint in it. */
+    int rc = dlock_client_open_string(&c, text);
+    if (rc != DLOCK_ECONFIG || strstr(dlock_errmsg(), "S3CRET") || !strstr(dlock_errmsg(), "http://***@127.0.0.1") ||
+        !strstr(dlock_errmsg(), "etcd.username"))
+        fail_msg("the server's refusal: %s: %s", dlock_strerror(rc), dlock_errmsg());
+
+    char path[] = "/tmp/dlock-etcd-cred-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+    close(fd);
+    struct collected_findings f = { "", 0 };
+    assert_int_equal(dlock_config_check(path, collect_finding, &f), DLOCK_OK);
+    unlink(path);
+    if (f.warnings != 1 || strstr(f.text, "S3CRET") || !strstr(f.text, "etcd.username"))
+        fail_msg("check-config: %s", f.text);
+}
+
 static void bad_settings_are_config_errors(void **state)
 {
     (void)state;
@@ -929,6 +982,7 @@ int main(void)
         cmocka_unit_test(a_waiter_that_gives_up_without_an_answer_leaves_no_key),
         cmocka_unit_test(partition_past_the_lease),
         cmocka_unit_test(bad_settings_are_config_errors),
+        cmocka_unit_test(credentials_in_an_endpoint_url_are_never_shown),
         cmocka_unit_test(unreachable_cluster_is_a_clear_error),
         cmocka_unit_test(tls_with_the_servers_ca),
         cmocka_unit_test(a_dead_endpoint_is_followed_within_the_call),
