@@ -1,6 +1,6 @@
 /*
  * dlock.h - libdlock application API: named distributed locks over pluggable
- * backends (local, redis, redlock, zookeeper, postgres, mysql).
+ * backends (local, redis, redlock, zookeeper, etcd, postgres, mysql).
  *
  * Two handles:
  *   dlock_client  one configured backend instance: its connections, its

@@ -579,6 +579,94 @@ static void many_cycles_do_not_grow(void **state)
     dlock_client_close(a);
 }
 
+/* The row of the capability table in libdlock(3) for the target: its
+ * backend's name, and the mode for the SQL backends' two targets. */
+static void man_row_label(dlock_client *c, char *out, size_t size)
+{
+    const char *mode = strstr(target->name, "session mode") ? " session mode"
+                       : strstr(target->name, "lease mode") ? " lease mode"
+                                                             : "";
+    snprintf(out, size, "%s%s", dlock_client_backend(c), mode);
+}
+
+static const struct {
+    const char *word;
+    unsigned bit;
+} capability_words[] = {
+    { "RENEW", DLOCK_CAP_RENEW },           { "FENCE", DLOCK_CAP_FENCE },
+    { "FENCE_LINEARIZABLE", DLOCK_CAP_FENCE_LINEARIZABLE },
+    { "NATIVE_WAIT", DLOCK_CAP_NATIVE_WAIT }, { "FAIR", DLOCK_CAP_FAIR },
+    { "SERVER_EXPIRY", DLOCK_CAP_SERVER_EXPIRY }, { "MULTI_HOST", DLOCK_CAP_MULTI_HOST },
+    { "SHARED", DLOCK_CAP_SHARED },         { "SEMAPHORE", DLOCK_CAP_SEMAPHORE },
+    { "DOWNGRADE", DLOCK_CAP_DOWNGRADE },
+};
+
+/* The words of bits, in the table's order. */
+static void capability_text(unsigned bits, char *out, size_t size)
+{
+    out[0] = 0;
+    for (size_t i = 0; i < sizeof capability_words / sizeof capability_words[0]; i++)
+        if (bits & capability_words[i].bit) {
+            size_t used = strlen(out);
+            snprintf(out + used, size - used, "%s%s", used ? " " : "", capability_words[i].word);
+        }
+}
+
+/* libdlock(3)'s table of each backend's capabilities says what the client
+ * reports: the table is read from the man page and compared with the bits,
+ * so the two cannot drift apart again. */
+static void the_man_page_lists_these_capabilities(void **state)
+{
+    (void)state;
+    const char *src = getenv("DLOCK_TEST_SRCDIR");
+    char path[1024];
+    snprintf(path, sizeof path, "%s/../docs/libdlock.3", src ? src : "tests");
+    FILE *f = fopen(path, "re");
+    if (!f)
+        fail_msg("cannot read %s (set DLOCK_TEST_SRCDIR)", path);
+    dlock_client *c = open_client(30000, 100);
+    char label[128], want[256];
+    man_row_label(c, label, sizeof label);
+    unsigned bits = dlock_client_capabilities(c);
+    capability_text(bits, want, sizeof want);
+    dlock_client_close(c);
+    char line[1024], row[300];
+    snprintf(row, sizeof row, ".B %s\n", label);
+    bool in_table = false, found = false;
+    unsigned listed = 0;
+    while (fgets(line, sizeof line, f)) {
+        if (strcmp(line, ".\\\" capability table\n") == 0) {
+            in_table = true;
+            continue;
+        }
+        if (strcmp(line, ".\\\" end of capability table\n") == 0)
+            break;
+        if (!in_table || strcmp(line, row) != 0)
+            continue;
+        if (!fgets(line, sizeof line, f))
+            break;
+        found = true;
+        for (char *save = NULL, *w = strtok_r(line, " \n", &save); w; w = strtok_r(NULL, " \n", &save)) {
+            size_t i = 0;
+            while (i < sizeof capability_words / sizeof capability_words[0] && strcmp(capability_words[i].word, w) != 0)
+                i++;
+            if (i == sizeof capability_words / sizeof capability_words[0])
+                fail_msg("libdlock(3), %s: '%s' is not a capability", label, w);
+            listed |= capability_words[i].bit;
+        }
+        break;
+    }
+    fclose(f);
+    if (!found)
+        fail_msg("libdlock(3)'s capability table has no row '%s'; it reports 0x%x:\n.B %s\n%s", label, bits, label,
+                 want);
+    if (listed != bits) {
+        char have[256];
+        capability_text(listed, have, sizeof have);
+        fail_msg("libdlock(3) gives %s as %s; it reports 0x%x: %s", label, have, bits, want);
+    }
+}
+
 int conformance_run(const struct conformance_target *t)
 {
     target = t;
@@ -597,6 +685,7 @@ int conformance_run(const struct conformance_target *t)
         cmocka_unit_test_setup(killed_holder_is_replaced_within_its_lease, conformance_before_each),
         cmocka_unit_test_setup(names_up_to_the_cap_any_bytes, conformance_before_each),
         cmocka_unit_test_setup(many_cycles_do_not_grow, conformance_before_each),
+        cmocka_unit_test_setup(the_man_page_lists_these_capabilities, conformance_before_each),
     };
     int failed = _cmocka_run_group_tests(t->name, cases, sizeof cases / sizeof cases[0], NULL,
                                          conformance_group_teardown);
