@@ -62,7 +62,7 @@ void conformance_child_kill(pid_t pid);
 int conformance_group_teardown(void **state);
 
 /* Runs every case against target, then conformance_run_shared(),
- * conformance_run_kinds(), conformance_run_list() and conformance_run_waiting(); returns
+ * conformance_run_kinds(), conformance_run_model(), conformance_run_list() and conformance_run_waiting(); returns
  * the number of failed cases. */
 int conformance_run(const struct conformance_target *target);
 
@@ -75,6 +75,12 @@ int conformance_run_shared(const struct conformance_target *target);
  * of exclusive, shared and semaphores of 1 and 2 permits, trying once and
  * waiting; never two holders of kinds that cannot mix. */
 int conformance_run_kinds(const struct conformance_target *target);
+
+/* The seeded random test (conformance_model.c): clients and threads issue
+ * random operations of every kind, cancels and breaks, and the history is
+ * checked against a model of what a name may grant. DLOCK_MODEL_SEED and
+ * DLOCK_MODEL_MS set its seed and length. */
+int conformance_run_model(const struct conformance_target *target);
 
 /* The listing cases (conformance_list.c): run where target->lists is set,
  * and otherwise a check that dlock_list() answers DLOCK_ENOTSUP. */

@@ -28,6 +28,8 @@ struct fault_run {
     int64_t started_us;
     int permits;            /* > 0: the workers hold permits of a semaphore of this many */
     int readers;            /* > 0: the last this many workers hold the lock shared and read */
+    int permit_workers;     /* > 0: a mixed run: after the readers, this many more ask for the
+                             * lock's name as a semaphore of `permits` */
 };
 
 /* The DLOCK_FAULTS_LONG factor (>= 1). */
@@ -99,6 +101,18 @@ void fault_run_semaphore_holder_killed(const char *scenario, const char *config_
  * lost update, and unless readers did hold together, someone was granted
  * while the writer was stopped, and its late write (or read) was refused. */
 void fault_run_rw_writer_paused(const char *scenario, const char *config_text, int lease_ms);
+
+/* The mixed-kind scenario every backend with shared holds and semaphores
+ * runs: two writers, two readers and two workers asking for the same name
+ * as a semaphore of two, a writer stopped in the middle of its hold until
+ * someone else has held past its lease, then continued. Fails the case
+ * unless the checker finds no writer meeting anyone, no reader meeting a
+ * permit holder, no more than two permits at once, every stale write
+ * refused and no lost update, and unless someone was granted while the
+ * writer was stopped. (Whether a permit is ever granted depends on the
+ * backend: one that refuses a request of another kind rather than queue
+ * it lets the lock workers keep the name.) */
+void fault_run_mixed_kinds_writer_paused(const char *scenario, const char *config_text, int lease_ms);
 
 /* CLOCK_MONOTONIC in microseconds (the workers' clock). */
 int64_t fault_now_us(void);

@@ -281,6 +281,42 @@ int history_check_rw(const char *dir, int nworkers, int first_reader, struct his
            r->reader_saw_partial;
 }
 
+int history_check_mixed(const char *dir, int nworkers, int first_reader, int first_permit, int permits,
+                        struct history_report *r)
+{
+    memset(r, 0, sizeof *r);
+    struct hold_list holds = { 0 }, permit_holds = { 0 };
+    for (int w = 0; w < nworkers; w++)
+        read_worker(dir, w, &holds, r);
+    qsort(holds.v, holds.n, sizeof *holds.v, by_start);
+    for (size_t i = 0; i < holds.n; i++) {
+        const struct hold *a = &holds.v[i];
+        if (a->worker >= first_permit && a->end > a->start && !push(&permit_holds, *a)) {
+            r->unreadable++;
+            violation(r, "out of memory checking %zu holds", holds.n);
+        }
+        for (size_t j = i + 1; j < holds.n && holds.v[j].start < a->end; j++) {
+            const struct hold *b = &holds.v[j];
+            if (b->worker == a->worker || b->end <= b->start)
+                continue;
+            int ka = a->worker < first_reader ? 0 : a->worker < first_permit ? 1 : 2;
+            int kb = b->worker < first_reader ? 0 : b->worker < first_permit ? 1 : 2;
+            if (ka == kb && ka != 0)
+                continue; /* readers together, or permits together (counted below) */
+            static const char *const kind[] = { "writer", "reader", "permit holder" };
+            r->overlaps++;
+            violation(r, "overlap: %s %d (fence %llu) held until %lld us, %s %d (fence %llu) granted at %lld us",
+                      kind[ka], a->worker, a->fence, a->end, kind[kb], b->worker, b->fence, b->start);
+        }
+    }
+    sweep_holds(&permit_holds, permits, r); /* r->most_at_once: the most permits at once */
+    check_resource(dir, r);
+    free(holds.v);
+    free(permit_holds.v);
+    return r->overlaps + r->fence_disorder + r->stale_admitted + r->lost_updates + r->unreadable +
+           r->reader_saw_partial;
+}
+
 struct edge {
     long long t;
     int delta;      /* +1 a hold starts, -1 one ends */

@@ -51,6 +51,16 @@ int history_check_permits(const char *dir, int nworkers, int permits, struct his
  * a writer's read and its admitted write; no lost update. */
 int history_check_rw(const char *dir, int nworkers, int first_reader, struct history_report *r);
 
+/* The same for a run of mixed kinds on one name: workers 0..first_reader-1
+ * write under exclusive holds, first_reader..first_permit-1 hold it
+ * shared and read, first_permit.. hold permits of a semaphore of
+ * `permits` on it (and touch nothing). A writer's window meets no other
+ * worker's; a reader's meets no permit holder's; never more than permits
+ * permit holders at once (the most at once goes to r->most_at_once); the
+ * counter's checks as for history_check_rw. */
+int history_check_mixed(const char *dir, int nworkers, int first_reader, int first_permit, int permits,
+                        struct history_report *r);
+
 /* Grants whose time falls in [from_us, to_us). */
 int history_grants_between(const char *dir, int nworkers, long long from_us, long long to_us);
 

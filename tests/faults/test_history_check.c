@@ -123,6 +123,29 @@ static void a_late_write_after_a_newer_reader_must_be_refused(void **state)
     assert_int_equal(r.writes_refused, 1);
 }
 
+/* A mixed run: worker 0 writes, 1 reads, 2 and 3 hold permits of a
+ * semaphore of 1. A reader beside a permit holder is found, and so are two
+ * permits of a semaphore of one at once; permits one after the other are
+ * not. */
+static void a_reader_beside_a_permit_is_found(void **state)
+{
+    (void)state;
+    write_writer();
+    write_file("resource.log", "1 1100 read 0 10 ok 0 0\n2 1400 write 0 10 ok 0 1\n");
+    write_file("worker-1.log", "2000 invoke\n2000 grant 11 10000000\n2500 releasing\n2500 release 0\n");
+    write_file("worker-2.log", "3000 invoke\n3000 grant 12 10000000\n3500 releasing\n3500 release 0\n");
+    write_file("worker-3.log", "3600 invoke\n3600 grant 13 10000000\n3900 releasing\n3900 release 0\n");
+    struct history_report r;
+    assert_int_equal(history_check_mixed(dir, 4, 1, 2, 1, &r), 0);
+    write_file("worker-3.log", "3200 invoke\n3200 grant 13 10000000\n3900 releasing\n3900 release 0\n");
+    assert_true(history_check_mixed(dir, 4, 1, 2, 1, &r) > 0);
+    assert_int_equal(r.overlaps, 1);
+    write_file("worker-3.log", "");
+    write_file("worker-1.log", "2000 invoke\n2000 grant 11 10000000\n3100 releasing\n3100 release 0\n");
+    assert_true(history_check_mixed(dir, 4, 1, 2, 1, &r) > 0);
+    assert_non_null(strstr(r.first_violation, "permit holder"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -131,6 +154,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(a_shared_read_inside_an_increment_is_found, make_dir, remove_dir),
         cmocka_unit_test_setup_teardown(a_stale_shared_read_admitted_is_found, make_dir, remove_dir),
         cmocka_unit_test_setup_teardown(a_late_write_after_a_newer_reader_must_be_refused, make_dir, remove_dir),
+        cmocka_unit_test_setup_teardown(a_reader_beside_a_permit_is_found, make_dir, remove_dir),
     };
     return cmocka_run_group_tests_name("fault suite checker", tests, NULL, NULL);
 }

@@ -61,6 +61,17 @@ static void readers_and_a_writer_paused(void **state)
                                LEASE_MS + 500);
 }
 
+/* One name asked for in three kinds at once, a writer stopped mid-hold past
+ * its lease (see fault_run.h). */
+static void mixed_kinds_and_a_writer_paused(void **state)
+{
+    (void)state;
+    char config[512];
+    worker_config(config, sizeof config);
+    fault_run_mixed_kinds_writer_paused("etcd, 2 writers, 2 readers and 2 permit holders of one name, a writer stopped past its lease",
+                                        config, LEASE_MS + 500);
+}
+
 static void no_fault(void **state)
 {
     (void)state;
@@ -119,6 +130,7 @@ int main(void)
         cmocka_unit_test(no_fault),
         cmocka_unit_test(semaphore_holder_killed),
         cmocka_unit_test(readers_and_a_writer_paused),
+        cmocka_unit_test(mixed_kinds_and_a_writer_paused),
         cmocka_unit_test(holder_paused_past_its_lease),
         cmocka_unit_test(server_paused_half_a_lease),
     };

@@ -96,6 +96,17 @@ static void readers_and_a_writer_paused(void **state)
     fault_run_rw_writer_paused("redis, 2 writers and 3 readers, a writer stopped past its lease", config, LEASE_MS);
 }
 
+/* One name asked for in three kinds at once, a writer stopped mid-hold past
+ * its lease (see fault_run.h). */
+static void mixed_kinds_and_a_writer_paused(void **state)
+{
+    (void)state;
+    char config[512];
+    worker_config(config, sizeof config);
+    fault_run_mixed_kinds_writer_paused("redis, 2 writers, 2 readers and 2 permit holders of one name, a writer stopped past its lease",
+                                        config, LEASE_MS);
+}
+
 /* A fault held for ms while a holder is inside its (long) hold: begin(),
  * wait, end(), then 2.5 s of service; r gets the checked run, *after the
  * grants made once the fault ended. */
@@ -309,6 +320,7 @@ int main(void)
         cmocka_unit_test(holder_killed),
         cmocka_unit_test(semaphore_holder_killed),
         cmocka_unit_test(readers_and_a_writer_paused),
+        cmocka_unit_test(mixed_kinds_and_a_writer_paused),
         cmocka_unit_test(holder_paused_past_its_lease),
         cmocka_unit_test(server_paused_half_a_lease),
         cmocka_unit_test(server_paused_past_the_lease),

@@ -154,6 +154,28 @@ static void mysql_readers_and_a_writer_paused(void **state)
                                config, LEASE_MS);
 }
 
+/* One name asked for in three kinds at once, a writer stopped mid-hold past
+ * its lease (see fault_run.h). */
+static void postgres_mixed_kinds_and_a_writer_paused(void **state)
+{
+    (void)state;
+    char config[512];
+    lease_mode_config(config, sizeof config, "postgres");
+    fault_run_mixed_kinds_writer_paused("postgres lease mode, 2 writers, 2 readers and 2 permit holders of one name, a writer stopped past its lease",
+                                        config, LEASE_MS);
+}
+
+/* One name asked for in three kinds at once, a writer stopped mid-hold past
+ * its lease (see fault_run.h). */
+static void mysql_mixed_kinds_and_a_writer_paused(void **state)
+{
+    (void)state;
+    char config[512];
+    lease_mode_config(config, sizeof config, "mysql");
+    fault_run_mixed_kinds_writer_paused("mysql lease mode, 2 writers, 2 readers and 2 permit holders of one name, a writer stopped past its lease",
+                                        config, LEASE_MS);
+}
+
 int main(void)
 {
     if (test_service_start(&postgres) != 0 || test_service_start(&mariadb) != 0 ||
@@ -171,6 +193,8 @@ int main(void)
         cmocka_unit_test(mysql_semaphore_holder_killed),
         cmocka_unit_test(postgres_readers_and_a_writer_paused),
         cmocka_unit_test(mysql_readers_and_a_writer_paused),
+        cmocka_unit_test(postgres_mixed_kinds_and_a_writer_paused),
+        cmocka_unit_test(mysql_mixed_kinds_and_a_writer_paused),
     };
     int failed = cmocka_run_group_tests_name("checked faults (postgres, mysql)", tests, NULL, NULL);
     test_service_stop(&postgres);

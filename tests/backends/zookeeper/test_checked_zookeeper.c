@@ -61,6 +61,17 @@ static void readers_and_a_writer_paused(void **state)
                                LEASE_MS);
 }
 
+/* One name asked for in three kinds at once, a writer stopped mid-hold past
+ * its lease (see fault_run.h). */
+static void mixed_kinds_and_a_writer_paused(void **state)
+{
+    (void)state;
+    char config[512];
+    worker_config(config, sizeof config);
+    fault_run_mixed_kinds_writer_paused("zookeeper, 2 writers, 2 readers and 2 permit holders of one name, a writer stopped past its session",
+                                        config, LEASE_MS);
+}
+
 /* The holder paused for 1.5 sessions: its session expires, its node goes,
  * the next in line is granted; on resuming it learns the loss and its late
  * write is refused. */
@@ -140,6 +151,7 @@ int main(void)
         cmocka_unit_test(holder_paused_past_its_session),
         cmocka_unit_test(semaphore_holder_killed),
         cmocka_unit_test(readers_and_a_writer_paused),
+        cmocka_unit_test(mixed_kinds_and_a_writer_paused),
         cmocka_unit_test(leader_killed), /* last: leaves two nodes */
     };
     int failed = cmocka_run_group_tests_name("checked faults (zookeeper, 3 nodes)", tests, NULL, NULL);
