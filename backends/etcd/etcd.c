@@ -56,6 +56,7 @@
 #include "../common/name_escape.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -94,6 +95,8 @@ struct etcd_lock {
     bool wait_any;              /* while busy (a permit): wait for any deletion in the name */
     bool permits_checked;       /* a semaphore: its N matches the name's */
     bool queue_unanswered;      /* our last queueing got no answer: our key may exist unknown to us */
+    bool make_key_anew;         /* our key was an orphan we adopted: delete it and make a new one */
+    bool sweep_in_the_way;      /* busy because a sweep deletes our old key: wait a moment */
     int64_t watch_from;         /* the revision to watch pred from */
 };
 
@@ -312,8 +315,10 @@ static void forget_lease(struct etcd_instance *inst, int64_t id)
     pthread_mutex_unlock(&inst->lease_mu);
 }
 
-static int delete_own_key(struct etcd_instance *inst, struct etcd_lock *el);
 static void sweep_orphans(struct etcd_instance *inst);
+static int delete_own_key_reporting(struct etcd_instance *inst, struct etcd_lock *el, struct etcd_status *st);
+static void remember_if_unanswered(struct etcd_instance *inst, struct etcd_lock *el, int rc,
+                                   const struct etcd_status *st);
 static int keepalive(struct etcd_instance *inst, int64_t id);
 
 /* ---- acquire ------------------------------------------------------------------------- */
@@ -527,13 +532,18 @@ static int etcd_acquire(void *instance, struct dlock_provider_lock *lk, struct d
     if (rc != DLOCK_OK)
         return rc;
     sweep_orphans(inst);
-    int64_t orphan_hold_rev = 0;
-    if (etcd_orphans_adopt(&inst->orphans, el->key, el->key_len, &orphan_hold_rev) != DLOCK_OK) {
-        g->retry_hint_ms = 0; /* a sweep is deleting our old key this moment */
+    struct etcd_adopted adopted;
+    if (etcd_orphans_adopt(&inst->orphans, el->key, el->key_len, &adopted) != DLOCK_OK) {
+        /* A sweep is deleting our old key this moment. */
+        free(el->pred);
+        el->pred = NULL;
+        el->wait_any = false;
+        el->sweep_in_the_way = true;
+        g->retry_hint_ms = 20;
         return DLOCK_EBUSY;
     }
-    if (orphan_hold_rev)
-        el->granted_rev = orphan_hold_rev; /* a hold's key: found again, it is not a new grant */
+    if (adopted.found)
+        el->make_key_anew = true;
     struct json_object *reply = NULL;
     struct etcd_status st;
     rc = enqueue(inst, lk, el, lease_id, &reply, &st);
@@ -545,6 +555,14 @@ static int etcd_acquire(void *instance, struct dlock_provider_lock *lk, struct d
             rc = enqueue(inst, lk, el, lease_id, &reply, &st);
     }
     el->queue_unanswered = rc != DLOCK_OK && st.sent && st.grpc_code == 0;
+    if (el->queue_unanswered || (rc != DLOCK_OK && adopted.found)) {
+        /* Our key may be there, and no hold or waiter stands on it once
+         * this attempt fails (the core does not always abandon a first
+         * attempt): remembered, for a sweep or the next attempt. */
+        int64_t rev = el->create_rev ? el->create_rev : adopted.create_rev;
+        bool was_hold = adopted.was_hold || (el->granted_rev && el->granted_rev == rev);
+        etcd_orphans_add(&inst->orphans, el->key, el->key_len, rev, was_hold);
+    }
     if (rc != DLOCK_OK)
         return rc;
     bool created = etcd_json_get(reply, "succeeded") != NULL &&
@@ -565,17 +583,25 @@ static int etcd_acquire(void *instance, struct dlock_provider_lock *lk, struct d
     bool first = is_granted(lk, el, deciding);
     bool consistent = el->create_rev && (lk->mode == DLOCK_MODE_SHARED || first_kv(deciding));
     json_object_put(reply);
+    if (created)
+        el->make_key_anew = false;
     if (!created && el->create_rev &&
-        (el->create_rev == el->granted_rev || el->lease_id != lease_id || made_shared)) {
+        (el->create_rev == el->granted_rev || el->lease_id != lease_id || made_shared || el->make_key_anew)) {
         /* Our key of a hold granted before and declared lost, whose
          * give-back did not get through: a new grant needs a new key, and
          * so a new, higher fence. Or our key left from a wait with another
          * lease length (a handle with its own lease_ms): its lease would
          * not last the validity counted for this one. Or our key left from
          * a hold made shared (whatever this handle remembers): taken as it
-         * is, it would be an exclusive grant that readers pass. */
-        if ((rc = delete_own_key(inst, el)) != DLOCK_OK && rc != DLOCK_ENOTOWNER)
+         * is, it would be an exclusive grant that readers pass. Or an
+         * orphan of ours we adopted: a delete of it may still be on its
+         * way, and must find a new key. */
+        struct etcd_status dst;
+        if ((rc = delete_own_key_reporting(inst, el, &dst)) != DLOCK_OK && rc != DLOCK_ENOTOWNER) {
+            remember_if_unanswered(inst, el, rc, &dst);
             return rc;
+        }
+        el->make_key_anew = false;
         el->granted_rev = 0;
         return etcd_acquire(instance, lk, g);
     }
@@ -633,6 +659,14 @@ static int etcd_wait(void *instance, struct dlock_provider_lock *lk, int64_t tim
 {
     struct etcd_instance *inst = instance;
     struct etcd_lock *el = lk->priv;
+    if (el->sweep_in_the_way) {
+        /* Nothing to watch: the pause the attempt asked for, unless called. */
+        el->sweep_in_the_way = false;
+        struct pollfd p = { .fd = wake_fd, .events = POLLIN };
+        if (poll(&p, wake_fd >= 0 ? 1 : 0, timeout_ms > 50 ? 50 : (int)timeout_ms) < 0 && errno != EINTR)
+            return dlock_seterr(DLOCK_EINTERNAL, "etcd: poll failed: %s", strerror(errno));
+        return DLOCK_OK;
+    }
     if (!el->pred && !el->wait_any)
         return DLOCK_OK;
     /* Nothing else keeps a waiter's lease alive: without this its key
@@ -703,18 +737,28 @@ static int delete_own_key_reporting(struct etcd_instance *inst, struct etcd_lock
     return deleted ? DLOCK_OK : DLOCK_ENOTOWNER;
 }
 
-static int delete_own_key(struct etcd_instance *inst, struct etcd_lock *el)
-{
-    struct etcd_status st;
-    return delete_own_key_reporting(inst, el, &st);
-}
-
 /* A sweep's delete of an orphan (etcd_orphans.h). */
 static int delete_orphan(void *arg, const char *key, size_t key_len, int64_t create_rev)
 {
+    struct etcd_instance *inst = arg;
     bool deleted;
     struct etcd_status st;
-    return delete_key(arg, key, key_len, create_rev, &deleted, &st);
+    if (!create_rev) {
+        /* Not known: read it, so the delete compares it, and a delete that
+         * arrives late cannot remove a key made since. */
+        struct json_object *req = json_object_new_object(), *reply = NULL;
+        json_object_object_add(req, "key", etcd_json_b64(key, key_len));
+        json_object_object_add(req, "keys_only", json_object_new_boolean(1));
+        int rc = etcd_call(&inst->http, "/v3/kv/range", req, &reply, NULL);
+        json_object_put(req);
+        if (rc != DLOCK_OK)
+            return rc;
+        create_rev = etcd_json_int(first_kv(reply), "create_revision");
+        json_object_put(reply);
+        if (!create_rev)
+            return DLOCK_OK; /* it was never made, or is gone */
+    }
+    return delete_key(inst, key, key_len, create_rev, &deleted, &st);
 }
 
 static void sweep_orphans(struct etcd_instance *inst)
@@ -751,8 +795,8 @@ static void etcd_abandon(void *instance, struct dlock_provider_lock *lk)
     struct etcd_lock *el = lk->priv;
     struct etcd_status st;
     if (!el->create_rev && el->queue_unanswered && el->key) {
-        /* Our queueing got no answer: our key may be there. */
-        etcd_orphans_add(&inst->orphans, el->key, el->key_len, 0, false);
+        /* Our queueing got no answer: our key may be there (the attempt
+         * remembered it already). */
         el->queue_unanswered = false;
         return;
     }
@@ -831,9 +875,6 @@ static int check_keys(struct etcd_instance *inst, int64_t id, struct dlock_provi
 static int etcd_renew_batch(void *instance, struct dlock_provider_lock *const *locks, size_t n, int *results)
 {
     struct etcd_instance *inst = instance;
-    /* Our holds keep the lease alive, and with it any key of ours a delete
-     * could not reach: delete those first. */
-    sweep_orphans(inst);
     /* The distinct leases: few (one per lease length), so a list will do. */
     int64_t *ids = malloc(n * sizeof *ids);
     if (!ids) {
@@ -862,6 +903,10 @@ static int etcd_renew_batch(void *instance, struct dlock_provider_lock *const *l
                     results[i] = rc;
     }
     free(ids);
+    /* Our holds keep the lease alive, and with it any key of ours a delete
+     * could not reach: delete those, after the renewals, so a server that
+     * does not answer delays no renewal. */
+    sweep_orphans(inst);
     return DLOCK_OK;
 }
 

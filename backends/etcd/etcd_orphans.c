@@ -74,9 +74,9 @@ static void unlink_entry(struct etcd_orphans *o, struct etcd_orphan *gone)
         }
 }
 
-int etcd_orphans_adopt(struct etcd_orphans *o, const char *key, size_t key_len, int64_t *hold_rev)
+int etcd_orphans_adopt(struct etcd_orphans *o, const char *key, size_t key_len, struct etcd_adopted *a)
 {
-    *hold_rev = 0;
+    *a = (struct etcd_adopted){ false, 0, false };
     if (!etcd_orphans_any(o))
         return DLOCK_OK;
     int rc = DLOCK_OK;
@@ -86,7 +86,7 @@ int etcd_orphans_adopt(struct etcd_orphans *o, const char *key, size_t key_len, 
             if (e->sweeping) {
                 rc = DLOCK_EBUSY;
             } else {
-                *hold_rev = e->was_hold ? e->create_rev : 0;
+                *a = (struct etcd_adopted){ true, e->create_rev, e->was_hold };
                 unlink_entry(o, e);
             }
             break;

@@ -37,16 +37,23 @@ void etcd_orphans_destroy(struct etcd_orphans *o);
  * release's key rather than a waiter's). DLOCK_OK or DLOCK_ENOMEM. */
 int etcd_orphans_add(struct etcd_orphans *o, const char *key, size_t key_len, int64_t create_rev, bool was_hold);
 
+/* What etcd_orphans_adopt found of a key. */
+struct etcd_adopted {
+    bool found;         /* an orphan of that key was on the list */
+    int64_t create_rev; /* its create revision (0: not known) */
+    bool was_hold;      /* a grant was made on it */
+};
+
 /* Called before a request queues on key: DLOCK_OK when no orphan of that
- * key is left (one that was is taken off the list: the request stands on
- * it now, and *hold_rev gets its create revision if a grant was made on
- * it, else 0), DLOCK_EBUSY when a sweep is deleting it this moment (try
- * again at once). */
-int etcd_orphans_adopt(struct etcd_orphans *o, const char *key, size_t key_len, int64_t *hold_rev);
+ * key is left (one that was is taken off the list, and described in *a:
+ * the request stands on it now, and must make the key anew, so that a
+ * delete of the orphan still on its way cannot reach the new key),
+ * DLOCK_EBUSY when a sweep is deleting it this moment (look again soon). */
+int etcd_orphans_adopt(struct etcd_orphans *o, const char *key, size_t key_len, struct etcd_adopted *a);
 
 /* The delete a sweep makes: DLOCK_OK when the server answered (the key is
- * gone, or was no longer the one made at create_rev), anything else when
- * it did not. */
+ * gone, or was no longer the one made at create_rev; 0: whatever one is
+ * there now), anything else when it did not. */
 typedef int (*etcd_orphan_delete_fn)(void *arg, const char *key, size_t key_len, int64_t create_rev);
 
 /* Deletes every orphan no other sweep is deleting, without holding the

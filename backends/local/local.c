@@ -643,18 +643,6 @@ static int acquire_permit(struct local_instance *inst, struct dlock_provider_loc
         permits != lk->permits)
         return dlock_seterr(DLOCK_EINVAL, "local: '%s' is a semaphore of %u permits, not %u", lk->name, permits,
                             lk->permits);
-    /* A reader holds the name as a shared lock: a permit beside it would
-     * hold the name twice. (Its read lock lies outside the permits, so the
-     * kernel would not keep the two apart.) */
-    int met = lock_met_at(ll->fd, HOLD_BYTE);
-    if (met < 0)
-        return dlock_seterr(DLOCK_EUNAVAILABLE, "local: cannot test the file for '%s' in %s: %s", lk->name,
-                            inst->dir, strerror(errno));
-    if (met == F_RDLCK)
-        return dlock_seterr(DLOCK_EINVAL,
-                            "local: '%s' is held as a shared lock, not as a semaphore; it is a semaphore of %u "
-                            "permits from now on, for requests made once the shared holders let go",
-                            lk->name, lk->permits);
     for (int look = 0; look < 2; look++) {
         for (unsigned i = 0; i < lk->permits; i++) {
             bool busy;
@@ -662,6 +650,30 @@ static int acquire_permit(struct local_instance *inst, struct dlock_provider_loc
                 return dlock_seterr(DLOCK_EUNAVAILABLE, "local: cannot lock the file for '%s' in %s: %s",
                                     lk->name, inst->dir, strerror(errno));
             if (!busy) {
+                /* A reader holds the name as a shared lock: a permit beside
+                 * it would hold the name twice. Its read lock lies outside
+                 * the permits, so the kernel does not keep the two apart;
+                 * the test comes after the permit is taken, so it also
+                 * sees an exclusive hold that was downgraded while this
+                 * request looked (the downgrade read-locks the hold byte
+                 * before it frees the permits). */
+                int met = lock_met_at(ll->fd, HOLD_BYTE);
+                if (met != F_UNLCK) {
+                    int err = errno;
+                    set_range(ll->fd, F_UNLCK, SLOT_BASE + (off_t)i, 1, NULL);
+                    if (met < 0)
+                        return dlock_seterr(DLOCK_EUNAVAILABLE, "local: cannot test the file for '%s' in %s: %s",
+                                            lk->name, inst->dir, strerror(err));
+                    if (met == F_RDLCK)
+                        return dlock_seterr(DLOCK_EINVAL,
+                                            "local: '%s' is held as a shared lock, not as a semaphore; it is a "
+                                            "semaphore of %u permits from now on, for requests made once the "
+                                            "shared holders let go",
+                                            lk->name, lk->permits);
+                    /* F_WRLCK: an exclusive hold came in over the free
+                     * permit between the two calls; it holds every permit. */
+                    break;
+                }
                 stop_watch(inst, lk, true);
                 ll->slot = (int)i;
                 ll->held = true;
@@ -721,6 +733,7 @@ static int acquire_once(void *instance, struct dlock_provider_lock *lk, struct d
                             "into memory, and it could not be", lk->name, inst->dir);
     if (ll->map && (rc = mode_mismatch(ll->map, lk)) != DLOCK_OK)
         return rc;
+    ll->look_again_at = 0; /* only this attempt's fair turn may ask for another look */
     if ((lk->flags & DLOCK_LOCK_FAIR) && (rc = fair_turn(inst, lk, grant)) != DLOCK_OK)
         return rc;
     if (ll->waiter.wakes > 0)

@@ -189,6 +189,46 @@ static void every_ordered_pair_of_kinds(void **state)
     assert_true(tried >= 1); /* exclusive with exclusive, everywhere */
 }
 
+/* A semaphore request waits behind an exclusive hold that is downgraded:
+ * the name is then held shared, which a permit may not join either. */
+static void a_permit_waiting_through_a_downgrade_stays_out(void **state)
+{
+    (void)state;
+    static const struct kind exclusive = { "x", DLOCK_MODE_EXCLUSIVE, 0 }, permit = { "p2", DLOCK_MODE_SEMAPHORE, 2 };
+    dlock_client *ca = conformance_open_client(30000, 20), *cb = conformance_open_client(30000, 20);
+    unsigned caps = dlock_client_capabilities(ca);
+    dlock_lock *la = handle(ca, "kinds-downgrade-then-p2", &exclusive);
+    dlock_lock *lb = handle(cb, "kinds-downgrade-then-p2", &permit); /* NULL, refused, without semaphores */
+    if (!lb || !(caps & DLOCK_CAP_DOWNGRADE)) {
+        assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
+        if (!(caps & DLOCK_CAP_DOWNGRADE))
+            assert_int_equal(dlock_downgrade(la), DLOCK_ENOTSUP);
+        assert_int_equal(dlock_release(la), DLOCK_OK);
+        dlock_lock_free(la);
+        dlock_lock_free(lb);
+        goto out;
+    }
+    assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
+    struct late_waiter w = { lb, slack_ms(5000), -1, DLOCK_OK, 0 };
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, wait_then_release, &w), 0);
+    sleep_ms(200); /* B waits behind the exclusive hold */
+    assert_int_equal(dlock_downgrade(la), DLOCK_OK);
+    sleep_ms(400); /* held shared: B must still be out */
+    int64_t released_at = now_us();
+    assert_int_equal(dlock_release(la), DLOCK_OK);
+    pthread_join(t, NULL);
+    if (w.rc == DLOCK_OK && w.granted_at_us < released_at)
+        fail_msg("a permit was granted beside the downgraded (shared) hold");
+    if (w.rc != DLOCK_OK && w.rc != DLOCK_EINVAL)
+        fail_msg("the permit request: %s", dlock_strerror(w.rc));
+    dlock_lock_free(la);
+    dlock_lock_free(lb);
+out:
+    dlock_client_close(ca);
+    dlock_client_close(cb);
+}
+
 int conformance_run_kinds(const struct conformance_target *t)
 {
     target = t;
@@ -196,6 +236,7 @@ int conformance_run_kinds(const struct conformance_target *t)
     snprintf(group, sizeof group, "%s: one name in two kinds", t->name);
     const struct CMUnitTest cases[] = {
         cmocka_unit_test_setup(every_ordered_pair_of_kinds, conformance_before_each),
+        cmocka_unit_test_setup(a_permit_waiting_through_a_downgrade_stays_out, conformance_before_each),
     };
     return _cmocka_run_group_tests(group, cases, sizeof cases / sizeof cases[0], NULL, conformance_group_teardown);
 }

@@ -45,8 +45,7 @@
 
 static const struct conformance_target *target;
 
-enum { CLIENTS = 3, THREADS_PER_CLIENT = 2, WORKERS = CLIENTS * THREADS_PER_CLIENT, NAMES = 3, MAX_HOLDS = 20000,
-       MAX_BREAKS = 256, LEASE_MS = 3000 };
+enum { CLIENTS = 3, THREADS_PER_CLIENT = 2, WORKERS = CLIENTS * THREADS_PER_CLIENT, NAMES = 3 };
 
 struct kind {
     const char *label;
@@ -67,7 +66,7 @@ static const char *const names[NAMES] = { "model-a", "model-b", "model-c" };
 struct hold {
     int worker, name, kind;
     uint64_t fence;
-    int64_t acquire_called, granted, downgrade_called, release_called, release_returned, lost_at;
+    int64_t acquire_called, granted, downgraded_at, release_called, release_returned, lost_at;
     int release_rc;
 };
 
@@ -79,16 +78,17 @@ struct break_event {
 /* The history, shared by the workers. */
 static struct {
     pthread_mutex_t mu;
-    struct hold holds[MAX_HOLDS];
-    int nholds;
-    struct break_event breaks[MAX_BREAKS];
-    int nbreaks;
+    struct hold *holds;
+    int nholds, holds_cap;
+    struct break_event *breaks;
+    int nbreaks, breaks_cap;
     char bad_answers[2048];
     int answers, grants, busy, timeouts, refused_kind, cancelled, downgrades, breaks_done;
 } history;
 
 static dlock_client *clients[CLIENTS];
 static unsigned caps;
+static int lease_ms; /* the clients' lease: 3 s, widened by DLOCK_TEST_SLACK */
 static volatile int stop_now;
 static int64_t run_ms;
 
@@ -161,12 +161,30 @@ struct worker {
     uint64_t seed;
 };
 
+/* Appends one element of size bytes to a growing array; false when out of
+ * memory (the run then fails: a history with a gap proves nothing). */
+static bool append(void **array, int *n, int *cap, const void *item, size_t size)
+{
+    if (*n == *cap) {
+        int grown = *cap ? 2 * *cap : 1024;
+        void *bigger = realloc(*array, (size_t)grown * size);
+        if (!bigger)
+            return false;
+        *array = bigger;
+        *cap = grown;
+    }
+    memcpy((char *)*array + (size_t)*n * size, item, size);
+    ++*n;
+    return true;
+}
+
 static void record_hold(const struct hold *h)
 {
     pthread_mutex_lock(&history.mu);
-    if (history.nholds < MAX_HOLDS)
-        history.holds[history.nholds++] = *h;
+    bool ok = append((void **)&history.holds, &history.nholds, &history.holds_cap, h, sizeof *h);
     pthread_mutex_unlock(&history.mu);
+    if (!ok)
+        bad_answer("out of memory recording the history");
 }
 
 static void count(int *field)
@@ -185,7 +203,7 @@ static void *work(void *arg)
         h.kind = pick_kind(&s, h.name);
         const struct kind *k = &kinds[h.kind];
         int64_t wait_ms = below(&s, 2) ? 0 : 20 + below(&s, 300);
-        int hold_ms = below(&s, 50) == 0 ? LEASE_MS + 200 : below(&s, 30); /* now and then past a lease */
+        int hold_ms = below(&s, 50) == 0 ? lease_ms + 200 : below(&s, 30); /* now and then past a lease */
         bool downgrade = k->mode == DLOCK_MODE_EXCLUSIVE && (caps & DLOCK_CAP_DOWNGRADE) && below(&s, 4) == 0;
         dlock_lock_options o = DLOCK_LOCK_OPTIONS_INIT;
         o.mode = k->mode;
@@ -209,10 +227,12 @@ static void *work(void *arg)
                 h.fence = 0;
             sleep_ms(hold_ms);
             if (downgrade) {
-                h.downgrade_called = now_us();
+                int64_t called = now_us();
                 int drc = dlock_downgrade(l);
-                if (drc == DLOCK_OK)
+                if (drc == DLOCK_OK) {
+                    h.downgraded_at = called; /* shared from the call on: readers may come in before it returns */
                     count(&history.downgrades);
+                }
                 else if (drc != DLOCK_ELOST && drc != DLOCK_ENOTSUP)
                     bad_answer("worker %d: downgrade of %s: %s: %s", w->index, names[h.name], dlock_strerror(drc),
                                dlock_errmsg());
@@ -230,7 +250,7 @@ static void *work(void *arg)
             count(&history.busy);
         } else if (rc == DLOCK_ETIMEDOUT && wait_ms != 0) {
             count(&history.timeouts);
-        } else if (rc == DLOCK_EINVAL) {
+        } else if (rc == DLOCK_EINVAL && h.name != 0) {
             count(&history.refused_kind); /* a name in use in another kind, or with another N */
         } else if (rc == DLOCK_ECANCELLED && wait_ms != 0) {
             count(&history.cancelled);
@@ -267,12 +287,15 @@ static void *control(void *arg)
                 can_break = false;
                 continue;
             }
-            if (rc != DLOCK_OK)
+            /* DLOCK_EUNAVAILABLE: the holders changed while it looked (it
+             * says to run it again); it may have broken some, so it counts. */
+            if (rc != DLOCK_OK && rc != DLOCK_EUNAVAILABLE)
                 bad_answer("break of %s: %s: %s", names[n], dlock_strerror(rc), dlock_errmsg());
             pthread_mutex_lock(&history.mu);
-            if (history.nbreaks < MAX_BREAKS)
-                history.breaks[history.nbreaks++] = b;
+            bool ok = append((void **)&history.breaks, &history.nbreaks, &history.breaks_cap, &b, sizeof b);
             pthread_mutex_unlock(&history.mu);
+            if (!ok)
+                bad_answer("out of memory recording the history");
             count(&history.breaks_done);
         }
     }
@@ -288,17 +311,26 @@ struct window {
     int64_t from, to;
 };
 
+/* Whether a break of the hold's name may have reached it: one that ended
+ * after its acquire began (a grant made on the server before the acquire
+ * returned can be broken) and began before its release returned. */
+static bool break_reaches(const struct break_event *b, const struct hold *h)
+{
+    return b->name == h->name && b->called < h->release_returned && b->returned > h->acquire_called;
+}
+
 /* Where a break of the hold's name, or its loss, cuts its window. */
 static int64_t window_end(const struct hold *h)
 {
     int64_t end = h->release_called;
     if (h->lost_at && h->lost_at < end)
         end = h->lost_at;
-    for (int i = 0; i < history.nbreaks; i++) {
-        const struct break_event *b = &history.breaks[i];
-        if (b->name == h->name && b->called < end && b->returned > h->granted)
-            end = b->called > h->granted ? b->called : h->granted;
-    }
+    for (int i = 0; i < history.nbreaks; i++)
+        if (break_reaches(&history.breaks[i], h)) {
+            int64_t cut = history.breaks[i].called > h->granted ? history.breaks[i].called : h->granted;
+            if (cut < end)
+                end = cut;
+        }
     return end;
 }
 
@@ -307,10 +339,10 @@ static int windows_of(const struct hold *h, int index, struct window out[2])
     const struct kind *k = &kinds[h->kind];
     int64_t end = window_end(h);
     out[0] = (struct window){ index, h->name, k->mode, k->permits, h->granted, end };
-    if (!h->downgrade_called || h->downgrade_called >= end)
+    if (!h->downgraded_at || h->downgraded_at >= end)
         return 1;
-    out[0].to = h->downgrade_called;
-    out[1] = (struct window){ index, h->name, DLOCK_MODE_SHARED, 0, h->downgrade_called, end };
+    out[0].to = h->downgraded_at;
+    out[1] = (struct window){ index, h->name, DLOCK_MODE_SHARED, 0, h->downgraded_at, end };
     return 2;
 }
 
@@ -330,68 +362,137 @@ static void describe(char *out, size_t size, const struct window *w)
              (double)(w->to % 100000000) / 1e6);
 }
 
+static int by_name_then_from(const void *a, const void *b)
+{
+    const struct window *x = a, *y = b;
+    if (x->name != y->name)
+        return x->name - y->name;
+    return x->from < y->from ? -1 : x->from > y->from;
+}
+
+static int by_name_then_release(const void *a, const void *b)
+{
+    const struct hold *x = *(const struct hold *const *)a, *y = *(const struct hold *const *)b;
+    if (x->name != y->name)
+        return x->name - y->name;
+    return x->release_returned < y->release_returned ? -1 : x->release_returned > y->release_returned;
+}
+
+static int by_name_then_fence(const void *a, const void *b)
+{
+    const struct hold *x = *(const struct hold *const *)a, *y = *(const struct hold *const *)b;
+    if (x->name != y->name)
+        return x->name - y->name;
+    return x->fence < y->fence ? -1 : x->fence > y->fence;
+}
+
+#define VIOLATION(...)                                                                                                 \
+    do {                                                                                                               \
+        if (violations++ == 0)                                                                                         \
+            snprintf(why, size, __VA_ARGS__);                                                                          \
+    } while (0)
+
+/* Windows that meet are of kinds that may hold together, and no more than
+ * N permits are held at once. Windows sorted by name and start: each is
+ * compared with those that start before it ends. */
+static int check_windows(struct window *ws, int nw, char *why, size_t size)
+{
+    int violations = 0;
+    char a[200], b[200];
+    qsort(ws, (size_t)nw, sizeof *ws, by_name_then_from);
+    int *at_start = calloc((size_t)nw + 1, sizeof *at_start); /* permits held when each window starts */
+    for (int i = 0; i < nw; i++)
+        for (int j = i + 1; j < nw && ws[j].name == ws[i].name && ws[j].from < ws[i].to; j++) {
+            if (ws[j].hold == ws[i].hold || ws[j].to <= ws[j].from || ws[i].to <= ws[i].from)
+                continue;
+            if (!may_meet(&ws[i], &ws[j])) {
+                describe(a, sizeof a, &ws[i]);
+                describe(b, sizeof b, &ws[j]);
+                VIOLATION("held twice: %s and %s", a, b);
+            } else if (ws[i].mode == DLOCK_MODE_SEMAPHORE) {
+                at_start[j]++;
+            }
+        }
+    for (int j = 0; j < nw; j++)
+        if (ws[j].mode == DLOCK_MODE_SEMAPHORE && at_start[j] + 1 > (int)ws[j].permits) {
+            describe(a, sizeof a, &ws[j]);
+            VIOLATION("%d permits at once of a semaphore of %u, at the start of %s", at_start[j] + 1, ws[j].permits, a);
+        }
+    free(at_start);
+    return violations;
+}
+
+/* A hold that began after another of its name ended has a greater fence,
+ * and no two holds share one. */
+static int check_fences(char *why, size_t size)
+{
+    int violations = 0, n = 0;
+    struct hold **hs = calloc((size_t)history.nholds + 1, sizeof *hs);
+    for (int i = 0; i < history.nholds; i++)
+        if (history.holds[i].fence)
+            hs[n++] = &history.holds[i];
+    qsort(hs, (size_t)n, sizeof *hs, by_name_then_fence);
+    for (int i = 1; i < n; i++)
+        if (hs[i]->name == hs[i - 1]->name && hs[i]->fence == hs[i - 1]->fence)
+            VIOLATION("fence %llu of %s granted twice (workers %d and %d)", (unsigned long long)hs[i]->fence,
+                      names[hs[i]->name], hs[i - 1]->worker, hs[i]->worker);
+    /* By the end of their releases: the greatest fence of the holds that
+     * ended before each acquire began must be below its own. */
+    struct hold **ended = calloc((size_t)n + 1, sizeof *ended);
+    memcpy(ended, hs, (size_t)n * sizeof *ended);
+    qsort(ended, (size_t)n, sizeof *ended, by_name_then_release);
+    uint64_t *highest = calloc((size_t)n + 1, sizeof *highest); /* the greatest fence of ended[0..i] of its name */
+    for (int i = 0; i < n; i++) {
+        uint64_t before = i > 0 && ended[i - 1]->name == ended[i]->name ? highest[i - 1] : 0;
+        highest[i] = ended[i]->fence > before ? ended[i]->fence : before;
+    }
+    for (int k = 0; k < n; k++) {
+        const struct hold *y = hs[k];
+        int lo = 0, hi = n; /* the last ended hold of y's name released before y's acquire */
+        while (lo < hi) {
+            int mid = (lo + hi) / 2;
+            if (ended[mid]->name < y->name ||
+                (ended[mid]->name == y->name && ended[mid]->release_returned < y->acquire_called))
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        if (lo > 0 && ended[lo - 1]->name == y->name && highest[lo - 1] >= y->fence)
+            VIOLATION("fences: worker %d's hold of %s (fence %llu) began after a hold with fence %llu had ended",
+                      y->worker, names[y->name], (unsigned long long)y->fence, (unsigned long long)highest[lo - 1]);
+    }
+    free(highest);
+    free(ended);
+    free(hs);
+    return violations;
+}
+
 /* Checks the history; the first violation in why. */
 static int check_history(char *why, size_t size)
 {
-    int violations = 0;
     why[0] = 0;
-    int n = history.nholds;
+    int n = history.nholds, nw = 0, violations = 0;
     struct window *ws = calloc((size_t)n * 2 + 1, sizeof *ws);
-    int nw = 0;
     for (int i = 0; i < n; i++)
         nw += windows_of(&history.holds[i], i, ws + nw);
-    char a[200], b[200];
-    for (int i = 0; i < nw; i++) {
-        int together = 1; /* permits meeting this one's start, itself included */
-        for (int j = 0; j < nw; j++) {
-            if (j == i || ws[j].name != ws[i].name || ws[j].hold == ws[i].hold)
-                continue;
-            bool meet = ws[i].from < ws[j].to && ws[j].from < ws[i].to;
-            if (!meet)
-                continue;
-            if (!may_meet(&ws[i], &ws[j])) {
-                if (j > i && violations++ == 0) {
-                    describe(a, sizeof a, &ws[i]);
-                    describe(b, sizeof b, &ws[j]);
-                    snprintf(why, size, "held twice: %s and %s", a, b);
-                }
-                continue;
-            }
-            if (ws[i].mode == DLOCK_MODE_SEMAPHORE && ws[j].from <= ws[i].from)
-                together++;
-        }
-        if (ws[i].mode == DLOCK_MODE_SEMAPHORE && together > (int)ws[i].permits && violations++ == 0) {
-            describe(a, sizeof a, &ws[i]);
-            snprintf(why, size, "%d permits at once of a semaphore of %u, at the start of %s", together,
-                     ws[i].permits, a);
-        }
-    }
-    for (int i = 0; (caps & DLOCK_CAP_FENCE) && i < n; i++) {
-        const struct hold *x = &history.holds[i];
-        for (int j = 0; j < n; j++) {
-            const struct hold *y = &history.holds[j];
-            if (i == j || x->name != y->name || !x->fence || !y->fence)
-                continue;
-            if ((x->fence == y->fence && i < j) || (x->release_returned < y->acquire_called && y->fence <= x->fence)) {
-                if (violations++ == 0)
-                    snprintf(why, size, "fences: worker %d's hold of %s (fence %llu) came after worker %d's (fence %llu)",
-                             y->worker, names[y->name], (unsigned long long)y->fence, x->worker,
-                             (unsigned long long)x->fence);
-            }
-        }
+    violations += check_windows(ws, nw, why, size);
+    free(ws);
+    if (caps & DLOCK_CAP_FENCE) {
+        char fences_why[400];
+        int bad = check_fences(fences_why, sizeof fences_why);
+        if (bad && !violations)
+            snprintf(why, size, "%s", fences_why);
+        violations += bad;
     }
     for (int i = 0; i < n; i++) {
         const struct hold *h = &history.holds[i];
         bool broken = false;
-        for (int k = 0; k < history.nbreaks; k++)
-            if (history.breaks[k].name == h->name && history.breaks[k].called < h->release_returned &&
-                history.breaks[k].returned > h->granted)
-                broken = true;
-        if ((h->lost_at || h->release_rc == DLOCK_ELOST) && !broken && violations++ == 0)
-            snprintf(why, size, "worker %d lost its %s hold of %s, and nobody broke it", h->worker,
-                     kinds[h->kind].label, names[h->name]);
+        for (int k = 0; k < history.nbreaks && !broken; k++)
+            broken = break_reaches(&history.breaks[k], h);
+        if ((h->lost_at || h->release_rc == DLOCK_ELOST) && !broken)
+            VIOLATION("worker %d lost its %s hold of %s, and nobody broke it", h->worker, kinds[h->kind].label,
+                      names[h->name]);
     }
-    free(ws);
     return violations;
 }
 
@@ -415,9 +516,10 @@ static void random_operations_keep_the_model(void **state)
         seed = 1;
     memset(&history, 0, sizeof history);
     pthread_mutex_init(&history.mu, NULL);
+    lease_ms = (int)slack_ms(3000);
     __atomic_store_n(&stop_now, 0, __ATOMIC_RELAXED);
     for (int i = 0; i < CLIENTS; i++)
-        clients[i] = conformance_open_client(LEASE_MS, 50);
+        clients[i] = conformance_open_client(lease_ms, 50);
     caps = dlock_client_capabilities(clients[0]);
     struct worker ws[WORKERS];
     pthread_t threads[WORKERS], controller;
@@ -449,6 +551,8 @@ static void random_operations_keep_the_model(void **state)
     if (history.grants == 0)
         fail_msg("%s: seed %llu: no grant at all in %lld ms", target->name, (unsigned long long)seed,
                  (long long)run_ms);
+    free(history.holds);
+    free(history.breaks);
     pthread_mutex_destroy(&history.mu);
 }
 

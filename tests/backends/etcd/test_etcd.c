@@ -647,6 +647,26 @@ static void a_release_that_gets_no_answer_is_deleted_later(void **state)
     stray_client_close(&sc);
 }
 
+/* The same, and then the handle tries once more while the requests are
+ * still lost: the orphan it takes up for that attempt goes back on the
+ * list when the attempt gets no answer either. */
+static void a_retry_that_gets_no_answer_keeps_the_key_remembered(void **state)
+{
+    (void)state;
+    struct stray_client sc;
+    stray_client_open(&sc, "stray-retry");
+    dlock_lock *la = test_lock_named(sc.client, "stray-retry");
+    assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
+    fault_proxy_set(sc.proxy, FAULT_DROP, 0);
+    sleep_ms(100); /* the proxy thread has taken the new mode */
+    assert_int_equal(dlock_release(la), DLOCK_EUNAVAILABLE);
+    assert_int_not_equal(dlock_acquire(la, 0), DLOCK_OK);
+    fault_proxy_set(sc.proxy, FAULT_PASS, 0);
+    granted_within_a_lease("stray-retry");
+    dlock_lock_free(la);
+    stray_client_close(&sc);
+}
+
 struct stray_waiter {
     dlock_lock *lock;
     int rc;
@@ -980,6 +1000,7 @@ int main(void)
         cmocka_unit_test(a_downgrade_while_a_reader_queues_is_seen),
         cmocka_unit_test(a_release_that_gets_no_answer_is_deleted_later),
         cmocka_unit_test(a_waiter_that_gives_up_without_an_answer_leaves_no_key),
+        cmocka_unit_test(a_retry_that_gets_no_answer_keeps_the_key_remembered),
         cmocka_unit_test(partition_past_the_lease),
         cmocka_unit_test(bad_settings_are_config_errors),
         cmocka_unit_test(credentials_in_an_endpoint_url_are_never_shown),
