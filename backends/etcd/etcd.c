@@ -96,6 +96,7 @@ struct etcd_lock {
     bool permits_checked;       /* a semaphore: its N matches the name's */
     bool queue_unanswered;      /* our last queueing got no answer: our key may exist unknown to us */
     bool make_key_anew;         /* our key was an orphan we adopted: delete it and make a new one */
+    bool key_unsettled;         /* the last queueing failed after an adoption, or got no answer */
     bool sweep_in_the_way;      /* busy because a sweep deletes our old key: wait a moment */
     int64_t watch_from;         /* the revision to watch pred from */
 };
@@ -317,8 +318,7 @@ static void forget_lease(struct etcd_instance *inst, int64_t id)
 
 static void sweep_orphans(struct etcd_instance *inst);
 static int delete_own_key_reporting(struct etcd_instance *inst, struct etcd_lock *el, struct etcd_status *st);
-static void remember_if_unanswered(struct etcd_instance *inst, struct etcd_lock *el, int rc,
-                                   const struct etcd_status *st);
+static void remember_failed_delete(struct etcd_instance *inst, struct etcd_lock *el, int rc);
 static int keepalive(struct etcd_instance *inst, int64_t id);
 
 /* ---- acquire ------------------------------------------------------------------------- */
@@ -519,7 +519,8 @@ static void grant_on_our_key(struct etcd_lock *el, struct dlock_grant *g)
     g->has_fence = 1;
 }
 
-static int etcd_acquire(void *instance, struct dlock_provider_lock *lk, struct dlock_grant *g)
+/* One attempt (etcd_acquire). */
+static int attempt(void *instance, struct dlock_provider_lock *lk, struct dlock_grant *g)
 {
     struct etcd_instance *inst = instance;
     struct etcd_lock *el = lk->priv;
@@ -555,14 +556,7 @@ static int etcd_acquire(void *instance, struct dlock_provider_lock *lk, struct d
             rc = enqueue(inst, lk, el, lease_id, &reply, &st);
     }
     el->queue_unanswered = rc != DLOCK_OK && st.sent && st.grpc_code == 0;
-    if (el->queue_unanswered || (rc != DLOCK_OK && adopted.found)) {
-        /* Our key may be there, and no hold or waiter stands on it once
-         * this attempt fails (the core does not always abandon a first
-         * attempt): remembered, for a sweep or the next attempt. */
-        int64_t rev = el->create_rev ? el->create_rev : adopted.create_rev;
-        bool was_hold = adopted.was_hold || (el->granted_rev && el->granted_rev == rev);
-        etcd_orphans_add(&inst->orphans, el->key, el->key_len, rev, was_hold);
-    }
+    el->key_unsettled = rc != DLOCK_OK && (el->queue_unanswered || adopted.found);
     if (rc != DLOCK_OK)
         return rc;
     bool created = etcd_json_get(reply, "succeeded") != NULL &&
@@ -598,12 +592,12 @@ static int etcd_acquire(void *instance, struct dlock_provider_lock *lk, struct d
          * way, and must find a new key. */
         struct etcd_status dst;
         if ((rc = delete_own_key_reporting(inst, el, &dst)) != DLOCK_OK && rc != DLOCK_ENOTOWNER) {
-            remember_if_unanswered(inst, el, rc, &dst);
+            remember_failed_delete(inst, el, rc);
             return rc;
         }
         el->make_key_anew = false;
         el->granted_rev = 0;
-        return etcd_acquire(instance, lk, g);
+        return attempt(instance, lk, g);
     }
     if (!consistent)
         return dlock_seterr(DLOCK_EPROTOCOL, "%s: the queue of lock '%s' read back inconsistently (our key %s)",
@@ -653,6 +647,23 @@ static int etcd_acquire(void *instance, struct dlock_provider_lock *lk, struct d
         return rc;
     g->retry_hint_ms = el->pred ? -1 : 0; /* it just went: look again at once */
     return DLOCK_EBUSY;
+}
+
+/* An attempt that fails (neither granted nor busy) may leave a key of ours
+ * that no hold or waiter stands on: one it made or found, or one whose
+ * queueing got no answer. The core abandons only a request that was
+ * busy before, so the attempt remembers such a key itself, revision not
+ * known (read before the delete): a sweep deletes it, or the next attempt
+ * adopts it and makes it anew. */
+static int etcd_acquire(void *instance, struct dlock_provider_lock *lk, struct dlock_grant *g)
+{
+    struct etcd_instance *inst = instance;
+    struct etcd_lock *el = lk->priv;
+    el->key_unsettled = false;
+    int rc = attempt(instance, lk, g);
+    if (rc != DLOCK_OK && rc != DLOCK_EBUSY && el->key && (el->create_rev || el->key_unsettled))
+        etcd_orphans_add(&inst->orphans, el->key, el->key_len, 0, el->granted_rev != 0);
+    return rc;
 }
 
 static int etcd_wait(void *instance, struct dlock_provider_lock *lk, int64_t timeout_ms, int wake_fd)
@@ -738,7 +749,7 @@ static int delete_own_key_reporting(struct etcd_instance *inst, struct etcd_lock
 }
 
 /* A sweep's delete of an orphan (etcd_orphans.h). */
-static int delete_orphan(void *arg, const char *key, size_t key_len, int64_t create_rev)
+static int delete_orphan(void *arg, const char *key, size_t key_len, int64_t create_rev, int64_t age_ms)
 {
     struct etcd_instance *inst = arg;
     bool deleted;
@@ -755,8 +766,10 @@ static int delete_orphan(void *arg, const char *key, size_t key_len, int64_t cre
             return rc;
         create_rev = etcd_json_int(first_kv(reply), "create_revision");
         json_object_put(reply);
+        /* Never made, or gone; but a queueing that got no answer may still
+         * be on its way to the server: kept until it cannot be. */
         if (!create_rev)
-            return DLOCK_OK; /* it was never made, or is gone */
+            return age_ms > 2 * inst->http.command_timeout_ms + 1000 ? DLOCK_OK : DLOCK_EBUSY;
     }
     return delete_key(inst, key, key_len, create_rev, &deleted, &st);
 }
@@ -766,12 +779,12 @@ static void sweep_orphans(struct etcd_instance *inst)
     etcd_orphans_sweep(&inst->orphans, delete_orphan, inst);
 }
 
-/* A delete that may not have reached the server leaves our key on a lease
- * that our other holds keep alive: remember it, so a sweep deletes it. */
-static void remember_if_unanswered(struct etcd_instance *inst, struct etcd_lock *el, int rc,
-                                   const struct etcd_status *st)
+/* A delete that failed (not sent, not answered, or refused) leaves our key
+ * on a lease that our other holds keep alive: remember it, so a sweep
+ * deletes it. */
+static void remember_failed_delete(struct etcd_instance *inst, struct etcd_lock *el, int rc)
 {
-    if (rc == DLOCK_OK || rc == DLOCK_ENOTOWNER || !(st->sent && st->grpc_code == 0))
+    if (rc == DLOCK_OK || rc == DLOCK_ENOTOWNER)
         return;
     bool was_hold = el->granted_rev != 0 && el->granted_rev == el->create_rev;
     if (etcd_orphans_add(&inst->orphans, el->key, el->key_len, el->create_rev, was_hold) != DLOCK_OK)
@@ -784,7 +797,7 @@ static int etcd_release(void *instance, struct dlock_provider_lock *lk)
     struct etcd_lock *el = lk->priv;
     struct etcd_status st;
     int rc = delete_own_key_reporting(inst, el, &st);
-    remember_if_unanswered(inst, el, rc, &st);
+    remember_failed_delete(inst, el, rc);
     return rc;
 }
 
@@ -801,7 +814,7 @@ static void etcd_abandon(void *instance, struct dlock_provider_lock *lk)
         return;
     }
     int rc = delete_own_key_reporting(inst, el, &st);
-    remember_if_unanswered(inst, el, rc, &st);
+    remember_failed_delete(inst, el, rc);
 }
 
 /* One keepalive for a lease: DLOCK_OK (alive), DLOCK_ELOST (expired or

@@ -12,6 +12,8 @@ struct etcd_orphan {
     int64_t create_rev;
     bool was_hold;
     bool sweeping;   /* a sweep is deleting it: not to be adopted */
+    unsigned visited; /* the last sweep that looked at it */
+    int64_t added_ms; /* dlock_provider_now_ms() when it was remembered */
     size_t key_len;
     char key[];
 };
@@ -21,6 +23,7 @@ void etcd_orphans_init(struct etcd_orphans *o)
     pthread_mutex_init(&o->mu, NULL);
     o->head = NULL;
     o->count = 0;
+    o->sweeps = 0;
 }
 
 void etcd_orphans_destroy(struct etcd_orphans *o)
@@ -41,6 +44,8 @@ int etcd_orphans_add(struct etcd_orphans *o, const char *key, size_t key_len, in
     e->create_rev = create_rev;
     e->was_hold = was_hold;
     e->sweeping = false;
+    e->visited = 0;
+    e->added_ms = dlock_provider_now_ms();
     e->key_len = key_len;
     memcpy(e->key, key, key_len);
     pthread_mutex_lock(&o->mu);
@@ -48,10 +53,9 @@ int etcd_orphans_add(struct etcd_orphans *o, const char *key, size_t key_len, in
      * queues again, so an older entry of the same key is the same key. */
     for (struct etcd_orphan *old = o->head; old; old = old->next)
         if (old->key_len == key_len && memcmp(old->key, key, key_len) == 0 && !old->sweeping) {
-            if (create_rev) {
-                old->create_rev = create_rev;
-                old->was_hold = was_hold;
-            }
+            old->create_rev = create_rev; /* the latest word on it */
+            old->was_hold = old->was_hold || was_hold;
+            old->added_ms = e->added_ms;
             pthread_mutex_unlock(&o->mu);
             free(e);
             return DLOCK_OK;
@@ -99,28 +103,31 @@ void etcd_orphans_sweep(struct etcd_orphans *o, etcd_orphan_delete_fn del, void 
 {
     if (!etcd_orphans_any(o))
         return;
+    pthread_mutex_lock(&o->mu);
+    unsigned sweep = ++o->sweeps;
+    pthread_mutex_unlock(&o->mu);
     for (;;) {
         /* One at a time, taken under the mutex and deleted outside it. */
         pthread_mutex_lock(&o->mu);
         struct etcd_orphan *e = o->head;
-        while (e && e->sweeping)
+        while (e && (e->sweeping || e->visited == sweep))
             e = e->next;
         if (!e) {
             pthread_mutex_unlock(&o->mu);
             break;
         }
         e->sweeping = true;
+        e->visited = sweep;
+        int64_t age = dlock_provider_now_ms() - e->added_ms;
         pthread_mutex_unlock(&o->mu);
-        int rc = del(arg, e->key, e->key_len, e->create_rev);
+        int rc = del(arg, e->key, e->key_len, e->create_rev, age);
         pthread_mutex_lock(&o->mu);
-        if (rc == DLOCK_OK) {
-            unlink_entry(o, e);
-            pthread_mutex_unlock(&o->mu);
-            continue;
-        }
         e->sweeping = false;
+        if (rc == DLOCK_OK)
+            unlink_entry(o, e);
         pthread_mutex_unlock(&o->mu);
-        break; /* the server does not answer: the next round tries again */
+        if (rc != DLOCK_OK && rc != DLOCK_EBUSY)
+            break; /* the server does not answer: the next round tries again */
     }
 }
 

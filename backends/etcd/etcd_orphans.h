@@ -25,7 +25,8 @@ struct etcd_orphan;
 struct etcd_orphans {
     pthread_mutex_t mu;
     struct etcd_orphan *head;
-    size_t count; /* read without the mutex, as a hint */
+    size_t count;      /* read without the mutex, as a hint */
+    unsigned sweeps;   /* the number of the sweep going on, to visit each entry once */
 };
 
 void etcd_orphans_init(struct etcd_orphans *o);
@@ -51,10 +52,13 @@ struct etcd_adopted {
  * DLOCK_EBUSY when a sweep is deleting it this moment (look again soon). */
 int etcd_orphans_adopt(struct etcd_orphans *o, const char *key, size_t key_len, struct etcd_adopted *a);
 
-/* The delete a sweep makes: DLOCK_OK when the server answered (the key is
- * gone, or was no longer the one made at create_rev; 0: whatever one is
- * there now), anything else when it did not. */
-typedef int (*etcd_orphan_delete_fn)(void *arg, const char *key, size_t key_len, int64_t create_rev);
+/* The delete a sweep makes, for an orphan remembered age_ms ago: DLOCK_OK
+ * when the server answered (the key is gone, or was no longer the one
+ * made at create_rev; 0: whatever one is there now), DLOCK_EBUSY to keep
+ * the entry for a later sweep and go on with the others, anything else
+ * when the server did not answer (the sweep stops there). */
+typedef int (*etcd_orphan_delete_fn)(void *arg, const char *key, size_t key_len, int64_t create_rev,
+                                     int64_t age_ms);
 
 /* Deletes every orphan no other sweep is deleting, without holding the
  * mutex over the calls; entries whose delete got no answer stay. */
