@@ -630,6 +630,22 @@ static int acquire_shared(struct local_instance *inst, struct dlock_provider_loc
     return DLOCK_OK;
 }
 
+/* A semaphore request that wrote the name's N and was then refused (the
+ * name is held shared) takes it back, so that a refused request leaves the
+ * name as it found it. Only while no permit is held: with every permit
+ * write-locked by this request, none can be taken meanwhile, and a reader
+ * that still reads N refuses, which is safe. If a permit is held (another
+ * request took one and will refuse too), N stays. */
+static void unmake_semaphore(struct local_lock *ll, uint32_t permits)
+{
+    bool busy = true;
+    if (set_range(ll->fd, F_WRLCK, SLOT_BASE, permits, &busy) != 0 || busy)
+        return;
+    uint32_t expected = permits;
+    __atomic_compare_exchange_n(&ll->map->permits, &expected, 0, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+    set_range(ll->fd, F_UNLCK, SLOT_BASE, permits, NULL);
+}
+
 /* A semaphore hold: the first free one of the name's permits. */
 static int acquire_permit(struct local_instance *inst, struct dlock_provider_lock *lk, struct dlock_grant *grant)
 {
@@ -638,9 +654,9 @@ static int acquire_permit(struct local_instance *inst, struct dlock_provider_loc
     if (rc != DLOCK_OK)
         return rc;
     uint32_t permits = 0;
-    if (!__atomic_compare_exchange_n(&ll->map->permits, &permits, lk->permits, false, __ATOMIC_SEQ_CST,
-                                     __ATOMIC_SEQ_CST) &&
-        permits != lk->permits)
+    bool made_semaphore =
+        __atomic_compare_exchange_n(&ll->map->permits, &permits, lk->permits, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+    if (!made_semaphore && permits != lk->permits)
         return dlock_seterr(DLOCK_EINVAL, "local: '%s' is a semaphore of %u permits, not %u", lk->name, permits,
                             lk->permits);
     for (int look = 0; look < 2; look++) {
@@ -664,12 +680,12 @@ static int acquire_permit(struct local_instance *inst, struct dlock_provider_loc
                     if (met < 0)
                         return dlock_seterr(DLOCK_EUNAVAILABLE, "local: cannot test the file for '%s' in %s: %s",
                                             lk->name, inst->dir, strerror(err));
-                    if (met == F_RDLCK)
+                    if (met == F_RDLCK) {
+                        if (made_semaphore)
+                            unmake_semaphore(ll, lk->permits);
                         return dlock_seterr(DLOCK_EINVAL,
-                                            "local: '%s' is held as a shared lock, not as a semaphore; it is a "
-                                            "semaphore of %u permits from now on, for requests made once the "
-                                            "shared holders let go",
-                                            lk->name, lk->permits);
+                                            "local: '%s' is held as a shared lock, not as a semaphore", lk->name);
+                    }
                     /* F_WRLCK: an exclusive hold came in over the free
                      * permit between the two calls; it holds every permit. */
                     break;

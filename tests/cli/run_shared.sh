@@ -19,6 +19,13 @@ else
 fi
 "$DLOCK" run --wait 0 books -- true 2>/dev/null
 expect_status 75 $? "an exclusive run while shared holders run"
+# A name held shared is not a semaphore too: the permit run is refused,
+# and its command never runs (before, it ran beside the readers).
+"$DLOCK" run --permits 1 --wait 0 books -- touch "$T/permit-ran" 2> "$T/err"
+st=$?
+[ $st != 0 ] && [ ! -e "$T/permit-ran" ] && grep -q "shared lock, not as a semaphore" "$T/err" \
+    && ok "a permit run beside shared runs is refused (exit $st)" \
+    || not_ok "a permit run beside shared runs: exit $st, ran: $([ -e "$T/permit-ran" ] && echo yes || echo no), $(cat "$T/err")"
 "$DLOCK" status books > "$T/status" 2>&1
 st=$?
 [ $st = 1 ] && grep -q "shared holders" "$T/status" && ok "status says shared holders hold it (exit 1)" \
