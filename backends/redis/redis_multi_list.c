@@ -39,6 +39,25 @@ static bool holds_for(struct redis_pool *pool, const char *key, size_t key_len, 
     return yes;
 }
 
+/* Master pool's fence counter at fence_key, 0 if it cannot say. */
+static uint64_t counter_of(struct redis_pool *pool, const char *fence_key, size_t len)
+{
+    const char *argv[2] = { "GET", fence_key };
+    size_t lens[2] = { 3, len };
+    int rc;
+    redisReply *r = redis_pool_command(pool, 2, argv, lens, &rc);
+    uint64_t v = r && r->type == REDIS_REPLY_STRING ? strtoull(r->str, NULL, 10) : 0;
+    if (r)
+        freeReplyObject(r);
+    return v;
+}
+
+static int descending(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
 static int filter(const dlock_list_entry *e, void *arg)
 {
     struct majority *m = arg;
@@ -52,18 +71,42 @@ static int filter(const dlock_list_entry *e, void *arg)
         return dlock_seterr(DLOCK_ENOMEM, "redis: out of memory listing locks");
     const char *owner = e->holders[0].owner;
     int holding = 1;
-    bool listed_before = false;
+    bool listed_before = false, holds[64] = { false };
     for (int j = 0; j < m->n && !listed_before; j++) {
         if (j == m->master || !holds_for(m->pools[j], key, key_len, owner))
             continue;
         holding++;
+        holds[j] = j < 64;
         listed_before = j < m->master; /* that master's page reported it, or will have */
     }
     free(key);
     if (listed_before || holding < m->quorum)
         return DLOCK_OK;
+    /* The hold's token is the majority's: a master whose answer came too
+     * late to count granted too, and its counter may be ahead (its own
+     * clock's next step). Among the masters that hold it, the quorum-th
+     * highest counter is the token the grant handed out: the grant made a
+     * majority's counters reach it, and fewer than a majority came late. */
+    size_t fence_len;
+    char *fence_key = redis_key_for(m->prefix, e->name, e->name_len, ":fence", &fence_len);
+    if (!fence_key)
+        return dlock_seterr(DLOCK_ENOMEM, "redis: out of memory listing locks");
+    uint64_t counters[64];
+    int nc = 0;
+    counters[nc++] = e->fence;
+    for (int j = 0; j < m->n && j < 64; j++)
+        if (holds[j])
+            counters[nc++] = counter_of(m->pools[j], fence_key, fence_len);
+    free(fence_key);
+    qsort(counters, (size_t)nc, sizeof *counters, descending);
     dlock_list_entry out = *e;
+    dlock_list_holder holder = e->holders[0];
     out.holder_count = 1;
+    out.fence = nc >= m->quorum ? counters[m->quorum - 1] : e->fence;
+    if (holder.fence)
+        holder.fence = out.fence;
+    out.holders = &holder;
+    out.n_holders = 1;
     return m->outer->emit(&out, m->outer->emit_arg);
 }
 

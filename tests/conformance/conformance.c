@@ -657,6 +657,17 @@ static void the_man_page_lists_these_capabilities(void **state)
         break;
     }
     fclose(f);
+    /* A backend built outside the project (tests/modules) has no row: the
+     * man page speaks only of the backends libdlock ships. */
+    static const char *const shipped[] = { "local", "redis", "redlock", "zookeeper", "etcd", "postgres", "mysql" };
+    bool ours = false;
+    for (size_t i = 0; i < sizeof shipped / sizeof shipped[0]; i++)
+        ours = ours || strncmp(label, shipped[i], strlen(shipped[i])) == 0;
+    if (!ours) {
+        if (found)
+            fail_msg("libdlock(3)'s capability table has a row for '%s', which libdlock does not ship", label);
+        return;
+    }
     if (!found)
         fail_msg("libdlock(3)'s capability table has no row '%s'; it reports 0x%x:\n.B %s\n%s", label, bits, label,
                  want);
