@@ -171,7 +171,10 @@ static void sweep_orphans(struct zk_instance *inst, zhandle_t *zh)
 /* Creates every level of the root that is missing (persistent nodes). */
 static int ensure_root(struct zk_instance *inst, zhandle_t *zh)
 {
-    if (inst->root_ready)
+    /* Atomic: threads contending for different names reach here together;
+     * two that both see it unset both create the levels, which is harmless
+     * (ZNODEEXISTS). */
+    if (__atomic_load_n(&inst->root_ready, __ATOMIC_ACQUIRE))
         return DLOCK_OK;
     char path[sizeof inst->root];
     for (const char *p = inst->root + 1;; p++) {
@@ -186,7 +189,7 @@ static int ensure_root(struct zk_instance *inst, zhandle_t *zh)
         if (*p == '\0')
             break;
     }
-    inst->root_ready = true;
+    __atomic_store_n(&inst->root_ready, true, __ATOMIC_RELEASE);
     return DLOCK_OK;
 }
 
@@ -199,7 +202,7 @@ static int ensure_parent(struct zk_instance *inst, zhandle_t *zh, const char *pa
         return rc;
     int zrc = zoo_create(zh, parent, NULL, -1, inst->acl, ZOO_CONTAINER, NULL, 0);
     if (zrc == ZNONODE) { /* the root was removed behind our back */
-        inst->root_ready = false;
+        __atomic_store_n(&inst->root_ready, false, __ATOMIC_RELEASE);
         if ((rc = ensure_root(inst, zh)) != DLOCK_OK)
             return rc;
         zrc = zoo_create(zh, parent, NULL, -1, inst->acl, ZOO_CONTAINER, NULL, 0);
