@@ -533,7 +533,7 @@ static int attempt(void *instance, struct dlock_provider_lock *lk, struct dlock_
     if (rc != DLOCK_OK)
         return rc;
     sweep_orphans(inst);
-    struct etcd_adopted adopted;
+    bool adopted = false;
     if (etcd_orphans_adopt(&inst->orphans, el->key, el->key_len, &adopted) != DLOCK_OK) {
         /* A sweep is deleting our old key this moment. */
         free(el->pred);
@@ -543,7 +543,7 @@ static int attempt(void *instance, struct dlock_provider_lock *lk, struct dlock_
         g->retry_hint_ms = 20;
         return DLOCK_EBUSY;
     }
-    if (adopted.found)
+    if (adopted)
         el->make_key_anew = true;
     struct json_object *reply = NULL;
     struct etcd_status st;
@@ -556,7 +556,7 @@ static int attempt(void *instance, struct dlock_provider_lock *lk, struct dlock_
             rc = enqueue(inst, lk, el, lease_id, &reply, &st);
     }
     el->queue_unanswered = rc != DLOCK_OK && st.sent && st.grpc_code == 0;
-    el->key_unsettled = rc != DLOCK_OK && (el->queue_unanswered || adopted.found);
+    el->key_unsettled = rc != DLOCK_OK && (el->queue_unanswered || adopted);
     if (rc != DLOCK_OK)
         return rc;
     bool created = etcd_json_get(reply, "succeeded") != NULL &&
@@ -662,7 +662,7 @@ static int etcd_acquire(void *instance, struct dlock_provider_lock *lk, struct d
     el->key_unsettled = false;
     int rc = attempt(instance, lk, g);
     if (rc != DLOCK_OK && rc != DLOCK_EBUSY && el->key && (el->create_rev || el->key_unsettled))
-        etcd_orphans_add(&inst->orphans, el->key, el->key_len, 0, el->granted_rev != 0);
+        etcd_orphans_add(&inst->orphans, el->key, el->key_len, 0);
     return rc;
 }
 
@@ -786,8 +786,7 @@ static void remember_failed_delete(struct etcd_instance *inst, struct etcd_lock 
 {
     if (rc == DLOCK_OK || rc == DLOCK_ENOTOWNER)
         return;
-    bool was_hold = el->granted_rev != 0 && el->granted_rev == el->create_rev;
-    if (etcd_orphans_add(&inst->orphans, el->key, el->key_len, el->create_rev, was_hold) != DLOCK_OK)
+    if (etcd_orphans_add(&inst->orphans, el->key, el->key_len, el->create_rev) != DLOCK_OK)
         return; /* out of memory: the lease frees it once no hold of ours keeps it alive */
 }
 

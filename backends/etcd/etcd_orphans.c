@@ -10,7 +10,6 @@
 struct etcd_orphan {
     struct etcd_orphan *next;
     int64_t create_rev;
-    bool was_hold;
     bool sweeping;   /* a sweep is deleting it: not to be adopted */
     unsigned visited; /* the last sweep that looked at it */
     int64_t added_ms; /* dlock_provider_now_ms() when it was remembered */
@@ -36,13 +35,12 @@ void etcd_orphans_destroy(struct etcd_orphans *o)
     pthread_mutex_destroy(&o->mu);
 }
 
-int etcd_orphans_add(struct etcd_orphans *o, const char *key, size_t key_len, int64_t create_rev, bool was_hold)
+int etcd_orphans_add(struct etcd_orphans *o, const char *key, size_t key_len, int64_t create_rev)
 {
     struct etcd_orphan *e = malloc(sizeof *e + key_len);
     if (!e)
         return dlock_seterr(DLOCK_ENOMEM, "etcd: out of memory remembering a key to delete");
     e->create_rev = create_rev;
-    e->was_hold = was_hold;
     e->sweeping = false;
     e->visited = 0;
     e->added_ms = dlock_provider_now_ms();
@@ -54,7 +52,6 @@ int etcd_orphans_add(struct etcd_orphans *o, const char *key, size_t key_len, in
     for (struct etcd_orphan *old = o->head; old; old = old->next)
         if (old->key_len == key_len && memcmp(old->key, key, key_len) == 0 && !old->sweeping) {
             old->create_rev = create_rev; /* the latest word on it */
-            old->was_hold = old->was_hold || was_hold;
             old->added_ms = e->added_ms;
             pthread_mutex_unlock(&o->mu);
             free(e);
@@ -78,9 +75,9 @@ static void unlink_entry(struct etcd_orphans *o, struct etcd_orphan *gone)
         }
 }
 
-int etcd_orphans_adopt(struct etcd_orphans *o, const char *key, size_t key_len, struct etcd_adopted *a)
+int etcd_orphans_adopt(struct etcd_orphans *o, const char *key, size_t key_len, bool *found)
 {
-    *a = (struct etcd_adopted){ false, 0, false };
+    *found = false;
     if (!etcd_orphans_any(o))
         return DLOCK_OK;
     int rc = DLOCK_OK;
@@ -90,7 +87,7 @@ int etcd_orphans_adopt(struct etcd_orphans *o, const char *key, size_t key_len, 
             if (e->sweeping) {
                 rc = DLOCK_EBUSY;
             } else {
-                *a = (struct etcd_adopted){ true, e->create_rev, e->was_hold };
+                *found = true;
                 unlink_entry(o, e);
             }
             break;

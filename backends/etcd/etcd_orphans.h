@@ -34,23 +34,15 @@ void etcd_orphans_init(struct etcd_orphans *o);
 void etcd_orphans_destroy(struct etcd_orphans *o);
 
 /* Remembers key (copied), made at create_rev (0 when not known: a queueing
- * whose answer never came); was_hold when a grant was made on it (a
- * release's key rather than a waiter's). DLOCK_OK or DLOCK_ENOMEM. */
-int etcd_orphans_add(struct etcd_orphans *o, const char *key, size_t key_len, int64_t create_rev, bool was_hold);
-
-/* What etcd_orphans_adopt found of a key. */
-struct etcd_adopted {
-    bool found;         /* an orphan of that key was on the list */
-    int64_t create_rev; /* its create revision (0: not known) */
-    bool was_hold;      /* a grant was made on it */
-};
+ * whose answer never came). DLOCK_OK or DLOCK_ENOMEM. */
+int etcd_orphans_add(struct etcd_orphans *o, const char *key, size_t key_len, int64_t create_rev);
 
 /* Called before a request queues on key: DLOCK_OK when no orphan of that
- * key is left (one that was is taken off the list, and described in *a:
- * the request stands on it now, and must make the key anew, so that a
- * delete of the orphan still on its way cannot reach the new key),
- * DLOCK_EBUSY when a sweep is deleting it this moment (look again soon). */
-int etcd_orphans_adopt(struct etcd_orphans *o, const char *key, size_t key_len, struct etcd_adopted *a);
+ * key is left (one that was is taken off the list, and *found set: the
+ * request stands on it now, and must make the key anew, so that a delete
+ * of the orphan still on its way cannot reach the new key), DLOCK_EBUSY
+ * when a sweep is deleting it this moment (look again soon). */
+int etcd_orphans_adopt(struct etcd_orphans *o, const char *key, size_t key_len, bool *found);
 
 /* The delete a sweep makes, for an orphan remembered age_ms ago: DLOCK_OK
  * when the server answered (the key is gone, or was no longer the one

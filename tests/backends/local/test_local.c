@@ -872,6 +872,53 @@ static void a_dead_waiter_is_passed_over_and_removed(void **state)
     dlock_client_close(b);
 }
 
+/* Forks a child that, once told (*go), opens its own client, finds NAME
+ * busy in fair mode (and so joins the line), says so (*ready), waits up to
+ * wait_ms for it, says it was granted (*done, when not NULL) and releases.
+ * Its exit status is 0 when all went so. */
+static pid_t fork_fair_waiter(const char *name, int64_t wait_ms, int *go, int *ready, int *done)
+{
+    int g[2], r[2], d[2] = { -1, -1 };
+    assert_int_equal(pipe(g), 0);
+    assert_int_equal(pipe(r), 0);
+    if (done)
+        assert_int_equal(pipe(d), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        close(g[1]);
+        close(r[0]);
+        if (done)
+            close(d[0]);
+        char ch;
+        if (read(g[0], &ch, 1) != 1)
+            _exit(2);
+        dlock_client *c = open_local();
+        dlock_lock_options o = DLOCK_LOCK_OPTIONS_INIT;
+        o.flags = DLOCK_LOCK_FAIR;
+        dlock_lock *l;
+        if (dlock_lock_new(c, name, strlen(name), &o, &l) != DLOCK_OK || dlock_acquire(l, 0) != DLOCK_EBUSY)
+            _exit(3);
+        if (write(r[1], "R", 1) != 1)
+            _exit(4);
+        if (dlock_acquire(l, wait_ms) != DLOCK_OK)
+            _exit(5);
+        if (done && write(d[1], "D", 1) != 1)
+            _exit(6);
+        dlock_release(l);
+        _exit(0);
+    }
+    close(g[0]);
+    close(r[1]);
+    *go = g[1];
+    *ready = r[0];
+    if (done) {
+        close(d[1]);
+        *done = d[0];
+    }
+    return pid;
+}
+
 /* Fair mode: a waiter at the head of the line that is stopped (SIGSTOP)
  * when the release wakes it keeps the lock free, and the fair waiters
  * behind it out, only for LOCAL_STUCK_WAKE_MS (2 s): then the next one
@@ -879,31 +926,8 @@ static void a_dead_waiter_is_passed_over_and_removed(void **state)
 static void a_stopped_head_of_a_fair_line_is_passed_within_3_s(void **state)
 {
     (void)state;
-    int go[2], ready[2];
-    assert_int_equal(pipe(go), 0);
-    assert_int_equal(pipe(ready), 0);
-    pid_t pid = fork();
-    if (pid == 0) {
-        close(go[1]);
-        close(ready[0]);
-        char ch;
-        if (read(go[0], &ch, 1) != 1)
-            _exit(2);
-        dlock_client *c = open_local();
-        dlock_lock_options o = DLOCK_LOCK_OPTIONS_INIT;
-        o.flags = DLOCK_LOCK_FAIR;
-        dlock_lock *l;
-        if (dlock_lock_new(c, "fair-stuck", 10, &o, &l) != DLOCK_OK || dlock_acquire(l, 0) != DLOCK_EBUSY)
-            _exit(3);
-        if (write(ready[1], "R", 1) != 1)
-            _exit(4);
-        if (dlock_acquire(l, 30000) != DLOCK_OK)
-            _exit(5);
-        dlock_release(l);
-        _exit(0);
-    }
-    close(go[0]);
-    close(ready[1]);
+    int go, ready;
+    pid_t pid = fork_fair_waiter("fair-stuck", 30000, &go, &ready, NULL);
     dlock_client *a = open_local(), *b = open_local();
     dlock_lock_options o = DLOCK_LOCK_OPTIONS_INIT;
     o.flags = DLOCK_LOCK_FAIR;
@@ -911,9 +935,9 @@ static void a_stopped_head_of_a_fair_line_is_passed_within_3_s(void **state)
     assert_int_equal(dlock_lock_new(a, "fair-stuck", 10, &o, &la), DLOCK_OK);
     assert_int_equal(dlock_lock_new(b, "fair-stuck", 10, &o, &lb), DLOCK_OK);
     assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
-    assert_int_equal(write(go[1], "G", 1), 1);
+    assert_int_equal(write(go, "G", 1), 1);
     char ch;
-    assert_int_equal(read(ready[0], &ch, 1), 1);
+    assert_int_equal(read(ready, &ch, 1), 1);
     sleep_ms(100); /* into its wait, in the line */
     struct timed_waiter t = { lb, -1, 0 };
     pthread_t th;
@@ -935,6 +959,8 @@ static void a_stopped_head_of_a_fair_line_is_passed_within_3_s(void **state)
     dlock_lock_free(lb);
     dlock_client_close(a);
     dlock_client_close(b);
+    close(go);
+    close(ready);
 }
 
 /* Fair mode: a request that comes while the lock is free between two
@@ -944,36 +970,8 @@ static void a_stopped_head_of_a_fair_line_is_passed_within_3_s(void **state)
 static void fair_mode_keeps_a_newcomer_behind_the_line(void **state)
 {
     (void)state;
-    int go[2], ready[2], done[2];
-    assert_int_equal(pipe(go), 0);
-    assert_int_equal(pipe(ready), 0);
-    assert_int_equal(pipe(done), 0);
-    pid_t pid = fork();
-    if (pid == 0) {
-        close(go[1]);
-        close(ready[0]);
-        close(done[0]);
-        char ch;
-        if (read(go[0], &ch, 1) != 1)
-            _exit(2);
-        dlock_client *c = open_local();
-        dlock_lock_options o = DLOCK_LOCK_OPTIONS_INIT;
-        o.flags = DLOCK_LOCK_FAIR;
-        dlock_lock *l;
-        if (dlock_lock_new(c, "fair-line", 9, &o, &l) != DLOCK_OK || dlock_acquire(l, 0) != DLOCK_EBUSY)
-            _exit(3);
-        if (write(ready[1], "R", 1) != 1)
-            _exit(4);
-        if (dlock_acquire(l, 20000) != DLOCK_OK)
-            _exit(5);
-        if (write(done[1], "D", 1) != 1)
-            _exit(6);
-        dlock_release(l);
-        _exit(0);
-    }
-    close(go[0]);
-    close(ready[1]);
-    close(done[1]);
+    int go, ready, done;
+    pid_t pid = fork_fair_waiter("fair-line", 20000, &go, &ready, &done);
     dlock_client *a = open_local(), *b = open_local();
     dlock_lock_options o = DLOCK_LOCK_OPTIONS_INIT;
     o.flags = DLOCK_LOCK_FAIR;
@@ -981,15 +979,15 @@ static void fair_mode_keeps_a_newcomer_behind_the_line(void **state)
     assert_int_equal(dlock_lock_new(a, "fair-line", 9, &o, &la), DLOCK_OK);
     assert_int_equal(dlock_lock_new(b, "fair-line", 9, &o, &lb), DLOCK_OK);
     assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
-    assert_int_equal(write(go[1], "G", 1), 1);
+    assert_int_equal(write(go, "G", 1), 1);
     char ch;
-    assert_int_equal(read(ready[0], &ch, 1), 1);
+    assert_int_equal(read(ready, &ch, 1), 1);
     sleep_ms(100); /* into its wait, in the line */
     kill(pid, SIGSTOP);
     assert_int_equal(dlock_release(la), DLOCK_OK);
     assert_int_equal(dlock_acquire(lb, 0), DLOCK_EBUSY); /* the stopped waiter's turn */
     kill(pid, SIGCONT);
-    assert_int_equal(read(done[0], &ch, 1), 1); /* it was granted */
+    assert_int_equal(read(done, &ch, 1), 1); /* it was granted */
     int status;
     waitpid(pid, &status, 0);
     assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
@@ -999,9 +997,9 @@ static void fair_mode_keeps_a_newcomer_behind_the_line(void **state)
     dlock_lock *ls;
     assert_int_equal(dlock_lock_new(a, "fair-shared", 11, &o, &ls), DLOCK_OK);
     assert_int_equal(dlock_acquire(ls, 0), DLOCK_ENOTSUP);
-    close(go[1]);
-    close(ready[0]);
-    close(done[0]);
+    close(go);
+    close(ready);
+    close(done);
     dlock_lock_free(la);
     dlock_lock_free(lb);
     dlock_lock_free(ls);
