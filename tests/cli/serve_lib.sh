@@ -23,6 +23,11 @@ cleanup() {
 # start_serve OPTIONS...: starts dlock serve on 127.0.0.1 (a port the kernel
 # picks unless OPTIONS has --listen), sets SERVE (its pid) and URL (ending in /).
 start_serve() {
+    # Emptied here, not only by the redirection below: that one happens in
+    # the background child, and the loop could read the previous server's
+    # address before the child has opened the file.
+    : > "$T/serve.out"
+    : > "$T/serve.err"
     "$DLOCK" serve --listen 127.0.0.1:0 "$@" > "$T/serve.out" 2> "$T/serve.err" &
     SERVE=$!
     SERVERS="$SERVERS $SERVE"
