@@ -2,7 +2,7 @@
 #include "config.h"
 
 #include "entry.h"
-#include "metrics_http.h"
+#include "exporter.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,32 +18,28 @@ static void log_config_finding(int is_error, const char *file, int line, const c
         dlock__logf(log, is_error ? DLOCK_LOG_ERROR : DLOCK_LOG_WARN, "%s: %s", file, msg);
 }
 
-/* Starts the server of metrics.listen, if the configuration has one. It
- * is started before the backend is opened: a port that is taken fails the
- * open at once, before any connection is made. */
+/* Starts the server of metrics.listen, if the configuration has one,
+ * through the exporter module. It is started before the backend is
+ * opened: a port that is taken fails the open at once, before any
+ * connection is made. */
 static int metrics_http_start(dlock_client *c)
 {
     if (!c->config.metrics_listen)
         return DLOCK_OK;
-#ifdef DLOCK_HAVE_MICROHTTPD
-    struct dlock__metrics_http_source source = { &c->metrics, c->provider->name, &c->log };
-    return dlock__metrics_http_start((const struct sockaddr *)&c->config.metrics_listen_addr,
-                                     c->config.metrics_listen_addr_len, c->config.metrics_listen, &source,
-                                     &c->metrics_http);
-#else
-    /* The configuration refuses `listen` in a build without libmicrohttpd. */
-    return dlock_seterr(DLOCK_EINTERNAL, "metrics.listen set in a build without libmicrohttpd");
-#endif
+    int rc = dlock__exporter_load(&c->exporter);
+    if (rc != DLOCK_OK) {
+        char why[1400];
+        snprintf(why, sizeof why, "%s", dlock_errmsg());
+        return dlock_seterr(rc, "metrics.listen \"%s\" cannot be served: %s", c->config.metrics_listen, why);
+    }
+    return c->exporter->start(c, c->config.metrics_listen, &c->log, &c->exporter_server);
 }
 
 static void metrics_http_stop(dlock_client *c)
 {
-#ifdef DLOCK_HAVE_MICROHTTPD
-    dlock__metrics_http_stop(c->metrics_http);
-    c->metrics_http = NULL;
-#else
-    (void)c;
-#endif
+    if (c->exporter_server)
+        c->exporter->stop(c->exporter_server);
+    c->exporter_server = NULL;
 }
 
 /* Undoes what client_open did before the backend was open, and returns rc. */

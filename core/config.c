@@ -4,10 +4,9 @@
 #include "config.h"
 
 #include "internal.h"
+#include "../contrib/http/http_address.h"
 
-#include <arpa/inet.h>
 #include <errno.h>
-#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -79,52 +78,6 @@ static bool valid_prefix(const char *p)
             return false;
     }
     return true;
-}
-
-/* "ADDRESS:PORT" with a numeric IPv4 address or a bracketed IPv6 one,
- * e.g. "127.0.0.1:9464" or "[::1]:9464". Numeric only: opening a client
- * must not wait on a name lookup, and an address says plainly which
- * interface is exposed. */
-static bool parse_listen(const char *text, struct sockaddr_storage *ss, socklen_t *len)
-{
-    char host[INET6_ADDRSTRLEN];
-    const char *host_start = text, *host_end, *port;
-    bool v6 = text[0] == '[';
-    if (v6) {
-        host_start = text + 1;
-        host_end = strchr(host_start, ']');
-        if (!host_end || host_end[1] != ':')
-            return false;
-        port = host_end + 2;
-    } else {
-        host_end = strrchr(text, ':');
-        if (!host_end)
-            return false;
-        port = host_end + 1;
-    }
-    size_t host_len = (size_t)(host_end - host_start);
-    size_t port_len = strlen(port);
-    if (host_len == 0 || host_len >= sizeof host || port_len == 0 || port_len > 5 ||
-        strspn(port, "0123456789") != port_len)
-        return false;
-    long port_no = strtol(port, NULL, 10);
-    if (port_no < 1 || port_no > 65535)
-        return false;
-    memcpy(host, host_start, host_len);
-    host[host_len] = 0;
-    memset(ss, 0, sizeof *ss);
-    if (v6) {
-        struct sockaddr_in6 *a = (struct sockaddr_in6 *)ss;
-        a->sin6_family = AF_INET6;
-        a->sin6_port = htons((uint16_t)port_no);
-        *len = sizeof *a;
-        return inet_pton(AF_INET6, host, &a->sin6_addr) == 1;
-    }
-    struct sockaddr_in *a = (struct sockaddr_in *)ss;
-    a->sin_family = AF_INET;
-    a->sin_port = htons((uint16_t)port_no);
-    *len = sizeof *a;
-    return inet_pton(AF_INET, host, &a->sin_addr) == 1;
 }
 
 /* Label values of the exposition format are UTF-8: a listed name that is
@@ -216,11 +169,14 @@ static void check_metrics(struct dlock__config *cfg, const config_setting_t *gro
     const char *file = file_of(listen, cfg->source);
     int line = config_setting_source_line(listen);
     const char *text = config_setting_get_string(listen);
-    if (!parse_listen(text, &cfg->metrics_listen_addr, &cfg->metrics_listen_addr_len)) {
+    /* Port 0 is the grammar's, but here nothing would tell a scraper
+     * which port the kernel chose. */
+    struct http_address addr;
+    if (!http_address_parse(text, &addr) || addr.port == 0) {
         dlock__diag_add(diag, 1, file, line,
-                        "'metrics.listen' is \"%s\": it must be ADDRESS:PORT with a numeric address and a port "
-                        "of 1..65535, e.g. \"127.0.0.1:9464\" (this host only), \"0.0.0.0:9464\" (every "
-                        "interface) or \"[::1]:9464\"",
+                        "'metrics.listen' is \"%s\": it must be ADDRESS:PORT with a numeric address (or "
+                        "localhost) and a port of 1..65535, e.g. \"127.0.0.1:9464\" (this host only), "
+                        "\"0.0.0.0:9464\" (every interface) or \"[::1]:9464\"",
                         text);
         return;
     }

@@ -86,11 +86,9 @@ struct dlock__config {
     int64_t retry_cap_ms;
     char prefix[65];
     /* The `metrics` group. listen is NULL when metrics are not served over
-     * HTTP; listen_addr is its parsed form. names (point into cfg) are the
-     * lock names that get series of their own. */
+     * HTTP (checked with http_address_parse()). names (point into cfg)
+     * are the lock names that get series of their own. */
     const char *metrics_listen;
-    struct sockaddr_storage metrics_listen_addr;
-    socklen_t metrics_listen_addr_len;
     const char **metrics_names;
     size_t metrics_nnames;
 };
@@ -140,6 +138,13 @@ const char *dlock__suggest(const char *word, const char *const *candidates, size
  * or DLOCK_ECONFIG (not a backend name: a path, say). Providers are never
  * unloaded. */
 int dlock__provider_find(const char *name, const struct dlock_provider **out);
+/* Calls try_dir(dir, arg) for each directory of the module path
+ * ($DLOCK_MODULE_PATH, then the installed module directory) until it
+ * answers other than DLOCK_EUNAVAILABLE ("not in this one"), and returns
+ * that answer (DLOCK_EUNAVAILABLE when no directory had it). searched gets
+ * the directories tried, comma-separated, for messages. */
+int dlock__module_path_each(int (*try_dir)(const char *dir, void *arg), void *arg, char *searched,
+                            size_t searched_len);
 /* Validates a provider table; DLOCK_OK or DLOCK_EINVAL with the reason. */
 int dlock__provider_check(const struct dlock_provider *p, const char *origin);
 
@@ -191,7 +196,7 @@ void dlock__metrics_names_free(struct dlock__metrics *m);
 /* The series of a listed name, or NULL when the name is not listed. */
 struct dlock__name_metrics *dlock__metrics_name_find(struct dlock__metrics *m, const char *name, size_t len);
 
-struct dlock__metrics_http;
+struct dlock_exporter_table;
 
 /* ---- timer_thread.c: the watchdog and the expiry thread ------------------------------ */
 struct dlock__entry;
@@ -251,7 +256,8 @@ struct dlock_client {
     char client_id[33];             /* 128 random bits, hex */
     struct dlock__log log;
     struct dlock__metrics metrics;
-    struct dlock__metrics_http *metrics_http; /* the HTTP server of metrics.listen, or NULL */
+    const struct dlock_exporter_table *exporter; /* the module serving metrics.listen, once loaded */
+    void *exporter_server;  /* its server for this client, or NULL */
     struct dlock__timer_thread watchdog; /* renewals and give-backs (core/watchdog.c) */
     struct dlock__timer_thread expiry;   /* loss at the validity end (core/expiry.c) */
 

@@ -138,6 +138,40 @@ static int load_module(const char *dir, const char *name, const struct dlock_pro
     return DLOCK_OK;
 }
 
+int dlock__module_path_each(int (*try_dir)(const char *dir, void *arg), void *arg, char *searched,
+                            size_t searched_len)
+{
+    searched[0] = 0;
+    int rc = DLOCK_EUNAVAILABLE;
+    const char *env = getenv("DLOCK_MODULE_PATH");
+    char *paths = NULL;
+    if (env && *env && asprintf(&paths, "%s:%s", env, DLOCK_MODULE_DIR) < 0)
+        paths = NULL;
+    char *list = paths ? paths : strdup(DLOCK_MODULE_DIR);
+    char *save = NULL;
+    for (char *dir = list ? strtok_r(list, ":", &save) : NULL; dir; dir = strtok_r(NULL, ":", &save)) {
+        size_t used = strlen(searched);
+        snprintf(searched + used, searched_len - used, "%s%s", used ? ", " : "", dir);
+        rc = try_dir(dir, arg);
+        if (rc != DLOCK_EUNAVAILABLE)
+            break;
+    }
+    free(list);
+    return rc;
+}
+
+struct module_search {
+    const char *name;
+    const struct dlock_provider *found;
+    char why[1200];
+};
+
+static int try_provider_in(const char *dir, void *arg)
+{
+    struct module_search *search = arg;
+    return load_module(dir, search->name, &search->found, search->why, sizeof search->why);
+}
+
 int dlock__provider_find(const char *name, const struct dlock_provider **out)
 {
     if (!name || !valid_backend_name(name))
@@ -151,23 +185,11 @@ int dlock__provider_find(const char *name, const struct dlock_provider **out)
         return DLOCK_OK;
     }
 
-    char why[1200] = "";
+    struct module_search search = { name, NULL, "" };
     char searched[2048] = "";
-    int rc = DLOCK_EUNAVAILABLE;
-    const char *env = getenv("DLOCK_MODULE_PATH");
-    char *paths = NULL;
-    if (env && *env && asprintf(&paths, "%s:%s", env, DLOCK_MODULE_DIR) < 0)
-        paths = NULL;
-    char *list = paths ? paths : strdup(DLOCK_MODULE_DIR);
-    char *save = NULL;
-    for (char *dir = list ? strtok_r(list, ":", &save) : NULL; dir; dir = strtok_r(NULL, ":", &save)) {
-        size_t used = strlen(searched);
-        snprintf(searched + used, sizeof searched - used, "%s%s", used ? ", " : "", dir);
-        rc = load_module(dir, name, &p, why, sizeof why);
-        if (rc != DLOCK_EUNAVAILABLE)
-            break;
-    }
-    free(list);
+    int rc = dlock__module_path_each(try_provider_in, &search, searched, sizeof searched);
+    p = search.found;
+    const char *why = search.why;
     if (rc == DLOCK_OK)
         rc = add_locked(p);
     pthread_mutex_unlock(&registry_mu);

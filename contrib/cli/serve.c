@@ -5,6 +5,7 @@
 
 #include "cli.h"
 #include "serve.h"
+#include "../http/http_listen.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -25,58 +26,6 @@
 #define SECRET_MAX 1024
 
 #ifdef DLOCK_HAVE_MICROHTTPD
-
-struct address {
-    struct sockaddr_storage ss;
-    socklen_t len;
-    bool loopback;
-};
-
-/* "ADDR:PORT" with ADDR an IPv4 address, [IPv6] or localhost. */
-static bool parse_listen(const char *text, struct address *a)
-{
-    memset(a, 0, sizeof *a);
-    const char *colon = strrchr(text, ':');
-    if (!colon || colon == text)
-        return false;
-    size_t port_count;
-    unsigned long port = 0;
-    if (strcmp(colon + 1, "0") != 0) {
-        if (!parse_count(colon + 1, 65535, &port_count))
-            return false;
-        port = port_count;
-    }
-    char host[64];
-    size_t n = (size_t)(colon - text);
-    if (text[0] == '[') {
-        if (n < 3 || text[n - 1] != ']' || n - 2 >= sizeof host)
-            return false;
-        memcpy(host, text + 1, n - 2);
-        host[n - 2] = 0;
-        struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)&a->ss;
-        if (inet_pton(AF_INET6, host, &s6->sin6_addr) != 1)
-            return false;
-        s6->sin6_family = AF_INET6;
-        s6->sin6_port = htons((uint16_t)port);
-        a->len = sizeof *s6;
-        a->loopback = IN6_IS_ADDR_LOOPBACK(&s6->sin6_addr);
-        return true;
-    }
-    if (n >= sizeof host)
-        return false;
-    memcpy(host, text, n);
-    host[n] = 0;
-    struct sockaddr_in *s4 = (struct sockaddr_in *)&a->ss;
-    if (strcmp(host, "localhost") == 0)
-        snprintf(host, sizeof host, "127.0.0.1");
-    if (inet_pton(AF_INET, host, &s4->sin_addr) != 1)
-        return false;
-    s4->sin_family = AF_INET;
-    s4->sin_port = htons((uint16_t)port);
-    a->len = sizeof *s4;
-    a->loopback = (ntohl(s4->sin_addr.s_addr) >> 24) == 127;
-    return true;
-}
 
 static void base64(const unsigned char *in, size_t len, char *out)
 {
@@ -154,22 +103,12 @@ static char *expected_authorization(enum serve_auth auth, const char *path)
 }
 
 /* The bound socket, its errno explained; -1 after a message. */
-static int bind_listen(const struct address *a, const char *text)
+static int bind_listen(const struct http_address *a, const char *text)
 {
-    int fd = socket(a->ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    int one = 1;
-    if (fd >= 0)
-        (void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (fd < 0 || bind(fd, (const struct sockaddr *)&a->ss, a->len) != 0 || listen(fd, 32) != 0) {
-        int err = errno;
-        fprintf(stderr, "%s: serve: cannot listen on %s: %s%s\n", progname, text, strerror(err),
-                err == EADDRINUSE ? " (another program listens there: choose another port with --listen)"
-                : err == EACCES   ? " (ports below 1024 need privileges: use one of 1024 or above)"
-                                  : "");
-        if (fd >= 0)
-            close(fd);
-        return -1;
-    }
+    char why[512];
+    int fd = http_listen_bind(a, 32, "--listen", why, sizeof why);
+    if (fd < 0)
+        fprintf(stderr, "%s: serve: --listen %s: %s\n", progname, text, why);
     return fd;
 }
 
@@ -228,8 +167,8 @@ int cmd_serve(const char *config, int argc, char **argv)
         fprintf(stderr, "%s: serve: give --token-file or --basic-auth-file, not both\n", progname);
         return EXIT_USAGE;
     }
-    struct address addr;
-    if (!parse_listen(listen_text, &addr)) {
+    struct http_address addr;
+    if (!http_address_parse(listen_text, &addr)) {
         fprintf(stderr, "%s: serve: --listen takes ADDRESS:PORT (127.0.0.1:9465, [::1]:9465, 0.0.0.0:9465), "
                 "not '%s'\n", progname, listen_text);
         return EXIT_USAGE;
@@ -264,7 +203,7 @@ int cmd_serve(const char *config, int argc, char **argv)
     char url[128];
     if (fd >= 0)
         url_of(fd, url, sizeof url);
-    struct serve_http *server = fd < 0 ? NULL : serve_http_start(fd, addr.ss.ss_family, &s);
+    struct serve_http *server = fd < 0 ? NULL : serve_http_start(fd, &addr, &s);
     if (!server) {
         dlock_client_close(s.client);
         free(s.expected);

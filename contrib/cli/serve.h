@@ -5,6 +5,7 @@
 #define DLOCK_CLI_SERVE_H
 
 #include "view.h"
+#include "../http/http_address.h"
 
 #include <dlock.h>
 #include <stdbool.h>
@@ -27,7 +28,7 @@ struct serve_settings {
 
 /* Starts answering on the bound, listening socket fd (taken over, closed
  * on failure); returns an opaque server, or NULL after a message on stderr. */
-struct serve_http *serve_http_start(int fd, int family, const struct serve_settings *settings);
+struct serve_http *serve_http_start(int fd, const struct http_address *addr, const struct serve_settings *settings);
 
 /* Stops answering, then waits a short while for listings still running on
  * the backend. Returns false when some still run: the client must then be

@@ -6,7 +6,7 @@
 #include "serve.h"
 #include "cli.h"
 #include "seen.h"
-#include "../../core/loopback_host.h"
+#include "../http/http_listen.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -26,12 +26,10 @@
  * (dlock_list() cannot be interrupted); past this many, requests are
  * answered at once rather than piling up threads on a dead backend. */
 #define MAX_RUNNING 4
-/* A few browser tabs, a scraper and someone with curl. */
-#define CONNECTION_LIMIT 32u
-/* One address may not take them all (idle connections held open before
- * any credentials are sent would lock everyone else out). */
-#define PER_ADDRESS_LIMIT 8u
-#define CONNECTION_TIMEOUT_S 10u
+/* A few browser tabs, a scraper and someone with curl. One address may
+ * not take them all (idle connections held open before any credentials
+ * are sent would lock everyone else out). */
+static const struct http_limits limits = { 32, 8, 10 };
 
 struct serve_http {
     struct MHD_Daemon *daemon;
@@ -315,9 +313,9 @@ static enum MHD_Result answer(void *cls, struct MHD_Connection *conn, const char
         return respond_text(conn, MHD_HTTP_METHOD_NOT_ALLOWED, "Method not allowed: the panel is read-only\n",
                             MHD_HTTP_HEADER_ALLOW, "GET, HEAD");
     /* Without a secret the server is on loopback only, and a request must
-     * name it there (see loopback_host.h). */
+     * name it there (see http_address.h). */
     if (server->s.auth == AUTH_NONE &&
-        !dlock__host_is_loopback(MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST)))
+        !http_host_is_loopback(MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST)))
         return respond_text(conn, 421, "Misdirected request: this panel answers only to a loopback name "
                                        "(127.0.0.1, localhost, [::1])\n", NULL, NULL);
     bool page = strcmp(url, "/") == 0;
@@ -344,7 +342,7 @@ static void log_from_mhd(void *cls, const char *fmt, va_list ap)
     vfprintf(stderr, fmt, ap);
 }
 
-struct serve_http *serve_http_start(int fd, int family, const struct serve_settings *settings)
+struct serve_http *serve_http_start(int fd, const struct http_address *addr, const struct serve_settings *settings)
 {
     struct serve_http *server = calloc(1, sizeof *server);
     if (!server) {
@@ -362,22 +360,8 @@ struct serve_http *serve_http_start(int fd, int family, const struct serve_setti
     pthread_condattr_destroy(&ca);
     /* A thread per connection: a request may wait up to LISTING_TIMEOUT_MS
      * for the backend, and must not hold up the others meanwhile. */
-    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ERROR_LOG;
-    if (family == AF_INET6)
-        flags |= MHD_USE_IPv6;
-    /* libmicrohttpd gets a copy of the socket: it closes what it was given
-     * on most of its failure paths but not all, so ours is closed here in
-     * every case and neither is closed twice. */
-    int given = fcntl(fd, F_DUPFD_CLOEXEC, 0);
-    if (given >= 0)
-        server->daemon = MHD_start_daemon(flags, 0, NULL, NULL, answer, server,
-                                          MHD_OPTION_EXTERNAL_LOGGER, log_from_mhd, server,
-                                          MHD_OPTION_LISTEN_SOCKET, given,
-                                          MHD_OPTION_CONNECTION_LIMIT, CONNECTION_LIMIT,
-                                          MHD_OPTION_PER_IP_CONNECTION_LIMIT, PER_ADDRESS_LIMIT,
-                                          MHD_OPTION_CONNECTION_TIMEOUT, CONNECTION_TIMEOUT_S,
-                                          MHD_OPTION_END);
-    close(fd);
+    server->daemon = http_listen_start(fd, addr, MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION,
+                                       answer, server, log_from_mhd, server, &limits);
     if (!server->daemon) {
         fprintf(stderr, "%s: serve: libmicrohttpd would not start its server (its reason is above)\n", progname);
         pthread_cond_destroy(&server->cv);

@@ -214,7 +214,7 @@ static void bad_names_are_config_errors(void **state)
 static void a_bad_listen_address_is_a_config_error(void **state)
 {
     (void)state;
-    const char *bad[] = { "9464", "localhost:9464", "127.0.0.1", "127.0.0.1:", "127.0.0.1:0", "127.0.0.1:65536",
+    const char *bad[] = { "9464", "localhost:0", "localhost", "127.0.0.1", "127.0.0.1:", "127.0.0.1:0", "127.0.0.1:65536",
                           "127.0.0.1:94x4", "::1:9464", "[::1]9464", "[nonsense]:9464", "300.0.0.1:9464", "" };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         char group[256], expect[128];
@@ -547,6 +547,26 @@ static void a_foreign_host_name_is_refused_on_loopback(void **state)
     dlock_client_close(c);
 }
 
+/* The address grammar is dlock serve's: localhost is 127.0.0.1 (never
+ * looked up), and the server on it keeps the loopback Host check. */
+static void localhost_is_the_loopback_address(void **state)
+{
+    (void)state;
+    int port = free_port();
+    char group[128];
+    snprintf(group, sizeof group, "metrics = { listen = \"localhost:%d\"; };", port);
+    dlock_client *c = open_ok(group);
+    struct reply r;
+    http("GET", port, "/metrics", &r);
+    assert_int_equal(r.status, 200);
+    assert_non_null(strstr(r.body, "dlock_"));
+    reply_free(&r);
+    http_to("GET", port, "/metrics", "evil.example", &r);
+    assert_int_equal(r.status, 421);
+    reply_free(&r);
+    dlock_client_close(c);
+}
+
 /* Only /metrics is served. */
 static void other_paths_are_not_found(void **state)
 {
@@ -701,6 +721,7 @@ int main(void)
         cmocka_unit_test(the_parser_check_catches_a_wrong_count),
         cmocka_unit_test(other_paths_are_not_found),
         cmocka_unit_test(a_foreign_host_name_is_refused_on_loopback),
+        cmocka_unit_test(localhost_is_the_loopback_address),
         cmocka_unit_test(other_methods_are_not_allowed),
         cmocka_unit_test(a_taken_port_fails_the_open),
         cmocka_unit_test(close_frees_the_port_the_thread_and_the_descriptors),
