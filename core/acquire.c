@@ -86,10 +86,10 @@ static int contend(dlock_client *c, struct dlock__entry *e, dlock_lock *h, uint6
     bool was_busy = false;
     int rc = contend_loop(c, e, h, self, wait_ms, deadline, gen, wake_fd, &was_busy);
     if (rc != DLOCK_OK && was_busy) {
-        char detail[1024];
-        snprintf(detail, sizeof detail, "%s", dlock_errmsg());
+        struct dlock_saved_error saved;
+        dlock_error_save(&saved);
         dlock__p_abandon(c, e);
-        dlock_seterr(rc, "%s", detail);
+        dlock_error_restore(&saved, rc);
     }
     return rc;
 }
@@ -113,8 +113,8 @@ static int contend_loop(dlock_client *c, struct dlock__entry *e, dlock_lock *h, 
             if (rc != DLOCK_EUNAVAILABLE || g.retry_hint_ms < 0 || wait_ms == 0 ||
                 dlock__now_ms() + g.retry_hint_ms >= deadline)
                 return rc; /* the provider set the detail */
-            char detail[1024];
-            snprintf(detail, sizeof detail, "%s", dlock_errmsg());
+            struct dlock_saved_error saved;
+            dlock_error_save(&saved);
             int64_t pause = g.retry_hint_ms;
             int64_t floor = dlock__backoff_ms(attempt, c->config.retry_base_ms, c->config.retry_cap_ms);
             if (pause < floor) /* a hint of 0 again and again must not spin */
@@ -128,7 +128,7 @@ static int contend_loop(dlock_client *c, struct dlock__entry *e, dlock_lock *h, 
             pthread_mutex_unlock(&e->mu);
             if (cancelled)
                 return dlock_seterr(DLOCK_ECANCELLED, "lock '%s': acquire cancelled (the backend was saying: %s)",
-                                    dlock__entry_show(e), detail);
+                                    dlock__entry_show(e), saved.text);
             continue;
         }
         *was_busy = true;

@@ -28,9 +28,10 @@ static int metrics_http_start(dlock_client *c)
         return DLOCK_OK;
     int rc = dlock__exporter_load(&c->exporter);
     if (rc != DLOCK_OK) {
-        char why[1400];
-        snprintf(why, sizeof why, "%s", dlock_errmsg());
-        return dlock_seterr(rc, "metrics.listen \"%s\" cannot be served: %s", c->config.metrics_listen, why);
+        struct dlock_saved_error saved;
+        dlock_error_save(&saved);
+        return dlock_seterr(rc, "metrics.listen \"%s\" cannot be served: %s", c->config.metrics_listen,
+                            saved.text);
     }
     return c->exporter->start(c, c->config.metrics_listen, &c->log, &c->exporter_server);
 }

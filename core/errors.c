@@ -49,3 +49,15 @@ int dlock_seterr(int code, const char *fmt, ...)
     va_end(ap);
     return code;
 }
+
+void dlock_error_save(struct dlock_saved_error *saved)
+{
+    _Static_assert(sizeof saved->text == sizeof detail, "a saved detail holds a whole one");
+    memcpy(saved->text, detail, sizeof detail);
+}
+
+int dlock_error_restore(const struct dlock_saved_error *saved, int code)
+{
+    memcpy(detail, saved->text, sizeof detail);
+    return code;
+}

@@ -11,6 +11,7 @@
 #include "config.h"
 
 #include "entry.h"
+#include "../backends/common/fnv1a.h"
 
 #include <errno.h>
 #include <stddef.h>
@@ -135,12 +136,7 @@ const char *dlock__entry_show(const struct dlock__entry *e)
 
 static uint64_t hash_name(const char *name, size_t len)
 {
-    uint64_t h = 1469598103934665603ULL; /* FNV-1a */
-    for (size_t i = 0; i < len; i++) {
-        h ^= (unsigned char)name[i];
-        h *= 1099511628211ULL;
-    }
-    return h;
+    return fnv1a_64(FNV1A_64_OFFSET, name, len);
 }
 
 static size_t priv_offset(void)

@@ -62,10 +62,10 @@ int dlock__hold_grant(dlock_client *c, struct dlock__entry *e, dlock_lock *h, ui
     if (rc == DLOCK_OK && watchdog)
         rc = dlock__watchdog_schedule_renewal(c, e, t_send.mono_ms, valid);
     if (rc != DLOCK_OK) {
-        char why[256];
-        snprintf(why, sizeof why, "%s", dlock_errmsg());
+        struct dlock_saved_error saved;
+        dlock_error_save(&saved);
         dlock__hold_release(c, e);
-        return dlock_seterr(rc, "lock '%s': granted but not kept, since %s", dlock__entry_show(e), why);
+        return dlock_seterr(rc, "lock '%s': granted but not kept, since %s", dlock__entry_show(e), saved.text);
     }
     dlock__metric_inc(&c->metrics.grants);
     if (e->named)
@@ -332,10 +332,10 @@ void dlock__hold_renewed(dlock_client *c, struct dlock__entry *e, int rc, struct
     int64_t left = e->valid_until_ms - now.boot_ms;
     due = now.mono_ms + dlock__watchdog_retry_after(left, lease);
     pthread_mutex_unlock(&e->mu);
-    char detail[256];
-    snprintf(detail, sizeof detail, "%s", dlock_errmsg());
+    struct dlock_saved_error saved;
+    dlock_error_save(&saved);
     dlock__logf(&c->log, DLOCK_LOG_WARN, "lock '%s': renewal failed (%s); retrying in %lld ms, lost in %lld ms "
-                "unless renewed", dlock__entry_show(e), detail, (long long)(due - now.mono_ms), (long long)left);
+                "unless renewed", dlock__entry_show(e), saved.text, (long long)(due - now.mono_ms), (long long)left);
     dlock__watchdog_schedule(c, e, due);
 }
 
@@ -512,12 +512,12 @@ int dlock_downgrade(dlock_lock *h)
     /* Gone (nothing changed), or no answer: the server may have made the
      * hold shared while this thread still counts on exclusivity, so the
      * hold is given up either way, as lost, with on_lost. */
-    char detail[256];
-    snprintf(detail, sizeof detail, "%s", dlock_errmsg());
+    struct dlock_saved_error saved;
+    dlock_error_save(&saved);
     const char *why = rc == DLOCK_ELOST || rc == DLOCK_ENOTOWNER
                           ? "the backend no longer had it when it was to be downgraded"
                           : "the downgrade got no clear answer, so the hold may be exclusive or shared";
     pthread_mutex_lock(&e->mu);
     declare_lost(c, e, why);
-    return dlock_seterr(DLOCK_ELOST, "lock '%s': %s (%s); release it", dlock__entry_show(e), why, detail);
+    return dlock_seterr(DLOCK_ELOST, "lock '%s': %s (%s); release it", dlock__entry_show(e), why, saved.text);
 }

@@ -37,8 +37,7 @@ int dlock__p_open(dlock_client *c, const struct dlock_provider_env *env)
     dlock_seterr(DLOCK_EUNAVAILABLE, "the %s backend failed to open without saying why", c->provider->name);
     const struct dlock_provider *p = c->provider;
     int rc = checked(p, "open", p->open(&c->instance, env));
-    if (rc == DLOCK_OK && !c->instance)
-        c->instance = NULL; /* allowed: a provider may keep no state */
+    /* A NULL instance is allowed: a provider may keep no state. */
     if (rc != DLOCK_OK)
         return rc;
     /* A version 1 module is never asked for more than exclusive locks,
@@ -50,9 +49,10 @@ int dlock__p_open(dlock_client *c, const struct dlock_provider_env *env)
     unsigned narrowed = caps;
     if (p->ctl && p->ctl(c->instance, DLOCK_CTL_CAPABILITIES, &narrowed) == DLOCK_OK)
         caps &= narrowed;
-    /* Downgrading turns a hold shared: it needs the member, and shared
-     * holds in this instance (after the narrowing above). */
-    if (!HAS(p, downgrade, DLOCK_PROVIDER_VERSION_4) || !(caps & DLOCK_CAP_SHARED))
+    /* Downgrading turns a hold shared: it needs shared holds in this
+     * instance (after the narrowing above). The member it needs is
+     * checked once, at load (dlock__provider_check). */
+    if (!(caps & DLOCK_CAP_SHARED))
         caps &= ~(unsigned)DLOCK_CAP_DOWNGRADE;
     c->capabilities = caps;
     return DLOCK_OK;

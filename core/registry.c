@@ -48,6 +48,9 @@ int dlock__provider_check(const struct dlock_provider *p, const char *origin)
                         : !p->release ? "release"
                         : ((p->capabilities & DLOCK_CAP_RENEW) && !p->renew) ? "renew (it claims DLOCK_CAP_RENEW)"
                         : ((p->capabilities & DLOCK_CAP_NATIVE_WAIT) && !p->wait) ? "wait (it claims DLOCK_CAP_NATIVE_WAIT)"
+                        : ((p->capabilities & DLOCK_CAP_DOWNGRADE) &&
+                           (p->version < DLOCK_PROVIDER_VERSION_4 || !p->downgrade))
+                            ? "downgrade (it claims DLOCK_CAP_DOWNGRADE)"
                         : NULL;
     if (missing)
         return dlock_seterr(DLOCK_EINVAL, "%s: provider '%s' lacks the required member %s", origin,

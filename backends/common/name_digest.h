@@ -15,9 +15,9 @@
 #include <stdint.h>
 
 /* Digest of the concatenation a || b (either may be empty). */
-uint64_t dlock_name_digest(const void *a, size_t a_len, const void *b, size_t b_len);
+uint64_t name_digest(const void *a, size_t a_len, const void *b, size_t b_len);
 
 /* Writes the digest as 16 lowercase hex digits and a NUL into out[17]. */
-void dlock_name_digest_hex(uint64_t digest, char out[17]);
+void name_digest_hex(uint64_t digest, char out[17]);
 
 #endif

@@ -7,7 +7,7 @@
 
 static const char upper_hex[] = "0123456789ABCDEF";
 
-size_t dlock_name_escape(const char *name, size_t len, dlock_name_plain_fn plain, char *out)
+size_t name_escape(const char *name, size_t len, name_plain_fn plain, char *out)
 {
     size_t o = 0;
     for (size_t i = 0; i < len; i++) {
@@ -28,7 +28,7 @@ static int upper_hex_digit(char c)
     return c >= '0' && c <= '9' ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
 }
 
-bool dlock_name_unescape(const char *text, size_t len, dlock_name_plain_fn plain, char *out, size_t *out_len)
+bool name_unescape(const char *text, size_t len, name_plain_fn plain, char *out, size_t *out_len)
 {
     size_t o = 0;
     for (size_t i = 0; i < len; i++) {

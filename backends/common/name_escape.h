@@ -13,11 +13,11 @@
 #include <stddef.h>
 
 /* Which bytes a backend writes as they are. */
-typedef bool (*dlock_name_plain_fn)(unsigned char c);
+typedef bool (*name_plain_fn)(unsigned char c);
 
 /* Writes the escape of the len bytes of name into out (room for 3 * len
  * bytes; no NUL is added) and returns its length. */
-size_t dlock_name_escape(const char *name, size_t len, dlock_name_plain_fn plain, char *out);
+size_t name_escape(const char *name, size_t len, name_plain_fn plain, char *out);
 
 /* The name whose escape (with the same plain) is the len bytes of text,
  * into out (room for DLOCK_NAME_MAX + 1 bytes, NUL-terminated) and
@@ -25,6 +25,6 @@ size_t dlock_name_escape(const char *name, size_t len, dlock_name_plain_fn plain
  * have been escaped, an escape of a byte that should not have been, a
  * malformed %XX, a NUL, an empty name or one over DLOCK_NAME_MAX bytes;
  * a listing then skips it as a key it did not make. */
-bool dlock_name_unescape(const char *text, size_t len, dlock_name_plain_fn plain, char *out, size_t *out_len);
+bool name_unescape(const char *text, size_t len, name_plain_fn plain, char *out, size_t *out_len);
 
 #endif

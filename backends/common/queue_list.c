@@ -7,11 +7,11 @@
 
 static int by_order(const void *a, const void *b)
 {
-    const struct dlock_queued *x = a, *y = b;
+    const struct queued_contender *x = a, *y = b;
     return (x->order > y->order) - (x->order < y->order);
 }
 
-size_t dlock_queue_decide(struct dlock_queued *q, size_t n, unsigned permits)
+size_t queue_decide(struct queued_contender *q, size_t n, unsigned permits)
 {
     if (n > 1)
         qsort(q, n, sizeof *q, by_order);
@@ -30,7 +30,7 @@ size_t dlock_queue_decide(struct dlock_queued *q, size_t n, unsigned permits)
     return holding;
 }
 
-void dlock_queue_entry(const struct dlock_queued *q, size_t n, unsigned permits, dlock_list_entry *e,
+void queue_entry(const struct queued_contender *q, size_t n, unsigned permits, dlock_list_entry *e,
                        dlock_list_holder *holders, size_t cap)
 {
     e->kind = n ? q[0].mode : DLOCK_MODE_EXCLUSIVE;

@@ -14,10 +14,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-struct dlock_queued {
+struct queued_contender {
     unsigned mode;            /* DLOCK_MODE_* the contender asked for */
     int64_t order;            /* its place in line: lower came first */
-    bool holds;               /* set by dlock_queue_decide() */
+    bool holds;               /* set by queue_decide() */
     dlock_list_holder holder; /* what the backend can tell of it */
     const void *ref;          /* the backend's own: the key or node it came from */
 };
@@ -25,14 +25,14 @@ struct dlock_queued {
 /* Sorts q[0..n) into arrival order and marks those that hold under the
  * rules above (permits: the semaphore's N, used for permit contenders);
  * returns how many hold. */
-size_t dlock_queue_decide(struct dlock_queued *q, size_t n, unsigned permits);
+size_t queue_decide(struct queued_contender *q, size_t n, unsigned permits);
 
 /* Fills e's kind (the first contender's), permits, holder_count, holders
  * (those that hold, the first cap of them, copied into holders[]), fence
  * (the highest holder's), lease_left_ms (the longest), age_ms (the
- * oldest) and waiters from a q that dlock_queue_decide() has ordered.
+ * oldest) and waiters from a q that queue_decide() has ordered.
  * e's name is the caller's. */
-void dlock_queue_entry(const struct dlock_queued *q, size_t n, unsigned permits, dlock_list_entry *e,
+void queue_entry(const struct queued_contender *q, size_t n, unsigned permits, dlock_list_entry *e,
                        dlock_list_holder *holders, size_t cap);
 
 #endif

@@ -70,9 +70,9 @@ int sql_lock_key_init(struct sql_lock_key *k, const char *prefix, const char *na
     memcpy(k->key + plen, name, len);
     k->key[plen + len] = '\0';
     k->key_len = plen + len;
-    k->digest = dlock_name_digest(k->key, k->key_len, NULL, 0);
+    k->digest = name_digest(k->key, k->key_len, NULL, 0);
     char hex[17];
-    dlock_name_digest_hex(k->digest, hex);
+    name_digest_hex(k->digest, hex);
     snprintf(k->tag, sizeof k->tag, "dlock_%s", hex);
     return DLOCK_OK;
 }

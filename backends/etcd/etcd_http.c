@@ -268,10 +268,10 @@ int etcd_call(struct etcd_http *h, const char *path, struct json_object *body, s
      * server answers "invalid auth token" (Unauthenticated, 16); get a new
      * one and ask again, once. */
     if (rc != DLOCK_OK && st->grpc_code == 16 && h->username[0]) {
-        char detail[512];
-        snprintf(detail, sizeof detail, "%s", dlock_errmsg());
+        struct dlock_saved_error saved;
+        dlock_error_save(&saved);
         if (etcd_authenticate(h) != DLOCK_OK)
-            return rc == DLOCK_OK ? rc : dlock_seterr(rc, "%s", detail);
+            return dlock_error_restore(&saved, rc);
         rc = call_once(h, path, body, reply, st);
     }
     return rc;

@@ -144,7 +144,7 @@ static struct json_object *range_of(const char *from, size_t from_len, const cha
 static bool name_of_key(const char *key, size_t len, struct found_name *out, bool *permit)
 {
     const char *slash = memchr(key, '/', len);
-    if (!slash || !dlock_name_unescape(key, (size_t)(slash - key), etcd_name_plain, out->name, &out->name_len))
+    if (!slash || !name_unescape(key, (size_t)(slash - key), etcd_name_plain, out->name, &out->name_len))
         return false;
     size_t rest = len - (size_t)(slash + 1 - key);
     *permit = rest >= strlen(ETCD_PERMIT_MARK) && memcmp(slash + 1, ETCD_PERMIT_MARK, strlen(ETCD_PERMIT_MARK)) == 0;
@@ -211,7 +211,7 @@ static int find_names(struct page *pg, const char *from, size_t from_len, const 
 static size_t name_key(const struct page *pg, const struct found_name *f, char *out)
 {
     memcpy(out, pg->prefix, pg->prefix_len);
-    return pg->prefix_len + dlock_name_escape(f->name, f->name_len, etcd_name_plain, out + pg->prefix_len);
+    return pg->prefix_len + name_escape(f->name, f->name_len, etcd_name_plain, out + pg->prefix_len);
 }
 
 static struct json_object *range_op(struct json_object *r)
@@ -275,7 +275,7 @@ static unsigned permits_in(struct json_object *range)
 /* A name's line from its range: q[] (room for NAME_KEYS) in arrival order,
  * owners[] holding their owners. Returns the number of contenders read;
  * *total gets how many the name has. */
-static size_t line_of(struct json_object *range, size_t prefix_len, struct dlock_queued *q, char (*owners)[OWNER_MAX],
+static size_t line_of(struct json_object *range, size_t prefix_len, struct queued_contender *q, char (*owners)[OWNER_MAX],
                       unsigned permits, int64_t *total)
 {
     size_t n;
@@ -304,10 +304,10 @@ static size_t line_of(struct json_object *range, size_t prefix_len, struct dlock
         /* In line by its create revision, which is also its fence (a hold
          * made shared by a downgrade keeps both). */
         int64_t rev = etcd_json_int(kv, "create_revision");
-        q[i] = (struct dlock_queued){ mode, rev, false, { owners[i], -1, "", (uint64_t)rev, -1, -1 }, kv };
+        q[i] = (struct queued_contender){ mode, rev, false, { owners[i], -1, "", (uint64_t)rev, -1, -1 }, kv };
     }
     n = n < NAME_KEYS ? n : NAME_KEYS;
-    dlock_queue_decide(q, n, permits);
+    queue_decide(q, n, permits);
     return n;
 }
 
@@ -345,7 +345,7 @@ static int lease_left(struct page *pg, int64_t id, int64_t *left)
 
 static int emit_names(struct page *pg, struct dlock_provider_list *req)
 {
-    struct dlock_queued *q = malloc(NAME_KEYS * sizeof *q);
+    struct queued_contender *q = malloc(NAME_KEYS * sizeof *q);
     char (*owners)[OWNER_MAX] = malloc(NAME_KEYS * sizeof *owners);
     dlock_list_holder *holders = malloc(HOLDERS_MAX * sizeof *holders);
     int rc = q && owners && holders ? DLOCK_OK : dlock_seterr(DLOCK_ENOMEM, "etcd: out of memory listing locks");
@@ -370,7 +370,7 @@ static int emit_names(struct page *pg, struct dlock_provider_list *req)
         if (rc != DLOCK_OK)
             break;
         dlock_list_entry e = { .name = f->name, .name_len = f->name_len };
-        dlock_queue_entry(q, n, permits, &e, holders, HOLDERS_MAX);
+        queue_entry(q, n, permits, &e, holders, HOLDERS_MAX);
         if ((size_t)total > n) {
             /* The line goes on past what was read: behind a holder that
              * was read last, more may hold. */
@@ -393,7 +393,7 @@ int etcd_list_page(struct etcd_http *http, const char *prefix, struct dlock_prov
     char from[KEY_MAX], to[KEY_MAX];
     memcpy(from, prefix, pg.prefix_len);
     size_t from_len =
-        pg.prefix_len + dlock_name_escape(req->prefix, req->prefix_len, etcd_name_plain, from + pg.prefix_len);
+        pg.prefix_len + name_escape(req->prefix, req->prefix_len, etcd_name_plain, from + pg.prefix_len);
     size_t to_len = prefix_end(from, from_len, to);
     if (req->cursor) {
         char key[KEY_MAX];
@@ -446,7 +446,7 @@ int etcd_list_page(struct etcd_http *http, const char *prefix, struct dlock_prov
 struct one_line {
     struct found_name name;
     struct page pg;
-    struct dlock_queued *q;
+    struct queued_contender *q;
     char (*owners)[OWNER_MAX];
     size_t n;           /* contenders read (at most NAME_KEYS) */
     unsigned permits;   /* a semaphore's N, else 0 */
@@ -486,7 +486,7 @@ static void one_line_free(struct one_line *l)
 /* The txn deleting the holders among q[0..n) of the line read, each only if
  * its key is still as read (same mod revision: neither made again nor made
  * shared since, which would have let readers in beside it). */
-static struct json_object *delete_holders_txn(const struct dlock_queued *q, size_t n)
+static struct json_object *delete_holders_txn(const struct queued_contender *q, size_t n)
 {
     struct json_object *compare = json_object_new_array(), *success = json_object_new_array();
     for (size_t i = 0; i < n; i++) {
@@ -547,7 +547,7 @@ int etcd_name_status(struct etcd_http *http, const char *prefix, const char *nam
     if (rc == DLOCK_OK && l.n > 0) {
         dlock_list_entry e = { .name = name, .name_len = name_len };
         dlock_list_holder first;
-        dlock_queue_entry(l.q, l.n, l.permits, &e, &first, 1);
+        queue_entry(l.q, l.n, l.permits, &e, &first, 1);
         out->held = e.holder_count > 0;
         out->fence = e.fence;
         char who[sizeof out->holder];

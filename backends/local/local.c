@@ -45,6 +45,7 @@
 #include "config.h"
 
 #include "local.h"
+#include "local_backend.h"
 #include "local_file.h"
 #include "local_queue.h"
 
@@ -64,112 +65,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-
-struct local_instance {
-    char dir[PATH_MAX];
-    int dirfd;
-};
-
-struct local_lock {
-    int fd;                   /* valid when fd_open */
-    bool fd_open;
-    bool held;
-    bool turnstile;           /* an exclusive request holds the turnstile while it waits */
-    int slot;                 /* a semaphore hold: the permit it has */
-    struct lock_file_header *map; /* the header in memory while fd_open, or NULL */
-    bool watching;            /* set up to wait (the line, the watch, the count) */
-    int watch_fd;             /* inotify fd + 1 while contending, 0 if none */
-    struct local_waiter waiter; /* the place in the line while contending */
-    int64_t look_again_at;    /* fair mode: when a stuck waiter ahead stops counting
-                               * (dlock_provider_now_ms), 0 for none */
-    char file[NAME_MAX + 1];  /* the lock file's name in the directory, once it was opened */
-    bool counted;             /* counted in the header's waiting */
-    struct local_lock *prev, *next; /* in open_files while fd_open */
-};
-
 /* ---- descriptors across fork() -------------------------------------------------- */
-
-/* Every open lock file of the process. A child made by fork() shares the
- * open file descriptions, so its copies of the descriptors would keep the
- * OFD locks of a holder that died: the child closes its copies at once
- * (the parent's stay, and so do its locks). The client cannot be used in
- * the child anyway (the fork guard). */
-static pthread_mutex_t open_files_mu = PTHREAD_MUTEX_INITIALIZER;
-/* This process's pid for the header, without a system call per grant
- * (glibc no longer caches it); a child of fork() sets its own. */
-static pid_t my_pid;
-static struct local_lock *open_files;
-static pthread_once_t fork_handlers_once = PTHREAD_ONCE_INIT;
-
-static void before_fork(void)
-{
-    pthread_mutex_lock(&open_files_mu);
-}
-
-static void after_fork_in_parent(void)
-{
-    pthread_mutex_unlock(&open_files_mu);
-}
-
-static void after_fork_in_child(void)
-{
-    __atomic_store_n(&my_pid, getpid(), __ATOMIC_RELAXED);
-    for (struct local_lock *ll = open_files; ll; ll = ll->next) {
-        close(ll->fd);
-        if (ll->map)
-            munmap(ll->map, HEADER_SIZE);
-        ll->map = NULL;
-        ll->counted = false; /* the parent's count, not ours */
-        ll->fd_open = ll->held = false;
-        if (ll->watch_fd)
-            close(ll->watch_fd - 1);
-        ll->watch_fd = 0;
-        if (ll->waiter.joined)
-            close(ll->waiter.fd); /* the parent's place in the line stays */
-        ll->waiter.joined = false;
-        ll->watching = false;
-    }
-    open_files = NULL;
-    pthread_mutex_unlock(&open_files_mu);
-}
-
-static void install_fork_handlers(void)
-{
-    __atomic_store_n(&my_pid, getpid(), __ATOMIC_RELAXED);
-    pthread_atfork(before_fork, after_fork_in_parent, after_fork_in_child);
-}
-
-static void track_open(struct local_lock *ll)
-{
-    pthread_mutex_lock(&open_files_mu);
-    ll->prev = NULL;
-    ll->next = open_files;
-    if (open_files)
-        open_files->prev = ll;
-    open_files = ll;
-    pthread_mutex_unlock(&open_files_mu);
-}
-
-/* Closes ll's lock file and forgets it. */
-static void close_lock_file(struct local_lock *ll)
-{
-    pthread_mutex_lock(&open_files_mu);
-    if (ll->fd_open) {
-        if (ll->prev)
-            ll->prev->next = ll->next;
-        else if (open_files == ll)
-            open_files = ll->next;
-        if (ll->next)
-            ll->next->prev = ll->prev;
-        ll->prev = ll->next = NULL;
-        if (ll->map)
-            munmap(ll->map, HEADER_SIZE);
-        ll->map = NULL;
-        close(ll->fd);
-    }
-    ll->fd_open = false;
-    pthread_mutex_unlock(&open_files_mu);
-}
 
 static const struct dlock_setting_spec local_settings[] = {
     { "dir", DLOCK_SETTING_STRING, 0, 0 },
@@ -177,66 +73,6 @@ static const struct dlock_setting_spec local_settings[] = {
 };
 
 /* ---- names -------------------------------------------------------------------- */
-
-static uint64_t fnv1a(const char *s, size_t n, uint64_t basis)
-{
-    uint64_t h = basis;
-    for (size_t i = 0; i < n; i++) {
-        h ^= (unsigned char)s[i];
-        h *= 1099511628211ULL;
-    }
-    /* A finaliser so the two hashes differ in more than their start. */
-    h ^= h >> 33;
-    h *= 0xff51afd7ed558ccdULL;
-    h ^= h >> 33;
-    return h;
-}
-
-static bool keep_byte(unsigned char c, size_t pos)
-{
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
-           c == '-' || (c == '.' && pos > 0);
-}
-
-/* Maps a lock name to a file name that is safe in one directory: bytes other
- * than [A-Za-z0-9_-] (and a leading '.') become %XX, so no name can reach
- * outside the directory or collide with another short name. Names whose
- * escaped form would be too long for a file name keep a readable start and
- * add a 128-bit hash. out must hold NAME_MAX + 1 bytes. */
-void dlock__local_file_name(const char *name, size_t len, char *out)
-{
-    static const char hex[] = "0123456789ABCDEF";
-    size_t o = 0, cut = 0;
-    bool long_form = false;
-    for (size_t i = 0; i < len; i++) {
-        unsigned char c = (unsigned char)name[i];
-        if (o <= 120)
-            cut = o; /* a byte boundary, never inside an escape */
-        if (o > 200) {
-            long_form = true;
-            break;
-        }
-        if (keep_byte(c, i)) {
-            out[o++] = (char)c;
-        } else {
-            out[o++] = '%';
-            out[o++] = hex[c >> 4];
-            out[o++] = hex[c & 15];
-        }
-    }
-    if (long_form)
-        snprintf(out + cut, NAME_MAX + 1 - cut, ".%016llx%016llx.hlock",
-                 (unsigned long long)fnv1a(name, len, 1469598103934665603ULL),
-                 (unsigned long long)fnv1a(name, len, 0x84222325cbf29ce4ULL));
-    else
-        snprintf(out + o, NAME_MAX + 1 - o, ".lock");
-}
-
-static bool is_long_form(const char *file)
-{
-    size_t n = strlen(file);
-    return n > 6 && strcmp(file + n - 6, ".hlock") == 0;
-}
 
 /* ---- instance ------------------------------------------------------------------ */
 
@@ -318,7 +154,7 @@ static int local_open(void **instance, const struct dlock_provider_env *env)
         free(inst);
         return rc;
     }
-    pthread_once(&fork_handlers_once, install_fork_handlers);
+    local_install_fork_handlers();
     dlock_provider_log(env->log_handle, DLOCK_LOG_DEBUG, "local: lock directory %s", inst->dir);
     *instance = inst;
     return DLOCK_OK;
@@ -332,114 +168,6 @@ static void local_close(void *instance)
 }
 
 /* ---- the lock file ---------------------------------------------------------------- */
-
-/* The header of an open lock file in memory, or NULL (then pread and
- * pwrite do). A new, empty file is first given its header's length; a file
- * with less than a header (damaged) is left as it is. */
-static struct lock_file_header *map_header(int fd)
-{
-    struct stat st;
-    if (fstat(fd, &st) != 0)
-        return NULL;
-    if (st.st_size == 0 && ftruncate(fd, HEADER_SIZE) != 0)
-        return NULL;
-    if (st.st_size != 0 && st.st_size < HEADER_SIZE)
-        return NULL;
-    void *p = mmap(NULL, HEADER_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    return p == MAP_FAILED ? NULL : p;
-}
-
-static int open_lock_file(struct local_instance *inst, struct dlock_provider_lock *lk)
-{
-    struct local_lock *ll = lk->priv;
-    if (ll->fd_open)
-        return DLOCK_OK;
-    char *file = ll->file;
-    dlock__local_file_name(lk->name, lk->name_len, file);
-    int fd = openat(inst->dirfd, file, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0666);
-    if (fd < 0)
-        return dlock_seterr(DLOCK_EUNAVAILABLE, "local: cannot open %s/%s: %s", inst->dir, file,
-                            strerror(errno));
-    ll->fd = fd;
-    ll->fd_open = true;
-    ll->map = map_header(fd);
-    if (is_long_form(file)) {
-        /* The listing reads the name back from here. Every opener writes
-         * the same bytes after its own map_header (which may have cut an
-         * earlier opener's copy off a new file), so one copy stays. */
-        (void)!pwrite(fd, lk->name, lk->name_len, NAME_OFFSET);
-    }
-    track_open(ll);
-    return DLOCK_OK;
-}
-
-/* One non-blocking lock or unlock of len bytes at start (len 0: to the end
- * of the file, and beyond). Returns 0 and sets *busy (when given) to whether
- * another open file description holds a conflicting lock, or -1 on error. */
-static int set_range(int fd, short type, off_t start, off_t len, bool *busy)
-{
-    struct flock fl = { .l_type = type, .l_whence = SEEK_SET, .l_start = start, .l_len = len, .l_pid = 0 };
-    if (busy)
-        *busy = false;
-    for (;;) {
-        if (fcntl(fd, F_OFD_SETLK, &fl) == 0)
-            return 0;
-        if (errno == EINTR)
-            continue;
-        if (busy && (errno == EAGAIN || errno == EACCES)) {
-            *busy = true;
-            return 0;
-        }
-        return -1;
-    }
-}
-
-/* The kind of lock another open file holds on byte at that a write lock
- * there would meet: F_RDLCK (a shared hold), F_WRLCK (an exclusive one),
- * F_UNLCK (none), or -1 with errno set. */
-static int lock_met_at(int fd, off_t at)
-{
-    struct flock fl = { .l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = at, .l_len = 1, .l_pid = 0 };
-    while (fcntl(fd, F_OFD_GETLK, &fl) != 0)
-        if (errno != EINTR)
-            return -1;
-    return fl.l_type;
-}
-
-/* An exclusive hold's range (local_file.h). */
-static int set_lock(int fd, short type, bool *busy)
-{
-    return set_range(fd, type, 0, EXCLUSIVE_LEN, busy);
-}
-
-static int read_header(int fd, struct lock_file_header *h, const char *dir, const char *name)
-{
-    memset(h, 0, sizeof *h);
-    ssize_t n = pread(fd, h, sizeof *h, 0);
-    if (n < 0)
-        return dlock_seterr(DLOCK_EUNAVAILABLE, "local: cannot read lock file for '%s' in %s: %s", name,
-                            dir, strerror(errno));
-    static const char zeros[8];
-    if (n == 0 || ((size_t)n == sizeof *h && memcmp(h->magic, zeros, 8) == 0 && h->fence == 0)) {
-        memset(h, 0, sizeof *h);
-        return DLOCK_OK; /* a new file (or one given its length, never granted): fence 0 */
-    }
-    if ((size_t)n < sizeof *h || memcmp(h->magic, HEADER_MAGIC, 8) != 0)
-        return dlock_seterr(DLOCK_EPROTOCOL,
-                            "local: the lock file for '%s' in %s is not a libdlock lock file "
-                            "(foreign or damaged); move it away", name, dir);
-    h->owner[OWNER_MAX - 1] = 0;
-    return DLOCK_OK;
-}
-
-static int write_header(int fd, const struct lock_file_header *h, const char *dir)
-{
-    ssize_t n = pwrite(fd, h, sizeof *h, 0);
-    if (n != (ssize_t)sizeof *h)
-        return dlock_seterr(DLOCK_EUNAVAILABLE, "local: cannot write lock file in %s: %s", dir,
-                            n < 0 ? strerror(errno) : "short write");
-    return DLOCK_OK;
-}
 
 /* Sets up what a waiter needs before it looks a second time: its place
  * in the line (so a release wakes it) and a watch of the file (so a holder
@@ -512,68 +240,6 @@ static void wake_next(struct local_instance *inst, struct dlock_provider_lock *l
     }
 }
 
-/* The first fence of a new file: the wall clock in microseconds, not 1.
- * The default directory is in /tmp, often a tmpfs that a reboot empties;
- * every token the old file issued was at most its own start plus one per
- * grant, below the clock now, so tokens keep growing across the loss (as
- * long as the clock does not go back), as a resource that kept the highest
- * one needs. */
-static uint64_t first_fence(void)
-{
-    struct timespec now;
-    clock_gettime(CLOCK_REALTIME, &now);
-    return (uint64_t)now.tv_sec * 1000000u + (uint64_t)now.tv_nsec / 1000u;
-}
-
-/* The mapped header is ours (or new, and made ours now), else an error. */
-static int header_is_ours(struct lock_file_header *h, const char *dir, const struct dlock_provider_lock *lk)
-{
-    static const char zeros[8];
-    if (memcmp(h->magic, HEADER_MAGIC, 8) == 0)
-        return DLOCK_OK;
-    if (memcmp(h->magic, zeros, 8) != 0 || __atomic_load_n(&h->fence, __ATOMIC_SEQ_CST) != 0)
-        return dlock_seterr(DLOCK_EPROTOCOL,
-                            "local: the lock file for '%s' in %s is not a libdlock lock file "
-                            "(foreign or damaged); move it away", lk->name, dir);
-    memcpy(h->magic, HEADER_MAGIC, 8); /* the same bytes from every writer */
-    return DLOCK_OK;
-}
-
-/* Raises the mapped fence and returns it: atomically, since shared and
- * semaphore holders grant at the same time. */
-static uint64_t raise_fence(struct lock_file_header *h)
-{
-    uint64_t f = __atomic_load_n(&h->fence, __ATOMIC_SEQ_CST), next;
-    do
-        next = (f ? f : first_fence()) + 1;
-    while (!__atomic_compare_exchange_n(&h->fence, &f, next, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST));
-    return next;
-}
-
-/* A grant's bookkeeping in the mapped header, under the kernel lock: the
- * fence raised, the holder noted. The waiting count is not touched. */
-static int grant_in_memory(struct lock_file_header *h, const char *dir, const struct dlock_provider_lock *lk)
-{
-    int rc = header_is_ours(h, dir, lk);
-    if (rc != DLOCK_OK)
-        return rc;
-    raise_fence(h);
-    h->holder_pid = __atomic_load_n(&my_pid, __ATOMIC_RELAXED);
-    if (strncmp(h->owner, lk->owner, sizeof h->owner - 1) != 0)
-        snprintf(h->owner, sizeof h->owner, "%s", lk->owner);
-    return DLOCK_OK;
-}
-
-/* A lock name used as a semaphore, or the other way round: an error. */
-static int mode_mismatch(struct lock_file_header *h, const struct dlock_provider_lock *lk)
-{
-    uint32_t permits = __atomic_load_n(&h->permits, __ATOMIC_SEQ_CST);
-    if (lk->mode != DLOCK_MODE_SEMAPHORE && permits != 0)
-        return dlock_seterr(DLOCK_EINVAL, "local: '%s' is a semaphore of %u permits, not a lock", lk->name,
-                            permits);
-    return DLOCK_OK;
-}
-
 /* One try at a range, with the watch set up before a second look when the
  * first finds it busy (so a release between the two is seen by wait()).
  * DLOCK_OK with *busy set, or a failure. */
@@ -582,7 +248,7 @@ static int try_range(struct local_instance *inst, struct dlock_provider_lock *lk
 {
     struct local_lock *ll = lk->priv;
     for (int look = 0; look < 2; look++) {
-        if (set_range(ll->fd, type, start, len, busy) != 0)
+        if (local_set_range(ll->fd, type, start, len, busy) != 0)
             return dlock_seterr(DLOCK_EUNAVAILABLE, "local: cannot lock the file for '%s' in %s: %s", lk->name,
                                 inst->dir, strerror(errno));
         if (!*busy || ll->watching)
@@ -603,7 +269,7 @@ static int acquire_shared(struct local_instance *inst, struct dlock_provider_loc
         /* Past the turnstile but behind an exclusive hold: wait on a watch
          * too, not in polling steps. */
         rc = try_range(inst, lk, F_RDLCK, HOLD_BYTE, 1, &busy);
-        set_range(ll->fd, F_UNLCK, TURNSTILE_BYTE, 1, NULL);
+        local_set_range(ll->fd, F_UNLCK, TURNSTILE_BYTE, 1, NULL);
     }
     if (rc != DLOCK_OK)
         return rc;
@@ -615,17 +281,17 @@ static int acquire_shared(struct local_instance *inst, struct dlock_provider_loc
      * for readers (acquire_permit); a reader looks at them after it
      * holds its read lock. Each orders its write before its read, so
      * at least one of the two sees the other and refuses. */
-    if ((rc = mode_mismatch(ll->map, lk)) != DLOCK_OK) {
-        set_range(ll->fd, F_UNLCK, HOLD_BYTE, 1, NULL);
+    if ((rc = local_mode_mismatch(ll->map, lk)) != DLOCK_OK) {
+        local_set_range(ll->fd, F_UNLCK, HOLD_BYTE, 1, NULL);
         return rc;
     }
     stop_watch(inst, lk, true);
-    if ((rc = header_is_ours(ll->map, inst->dir, lk)) != DLOCK_OK) {
-        set_range(ll->fd, F_UNLCK, HOLD_BYTE, 1, NULL);
+    if ((rc = local_header_is_ours(ll->map, inst->dir, lk)) != DLOCK_OK) {
+        local_set_range(ll->fd, F_UNLCK, HOLD_BYTE, 1, NULL);
         return rc;
     }
     ll->held = true;
-    grant->fence = raise_fence(ll->map);
+    grant->fence = local_raise_fence(ll->map);
     grant->has_fence = 1;
     return DLOCK_OK;
 }
@@ -639,18 +305,18 @@ static int acquire_shared(struct local_instance *inst, struct dlock_provider_loc
 static void unmake_semaphore(struct local_lock *ll, uint32_t permits)
 {
     bool busy = true;
-    if (set_range(ll->fd, F_WRLCK, SLOT_BASE, permits, &busy) != 0 || busy)
+    if (local_set_range(ll->fd, F_WRLCK, SLOT_BASE, permits, &busy) != 0 || busy)
         return;
     uint32_t expected = permits;
     __atomic_compare_exchange_n(&ll->map->permits, &expected, 0, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
-    set_range(ll->fd, F_UNLCK, SLOT_BASE, permits, NULL);
+    local_set_range(ll->fd, F_UNLCK, SLOT_BASE, permits, NULL);
 }
 
 /* A semaphore hold: the first free one of the name's permits. */
 static int acquire_permit(struct local_instance *inst, struct dlock_provider_lock *lk, struct dlock_grant *grant)
 {
     struct local_lock *ll = lk->priv;
-    int rc = header_is_ours(ll->map, inst->dir, lk);
+    int rc = local_header_is_ours(ll->map, inst->dir, lk);
     if (rc != DLOCK_OK)
         return rc;
     uint32_t permits = 0;
@@ -662,7 +328,7 @@ static int acquire_permit(struct local_instance *inst, struct dlock_provider_loc
     for (int look = 0; look < 2; look++) {
         for (unsigned i = 0; i < lk->permits; i++) {
             bool busy;
-            if (set_range(ll->fd, F_WRLCK, SLOT_BASE + (off_t)i, 1, &busy) != 0)
+            if (local_set_range(ll->fd, F_WRLCK, SLOT_BASE + (off_t)i, 1, &busy) != 0)
                 return dlock_seterr(DLOCK_EUNAVAILABLE, "local: cannot lock the file for '%s' in %s: %s",
                                     lk->name, inst->dir, strerror(errno));
             if (!busy) {
@@ -673,10 +339,10 @@ static int acquire_permit(struct local_instance *inst, struct dlock_provider_loc
                  * sees an exclusive hold that was downgraded while this
                  * request looked (the downgrade read-locks the hold byte
                  * before it frees the permits). */
-                int met = lock_met_at(ll->fd, HOLD_BYTE);
+                int met = local_lock_met_at(ll->fd, HOLD_BYTE);
                 if (met != F_UNLCK) {
                     int err = errno;
-                    set_range(ll->fd, F_UNLCK, SLOT_BASE + (off_t)i, 1, NULL);
+                    local_set_range(ll->fd, F_UNLCK, SLOT_BASE + (off_t)i, 1, NULL);
                     if (met < 0)
                         return dlock_seterr(DLOCK_EUNAVAILABLE, "local: cannot test the file for '%s' in %s: %s",
                                             lk->name, inst->dir, strerror(err));
@@ -693,7 +359,7 @@ static int acquire_permit(struct local_instance *inst, struct dlock_provider_loc
                 stop_watch(inst, lk, true);
                 ll->slot = (int)i;
                 ll->held = true;
-                grant->fence = raise_fence(ll->map);
+                grant->fence = local_raise_fence(ll->map);
                 grant->has_fence = 1;
                 return DLOCK_OK;
             }
@@ -736,18 +402,18 @@ static int fair_turn(struct local_instance *inst, struct dlock_provider_lock *lk
     return DLOCK_EBUSY;
 }
 
-static int acquire_once(void *instance, struct dlock_provider_lock *lk, struct dlock_grant *grant)
+static int attempt(void *instance, struct dlock_provider_lock *lk, struct dlock_grant *grant)
 {
     struct local_instance *inst = instance;
     struct local_lock *ll = lk->priv;
-    int rc = open_lock_file(inst, lk);
+    int rc = local_open_lock_file(inst, lk);
     if (rc != DLOCK_OK)
         return rc;
     if (lk->mode != DLOCK_MODE_EXCLUSIVE && !ll->map)
         return dlock_seterr(DLOCK_EUNAVAILABLE,
                             "local: shared holds and semaphores need the lock file of '%s' in %s mapped "
                             "into memory, and it could not be", lk->name, inst->dir);
-    if (ll->map && (rc = mode_mismatch(ll->map, lk)) != DLOCK_OK)
+    if (ll->map && (rc = local_mode_mismatch(ll->map, lk)) != DLOCK_OK)
         return rc;
     ll->look_again_at = 0; /* only this attempt's fair turn may ask for another look */
     if ((lk->flags & DLOCK_LOCK_FAIR) && (rc = fair_turn(inst, lk, grant)) != DLOCK_OK)
@@ -765,7 +431,7 @@ static int acquire_once(void *instance, struct dlock_provider_lock *lk, struct d
         /* Keep shared requests that come after this one out until it is
          * granted (or gives up): they must pass the turnstile. */
         bool taken;
-        if (!ll->turnstile && set_range(ll->fd, F_WRLCK, TURNSTILE_BYTE, 1, &taken) == 0 && !taken)
+        if (!ll->turnstile && local_set_range(ll->fd, F_WRLCK, TURNSTILE_BYTE, 1, &taken) == 0 && !taken)
             ll->turnstile = true;
         grant->retry_hint_ms = -1;
         return DLOCK_EBUSY;
@@ -773,14 +439,14 @@ static int acquire_once(void *instance, struct dlock_provider_lock *lk, struct d
     if (ll->turnstile) {
         /* Granted: the hold keeps readers out now. The turnstile lies
          * outside its range and would otherwise stay shut after it. */
-        set_range(ll->fd, F_UNLCK, TURNSTILE_BYTE, 1, NULL);
+        local_set_range(ll->fd, F_UNLCK, TURNSTILE_BYTE, 1, NULL);
         ll->turnstile = false;
     }
     stop_watch(inst, lk, true);
     if (ll->map) {
-        rc = grant_in_memory(ll->map, inst->dir, lk);
+        rc = local_grant_in_memory(ll->map, inst->dir, lk);
         if (rc != DLOCK_OK) {
-            set_lock(ll->fd, F_UNLCK, NULL);
+            local_set_lock(ll->fd, F_UNLCK, NULL);
             return rc;
         }
         ll->held = true;
@@ -789,18 +455,18 @@ static int acquire_once(void *instance, struct dlock_provider_lock *lk, struct d
         return DLOCK_OK;
     }
     struct lock_file_header h;
-    rc = read_header(ll->fd, &h, inst->dir, lk->name);
+    rc = local_read_header(ll->fd, &h, inst->dir, lk->name);
     if (rc == DLOCK_OK) {
         memcpy(h.magic, HEADER_MAGIC, 8);
         if (h.fence == 0)
-            h.fence = first_fence();
+            h.fence = local_first_fence();
         h.fence++;
         h.holder_pid = getpid();
         snprintf(h.owner, sizeof h.owner, "%s", lk->owner);
-        rc = write_header(ll->fd, &h, inst->dir);
+        rc = local_write_header(ll->fd, &h, inst->dir);
     }
     if (rc != DLOCK_OK) {
-        set_lock(ll->fd, F_UNLCK, NULL);
+        local_set_lock(ll->fd, F_UNLCK, NULL);
         return rc;
     }
     ll->held = true;
@@ -814,7 +480,7 @@ static int acquire_once(void *instance, struct dlock_provider_lock *lk, struct d
  * the waiters behind it. */
 static int local_acquire(void *instance, struct dlock_provider_lock *lk, struct dlock_grant *grant)
 {
-    int rc = acquire_once(instance, lk, grant);
+    int rc = attempt(instance, lk, grant);
     if (rc != DLOCK_OK && rc != DLOCK_EBUSY)
         stop_watch(instance, lk, false);
     return rc;
@@ -883,13 +549,13 @@ static int local_release(void *instance, struct dlock_provider_lock *lk)
      * them only while the kernel says the file is locked, and not rewriting
      * them saves a read and a write per release. */
     ll->held = false;
-    int unlocked = lk->mode == DLOCK_MODE_SHARED      ? set_range(ll->fd, F_UNLCK, HOLD_BYTE, 1, NULL)
-                   : lk->mode == DLOCK_MODE_SEMAPHORE ? set_range(ll->fd, F_UNLCK, SLOT_BASE + ll->slot, 1, NULL)
-                                                      : set_lock(ll->fd, F_UNLCK, NULL);
+    int unlocked = lk->mode == DLOCK_MODE_SHARED      ? local_set_range(ll->fd, F_UNLCK, HOLD_BYTE, 1, NULL)
+                   : lk->mode == DLOCK_MODE_SEMAPHORE ? local_set_range(ll->fd, F_UNLCK, SLOT_BASE + ll->slot, 1, NULL)
+                                                      : local_set_lock(ll->fd, F_UNLCK, NULL);
     if (unlocked != 0) {
         /* Closing the descriptor drops the lock whatever went wrong (and
          * tells the watchers with IN_CLOSE_WRITE). */
-        close_lock_file(ll);
+        local_close_lock_file(ll);
         return DLOCK_OK;
     }
     /* After the unlock: the one woken finds the lock free. */
@@ -912,8 +578,8 @@ static int local_downgrade(void *instance, struct dlock_provider_lock *lk)
     if (!ll->map)
         return dlock_seterr(DLOCK_ENOTSUP, "local: shared holds need the lock file in %s mapped into memory, and "
                             "it could not be: the hold stays exclusive", inst->dir);
-    if (set_range(ll->fd, F_RDLCK, HOLD_BYTE, 1, NULL) != 0 || set_range(ll->fd, F_UNLCK, 0, HOLD_BYTE, NULL) != 0 ||
-        set_range(ll->fd, F_UNLCK, HOLD_BYTE + 1, EXCLUSIVE_LEN - HOLD_BYTE - 1, NULL) != 0)
+    if (local_set_range(ll->fd, F_RDLCK, HOLD_BYTE, 1, NULL) != 0 || local_set_range(ll->fd, F_UNLCK, 0, HOLD_BYTE, NULL) != 0 ||
+        local_set_range(ll->fd, F_UNLCK, HOLD_BYTE + 1, EXCLUSIVE_LEN - HOLD_BYTE - 1, NULL) != 0)
         return dlock_seterr(DLOCK_EUNAVAILABLE, "local: cannot change the lock on its file in %s: %s", inst->dir,
                             strerror(errno));
     if (__atomic_load_n(&ll->map->waiting, __ATOMIC_SEQ_CST) > 0)
@@ -933,58 +599,8 @@ static void local_lock_fini(void *instance, struct dlock_provider_lock *lk)
 {
     struct local_lock *ll = lk->priv;
     stop_watch(instance, lk, false); /* before the header is unmapped: it takes itself off the count */
-    close_lock_file(ll);
+    local_close_lock_file(ll);
     ll->held = false;
-}
-
-static int local_status(struct local_instance *inst, struct dlock_ctl_status *arg)
-{
-    char file[NAME_MAX + 1];
-    char name[DLOCK_NAME_MAX + 1];
-    memcpy(name, arg->name, arg->name_len);
-    name[arg->name_len] = 0;
-    dlock__local_file_name(arg->name, arg->name_len, file);
-    dlock_status_info *out = arg->out;
-    int fd = openat(inst->dirfd, file, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-    if (fd < 0) {
-        if (errno != ENOENT)
-            return dlock_seterr(DLOCK_EUNAVAILABLE, "local: cannot open %s/%s: %s", inst->dir, file,
-                                strerror(errno));
-        out->held = 0; /* never locked */
-        return DLOCK_OK;
-    }
-    /* Byte 0 is locked only by an exclusive hold; HOLD_BYTE by shared holds
-     * too; a waiting writer's turnstile is no hold. */
-    struct flock fl = { .l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 1, .l_pid = 0 };
-    struct flock shared = { .l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = HOLD_BYTE, .l_len = 1, .l_pid = 0 };
-    int rc = DLOCK_OK;
-    if (fcntl(fd, F_OFD_GETLK, &fl) != 0 || fcntl(fd, F_OFD_GETLK, &shared) != 0) {
-        rc = dlock_seterr(DLOCK_EUNAVAILABLE, "local: cannot query the lock on %s/%s: %s", inst->dir, file,
-                          strerror(errno));
-    } else {
-        struct lock_file_header h;
-        rc = read_header(fd, &h, inst->dir, name);
-        if (rc == DLOCK_OK) {
-            out->held = fl.l_type != F_UNLCK;
-            out->fence = h.fence;
-            if (out->held && h.holder_pid > 0) {
-                out->holder_pid = h.holder_pid;
-                snprintf(out->holder, sizeof out->holder, "%s", h.owner);
-            } else if (!out->held && shared.l_type != F_UNLCK) {
-                out->held = 1;
-                snprintf(out->holder, sizeof out->holder, "shared holders");
-            } else if (!out->held && h.permits) {
-                struct flock slots = { .l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = SLOT_BASE,
-                                       .l_len = (off_t)h.permits, .l_pid = 0 };
-                if (fcntl(fd, F_OFD_GETLK, &slots) == 0 && slots.l_type != F_UNLCK) {
-                    out->held = 1;
-                    snprintf(out->holder, sizeof out->holder, "holders of a semaphore of %u permits", h.permits);
-                }
-            }
-        }
-    }
-    close(fd);
-    return rc;
 }
 
 /* Gave up waiting: the inotify instance goes (they are scarce: 128 per
@@ -994,7 +610,7 @@ static void local_abandon(void *instance, struct dlock_provider_lock *lk)
     struct local_lock *ll = lk->priv;
     if (ll->turnstile && ll->fd_open) {
         /* The shared requests it kept out may go now: wake them. */
-        set_range(ll->fd, F_UNLCK, TURNSTILE_BYTE, 1, NULL);
+        local_set_range(ll->fd, F_UNLCK, TURNSTILE_BYTE, 1, NULL);
         futimens(ll->fd, NULL);
     }
     ll->turnstile = false;

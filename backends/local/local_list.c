@@ -1,5 +1,5 @@
-/* backends/local/local_list.c - the local backend's listing: the lock
- * directory's files in file name order, each reported while the kernel says
+/* backends/local/local_list.c - the local backend's operator's view: one
+ * name's status (local_status), and the listing, the lock directory's files in file name order, each reported while the kernel says
  * it is locked or its header counts waiters.
  *
  * The kernel's locks are the state: byte 0 is locked only by an exclusive
@@ -16,6 +16,7 @@
 #include "config.h"
 
 #include "local.h"
+#include "local_backend.h"
 #include "local_file.h"
 
 #include <dirent.h>
@@ -335,5 +336,55 @@ int dlock__local_list(int dirfd, const char *dir, struct dlock_provider_list *re
         rc = dlock_seterr(DLOCK_ENOMEM, "local: out of memory listing %s", dir);
     free(pl.text);
     file_list_free(&files);
+    return rc;
+}
+
+int local_status(struct local_instance *inst, struct dlock_ctl_status *arg)
+{
+    char file[NAME_MAX + 1];
+    char name[DLOCK_NAME_MAX + 1];
+    memcpy(name, arg->name, arg->name_len);
+    name[arg->name_len] = 0;
+    dlock__local_file_name(arg->name, arg->name_len, file);
+    dlock_status_info *out = arg->out;
+    int fd = openat(inst->dirfd, file, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0) {
+        if (errno != ENOENT)
+            return dlock_seterr(DLOCK_EUNAVAILABLE, "local: cannot open %s/%s: %s", inst->dir, file,
+                                strerror(errno));
+        out->held = 0; /* never locked */
+        return DLOCK_OK;
+    }
+    /* Byte 0 is locked only by an exclusive hold; HOLD_BYTE by shared holds
+     * too; a waiting writer's turnstile is no hold. */
+    struct flock fl = { .l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 1, .l_pid = 0 };
+    struct flock shared = { .l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = HOLD_BYTE, .l_len = 1, .l_pid = 0 };
+    int rc = DLOCK_OK;
+    if (fcntl(fd, F_OFD_GETLK, &fl) != 0 || fcntl(fd, F_OFD_GETLK, &shared) != 0) {
+        rc = dlock_seterr(DLOCK_EUNAVAILABLE, "local: cannot query the lock on %s/%s: %s", inst->dir, file,
+                          strerror(errno));
+    } else {
+        struct lock_file_header h;
+        rc = local_read_header(fd, &h, inst->dir, name);
+        if (rc == DLOCK_OK) {
+            out->held = fl.l_type != F_UNLCK;
+            out->fence = h.fence;
+            if (out->held && h.holder_pid > 0) {
+                out->holder_pid = h.holder_pid;
+                snprintf(out->holder, sizeof out->holder, "%s", h.owner);
+            } else if (!out->held && shared.l_type != F_UNLCK) {
+                out->held = 1;
+                snprintf(out->holder, sizeof out->holder, "shared holders");
+            } else if (!out->held && h.permits) {
+                struct flock slots = { .l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = SLOT_BASE,
+                                       .l_len = (off_t)h.permits, .l_pid = 0 };
+                if (fcntl(fd, F_OFD_GETLK, &slots) == 0 && slots.l_type != F_UNLCK) {
+                    out->held = 1;
+                    snprintf(out->holder, sizeof out->holder, "holders of a semaphore of %u permits", h.permits);
+                }
+            }
+        }
+    }
+    close(fd);
     return rc;
 }

@@ -28,13 +28,7 @@
 #include "config.h"
 
 #include "../common/lock_kind.h"
-#include "redis_cluster.h"
-#include "redis_conn.h"
-#include "redis_keys.h"
-#include "redis_list.h"
-#include "redis_multi_list.h"
-#include "redis_scripts.h"
-#include "redis_subscriber.h"
+#include "redis_backend.h"
 
 #include <dlock/provider.h>
 #include <errno.h>
@@ -45,28 +39,6 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
-
-struct redis_instance {
-    struct redis_pool pool;     /* one server (or the sentinels' master); unused in a cluster */
-    struct redis_cluster *cluster;  /* NULL unless redis.cluster is set */
-    const char *publish;        /* "publish", or "spublish" in a cluster with sharded Pub/Sub */
-    struct redis_scripts scripts;
-    struct redis_subscriber *subscriber;  /* one server only; a cluster has one per node */
-    char prefix[65];
-    int64_t waiter_timeout_ms;  /* a waiter that stops retrying leaves the queue after this */
-    int64_t wait_replicas;      /* after a grant, WAIT for this many replicas (0: do not) */
-    int64_t wait_timeout_ms;
-    void *log_handle;
-};
-
-struct redis_lock {
-    struct redis_lock_keys k;   /* k.key NULL until first use */
-    char *sub_channel;          /* the channel subscribed, while notify_fd */
-    struct redis_subscriber *sub;   /* where it is subscribed */
-    size_t sub_channel_len;
-    int notify_fd;              /* eventfd + 1 while subscribed, else 0 */
-    bool registered;            /* the owner is in the waiter queue */
-};
 
 static const struct dlock_setting_spec redis_settings[] = {
     { "host", DLOCK_SETTING_STRING, 0, 0 },
@@ -103,48 +75,6 @@ static int ensure_keys(struct redis_instance *inst, struct dlock_provider_lock *
     return rl->k.key ? DLOCK_OK : redis_lock_keys_init(&rl->k, inst->prefix, lk->name, lk->name_len);
 }
 
-/* ---- routing: one server, or the node of the lock's slot -------------------------- */
-
-static const char *label(const struct redis_instance *inst)
-{
-    return inst->cluster ? redis_cluster_label(inst->cluster) : inst->pool.server.label;
-}
-
-/* A script whose first key (args[0]) is a key of one lock. With
- * retry_hint_ms, a cluster between two states answers at once with a pause
- * for the core to wait (see redis_cluster_script_run). */
-static redisReply *run_script_hinted(struct redis_instance *inst, enum redis_script which, int nkeys, int nargs,
-                                     const char **args, const size_t *lens, int *rc, int64_t *retry_hint_ms)
-{
-    if (inst->cluster)
-        return redis_cluster_script_run(inst->cluster, &inst->scripts, which, nkeys, nargs, args, lens, rc,
-                                        retry_hint_ms);
-    return redis_script_run(&inst->pool, &inst->scripts, which, nkeys, nargs, args, lens, rc);
-}
-
-static redisReply *run_script(struct redis_instance *inst, enum redis_script which, int nkeys, int nargs,
-                              const char **args, const size_t *lens, int *rc)
-{
-    return run_script_hinted(inst, which, nkeys, nargs, args, lens, rc, NULL);
-}
-
-/* n commands on keys of one lock (key is one of them), in one pipeline. */
-static int run_pipeline(struct redis_instance *inst, const char *key, size_t key_len, size_t n, int *argcs,
-                        const char ***argvs, const size_t **lenses, redisReply **replies)
-{
-    if (inst->cluster)
-        return redis_cluster_pipeline(inst->cluster, &inst->scripts, key, key_len, n, argcs, argvs, lenses,
-                                      replies, NULL);
-    return redis_pool_pipeline(&inst->pool, n, argcs, argvs, lenses, replies);
-}
-
-static int preload_scripts(struct redis_instance *inst, const char *key, size_t key_len)
-{
-    if (inst->cluster)
-        return redis_cluster_preload(inst->cluster, &inst->scripts, key, key_len);
-    return redis_scripts_preload(&inst->pool, &inst->scripts);
-}
-
 /* ---- subscription ---------------------------------------------------------------- */
 
 /* Subscribes to the owner's own channel of the lock, on which a release
@@ -164,13 +94,7 @@ static int subscribe(struct redis_instance *inst, struct dlock_provider_lock *lk
         free(channel);
         return dlock_seterr(DLOCK_EUNAVAILABLE, "redis: cannot create an eventfd: %s", strerror(errno));
     }
-    int rc;
-    if (inst->cluster) {
-        rc = redis_cluster_subscribe(inst->cluster, channel, len, fd, inst->pool.server.command_timeout_ms, &rl->sub);
-    } else {
-        rc = redis_subscriber_add(inst->subscriber, channel, len, fd, inst->pool.server.command_timeout_ms);
-        rl->sub = inst->subscriber;
-    }
+    int rc = inst->route->subscribe(inst, channel, len, fd, &rl->sub);
     if (rc != DLOCK_OK) {
         close(fd);
         free(channel);
@@ -195,106 +119,6 @@ static void unsubscribe(struct redis_lock *rl)
 
 /* ---- instance --------------------------------------------------------------------- */
 
-static bool valid_prefix(const char *p)
-{
-    for (; *p; p++)
-        if (*p == '{' || *p == '}' || (unsigned char)*p <= ' ')
-            return false;
-    return true;
-}
-
-/* A command that blocks longer than a third of the lease leaves a renewal
- * no second try before the hold runs out: cap it there. (The core declares
- * the loss at the validity end whatever a call in flight is doing; the cap
- * is what gives renewals their chance.) */
-static void cap_command_timeout(struct redis_server *srv, const struct dlock_provider_env *env)
-{
-    int64_t cap = env->default_lease_ms / 3;
-    if (cap < 1 || srv->command_timeout_ms <= cap)
-        return;
-    int64_t asked = 0;
-    bool explicit = dlock_settings_int(env->settings, "command_timeout_ms", &asked);
-    dlock_provider_log(env->log_handle, DLOCK_LOG_WARN,
-                       "%s: command timeout %s%lld ms cut to %lld ms, a third of lease_ms %lld, so that a renewal "
-                       "can be tried again before the lease ends",
-                       srv->label, explicit ? "(redis.command_timeout_ms) " : "",
-                       (long long)srv->command_timeout_ms, (long long)cap, (long long)env->default_lease_ms);
-    srv->command_timeout_ms = cap;
-}
-
-/* The first value of CONFIG GET name, copied to out ("" if none). Returns
- * DLOCK_OK, or an error when the server refuses (an ACL without CONFIG). */
-static int config_get(struct redis_pool *pool, const char *name, char *out, size_t len)
-{
-    const char *argv[3] = { "CONFIG", "GET", name };
-    int rc;
-    out[0] = 0;
-    redisReply *r = redis_pool_command(pool, 3, argv, NULL, &rc);
-    if (!r)
-        return rc;
-    if (r->type == REDIS_REPLY_ERROR)
-        rc = dlock_seterr(DLOCK_EUNAVAILABLE, "%s", r->str);
-    else if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 && r->element[1]->type == REDIS_REPLY_STRING)
-        snprintf(out, len, "%s", r->element[1]->str);
-    freeReplyObject(r);
-    return rc;
-}
-
-/* Redis evicts keys with a TTL first under the volatile-* policies, and any
- * key under allkeys-*: a held lock's hash can vanish and be granted to
- * another client while its holder has most of its lease left. Refused
- * unless the operator accepts it (redis.allow_eviction). */
-static int check_eviction(struct redis_pool *pool, const struct dlock_provider_env *env)
-{
-    const char *label = pool->server.label;
-    char policy[64], maxmemory[32];
-    if (config_get(pool, "maxmemory-policy", policy, sizeof policy) != DLOCK_OK ||
-        config_get(pool, "maxmemory", maxmemory, sizeof maxmemory) != DLOCK_OK) {
-        dlock_provider_log(env->log_handle, DLOCK_LOG_INFO,
-                           "%s: cannot read maxmemory-policy (%s); make sure it is noeviction, or held locks "
-                           "can be evicted", label, dlock_errmsg());
-        return DLOCK_OK;
-    }
-    if (policy[0] == 0 || strcmp(policy, "noeviction") == 0)
-        return DLOCK_OK;
-    int allow = 0;
-    dlock_settings_bool(env->settings, "allow_eviction", &allow);
-    if (strcmp(maxmemory, "0") == 0 || allow) {
-        dlock_provider_log(env->log_handle, DLOCK_LOG_WARN,
-                           "%s: maxmemory-policy is %s (maxmemory %s): under memory pressure Redis can evict a "
-                           "held lock and grant it to another client; use noeviction on a lock server",
-                           label, policy, maxmemory);
-        return DLOCK_OK;
-    }
-    return dlock_seterr(DLOCK_ECONFIG,
-                        "%s: maxmemory-policy is %s with maxmemory %s bytes: Redis may evict a held lock's key and "
-                        "grant the lock to another client. Set maxmemory-policy noeviction on the lock server, or "
-                        "redis.allow_eviction = true to accept that risk", label, policy, maxmemory);
-}
-
-/* The scripts read TIME before they write, which Redis allows from 5.0 on
- * (scripts are replicated by their effects). An older server is refused at
- * open with that reason rather than failing every grant. */
-static int check_version(struct redis_pool *pool)
-{
-    const char *argv[2] = { "INFO", "server" };
-    int rc;
-    redisReply *r = redis_pool_command(pool, 2, argv, NULL, &rc);
-    if (!r)
-        return rc;
-    int major = -1;
-    if (r->type == REDIS_REPLY_STRING) {
-        const char *v = strstr(r->str, "redis_version:");
-        if (v)
-            major = atoi(v + strlen("redis_version:"));
-    }
-    freeReplyObject(r);
-    if (major >= 0 && major < 5)
-        return dlock_seterr(DLOCK_ECONFIG, "%s: Redis %d.x is too old: libdlock's scripts need Redis 5.0 or later",
-                            pool->server.label, major);
-    return DLOCK_OK; /* 5 or later, or INFO not allowed here (an ACL): let the scripts tell */
-}
-
 static int redis_open(void **instance, const struct dlock_provider_env *env)
 {
     struct redis_instance *inst = calloc(1, sizeof *inst);
@@ -303,10 +127,10 @@ static int redis_open(void **instance, const struct dlock_provider_env *env)
     struct redis_server srv;
     int rc = redis_server_from_settings(&srv, env->settings);
     if (rc == DLOCK_OK)
-        cap_command_timeout(&srv, env);
+        redis_cap_command_timeout(&srv, env);
     const char *prefix = env->prefix;
     dlock_settings_string(env->settings, "prefix", &prefix);
-    if (rc == DLOCK_OK && (strlen(prefix) >= sizeof inst->prefix || !valid_prefix(prefix)))
+    if (rc == DLOCK_OK && (strlen(prefix) >= sizeof inst->prefix || !redis_valid_prefix(prefix)))
         rc = dlock_seterr(DLOCK_ECONFIG, "%s: redis.prefix must be at most 64 bytes without spaces or braces",
                           dlock_settings_where(env->settings, "prefix"));
     int64_t pool_size = 8;
@@ -325,6 +149,7 @@ static int redis_open(void **instance, const struct dlock_provider_env *env)
     snprintf(inst->prefix, sizeof inst->prefix, "%s", prefix);
     inst->log_handle = env->log_handle;
     inst->publish = "publish";
+    inst->route = nseeds > 0 ? &redis_cluster_route : &redis_single_route;
     redis_pool_init(&inst->pool, &srv, (int)pool_size);
     redis_scripts_init(&inst->scripts);
 
@@ -358,9 +183,9 @@ static int redis_open(void **instance, const struct dlock_provider_env *env)
         freeReplyObject(r);
     }
     if (rc == DLOCK_OK)
-        rc = check_version(&inst->pool);
+        rc = redis_check_version(&inst->pool);
     if (rc == DLOCK_OK)
-        rc = check_eviction(&inst->pool, env);
+        rc = redis_check_eviction(&inst->pool, env);
     if (rc == DLOCK_OK)
         rc = redis_subscriber_start(&inst->subscriber, &srv, false, env->log_handle);
     if (rc != DLOCK_OK) {
@@ -386,21 +211,6 @@ static void redis_close(void *instance)
 
 /* ---- operations --------------------------------------------------------------------- */
 
-static bool is_int_array(const redisReply *r, size_t n)
-{
-    if (!r || r->type != REDIS_REPLY_ARRAY || r->elements < n)
-        return false;
-    for (size_t i = 0; i < n; i++)
-        if (r->element[i]->type != REDIS_REPLY_INTEGER)
-            return false;
-    return true;
-}
-
-static int unexpected(struct redis_instance *inst, const char *what)
-{
-    return dlock_seterr(DLOCK_EPROTOCOL, "%s: the %s script answered something unexpected", label(inst), what);
-}
-
 /* The acquire script and WAIT in one pipeline, on one connection (WAIT
  * counts the replicas that have that connection's writes). *acked gets
  * WAIT's answer. Returns the script's reply, or NULL with *rc. */
@@ -416,7 +226,7 @@ static redisReply *acquire_and_wait(struct redis_instance *inst, enum redis_scri
             return NULL;
         if (!e.sha[0]) { /* not loaded yet: load, then build again with the SHA1 */
             redis_evalsha_free(&e);
-            if ((*rc = preload_scripts(inst, args[0], lens[0])) != DLOCK_OK)
+            if ((*rc = inst->route->preload(inst, args[0], lens[0])) != DLOCK_OK)
                 return NULL;
             if ((*rc = redis_evalsha_build(&e, &inst->scripts, which, nkeys, nargs, args, lens)) != DLOCK_OK)
                 return NULL;
@@ -427,7 +237,7 @@ static redisReply *acquire_and_wait(struct redis_instance *inst, enum redis_scri
         const char **argvs[2] = { e.argv, wait };
         const size_t *lenses[2] = { e.lens, wait_lens };
         redisReply *replies[2];
-        *rc = run_pipeline(inst, args[0], lens[0], 2, argcs, argvs, lenses, replies);
+        *rc = inst->route->pipeline(inst, args[0], lens[0], 2, argcs, argvs, lenses, replies);
         redis_evalsha_free(&e);
         if (*rc != DLOCK_OK)
             return NULL;
@@ -436,12 +246,12 @@ static redisReply *acquire_and_wait(struct redis_instance *inst, enum redis_scri
         redisReply *r = replies[0];
         if (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOSCRIPT", 8) == 0 && attempt == 0) {
             freeReplyObject(r);
-            if ((*rc = preload_scripts(inst, args[0], lens[0])) != DLOCK_OK)
+            if ((*rc = inst->route->preload(inst, args[0], lens[0])) != DLOCK_OK)
                 return NULL;
             continue;
         }
         if (r->type == REDIS_REPLY_ERROR) {
-            *rc = redis_script_error(label(inst), r->str);
+            *rc = redis_script_error(inst->route->label(inst), r->str);
             freeReplyObject(r);
             return NULL;
         }
@@ -453,7 +263,7 @@ static redisReply *acquire_and_wait(struct redis_instance *inst, enum redis_scri
 static int redis_release(void *instance, struct dlock_provider_lock *lk);
 
 /* One run of the acquire script: DLOCK_OK (granted), DLOCK_EBUSY, or a failure. */
-static int try_acquire(struct redis_instance *inst, struct dlock_provider_lock *lk, struct dlock_grant *g)
+static int attempt(struct redis_instance *inst, struct dlock_provider_lock *lk, struct dlock_grant *g)
 {
     struct redis_lock *rl = lk->priv;
     char lease[24], queue_timeout[24], kind[16], permits[16];
@@ -495,17 +305,17 @@ static int try_acquire(struct redis_instance *inst, struct dlock_provider_lock *
     g->retry_hint_ms = -1; /* set again only by a busy answer or a passing cluster state */
     redisReply *r = inst->wait_replicas > 0
                         ? acquire_and_wait(inst, which, nkeys, nargs, args, lens, &acked, &rc)
-                        : run_script_hinted(inst, which, nkeys, nargs, args, lens, &rc, &g->retry_hint_ms);
+                        : inst->route->script(inst, which, nkeys, nargs, args, lens, &rc, &g->retry_hint_ms);
     if (!r)
         return rc;
-    if (!is_int_array(r, 2)) {
+    if (!redis_is_int_array(r, 2)) {
         freeReplyObject(r);
-        return unexpected(inst, "acquire");
+        return redis_unexpected(inst, "acquire");
     }
     long long granted = r->element[0]->integer, value = r->element[1]->integer;
     freeReplyObject(r);
     if (granted == 2)
-        return kind_mismatch(label(inst), lk, (unsigned long long)value); /* {2, permits} */
+        return kind_mismatch(inst->route->label(inst), lk, (unsigned long long)value); /* {2, permits} */
     rl->registered = !granted; /* a busy answer put us in the queue; a grant took us out */
     if (granted && inst->wait_replicas > 0 && acked < inst->wait_replicas) {
         /* A failover now could promote a replica without this grant and hand
@@ -514,7 +324,7 @@ static int try_acquire(struct redis_instance *inst, struct dlock_provider_lock *
         return dlock_seterr(DLOCK_EUNAVAILABLE,
                             "%s: granted, but only %lld of the %lld replicas (redis.wait_replicas) confirmed it "
                             "within %lld ms: given back",
-                            label(inst), acked < 0 ? 0 : acked, (long long)inst->wait_replicas,
+                            inst->route->label(inst), acked < 0 ? 0 : acked, (long long)inst->wait_replicas,
                             (long long)inst->wait_timeout_ms);
     }
     if (granted) {
@@ -558,22 +368,21 @@ static int redis_acquire(void *instance, struct dlock_provider_lock *lk, struct 
         unsubscribe(rl);
     /* In a cluster the slot may have moved since (resharding, failover):
      * subscribe again on the node that serves it now. */
-    if (rl->notify_fd && inst->cluster &&
-        rl->sub != redis_cluster_subscriber_of(inst->cluster, rl->sub_channel, rl->sub_channel_len))
+    if (rl->notify_fd && inst->route->moved(inst, rl))
         unsubscribe(rl);
     /* A message from before this attempt says nothing about after it; one
      * that arrives from now on will wake the wait. */
     drain_notifications(rl);
-    rc = try_acquire(inst, lk, g);
+    rc = attempt(inst, lk, g);
     if (rc == DLOCK_EBUSY && !rl->notify_fd) {
         /* Subscribe, then look again: a release between the busy answer and
          * the subscription would otherwise go unheard until the TTL. */
         if (subscribe(inst, lk) == DLOCK_OK)
-            rc = try_acquire(inst, lk, g);
+            rc = attempt(inst, lk, g);
         else
             dlock_provider_log(inst->log_handle, DLOCK_LOG_WARN,
                                "%s: cannot subscribe (%s); waiting on the holder's TTL instead",
-                               label(inst), dlock_errmsg());
+                               inst->route->label(inst), dlock_errmsg());
     }
     /* A subscription is kept after a grant: a lock that was contended will
      * most likely be again, and re-subscribing costs two round trips each
@@ -601,198 +410,36 @@ static int redis_release(void *instance, struct dlock_provider_lock *lk)
                                  rl->k.channel_prefix, inst->publish, permits };
         size_t slens[8] = { rl->k.key_len, rl->k.queue_key_len, rl->k.timeouts_key_len, rl->k.holders_key_len,
                             strlen(lk->owner), rl->k.channel_prefix_len, strlen(inst->publish), (size_t)permits_len };
-        r = run_script(inst, SCRIPT_RELEASE_SHARED, 4, 8, sargs, slens, &rc);
+        r = inst->route->script(inst, SCRIPT_RELEASE_SHARED, 4, 8, sargs, slens, &rc, NULL);
     } else {
-        r = run_script(inst, SCRIPT_RELEASE, 3, 7, args, lens, &rc);
+        r = inst->route->script(inst, SCRIPT_RELEASE, 3, 7, args, lens, &rc, NULL);
     }
     if (!r)
         return rc;
     if (r->type != REDIS_REPLY_INTEGER) {
         freeReplyObject(r);
-        return unexpected(inst, "release");
+        return redis_unexpected(inst, "release");
     }
     long long left = r->integer;
     freeReplyObject(r);
     /* Sent twice because the connection died with the first in flight: a
      * hold already gone is the first release's work, not a loss. (Only our
      * own field is ever deleted, so nobody else's hold was touched.) */
-    if (left < 0 && !inst->cluster && redis_pool_last_resent())
+    if (left < 0 && inst->route->resent())
         return DLOCK_OK;
     return left < 0 ? DLOCK_ENOTOWNER : DLOCK_OK;
 }
 
-/* Exclusive holds are renewed by one script (a key per hold), shared holds
- * and permits by another (the lock and its holders set per hold). */
-struct renew_kind {
-    enum redis_script script;
-    size_t keys;                /* keys per hold; each hold takes keys + 2 arguments */
-};
-
-static const struct renew_kind renew_exclusive = { SCRIPT_RENEW, 1 };
-static const struct renew_kind renew_shared = { SCRIPT_RENEW_SHARED, 2 };
-
-/* The renew script's arguments for locks[idx[0]], ..., locks[idx[m - 1]]
- * (keys ready): the keys, then (owner, lease) pairs, in args/lens
- * ((kind->keys + 2) m each), the leases' text in leases (m). */
-static void renew_args(const struct renew_kind *kind, struct dlock_provider_lock *const *locks, const size_t *idx,
-                       size_t m, const char **args, size_t *lens, char (*leases)[24])
-{
-    size_t pairs = kind->keys * m;
-    for (size_t j = 0; j < m; j++) {
-        const struct dlock_provider_lock *lk = locks[idx[j]];
-        struct redis_lock *rl = lk->priv;
-        args[kind->keys * j] = rl->k.key;
-        lens[kind->keys * j] = rl->k.key_len;
-        if (kind->keys == 2) {
-            args[2 * j + 1] = rl->k.holders_key;
-            lens[2 * j + 1] = rl->k.holders_key_len;
-        }
-        args[pairs + 2 * j] = lk->owner;
-        lens[pairs + 2 * j] = strlen(lk->owner);
-        lens[pairs + 2 * j + 1] = (size_t)snprintf(leases[j], sizeof leases[j], "%lld", (long long)lk->lease_ms);
-        args[pairs + 2 * j + 1] = leases[j];
-    }
-}
-
-/* Reads the renew script's answer for m holds into results[idx[j]]. */
-static int renew_results(struct redis_instance *inst, const redisReply *r, const size_t *idx, size_t m,
-                         int *results)
-{
-    if (!is_int_array(r, m))
-        return unexpected(inst, "renew");
-    for (size_t j = 0; j < m; j++)
-        results[idx[j]] = r->element[j]->integer == 1 ? DLOCK_OK : DLOCK_ELOST;
-    return DLOCK_OK;
-}
-
-struct slot_index {
-    unsigned slot;
-    size_t i;
-};
-
-static int by_slot(const void *a, const void *b)
-{
-    const struct slot_index *x = a, *y = b;
-    return x->slot != y->slot ? (x->slot < y->slot ? -1 : 1) : (x->i < y->i ? -1 : x->i > y->i);
-}
-
-/* In a cluster a script may only touch one slot: one renew script per slot,
- * all those of one node in one pipeline (redis_cluster_scatter). A group
- * whose node is down fails only its own holds. */
-static void renew_in_cluster(struct redis_instance *inst, const struct renew_kind *kind,
-                             struct dlock_provider_lock *const *locks, size_t n, size_t *idx, const char **args,
-                             size_t *lens, char (*leases)[24], int *results)
-{
-    size_t per = kind->keys + 2;
-    struct slot_index *order = malloc(n * sizeof *order);
-    size_t *group_start = malloc((n + 1) * sizeof *group_start);
-    struct redis_evalsha *calls = calloc(n, sizeof *calls);
-    const char **keys = malloc(n * sizeof *keys);
-    size_t *key_lens = malloc(n * sizeof *key_lens);
-    int *argcs = malloc(n * sizeof *argcs), *rcs = malloc(n * sizeof *rcs);
-    const char ***argvs = malloc(n * sizeof *argvs);
-    const size_t **lenses = malloc(n * sizeof *lenses);
-    redisReply **replies = malloc(n * sizeof *replies);
-    size_t ngroups = 0, built = 0;
-    int rc = DLOCK_OK;
-    if (!order || !group_start || !calls || !keys || !key_lens || !argcs || !rcs || !argvs || !lenses || !replies)
-        rc = dlock_seterr(DLOCK_ENOMEM, "redis: out of memory for a renewal batch");
-    if (rc == DLOCK_OK) {
-        for (size_t i = 0; i < n; i++) {
-            const struct redis_lock *rl = locks[i]->priv;
-            order[i].slot = redis_cluster_slot(rl->k.key, rl->k.key_len);
-            order[i].i = i;
-        }
-        qsort(order, n, sizeof *order, by_slot);
-        for (size_t i = 0; i < n; i++) {
-            idx[i] = order[i].i;
-            if (i == 0 || order[i].slot != order[i - 1].slot)
-                group_start[ngroups++] = i;
-        }
-        group_start[ngroups] = n;
-        /* The SHA1 must be known before EVALSHAs are built by hand. */
-        const struct redis_lock *rl0 = locks[idx[0]]->priv;
-        rc = preload_scripts(inst, rl0->k.key, rl0->k.key_len);
-    }
-    /* Group g's arguments sit at args + per * group_start[g]. */
-    for (size_t g = 0; rc == DLOCK_OK && g < ngroups; g++, built++) {
-        size_t first = group_start[g], m = group_start[g + 1] - first;
-        renew_args(kind, locks, idx + first, m, args + per * first, lens + per * first, leases + first);
-        rc = redis_evalsha_build(&calls[g], &inst->scripts, kind->script, (int)(kind->keys * m), (int)(per * m),
-                                 args + per * first, lens + per * first);
-        keys[g] = args[per * first];
-        key_lens[g] = lens[per * first];
-        argcs[g] = calls[g].argc;
-        argvs[g] = calls[g].argv;
-        lenses[g] = calls[g].lens;
-    }
-    if (rc == DLOCK_OK)
-        redis_cluster_scatter(inst->cluster, &inst->scripts, ngroups, keys, key_lens, argcs, argvs, lenses, replies,
-                              rcs);
-    for (size_t g = 0; g < ngroups; g++) {
-        size_t first = group_start[g], m = group_start[g + 1] - first;
-        int group_rc = rc;
-        if (rc == DLOCK_OK && rcs[g] == DLOCK_OK && replies[g]->type == REDIS_REPLY_ERROR)
-            group_rc = redis_script_error(label(inst), replies[g]->str);
-        else if (rc == DLOCK_OK && rcs[g] == DLOCK_OK)
-            group_rc = renew_results(inst, replies[g], idx + first, m, results);
-        else if (rc == DLOCK_OK)
-            group_rc = rcs[g];
-        if (rc == DLOCK_OK && replies[g])
-            freeReplyObject(replies[g]);
-        for (size_t j = first; group_rc != DLOCK_OK && j < first + m; j++)
-            results[idx[j]] = group_rc;
-    }
-    for (size_t g = 0; g < built; g++)
-        redis_evalsha_free(&calls[g]);
-    for (size_t i = 0; ngroups == 0 && i < n; i++) /* failed before grouping */
-        results[i] = rc;
-    free(order);
-    free(group_start);
-    free(calls);
-    free(keys);
-    free(key_lens);
-    free(argcs);
-    free(rcs);
-    free(argvs);
-    free(lenses);
-    free(replies);
-}
-
-/* One script for n holds of one kind on one server; per slot in a cluster. */
-static int renew_kind_batch(struct redis_instance *inst, const struct renew_kind *kind,
-                            struct dlock_provider_lock *const *locks, size_t n, int *results)
-{
-    size_t per = kind->keys + 2;
-    size_t *idx = malloc(n * sizeof *idx);
-    const char **args = malloc(per * n * sizeof *args);
-    size_t *lens = malloc(per * n * sizeof *lens);
-    char (*leases)[24] = malloc(n * sizeof *leases);
-    int rc = DLOCK_OK;
-    if (!idx || !args || !lens || !leases)
-        rc = dlock_seterr(DLOCK_ENOMEM, "redis: out of memory for a renewal batch");
-    for (size_t i = 0; rc == DLOCK_OK && i < n; i++)
-        idx[i] = i;
-    if (rc == DLOCK_OK && inst->cluster) {
-        renew_in_cluster(inst, kind, locks, n, idx, args, lens, leases, results);
-    } else if (rc == DLOCK_OK) {
-        renew_args(kind, locks, idx, n, args, lens, leases);
-        redisReply *r = run_script(inst, kind->script, (int)(kind->keys * n), (int)(per * n), args, lens, &rc);
-        if (r) {
-            rc = renew_results(inst, r, idx, n, results);
-            freeReplyObject(r);
-        }
-    }
-    free(idx);
-    free(args);
-    free(lens);
-    free(leases);
-    return rc;
-}
-
 static int renew_one_kind(void *ctx, bool shared, struct dlock_provider_lock *const *locks, size_t n, int *results)
 {
-    return renew_kind_batch(ctx, shared ? &renew_shared : &renew_exclusive, locks, n, results);
+    struct redis_instance *inst = ctx;
+    return inst->route->renew(inst, shared, locks, n, results);
+}
+
+static int redis_list(void *instance, struct dlock_provider_list *req)
+{
+    struct redis_instance *inst = instance;
+    return inst->route->list(inst, req);
 }
 
 /* Exclusive holds in one script; shared holds and permits, if any, in a
@@ -831,7 +478,7 @@ static void redis_abandon(void *instance, struct dlock_provider_lock *lk)
         size_t lens[6] = { rl->k.key_len, rl->k.queue_key_len, rl->k.timeouts_key_len, strlen(lk->owner),
                            rl->k.channel_prefix_len, strlen(inst->publish) };
         int rc;
-        redisReply *r = run_script(inst, SCRIPT_LEAVE, 3, 6, args, lens, &rc);
+        redisReply *r = inst->route->script(inst, SCRIPT_LEAVE, 3, 6, args, lens, &rc, NULL);
         if (r)
             freeReplyObject(r);
         rl->registered = false;
@@ -882,7 +529,7 @@ static int redis_status(struct redis_instance *inst, struct dlock_ctl_status *ar
     const size_t *lenses[4] = { l1, l2, l3, l4 };
     redisReply *r[4];
     if (rc == DLOCK_OK)
-        rc = run_pipeline(inst, key, key_len, 4, argcs, argvs, lenses, r);
+        rc = inst->route->pipeline(inst, key, key_len, 4, argcs, argvs, lenses, r);
     if (rc == DLOCK_OK) {
         dlock_status_info *out = arg->out;
         out->held = r[0]->type == REDIS_REPLY_ARRAY && r[0]->elements >= 2;
@@ -901,20 +548,6 @@ static int redis_status(struct redis_instance *inst, struct dlock_ctl_status *ar
     return rc;
 }
 
-static int redis_list(void *instance, struct dlock_provider_list *req)
-{
-    struct redis_instance *inst = instance;
-    if (inst->cluster) {
-        /* A SCAN sees one node's keys: master after master. */
-        struct redis_pool *masters[64];
-        int n = redis_cluster_masters(inst->cluster, masters, 64);
-        if (n == 0)
-            return dlock_seterr(DLOCK_EUNAVAILABLE, "%s: no master serves a slot yet", label(inst));
-        return redis_multi_list_page(masters, n, 0, inst->prefix, inst->log_handle, req);
-    }
-    return redis_list_page(&inst->pool, inst->prefix, req);
-}
-
 static int redis_break(void *instance, const char *name, size_t name_len, int *broken, uint64_t *fence)
 {
     struct redis_instance *inst = instance;
@@ -925,9 +558,9 @@ static int redis_break(void *instance, const char *name, size_t name_len, int *b
     const char *args[7];
     size_t lens[7];
     redis_break_args(&k, inst->publish, args, lens);
-    redisReply *r = run_script(inst, SCRIPT_BREAK, 5, 7, args, lens, &rc);
-    if (r && !is_int_array(r, 2))
-        rc = unexpected(inst, "break");
+    redisReply *r = inst->route->script(inst, SCRIPT_BREAK, 5, 7, args, lens, &rc, NULL);
+    if (r && !redis_is_int_array(r, 2))
+        rc = redis_unexpected(inst, "break");
     if (rc == DLOCK_OK) {
         *broken = r->element[0]->integer == 1;
         *fence = (uint64_t)r->element[1]->integer;
@@ -949,18 +582,18 @@ static int redis_downgrade(void *instance, struct dlock_provider_lock *lk)
                             lk->owner, rl->k.channel_prefix, inst->publish };
     size_t lens[8] = { rl->k.key_len, rl->k.fence_key_len, rl->k.queue_key_len, rl->k.timeouts_key_len,
                        rl->k.holders_key_len, strlen(lk->owner), rl->k.channel_prefix_len, strlen(inst->publish) };
-    redisReply *r = run_script(inst, SCRIPT_DOWNGRADE, 5, 8, args, lens, &rc);
+    redisReply *r = inst->route->script(inst, SCRIPT_DOWNGRADE, 5, 8, args, lens, &rc, NULL);
     if (!r)
         return rc;
     if (r->type != REDIS_REPLY_INTEGER) {
         freeReplyObject(r);
-        return unexpected(inst, "downgrade");
+        return redis_unexpected(inst, "downgrade");
     }
     long long done = r->integer;
     freeReplyObject(r);
     if (!done)
         return dlock_seterr(DLOCK_ELOST, "%s: this owner no longer holds the lock (it expired or was broken): "
-                            "nothing was downgraded", label(inst));
+                            "nothing was downgraded", inst->route->label(inst));
     return DLOCK_OK;
 }
 

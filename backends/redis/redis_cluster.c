@@ -218,17 +218,17 @@ static int refresh(struct redis_cluster *c, int64_t min_gap_ms)
     memcpy(order, c->nodes, (size_t)n * sizeof order[0]);
     pthread_rwlock_unlock(&c->map_lock);
     int rc = DLOCK_EUNAVAILABLE;
-    char why[600] = "";
+    struct dlock_saved_error last = { "" };
     /* Newest nodes first: after a failover, the seeds may be the dead ones. */
     for (int i = n - 1; i >= 0; i--) {
         rc = read_slots_from(c, order[i]);
         if (rc == DLOCK_OK || rc == DLOCK_ECONFIG)
             break;
-        snprintf(why, sizeof why, "%s", dlock_errmsg());
+        dlock_error_save(&last);
     }
     pthread_mutex_unlock(&c->refresh_mu);
     if (rc != DLOCK_OK && rc != DLOCK_ECONFIG)
-        rc = dlock_seterr(DLOCK_EUNAVAILABLE, "%s: no node answered CLUSTER SLOTS (last: %s)", c->label, why);
+        rc = dlock_seterr(DLOCK_EUNAVAILABLE, "%s: no node answered CLUSTER SLOTS (last: %s)", c->label, last.text);
     return rc;
 }
 
@@ -453,11 +453,11 @@ int redis_cluster_pipeline(struct redis_cluster *c, struct redis_scripts *s, con
             if (rc != DLOCK_EUNAVAILABLE || refreshed || ask)
                 return rc;
             refreshed = true;
-            char why[512];
-            snprintf(why, sizeof why, "%s", dlock_errmsg());
+            struct dlock_saved_error saved;
+            dlock_error_save(&saved);
             if (refresh(c, REFRESH_AFTER_FAILURE_MS) == DLOCK_OK && node_for_slot(c, slot) != node)
                 continue;
-            return dlock_seterr(rc, "%s", why);
+            return dlock_error_restore(&saved, rc);
         }
         if (s && !reloaded && replies[0]->type == REDIS_REPLY_ERROR && strncmp(replies[0]->str, "NOSCRIPT", 8) == 0) {
             /* A node that never saw our scripts (new, restarted, or

@@ -17,7 +17,7 @@ char *redis_key_for(const char *prefix, const char *name, size_t len, const char
     memcpy(k, prefix, plen);
     o += plen;
     k[o++] = '{';
-    o += dlock_name_escape(name, len, redis_name_plain, k + o);
+    o += name_escape(name, len, redis_name_plain, k + o);
     k[o++] = '}';
     memcpy(k + o, suffix, slen);
     o += slen;

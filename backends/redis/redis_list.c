@@ -121,7 +121,7 @@ static bool name_of_key(const char *prefix, const char *key, size_t key_len, cha
     if (key_len < plen + 2 + 7 || memcmp(key, prefix, plen) != 0 || key[plen] != '{' ||
         memcmp(key + key_len - 7, "}:fence", 7) != 0)
         return false;
-    return dlock_name_unescape(key + plen + 1, key_len - 7 - plen - 1, redis_name_plain, name, name_len);
+    return name_unescape(key + plen + 1, key_len - 7 - plen - 1, redis_name_plain, name, name_len);
 }
 
 static int by_name(const void *a, const void *b)

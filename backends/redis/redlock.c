@@ -373,7 +373,7 @@ static int redlock_wait(void *instance, struct dlock_provider_lock *lk, int64_t 
     return DLOCK_OK;
 }
 
-static int try_acquire(struct redlock_instance *inst, struct dlock_provider_lock *lk, struct dlock_grant *g);
+static int attempt(struct redlock_instance *inst, struct dlock_provider_lock *lk, struct dlock_grant *g);
 
 static int redlock_acquire(void *instance, struct dlock_provider_lock *lk, struct dlock_grant *g)
 {
@@ -386,12 +386,12 @@ static int redlock_acquire(void *instance, struct dlock_provider_lock *lk, struc
         unsubscribe(inst, rl);
     /* A message from before this attempt says nothing about after it. */
     drain_notifications(rl);
-    rc = try_acquire(inst, lk, g);
+    rc = attempt(inst, lk, g);
     if (rc == DLOCK_EBUSY && !rl->notify_fd) {
         /* Subscribe, then look again: a release between the busy answer and
          * the subscription would otherwise go unheard until the TTL. */
         if (subscribe(inst, lk) == DLOCK_OK)
-            rc = try_acquire(inst, lk, g);
+            rc = attempt(inst, lk, g);
         else
             dlock_provider_log(inst->log_handle, DLOCK_LOG_WARN, "%s; waiting on the holder's TTL instead",
                                dlock_errmsg());
@@ -401,7 +401,7 @@ static int redlock_acquire(void *instance, struct dlock_provider_lock *lk, struc
     return rc;
 }
 
-static int try_acquire(struct redlock_instance *inst, struct dlock_provider_lock *lk, struct dlock_grant *g)
+static int attempt(struct redlock_instance *inst, struct dlock_provider_lock *lk, struct dlock_grant *g)
 {
     struct redlock_lock *rl = lk->priv;
     int64_t t0 = dlock_provider_now_ms();

@@ -33,7 +33,7 @@ int zk_break_holders(struct zk_session *s, const char *root, const char *name, s
     rc = zrc == ZOK || zrc == ZNONODE ? DLOCK_OK : zk_error(s, zrc, "listing", parent);
     size_t n = 0, holding = 0;
     unsigned permits = 0;
-    struct dlock_queued *q = line.count ? calloc((size_t)line.count, sizeof *q) : NULL;
+    struct queued_contender *q = line.count ? calloc((size_t)line.count, sizeof *q) : NULL;
     zoo_op_t *ops = line.count ? calloc((size_t)line.count, sizeof *ops) : NULL;
     zoo_op_result_t *results = line.count ? calloc((size_t)line.count, sizeof *results) : NULL;
     char **paths = line.count ? calloc((size_t)line.count, sizeof *paths) : NULL;

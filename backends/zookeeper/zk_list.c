@@ -35,7 +35,7 @@ static int by_node_name(const void *a, const void *b)
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-size_t zk_line_of(const struct String_vector *children, struct dlock_queued *q, unsigned *permits)
+size_t zk_line_of(const struct String_vector *children, struct queued_contender *q, unsigned *permits)
 {
     size_t n = 0;
     *permits = 0;
@@ -49,15 +49,15 @@ size_t zk_line_of(const struct String_vector *children, struct dlock_queued *q, 
         if (kind == 'p' && !*permits)
             *permits = p;
         unsigned mode = kind == 's' ? DLOCK_MODE_SHARED : kind == 'p' ? DLOCK_MODE_SEMAPHORE : DLOCK_MODE_EXCLUSIVE;
-        q[n++] = (struct dlock_queued){ mode, seq, false, { "", -1, "", 0, -1, -1 }, child };
+        q[n++] = (struct queued_contender){ mode, seq, false, { "", -1, "", 0, -1, -1 }, child };
     }
-    dlock_queue_decide(q, n, *permits);
+    queue_decide(q, n, *permits);
     return n;
 }
 
 /* Reads the first HOLDERS_MAX holders' nodes: owner and fence. A holder
  * whose node is gone since its parent was read stays with neither. */
-static int describe_holders(struct zk_session *s, zhandle_t *zh, const char *parent, struct dlock_queued *q, size_t n,
+static int describe_holders(struct zk_session *s, zhandle_t *zh, const char *parent, struct queued_contender *q, size_t n,
                             char (*owners)[OWNER_MAX])
 {
     size_t described = 0;
@@ -92,7 +92,7 @@ int zk_describe_name(struct zk_session *s, zhandle_t *zh, const char *parent, co
     struct String_vector line = { 0, NULL };
     int zrc = zoo_get_children(zh, parent, 0, &line);
     int rc = zrc == ZOK || zrc == ZNONODE ? DLOCK_OK : zk_error(s, zrc, "listing", parent);
-    struct dlock_queued *q = line.count ? malloc((size_t)line.count * sizeof *q) : NULL;
+    struct queued_contender *q = line.count ? malloc((size_t)line.count * sizeof *q) : NULL;
     char(*owners)[OWNER_MAX] = line.count ? malloc(HOLDERS_MAX * sizeof *owners) : NULL;
     dlock_list_holder *holders = line.count ? malloc(HOLDERS_MAX * sizeof *holders) : NULL;
     if (rc == DLOCK_OK && line.count && (!q || !owners || !holders))
@@ -103,7 +103,7 @@ int zk_describe_name(struct zk_session *s, zhandle_t *zh, const char *parent, co
         rc = describe_holders(s, zh, parent, q, n, owners);
     if (rc == DLOCK_OK && n) {
         dlock_list_entry e = { .name = name, .name_len = name_len };
-        dlock_queue_entry(q, n, permits, &e, holders, HOLDERS_MAX);
+        queue_entry(q, n, permits, &e, holders, HOLDERS_MAX);
         rc = use(&e, arg);
     }
     free(q);

@@ -7,12 +7,12 @@
 
 #include <dlock/provider.h>
 
-struct dlock_queued;
+struct queued_contender;
 
 /* The line of one parent: its contender nodes (children) in q (room for
  * children->count) in sequence order, the holders marked; returns how many
  * contenders, and the semaphore's N in *permits. */
-size_t zk_line_of(const struct String_vector *children, struct dlock_queued *q, unsigned *permits);
+size_t zk_line_of(const struct String_vector *children, struct queued_contender *q, unsigned *permits);
 
 /* Describes the name NAME (name_len bytes), whose parent node is parent,
  * as a listing entry (holders, fence, waiters) and hands it to use(e, arg)

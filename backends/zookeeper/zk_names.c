@@ -21,13 +21,13 @@ char *zk_parent_path(const char *root, const char *name, size_t name_len)
         return NULL;
     memcpy(out, root, root_len);
     out[root_len] = '/';
-    out[root_len + 1 + dlock_name_escape(name, name_len, plain, out + root_len + 1)] = '\0';
+    out[root_len + 1 + name_escape(name, name_len, plain, out + root_len + 1)] = '\0';
     return out;
 }
 
 bool zk_name_of_parent(const char *child, char *name, size_t *name_len)
 {
-    return dlock_name_unescape(child, strlen(child), plain, name, name_len);
+    return name_unescape(child, strlen(child), plain, name, name_len);
 }
 
 char *zk_join(const char *parent, const char *child)

@@ -47,6 +47,7 @@
  * ours is left queued in front of everyone else. */
 #include "config.h"
 
+#include "zk_backend.h"
 #include "zk_break.h"
 #include "zk_list.h"
 #include "zk_names.h"
@@ -65,40 +66,6 @@
 #include <sys/random.h>
 #include <unistd.h>
 
-#define ZK_PATH_MAX 2048
-
-/* A node of ours that may exist without our knowing its name: every child
- * of parent that starts with prefix, other than one we hold, is deleted at
- * the next chance. */
-struct zk_orphan {
-    struct zk_orphan *next;
-    char *parent;
-    char prefix[128];
-};
-
-struct zk_instance {
-    struct zk_session session;
-    char root[256];
-    bool root_ready;                 /* the root's path exists */
-    struct ACL_vector *acl;          /* for the nodes we create */
-    struct ACL_vector creator_acl;
-    struct ACL creator_entry;
-    pthread_mutex_t orphan_mu;
-    struct zk_orphan *orphans;
-    void *log_handle;
-};
-
-struct zk_lock {
-    char *parent;                    /* <root>/<escaped name> */
-    char *node;                      /* our node while queued or holding */
-    uint64_t generation;             /* the session that created node */
-    int64_t czxid;                   /* node's creation zxid: the fence */
-    char prefix[128];                /* "<owner tag>_<attempt>-lock-" of node */
-    char *predecessor;               /* while busy: the node to wait for */
-    bool wait_children;              /* while busy (a permit): wait for any change of the parent's children */
-    int notify_fd;                   /* eventfd + 1 once created */
-};
-
 static const struct dlock_setting_spec zk_settings[] = {
     { "hosts", DLOCK_SETTING_STRING, 0, 0 },
     { "root", DLOCK_SETTING_STRING, 0, 0 },
@@ -110,267 +77,7 @@ static const struct dlock_setting_spec zk_settings[] = {
 
 /* ---- small helpers --------------------------------------------------------------------- */
 
-static void forget_node(struct zk_lock *zl)
-{
-    free(zl->node);
-    zl->node = NULL;
-    free(zl->predecessor);
-    zl->predecessor = NULL;
-}
-
-static void add_orphan(struct zk_instance *inst, const char *parent, const char *prefix)
-{
-    struct zk_orphan *o = calloc(1, sizeof *o);
-    if (!o || !(o->parent = strdup(parent))) {
-        free(o);
-        return; /* the session's end will still remove it */
-    }
-    snprintf(o->prefix, sizeof o->prefix, "%s", prefix);
-    pthread_mutex_lock(&inst->orphan_mu);
-    o->next = inst->orphans;
-    inst->orphans = o;
-    pthread_mutex_unlock(&inst->orphan_mu);
-}
-
-/* Deletes remembered orphans; keeps those it could not reach. */
-static void sweep_orphans(struct zk_instance *inst, zhandle_t *zh)
-{
-    pthread_mutex_lock(&inst->orphan_mu);
-    struct zk_orphan *list = inst->orphans;
-    inst->orphans = NULL;
-    pthread_mutex_unlock(&inst->orphan_mu);
-    while (list) {
-        struct zk_orphan *o = list;
-        list = o->next;
-        struct String_vector children = { 0, NULL };
-        int zrc = zoo_get_children(zh, o->parent, 0, &children);
-        bool done = zrc == ZOK || zrc == ZNONODE;
-        for (int i = 0; zrc == ZOK && i < children.count; i++) {
-            if (strncmp(children.data[i], o->prefix, strlen(o->prefix)) != 0)
-                continue;
-            char *path = zk_join(o->parent, children.data[i]);
-            int drc = path ? zoo_delete(zh, path, -1) : ZSYSTEMERROR;
-            done &= drc == ZOK || drc == ZNONODE;
-            free(path);
-        }
-        deallocate_String_vector(&children);
-        if (done) {
-            free(o->parent);
-            free(o);
-        } else {
-            pthread_mutex_lock(&inst->orphan_mu);
-            o->next = inst->orphans;
-            inst->orphans = o;
-            pthread_mutex_unlock(&inst->orphan_mu);
-        }
-    }
-}
-
 /* ---- the tree --------------------------------------------------------------------------- */
-
-/* Creates every level of the root that is missing (persistent nodes). */
-static int ensure_root(struct zk_instance *inst, zhandle_t *zh)
-{
-    /* Atomic: threads contending for different names reach here together;
-     * two that both see it unset both create the levels, which is harmless
-     * (ZNODEEXISTS). */
-    if (__atomic_load_n(&inst->root_ready, __ATOMIC_ACQUIRE))
-        return DLOCK_OK;
-    char path[sizeof inst->root];
-    for (const char *p = inst->root + 1;; p++) {
-        if (*p != '/' && *p != '\0')
-            continue;
-        size_t n = (size_t)(p - inst->root);
-        memcpy(path, inst->root, n);
-        path[n] = '\0';
-        int zrc = zoo_create(zh, path, NULL, -1, inst->acl, ZOO_PERSISTENT, NULL, 0);
-        if (zrc != ZOK && zrc != ZNODEEXISTS)
-            return zk_error(&inst->session, zrc, "creating", path);
-        if (*p == '\0')
-            break;
-    }
-    __atomic_store_n(&inst->root_ready, true, __ATOMIC_RELEASE);
-    return DLOCK_OK;
-}
-
-/* The lock's parent, a container node: the server removes it once its last
- * child is gone, so the names of past locks do not pile up. */
-static int ensure_parent(struct zk_instance *inst, zhandle_t *zh, const char *parent)
-{
-    int rc = ensure_root(inst, zh);
-    if (rc != DLOCK_OK)
-        return rc;
-    int zrc = zoo_create(zh, parent, NULL, -1, inst->acl, ZOO_CONTAINER, NULL, 0);
-    if (zrc == ZNONODE) { /* the root was removed behind our back */
-        __atomic_store_n(&inst->root_ready, false, __ATOMIC_RELEASE);
-        if ((rc = ensure_root(inst, zh)) != DLOCK_OK)
-            return rc;
-        zrc = zoo_create(zh, parent, NULL, -1, inst->acl, ZOO_CONTAINER, NULL, 0);
-    }
-    if (zrc != ZOK && zrc != ZNODEEXISTS)
-        return zk_error(&inst->session, zrc, "creating", parent);
-    return DLOCK_OK;
-}
-
-/* Finds our node among the parent's children after a create whose answer
- * was lost. DLOCK_OK with zl->node set, DLOCK_OK with it NULL (not there),
- * or a failure. */
-static int find_own_node(struct zk_instance *inst, zhandle_t *zh, struct zk_lock *zl)
-{
-    struct String_vector children = { 0, NULL };
-    int zrc = zoo_get_children(zh, zl->parent, 0, &children);
-    if (zrc == ZNONODE)
-        return DLOCK_OK;
-    if (zrc != ZOK)
-        return zk_error(&inst->session, zrc, "listing", zl->parent);
-    int rc = DLOCK_OK;
-    for (int i = 0; i < children.count && !zl->node; i++) {
-        if (strncmp(children.data[i], zl->prefix, strlen(zl->prefix)) != 0)
-            continue;
-        zl->node = zk_join(zl->parent, children.data[i]);
-        struct Stat st;
-        if (!zl->node)
-            rc = dlock_seterr(DLOCK_ENOMEM, "zookeeper: out of memory");
-        else if ((zrc = zoo_exists(zh, zl->node, 0, &st)) == ZOK)
-            zl->czxid = st.czxid;
-        else
-            forget_node(zl);
-    }
-    deallocate_String_vector(&children);
-    return rc;
-}
-
-/* True when zl's node was made for lk's current owner (the same client and
- * thread), whatever the attempt. */
-static bool node_of_owner(const struct zk_lock *zl, const struct dlock_provider_lock *lk)
-{
-    char tag[128];
-    if (!zk_node_prefix(lk->owner, tag, sizeof tag))
-        return false;
-    size_t n = strlen(tag) - strlen("-lock-");
-    return strncmp(zl->prefix, tag, n) == 0 && zl->prefix[n] == '_';
-}
-
-/* Queues the owner: creates its ephemeral sequential node. The node's name
- * carries the owner and a random tag of this attempt, as Curator's
- * protected mode does: a create whose reply was lost is found, or swept
- * later, by that exact tag, so a sweep can never take a node of a later
- * attempt by the same thread (one it may hold by then). */
-static int create_own_node(struct zk_instance *inst, zhandle_t *zh, struct dlock_provider_lock *lk)
-{
-    struct zk_lock *zl = lk->priv;
-    char tag[128];
-    uint32_t nonce;
-    if (getrandom(&nonce, sizeof nonce, 0) != (ssize_t)sizeof nonce)
-        nonce = (uint32_t)rand();
-    if (!zk_node_prefix(lk->owner, tag, sizeof tag) || strlen(tag) + 9 >= sizeof zl->prefix)
-        return dlock_seterr(DLOCK_EINTERNAL, "zookeeper: owner id too long");
-    tag[strlen(tag) - strlen("-lock-")] = '\0';
-    char kind[16] = "";
-    if (lk->mode == DLOCK_MODE_SHARED)
-        snprintf(kind, sizeof kind, "~s");
-    else if (lk->mode == DLOCK_MODE_SEMAPHORE)
-        snprintf(kind, sizeof kind, "~p%u", lk->permits);
-    snprintf(zl->prefix, sizeof zl->prefix, "%s_%08x%s-lock-", tag, nonce, kind);
-    char *path = zk_join(zl->parent, zl->prefix);
-    char created[ZK_PATH_MAX];
-    if (!path)
-        return dlock_seterr(DLOCK_ENOMEM, "zookeeper: out of memory");
-    int rc = DLOCK_OK;
-    for (int attempt = 0; attempt < 3; attempt++) {
-        struct Stat st;
-        int zrc = zoo_create2(zh, path, lk->owner, (int)strlen(lk->owner), inst->acl, ZOO_EPHEMERAL_SEQUENTIAL,
-                              created, sizeof created, &st);
-        if (zrc == ZOK) {
-            zl->node = strdup(created);
-            zl->czxid = st.czxid;
-            rc = zl->node ? DLOCK_OK : dlock_seterr(DLOCK_ENOMEM, "zookeeper: out of memory");
-            break;
-        }
-        if (zrc == ZNONODE) { /* no parent yet, or the container was just reaped */
-            if ((rc = ensure_parent(inst, zh, zl->parent)) != DLOCK_OK)
-                break;
-            continue;
-        }
-        rc = zk_error(&inst->session, zrc, "creating a node under", zl->parent);
-        if (zrc == ZCONNECTIONLOSS || zrc == ZOPERATIONTIMEOUT) {
-            /* It may have been created: look for it by our tag, and if it
-             * cannot be found now, delete it later. */
-            if (find_own_node(inst, zh, zl) != DLOCK_OK || !zl->node)
-                add_orphan(inst, zl->parent, zl->prefix);
-            else
-                rc = DLOCK_OK;
-        }
-        break;
-    }
-    free(path);
-    return rc;
-}
-
-/* Leaves the queue (or gives up the hold): deletes our node, or remembers
- * it when the server cannot be told now. */
-static int delete_own_node(struct zk_instance *inst, zhandle_t *zh, struct zk_lock *zl)
-{
-    if (!zl->node)
-        return DLOCK_ENOTOWNER;
-    int zrc = zoo_delete(zh, zl->node, -1);
-    int rc = zrc == ZOK ? DLOCK_OK : zrc == ZNONODE ? DLOCK_ENOTOWNER : zk_error(&inst->session, zrc, "deleting", zl->node);
-    if (rc == DLOCK_EUNAVAILABLE)
-        add_orphan(inst, zl->parent, zl->prefix);
-    forget_node(zl);
-    return rc;
-}
-
-/* Puts the node new_path (a child of the same parent with our node's
- * sequence number, so the same place in line) in the place of ours, in one
- * multi: ours is deleted and new_path created as an ephemeral of this
- * session holding data. There is no moment when neither node is there,
- * and the waiters behind keep their places. Returns the multi's ZooKeeper
- * result; *own_gone says it failed because our node was no longer there. */
-static int replace_own_node(zhandle_t *zh, const struct zk_lock *zl, const char *data, const struct ACL_vector *acl,
-                            const char *new_path, bool *own_gone)
-{
-    zoo_op_t ops[2];
-    zoo_op_result_t results[2];
-    char created[ZK_PATH_MAX];
-    zoo_delete_op_init(&ops[0], zl->node, -1);
-    zoo_create_op_init(&ops[1], new_path, data, (int)strlen(data), acl, ZOO_EPHEMERAL, created, sizeof created);
-    memset(results, 0, sizeof results);
-    int zrc = zoo_multi(zh, 2, ops, results);
-    *own_gone = zrc == ZNONODE && results[0].err == ZNONODE;
-    return zrc;
-}
-
-/* Whether the node at path is one of this session: DLOCK_OK,
- * DLOCK_ELOST (gone, or another session's), or a failure. */
-static int node_is_ours(struct zk_instance *inst, zhandle_t *zh, const char *path)
-{
-    struct Stat st;
-    int zrc = zoo_exists(zh, path, 0, &st);
-    if (zrc == ZOK && st.ephemeralOwner == zoo_client_id(zh)->client_id)
-        return DLOCK_OK;
-    if (zrc == ZOK || zrc == ZNONODE)
-        return dlock_seterr(DLOCK_ELOST, "zookeeper: the lock is no longer held by this owner: its node %s is gone",
-                            path);
-    return zk_error(&inst->session, zrc, "checking", path);
-}
-
-/* Forgets a remembered orphan: the node it stands for turned out to be a
- * hold after all. */
-static void drop_orphan(struct zk_instance *inst, const char *parent, const char *prefix)
-{
-    pthread_mutex_lock(&inst->orphan_mu);
-    for (struct zk_orphan **o = &inst->orphans; *o; o = &(*o)->next) {
-        if (strcmp((*o)->parent, parent) == 0 && strcmp((*o)->prefix, prefix) == 0) {
-            struct zk_orphan *gone = *o;
-            *o = gone->next;
-            free(gone->parent);
-            free(gone);
-            break;
-        }
-    }
-    pthread_mutex_unlock(&inst->orphan_mu);
-}
 
 /* ---- the provider ---------------------------------------------------------------------- */
 
@@ -451,23 +158,23 @@ static int zk_acquire(void *instance, struct dlock_provider_lock *lk, struct dlo
     uint64_t generation;
     if ((rc = zk_session_get(&inst->session, &zh, &generation)) != DLOCK_OK)
         return rc;
-    sweep_orphans(inst, zh);
-    if (zl->node && (zl->generation != generation || !node_of_owner(zl, lk))) {
+    zk_sweep_orphans(inst, zh);
+    if (zl->node && (zl->generation != generation || !zk_node_of_owner(zl, lk))) {
         /* Queued by an earlier session (gone with it) or another thread. */
         if (zl->generation == generation)
-            delete_own_node(inst, zh, zl);
-        forget_node(zl);
+            zk_delete_own_node(inst, zh, zl);
+        zk_forget_node(zl);
     }
     for (int attempt = 0; attempt < 2; attempt++) {
         if (!zl->node) {
-            if ((rc = create_own_node(inst, zh, lk)) != DLOCK_OK)
+            if ((rc = zk_create_own_node(inst, zh, lk)) != DLOCK_OK)
                 break;
             zl->generation = generation;
         }
         rc = standing(inst, zh, lk, zl);
         if (rc != DLOCK_ENOTOWNER)
             break;
-        forget_node(zl); /* deleted behind our back: queue again */
+        zk_forget_node(zl); /* deleted behind our back: queue again */
     }
     if (rc == DLOCK_OK) {
         g->fence = (uint64_t)zl->czxid;
@@ -482,11 +189,10 @@ static int zk_acquire(void *instance, struct dlock_provider_lock *lk, struct dlo
         g->retry_hint_ms = -1;
     } else if (zl->node) {
         /* Failing, not queued: our node must not stay in front of others. */
-        int saved = rc;
-        char msg[512];
-        snprintf(msg, sizeof msg, "%s", dlock_errmsg());
-        delete_own_node(inst, zh, zl);
-        rc = dlock_seterr(saved, "%s", msg);
+        struct dlock_saved_error saved;
+        dlock_error_save(&saved);
+        zk_delete_own_node(inst, zh, zl);
+        rc = dlock_error_restore(&saved, rc);
     }
     zk_session_put(&inst->session);
     return rc;
@@ -500,15 +206,15 @@ static int zk_release(void *instance, struct dlock_provider_lock *lk)
     uint64_t generation;
     int rc = zk_session_get(&inst->session, &zh, &generation);
     if (rc != DLOCK_OK) {
-        forget_node(zl); /* a new session cannot be had; the old one's end frees it */
+        zk_forget_node(zl); /* a new session cannot be had; the old one's end frees it */
         return rc;
     }
-    sweep_orphans(inst, zh);
+    zk_sweep_orphans(inst, zh);
     if (!zl->node || zl->generation != generation) {
-        forget_node(zl);
+        zk_forget_node(zl);
         rc = DLOCK_ENOTOWNER;
     } else {
-        rc = delete_own_node(inst, zh, zl);
+        rc = zk_delete_own_node(inst, zh, zl);
     }
     zk_session_put(&inst->session);
     return rc;
@@ -544,19 +250,19 @@ static int make_shared(struct zk_instance *inst, zhandle_t *zh, const struct dlo
     bool gone;
     char data[sizeof zl->prefix + 96];
     zk_downgraded_data(data, sizeof data, lk->owner, (uint64_t)zl->czxid);
-    int zrc = replace_own_node(zh, zl, data, inst->acl, twin, &gone);
+    int zrc = zk_replace_own_node(zh, zl, data, inst->acl, twin, &gone);
     if (gone) {
         /* The twin is there if an earlier request made it and its answer
          * was lost; then it is the hold, no orphan. */
-        if ((rc = node_is_ours(inst, zh, twin)) == DLOCK_OK)
-            drop_orphan(inst, zl->parent, prefix);
+        if ((rc = zk_node_is_ours(inst, zh, twin)) == DLOCK_OK)
+            zk_drop_orphan(inst, zl->parent, prefix);
     } else if (zrc != ZOK) {
         rc = zk_error(&inst->session, zrc, "making shared", zl->node);
         /* No answer: the twin may have been made. The core gives the hold
          * up as the exclusive one it knows (our node), so the twin must
          * be deleted too. */
         if (zrc == ZCONNECTIONLOSS || zrc == ZOPERATIONTIMEOUT)
-            add_orphan(inst, zl->parent, prefix);
+            zk_add_orphan(inst, zl->parent, prefix);
     }
     if (rc == DLOCK_OK) {
         free(zl->node);
@@ -569,7 +275,7 @@ static int make_shared(struct zk_instance *inst, zhandle_t *zh, const struct dlo
 }
 
 /* The exclusive node becomes its shared twin in one multi
- * (replace_own_node): the same sequence number, so the same place in line,
+ * (zk_replace_own_node): the same sequence number, so the same place in line,
  * marked "~s". Readers waiting for it watch the exclusive node, whose
  * deletion wakes them, and find no exclusive node below them any more; a
  * writer waiting behind it is woken too, finds the twin in the same place
@@ -591,7 +297,7 @@ static int zk_downgrade(void *instance, struct dlock_provider_lock *lk)
         rc = dlock_seterr(DLOCK_ELOST, "zookeeper: the lock is no longer held: the session that held it has ended");
     } else if (zk_kind_of(strrchr(zl->node, '/') + 1, &permits) == 's') {
         /* Made shared before, by a request whose answer was lost. */
-        rc = node_is_ours(inst, zh, zl->node);
+        rc = zk_node_is_ours(inst, zh, zl->node);
     } else if (permits > 0) {
         rc = dlock_seterr(DLOCK_EINVAL, "zookeeper: the lock is held as a permit, not exclusively");
     } else {
@@ -599,111 +305,6 @@ static int zk_downgrade(void *instance, struct dlock_provider_lock *lk)
     }
     zk_session_put(&inst->session);
     return rc;
-}
-
-/* The replies of one pipelined renewal batch, filled by the client's
- * completion thread. */
-struct renew_batch {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    size_t pending;
-    int *zrcs;
-    int64_t *owners;             /* ephemeralOwner of each node */
-};
-
-struct renew_slot {
-    struct renew_batch *batch;
-    size_t index;
-};
-
-static void renew_completion(int zrc, const struct Stat *st, const void *data)
-{
-    const struct renew_slot *slot = data;
-    struct renew_batch *b = slot->batch;
-    pthread_mutex_lock(&b->mu);
-    b->zrcs[slot->index] = zrc;
-    b->owners[slot->index] = zrc == ZOK && st ? st->ephemeralOwner : 0;
-    if (--b->pending == 0)
-        pthread_cond_signal(&b->cv);
-    pthread_mutex_unlock(&b->mu);
-}
-
-/* A renewal proves that each hold's node still exists and is still this
- * session's (the session keeps it alive). All the requests are sent before
- * the first reply is awaited: one round trip for the batch, not one per
- * hold. The client calls every completion, also on connection loss or
- * session end (with an error), so waiting for all of them is bounded. */
-static int zk_renew_batch(void *instance, struct dlock_provider_lock *const *locks, size_t n, int *results)
-{
-    struct zk_instance *inst = instance;
-    struct renew_batch b = { .pending = 0 };
-    struct renew_slot *slots = malloc(n * sizeof *slots);
-    b.zrcs = malloc(n * sizeof *b.zrcs);
-    b.owners = malloc(n * sizeof *b.owners);
-    if (!slots || !b.zrcs || !b.owners) {
-        free(slots);
-        free(b.zrcs);
-        free(b.owners);
-        return dlock_seterr(DLOCK_ENOMEM, "zookeeper: out of memory for a renewal batch of %zu", n);
-    }
-    pthread_mutex_init(&b.mu, NULL);
-    pthread_cond_init(&b.cv, NULL);
-    zhandle_t *zh;
-    uint64_t generation;
-    int rc = zk_session_get(&inst->session, &zh, &generation);
-    if (rc == DLOCK_OK) {
-        /* A node whose create reply was lost, if any, blocks everyone
-         * behind it: do not wait for this client's next acquire to remove
-         * it (the watchdog comes by every lease/3 while anything is held). */
-        sweep_orphans(inst, zh);
-        for (size_t i = 0; i < n; i++) {
-            const struct zk_lock *zl = locks[i]->priv;
-            b.zrcs[i] = ZNONODE; /* a hold of an earlier session: lost */
-            if (!zl->node || zl->generation != generation)
-                continue;
-            slots[i] = (struct renew_slot){ &b, i };
-            /* Counted before it is sent: its reply may come at once. */
-            pthread_mutex_lock(&b.mu);
-            b.pending++;
-            pthread_mutex_unlock(&b.mu);
-            int zrc = zoo_aexists(zh, zl->node, 0, renew_completion, &slots[i]);
-            if (zrc != ZOK) { /* not sent: no completion will come */
-                pthread_mutex_lock(&b.mu);
-                b.pending--;
-                b.zrcs[i] = zrc;
-                pthread_mutex_unlock(&b.mu);
-            }
-        }
-        pthread_mutex_lock(&b.mu);
-        while (b.pending > 0)
-            pthread_cond_wait(&b.cv, &b.mu);
-        pthread_mutex_unlock(&b.mu);
-        int64_t me = zoo_client_id(zh)->client_id;
-        for (size_t i = 0; i < n; i++) {
-            int zrc = b.zrcs[i];
-            if (zrc == ZOK && b.owners[i] == me)
-                results[i] = DLOCK_OK;
-            else if (zrc == ZOK || zrc == ZNONODE)
-                results[i] = DLOCK_ELOST;
-            else
-                results[i] = zk_error(&inst->session, zrc, "checking",
-                                      ((const struct zk_lock *)locks[i]->priv)->node);
-        }
-        zk_session_put(&inst->session);
-    }
-    pthread_cond_destroy(&b.cv);
-    pthread_mutex_destroy(&b.mu);
-    free(slots);
-    free(b.zrcs);
-    free(b.owners);
-    return rc;
-}
-
-static int zk_renew(void *instance, struct dlock_provider_lock *lk)
-{
-    int result;
-    int rc = zk_renew_batch(instance, &lk, 1, &result);
-    return rc == DLOCK_OK ? result : rc;
 }
 
 static int zk_wait(void *instance, struct dlock_provider_lock *lk, int64_t timeout_ms, int wake_fd)
@@ -758,7 +359,6 @@ static int zk_wait(void *instance, struct dlock_provider_lock *lk, int64_t timeo
     return n == 0 ? DLOCK_ETIMEDOUT : DLOCK_OK;
 }
 
-
 static void zk_abandon(void *instance, struct dlock_provider_lock *lk)
 {
     struct zk_instance *inst = instance;
@@ -768,12 +368,12 @@ static void zk_abandon(void *instance, struct dlock_provider_lock *lk)
     zhandle_t *zh;
     uint64_t generation;
     if (zk_session_get(&inst->session, &zh, &generation) != DLOCK_OK) {
-        forget_node(zl);
+        zk_forget_node(zl);
         return;
     }
     if (zl->generation == generation)
-        delete_own_node(inst, zh, zl); /* out of the queue: the next in line moves up */
-    forget_node(zl);
+        zk_delete_own_node(inst, zh, zl); /* out of the queue: the next in line moves up */
+    zk_forget_node(zl);
     zk_session_put(&inst->session);
 }
 

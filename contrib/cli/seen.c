@@ -3,6 +3,7 @@
  * so its age starts again. Ages are on CLOCK_MONOTONIC: a wall clock step
  * must not make a hold look stuck. */
 #include "seen.h"
+#include "../../backends/common/fnv1a.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -49,10 +50,7 @@ void seen_free(struct seen *s)
 /* FNV-1a over the key's bytes. */
 static uint64_t hash_of(const char *p, size_t n)
 {
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ (unsigned char)p[i]) * 1099511628211ull;
-    return h;
+    return fnv1a_64(FNV1A_64_OFFSET, p, n);
 }
 
 /* When the hold with this key was first seen (now, if never); -1 when out

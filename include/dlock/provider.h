@@ -15,6 +15,25 @@
  * Versioning: members are only ever appended. A provider states the version
  * it was written against in `version`; the core reads no member past what
  * that version defines and refuses versions it does not know.
+ *
+ * The rules the versions follow from now on:
+ *   - A version is an ABI epoch, not a feature counter: it is bumped at
+ *     most once per release, however many members that release appends.
+ *     Versions 2 to 4 came before the first release and stay as they are.
+ *   - A struct the core allocates and the provider fills (dlock_grant,
+ *     dlock_status_info through DLOCK_CTL_STATUS), or an array the core
+ *     walks by its stride (dlock_setting_spec), grows only with a bump: an
+ *     older provider was compiled with the shorter layout. (dlock_grant's
+ *     lease_ms and valid_ms were appended without one, before any module
+ *     was published; the core zero-fills the struct, so a provider that
+ *     never writes them reads as "the whole lease".)
+ *   - A struct the provider allocates and the core only reads up to what
+ *     the provider's version defines (this table) grows by appending.
+ *   - A capability that needs a member is refused at load without it, with
+ *     a message that names the module (dlock__provider_check): RENEW needs
+ *     renew, NATIVE_WAIT wait, DOWNGRADE downgrade. A member without its
+ *     capability is allowed and never called (an instance may claim less
+ *     than its module, through DLOCK_CTL_CAPABILITIES).
  */
 #ifndef DLOCK_PROVIDER_H
 #define DLOCK_PROVIDER_H
@@ -215,9 +234,19 @@ struct dlock_provider {
     /* Required. Frees the instance; every lock has been through lock_fini. */
     void (*close)(void *instance);
 
-    /* Required. ONE attempt to grant lk to lk->owner for lk->lease_ms.
+    /* Required. ONE attempt to grant lk to lk->owner for lk->lease_ms: a
+     * bounded number of round trips, never a sleep and never a retry of a
+     * failed request. The round trips an attempt may take beside its
+     * request: setting up the notification it will wait for and looking
+     * once more after it (so a release in between is not missed: redis
+     * SUBSCRIBE, postgres LISTEN), and what keeps its state honest (an etcd
+     * keepalive, deleting a key of its own it finds in the way). It may
+     * also answer DLOCK_EBUSY without a request at all, when it is not this
+     * request's turn in a fair line. The core counts every call as one
+     * attempt (dlock_attempts_total).
      * DLOCK_OK: granted (fill grant->fence where the backend has fences).
-     * DLOCK_EBUSY: held by another owner (fill grant->retry_hint_ms if known).
+     * DLOCK_EBUSY: held by another owner, or not our turn (fill
+     * grant->retry_hint_ms if known).
      * Anything else: a failure the core returns to the caller.
      * The core never calls acquire for a name this owner already holds. */
     int (*acquire)(void *instance, struct dlock_provider_lock *lk, struct dlock_grant *grant);
@@ -324,6 +353,24 @@ int dlock_seterr(int code, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)))
 #endif
     ;
+
+/* The calling thread's detail message, kept across a cleanup that may set
+ * one of its own (a delete after a failed create, a release after a grant
+ * that cannot be kept), as libgit2's git_error_save/git_error_restore:
+ *
+ *     struct dlock_saved_error saved;
+ *     dlock_error_save(&saved);
+ *     cleanup(...);
+ *     return dlock_error_restore(&saved, rc);
+ *
+ * saved.text may also be quoted in a new message. Both are thread-safe
+ * (each thread has its own detail). */
+struct dlock_saved_error {
+    char text[1024];
+};
+void dlock_error_save(struct dlock_saved_error *saved);
+/* Makes saved the calling thread's detail again; returns code. */
+int dlock_error_restore(const struct dlock_saved_error *saved, int code);
 
 /* Milliseconds on CLOCK_MONOTONIC, for the deadline of one call (a connect,
  * a command, a wait). Never for validity or expiry: those are the core's

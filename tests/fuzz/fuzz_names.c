@@ -85,8 +85,8 @@ static void check_digest(const char *name, size_t len)
 {
     char hex[17], again[17];
     memset(hex, 0x7f, sizeof hex);
-    uint64_t d = dlock_name_digest("dlock:", 6, name, len);
-    dlock_name_digest_hex(d, hex);
+    uint64_t d = name_digest("dlock:", 6, name, len);
+    name_digest_hex(d, hex);
     if (strlen(hex) != 16 || strspn(hex, "0123456789abcdef") != 16)
         abort();
     /* The prefix and the name are one byte string: where it splits does
@@ -94,12 +94,12 @@ static void check_digest(const char *name, size_t len)
     char key[6 + DLOCK_NAME_MAX];
     memcpy(key, "dlock:", 6);
     memcpy(key + 6, name, len);
-    dlock_name_digest_hex(dlock_name_digest(key, 6 + len, NULL, 0), again);
+    name_digest_hex(name_digest(key, 6 + len, NULL, 0), again);
     if (strcmp(hex, again) != 0)
         abort();
     /* Flipping any one byte changes it (FNV-1a is a bijection per byte). */
     key[6 + len - 1] ^= 1;
-    if (dlock_name_digest(key, 6 + len, NULL, 0) == d)
+    if (name_digest(key, 6 + len, NULL, 0) == d)
         abort();
 }
 

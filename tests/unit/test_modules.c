@@ -100,6 +100,12 @@ static void provider_tables_are_checked_on_register(void **state)
     bad = p;
     bad.capabilities = DLOCK_CAP_NATIVE_WAIT;
     assert_int_equal(dlock_provider_register(&bad), DLOCK_EINVAL);
+    /* Every capability that needs a member is refused without it, in the
+     * same words, naming the provider: none is cleared in silence. */
+    bad = p;
+    bad.capabilities = DLOCK_CAP_SHARED | DLOCK_CAP_DOWNGRADE;
+    assert_int_equal(dlock_provider_register(&bad), DLOCK_EINVAL);
+    assert_non_null(strstr(dlock_errmsg(), "provider 'dummy' lacks the required member downgrade"));
     assert_int_equal(dlock_provider_register(NULL), DLOCK_EINVAL);
     static struct dlock_provider good;
     good = p;

@@ -25,8 +25,8 @@ static void escapes_come_back_exactly(void **state)
     char name[DLOCK_NAME_MAX], text[3 * DLOCK_NAME_MAX], back[DLOCK_NAME_MAX + 1];
     for (size_t i = 0; i < sizeof name; i++)
         name[i] = (char)(1 + i % 255);
-    size_t n = dlock_name_escape(name, sizeof name, keeps_alnum, text), len = 0;
-    assert_true(dlock_name_unescape(text, n, keeps_alnum, back, &len));
+    size_t n = name_escape(name, sizeof name, keeps_alnum, text), len = 0;
+    assert_true(name_unescape(text, n, keeps_alnum, back, &len));
     assert_int_equal(len, sizeof name);
     assert_memory_equal(back, name, len);
     assert_int_equal(back[len], 0);
@@ -47,15 +47,15 @@ static void other_text_is_no_name(void **state)
         "a%00",  /* NUL */
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
-        assert_false(dlock_name_unescape(bad[i], strlen(bad[i]), keeps_alnum, back, &len));
+        assert_false(name_unescape(bad[i], strlen(bad[i]), keeps_alnum, back, &len));
     char long_name[DLOCK_NAME_MAX + 2];
     memset(long_name, 'a', sizeof long_name);
-    assert_false(dlock_name_unescape(long_name, sizeof long_name, keeps_alnum, back, &len));
+    assert_false(name_unescape(long_name, sizeof long_name, keeps_alnum, back, &len));
 }
 
-static struct dlock_queued contender(unsigned mode, int64_t order, uint64_t fence, int64_t left)
+static struct queued_contender contender(unsigned mode, int64_t order, uint64_t fence, int64_t left)
 {
-    return (struct dlock_queued){ mode, order, false, { "o", -1, "", fence, left, -1 }, NULL };
+    return (struct queued_contender){ mode, order, false, { "o", -1, "", fence, left, -1 }, NULL };
 }
 
 /* Readers before the first writer hold; the writer and everyone after it
@@ -63,14 +63,14 @@ static struct dlock_queued contender(unsigned mode, int64_t order, uint64_t fenc
 static void shared_run_holds_until_a_writer(void **state)
 {
     (void)state;
-    struct dlock_queued q[4] = {
+    struct queued_contender q[4] = {
         contender(DLOCK_MODE_SHARED, 40, 40, 100), contender(DLOCK_MODE_SHARED, 10, 10, 900),
         contender(DLOCK_MODE_EXCLUSIVE, 30, 30, 500), contender(DLOCK_MODE_SHARED, 20, 20, 300),
     };
-    assert_int_equal(dlock_queue_decide(q, 4, 0), 2);
+    assert_int_equal(queue_decide(q, 4, 0), 2);
     dlock_list_holder holders[4];
     dlock_list_entry e = { 0 };
-    dlock_queue_entry(q, 4, 0, &e, holders, 4);
+    queue_entry(q, 4, 0, &e, holders, 4);
     assert_int_equal(e.kind, DLOCK_MODE_SHARED);
     assert_int_equal(e.holder_count, 2);
     assert_int_equal(e.n_holders, 2);
@@ -84,24 +84,24 @@ static void shared_run_holds_until_a_writer(void **state)
 static void exclusive_first_and_permits(void **state)
 {
     (void)state;
-    struct dlock_queued x[3] = {
+    struct queued_contender x[3] = {
         contender(DLOCK_MODE_EXCLUSIVE, 5, 5, -1), contender(DLOCK_MODE_SHARED, 6, 6, -1),
         contender(DLOCK_MODE_EXCLUSIVE, 7, 7, -1),
     };
-    assert_int_equal(dlock_queue_decide(x, 3, 0), 1);
+    assert_int_equal(queue_decide(x, 3, 0), 1);
     dlock_list_holder holders[3];
     dlock_list_entry e = { 0 };
-    dlock_queue_entry(x, 3, 0, &e, holders, 3);
+    queue_entry(x, 3, 0, &e, holders, 3);
     assert_int_equal(e.kind, DLOCK_MODE_EXCLUSIVE);
     assert_int_equal(e.fence, 5);
     assert_int_equal(e.waiters, 2);
     assert_int_equal(e.lease_left_ms, -1);
-    struct dlock_queued p[4] = {
+    struct queued_contender p[4] = {
         contender(DLOCK_MODE_SEMAPHORE, 1, 1, -1), contender(DLOCK_MODE_SEMAPHORE, 2, 2, -1),
         contender(DLOCK_MODE_SEMAPHORE, 3, 3, -1), contender(DLOCK_MODE_SEMAPHORE, 4, 4, -1),
     };
-    assert_int_equal(dlock_queue_decide(p, 4, 3), 3);
-    dlock_queue_entry(p, 4, 3, &e, holders, 2);
+    assert_int_equal(queue_decide(p, 4, 3), 3);
+    queue_entry(p, 4, 3, &e, holders, 2);
     assert_int_equal(e.kind, DLOCK_MODE_SEMAPHORE);
     assert_int_equal(e.permits, 3);
     assert_int_equal(e.holder_count, 3);

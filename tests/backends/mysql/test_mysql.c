@@ -85,7 +85,7 @@ static void kill_holder_connection(const char *name)
 {
     char key[600], hex[17], sql[256];
     snprintf(key, sizeof key, "dlock:%s", name);
-    dlock_name_digest_hex(dlock_name_digest(key, strlen(key), NULL, 0), hex);
+    name_digest_hex(name_digest(key, strlen(key), NULL, 0), hex);
     snprintf(sql, sizeof sql, "SELECT IS_USED_LOCK('dlock_%s')", hex);
     const char *id = admin(sql);
     if (!id[0])

@@ -1,0 +1,152 @@
+/* backends/etcd/etcd_backend.h - what the files of the etcd module share:
+ * the instance and the per-lock state, and the functions each file offers
+ * the others. etcd.c is the provider's table, acquire, wait, downgrade and
+ * open; etcd_txn.c the keys of a name and the transactions on them;
+ * etcd_lease.c the client's leases and the renewal of holds; etcd_release.c
+ * deleting our keys, and the orphans whose delete got no answer. */
+#ifndef DLOCK_ETCD_BACKEND_H
+#define DLOCK_ETCD_BACKEND_H
+
+#include "etcd_http.h"
+#include "etcd_keys.h"
+#include "etcd_orphans.h"
+
+#include <dlock/provider.h>
+#include <json-c/json.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define MAX_LEASES 16
+#define KEY_MAX 2048
+
+struct etcd_lease {
+    int64_t ttl_s;      /* the TTL asked for */
+    int64_t id;         /* 0: none (granted on the next acquire) */
+    int64_t alive_until; /* dlock_provider_stamp_ms() before the last grant or
+                          * keepalive that answered, plus the TTL it gave */
+};
+
+struct etcd_instance {
+    struct etcd_http http;
+    char prefix[128];
+    pthread_mutex_t lease_mu;   /* leases */
+    struct etcd_lease leases[MAX_LEASES];
+    struct etcd_orphans orphans; /* our keys that a delete could not reach */
+    void *log_handle;
+};
+
+struct etcd_lock {
+    char *dir;                  /* <prefix><escaped name>/ */
+    size_t dir_len;
+    char *key;                  /* dir + owner */
+    size_t key_len;
+    char *key_b64;              /* key in base64, as the lease's key list has it */
+    char owner[64];             /* the owner the key was made for */
+    int64_t create_rev;         /* our key's create_revision, 0 when we have none */
+    int64_t granted_rev;        /* the create_revision a grant was made on, until released */
+    int64_t lease_id;           /* the lease our key is on */
+    char *pred;                 /* while busy: the key just before ours */
+    size_t pred_len;
+    bool wait_any;              /* while busy (a permit): wait for any deletion in the name */
+    bool permits_checked;       /* a semaphore: its N matches the name's */
+    bool queue_unanswered;      /* our last queueing got no answer: our key may exist unknown to us */
+    bool make_key_anew;         /* our key was an orphan we adopted: delete it and make a new one */
+    bool key_unsettled;         /* the last queueing failed after an adoption, or got no answer */
+    bool sweep_in_the_way;      /* busy because a sweep deletes our old key: wait a moment */
+    int64_t watch_from;         /* the revision to watch pred from */
+};
+
+/* Builds (or rebuilds, when the contending thread changed) lk's keys. */
+int etcd_ensure_keys(struct etcd_instance *inst, struct dlock_provider_lock *lk);
+
+/* {"key": dir, "range_end": dir with its last byte + 1}: every key of a name. */
+struct json_object *etcd_dir_range(const struct etcd_lock *el);
+
+/* {"key": dir, "range_end": dir + "~s"}: the name's keys that keep a
+ * shared request out, its exclusive keys and its permit keys (ETCD_PERMIT_MARK
+ * sorts before ETCD_SHARED_MARK, and every exclusive key before both). */
+struct json_object *etcd_reader_blocking_range(const struct etcd_lock *el);
+
+/* What decides a grant, read in the same txn as the queueing: the oldest
+ * key (exclusive), the N oldest keys (a permit), the two oldest keys that
+ * keep a reader out, with their values (shared: the first may be a hold
+ * made shared, the oldest key of the name and the only one so made, and
+ * then the second is the oldest writer or permit). */
+struct json_object *etcd_deciding_range(const struct dlock_provider_lock *lk, const struct etcd_lock *el);
+
+struct json_object *etcd_op(const char *kind, struct json_object *request);
+
+/* Sends the txn of compare, success and failure (all taken). */
+int etcd_send_txn(struct etcd_instance *inst, struct json_object *compare, struct json_object *success,
+                    struct json_object *failure, struct json_object **reply, struct etcd_status *st);
+
+/* The i-th response of a txn reply, of the given kind ("response_range"). */
+struct json_object *etcd_txn_response(struct json_object *reply, size_t i, const char *kind);
+
+struct json_object *etcd_first_kv(struct json_object *range);
+
+/* Whether an exclusive key read with its value is a hold made shared. */
+bool etcd_kv_made_shared(struct json_object *kv);
+
+/* Whether a key of lk's name (read from its range) is a permit's. */
+bool etcd_kv_is_permit(const struct etcd_lock *el, struct json_object *kv);
+
+/* The first key that keeps a reader out among a range read with values
+ * (reader_blocking_range: a writer or a permit; a hold made shared is
+ * neither), or NULL. */
+struct json_object *etcd_first_writer(struct json_object *range);
+
+/* A lease request whose body is one integer field ({"TTL": n}, {"ID": n}). */
+int etcd_lease_call(struct etcd_instance *inst, const char *path, const char *field, int64_t value,
+                      struct json_object **reply);
+
+/* The lease for holds of lease_ms, granted now if there is none. */
+int etcd_lease_for(struct etcd_instance *inst, int64_t lease_ms, int64_t *id);
+
+/* What is left of lease id by the last answer that refreshed it (0 when
+ * it is not ours or nothing is left). */
+int64_t etcd_lease_left_ms(struct etcd_instance *inst, int64_t id);
+
+/* A keepalive sent at stamp `sent` answered with ttl_s. */
+void etcd_lease_refreshed(struct etcd_instance *inst, int64_t id, int64_t sent, int64_t ttl_s);
+
+/* The lease is gone on the server (expired or revoked): forget it, so the
+ * next acquire grants a new one. */
+void etcd_forget_lease(struct etcd_instance *inst, int64_t id);
+
+/* One keepalive for a lease: DLOCK_OK (alive), DLOCK_ELOST (expired or
+ * revoked), or a failure. */
+int etcd_keepalive(struct etcd_instance *inst, int64_t id);
+
+/* A renewal round: for each lease the holds are on, one keepalive and one
+ * look at the lease's keys, whatever the number of holds. */
+int etcd_renew_batch(void *instance, struct dlock_provider_lock *const *locks, size_t n, int *results);
+
+int etcd_renew(void *instance, struct dlock_provider_lock *lk);
+
+/* Deletes key if its create_revision is create_rev (any, when 0): a
+ * release sent twice, or late, never deletes a newer key of the same
+ * owner. DLOCK_OK with *deleted set, or the failure (st says whether the
+ * request may have reached the server). */
+int etcd_delete_key(struct etcd_instance *inst, const char *key, size_t key_len, int64_t create_rev, bool *deleted,
+                      struct etcd_status *st);
+
+/* Deletes our key if its create_revision is still ours. DLOCK_OK,
+ * DLOCK_ENOTOWNER (no key of ours, or no longer the one we made), or the
+ * failure, with el unchanged. */
+int etcd_delete_own_key_reporting(struct etcd_instance *inst, struct etcd_lock *el, struct etcd_status *st);
+
+void etcd_sweep_orphans(struct etcd_instance *inst);
+
+/* A delete that failed (not sent, not answered, or refused) leaves our key
+ * on a lease that our other holds keep alive: remember it, so a sweep
+ * deletes it. */
+void etcd_remember_failed_delete(struct etcd_instance *inst, struct etcd_lock *el, int rc);
+
+int etcd_release(void *instance, struct dlock_provider_lock *lk);
+
+void etcd_abandon(void *instance, struct dlock_provider_lock *lk);
+
+#endif

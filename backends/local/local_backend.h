@@ -1,0 +1,96 @@
+/* backends/local/local_backend.h - what the files of the local backend
+ * share: the instance and the per-lock state, and the lock file's
+ * operations (local_file.c) that the lock operations (local.c) use. */
+#ifndef DLOCK_BACKEND_LOCAL_BACKEND_H
+#define DLOCK_BACKEND_LOCAL_BACKEND_H
+
+#include "local_file.h"
+#include "local_queue.h"
+
+#include <dlock/provider.h>
+#include <limits.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+struct local_instance {
+    char dir[PATH_MAX];
+    int dirfd;
+};
+
+struct local_lock {
+    int fd;                   /* valid when fd_open */
+    bool fd_open;
+    bool held;
+    bool turnstile;           /* an exclusive request holds the turnstile while it waits */
+    int slot;                 /* a semaphore hold: the permit it has */
+    struct lock_file_header *map; /* the header in memory while fd_open, or NULL */
+    bool watching;            /* set up to wait (the line, the watch, the count) */
+    int watch_fd;             /* inotify fd + 1 while contending, 0 if none */
+    struct local_waiter waiter; /* the place in the line while contending */
+    int64_t look_again_at;    /* fair mode: when a stuck waiter ahead stops counting
+                               * (dlock_provider_now_ms), 0 for none */
+    char file[NAME_MAX + 1];  /* the lock file's name in the directory, once it was opened */
+    bool counted;             /* counted in the header's waiting */
+    struct local_lock *prev, *next; /* in open_files while fd_open */
+};
+
+/* Once per process: a child of fork() closes its copies of every lock file. */
+void local_install_fork_handlers(void);
+
+void local_track_open(struct local_lock *ll);
+
+/* Closes ll's lock file and forgets it. */
+void local_close_lock_file(struct local_lock *ll);
+
+bool local_is_long_form(const char *file);
+
+/* The header of an open lock file in memory, or NULL (then pread and
+ * pwrite do). A new, empty file is first given its header's length; a file
+ * with less than a header (damaged) is left as it is. */
+struct lock_file_header *local_map_header(int fd);
+
+int local_open_lock_file(struct local_instance *inst, struct dlock_provider_lock *lk);
+
+/* One non-blocking lock or unlock of len bytes at start (len 0: to the end
+ * of the file, and beyond). Returns 0 and sets *busy (when given) to whether
+ * another open file description holds a conflicting lock, or -1 on error. */
+int local_set_range(int fd, short type, off_t start, off_t len, bool *busy);
+
+/* The kind of lock another open file holds on byte at that a write lock
+ * there would meet: F_RDLCK (a shared hold), F_WRLCK (an exclusive one),
+ * F_UNLCK (none), or -1 with errno set. */
+int local_lock_met_at(int fd, off_t at);
+
+/* An exclusive hold's range (local_file.h). */
+int local_set_lock(int fd, short type, bool *busy);
+
+int local_read_header(int fd, struct lock_file_header *h, const char *dir, const char *name);
+
+int local_write_header(int fd, const struct lock_file_header *h, const char *dir);
+
+/* The first fence of a new file: the wall clock in microseconds, not 1.
+ * The default directory is in /tmp, often a tmpfs that a reboot empties;
+ * every token the old file issued was at most its own start plus one per
+ * grant, below the clock now, so tokens keep growing across the loss (as
+ * long as the clock does not go back), as a resource that kept the highest
+ * one needs. */
+uint64_t local_first_fence(void);
+
+/* The mapped header is ours (or new, and made ours now), else an error. */
+int local_header_is_ours(struct lock_file_header *h, const char *dir, const struct dlock_provider_lock *lk);
+
+/* Raises the mapped fence and returns it: atomically, since shared and
+ * semaphore holders grant at the same time. */
+uint64_t local_raise_fence(struct lock_file_header *h);
+
+/* A grant's bookkeeping in the mapped header, under the kernel lock: the
+ * fence raised, the holder noted. The waiting count is not touched. */
+int local_grant_in_memory(struct lock_file_header *h, const char *dir, const struct dlock_provider_lock *lk);
+
+/* A lock name used as a semaphore, or the other way round: an error. */
+int local_mode_mismatch(struct lock_file_header *h, const struct dlock_provider_lock *lk);
+
+int local_status(struct local_instance *inst, struct dlock_ctl_status *arg);
+
+#endif

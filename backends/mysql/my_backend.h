@@ -1,0 +1,111 @@
+/* backends/mysql/my_backend.h - what the files of the mysql module share:
+ * the instance and the per-lock state, the table of a mode, and the
+ * statement parameters' constructors.
+ *
+ * A mode (mysql.mode: lease in my_lease.c, session in my_session.c) is how
+ * a hold is kept on the server; it is chosen once, at open. mysql.c
+ * dispatches the provider's members to it, and keeps what the two modes
+ * share: the waiting line, the per-lock names, open and close. */
+#ifndef DLOCK_MY_BACKEND_H
+#define DLOCK_MY_BACKEND_H
+
+#include "../common/sql_text.h"
+#include "my_conn.h"
+#include "my_line.h"
+#include "my_sql.h"
+
+#include <dlock/provider.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+_Static_assert(MY_STATEMENT_COUNT <= MY_MAX_STATEMENTS, "raise MY_MAX_STATEMENTS");
+
+struct my_mode;
+
+struct my_instance {
+    struct my_server server;
+    struct my_sql sql;
+    struct my_pool pool;
+    struct my_pool waiters;      /* session mode: connections that wait in the server's line */
+    const struct my_mode *mode;  /* lease or session, chosen at open */
+    pthread_mutex_t holder_mu;   /* session mode: one connection carries the holds */
+    struct my_conn *holder;
+    uint64_t holder_generation;  /* bumped at each new holder connection */
+    char prefix[65];
+    void *log_handle;
+    bool no_batch;               /* the server cannot run MY_RENEW_BATCH (no JSON_TABLE) */
+    bool no_shared_columns;      /* the table has none (create_table off): writers do not register, no downgrade */
+    bool no_waker;               /* lease mode, the table has no waker column (create_table off): waiters back off */
+    bool kill_denied_told;       /* the warning that KILL QUERY is refused was logged */
+};
+
+struct my_lock {
+    struct sql_lock_key k;       /* the row's name; k.tag the session-mode GET_LOCK name */
+    uint64_t generation;         /* session mode: holder connection of the hold */
+    bool writer_registered;      /* an exclusive request kept waiting said so in the row */
+    struct my_line line;         /* the place in the name's line while waiting */
+    bool timer_look;             /* the last wait ran out: a fair request in the line may look */
+    bool writers_turn;           /* a shared request's last look was busy only for a waiting writer */
+};
+/* sql_renew_batch_init reads the key at the start of each lock's state. */
+_Static_assert(offsetof(struct my_lock, k) == 0, "the sql_lock_key comes first");
+
+/* How a mode keeps holds. Every member is one attempt at the server, as
+ * the provider member of the same name (see dlock_provider(3)). */
+struct my_mode {
+    const char *name;            /* as mysql.mode spells it */
+    unsigned capabilities_off;   /* what the module claims and this mode cannot do */
+    /* The head of the line arms the row and sleeps in the server until the
+     * holder's lease would end (lease); else it waits in GET_LOCK for the
+     * holder's connection to let go (session). */
+    bool arms_rows;
+    int (*attempt)(struct my_instance *inst, struct dlock_provider_lock *lk, struct dlock_grant *g);
+    /* A fair exclusive request whose wait ran out, looking out of turn: it
+     * may take only a row free for MY_LATE_MS, which a live head would have
+     * taken long before. NULL: such a request waits for its turn. */
+    int (*attempt_late)(struct my_instance *inst, struct dlock_provider_lock *lk, struct dlock_grant *g);
+    int (*release)(struct my_instance *inst, struct dlock_provider_lock *lk);
+    int (*renew)(struct my_instance *inst, struct dlock_provider_lock *lk);
+    int (*renew_batch)(struct my_instance *inst, struct dlock_provider_lock *const *locks, size_t n, int *results);
+    int (*downgrade)(struct my_instance *inst, struct dlock_provider_lock *lk);
+    int (*fence)(struct my_instance *inst, struct dlock_provider_lock *lk, uint64_t *out);
+    /* out is zeroed (held 0, no pid, no ttl) by the caller. */
+    int (*status)(struct my_instance *inst, const char *name, size_t name_len, dlock_status_info *out);
+    int (*break_hold)(struct my_instance *inst, const char *name, size_t name_len, int *broken, uint64_t *fence);
+    int (*list)(struct my_instance *inst, struct dlock_provider_list *req);
+};
+
+extern const struct my_mode my_lease_mode;
+extern const struct my_mode my_session_mode;
+
+static inline struct my_param my_bytes(const void *p, size_t len)
+{
+    return (struct my_param){ .bytes = p, .len = (unsigned long)len };
+}
+
+static inline struct my_param my_integer(long long v)
+{
+    return (struct my_param){ .value = v };
+}
+
+/* The row's owner for a shared or permit request ("~s", "~p<N>"), into
+ * kind; returns the permits (0 for shared). */
+unsigned my_kind_of(const struct dlock_provider_lock *lk, char *kind, size_t size);
+
+/* A statement took a waiter's connection id out of the row (id; 0: none):
+ * ends its sleep in the server with KILL QUERY. Best effort (my_lease.c). */
+void my_wake_waker(struct my_instance *inst, uint64_t id);
+
+/* True when a batch statement failed because the server lacks JSON_TABLE
+ * (before MariaDB 10.6 / MySQL 8.0.4): renewals go one by one from now on
+ * (inst->no_batch is set, and the change logged). Both modes' batches. */
+bool my_batch_refused(struct my_instance *inst, const struct my_outcome *o);
+
+/* Makes sure the table exists (creating it when create is set) and has
+ * the columns of shared holds and, for a mode that arms rows, the waker
+ * column; sets inst->no_shared_columns and inst->no_waker (my_schema.c). */
+int my_prepare_schema(struct my_instance *inst, bool create);
+
+#endif

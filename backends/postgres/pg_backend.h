@@ -1,0 +1,87 @@
+/* backends/postgres/pg_backend.h - what the files of the postgres module
+ * share: the instance and the per-lock state, and the table of a mode.
+ *
+ * A mode (postgres.mode: lease in pg_lease.c, session in pg_session.c) is
+ * how a hold is kept on the server; it is chosen once, at open, as SQLite's
+ * unix VFS picks one locking method table per file. postgres.c dispatches
+ * the provider's members to it, and keeps what the two modes share: the
+ * waiting (LISTEN and the line), the per-lock names, open and close. */
+#ifndef DLOCK_PG_BACKEND_H
+#define DLOCK_PG_BACKEND_H
+
+#include "../common/sql_text.h"
+#include "pg_conn.h"
+#include "pg_line.h"
+#include "pg_sql.h"
+
+#include <dlock/provider.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct pg_mode;
+
+#include <string.h>
+
+_Static_assert(PG_STATEMENT_COUNT <= PG_MAX_STATEMENTS, "raise PG_MAX_STATEMENTS");
+
+struct pg_instance {
+    struct pg_server server;
+    struct pg_sql sql;
+    struct pg_pool pool;         /* lease-mode statements, status */
+    struct pg_pool listeners;    /* connections that LISTEN while a lock is waited for */
+    const struct pg_mode *mode;  /* lease or session, chosen at open */
+    bool no_shared_columns;      /* the table has none (create_table off): writers do not register, no downgrade */
+    pthread_mutex_t holder_mu;   /* session mode: one connection carries the holds */
+    PGconn *holder;
+    uint64_t holder_generation;  /* bumped at each new holder connection */
+    char prefix[65];
+    void *log_handle;
+};
+
+struct pg_lock {
+    struct sql_lock_key k;       /* the row's name; k.tag is the NOTIFY channel */
+    char advisory[24];           /* the session-mode key (k.digest), as decimal text */
+    PGconn *listener;            /* a shared request's, while LISTENing on channel */
+    struct pg_line line;         /* an exclusive or permit request's place in the line */
+    bool timer_look;             /* the last wait ran out: a fair request in the line may look */
+    bool last_busy;              /* the last attempt found the lock held */
+    bool writer_registered;      /* an exclusive request kept waiting said so in the row */
+    uint64_t generation;         /* session mode: holder connection the hold was taken on */
+};
+/* sql_renew_batch_init reads the key at the start of each lock's state. */
+_Static_assert(offsetof(struct pg_lock, k) == 0, "the sql_lock_key comes first");
+
+/* How a mode keeps holds. Every member is one attempt at the server, as
+ * the provider member of the same name (see dlock_provider(3)). */
+struct pg_mode {
+    const char *name;            /* as postgres.mode spells it */
+    unsigned capabilities_off;   /* what the module claims and this mode cannot do */
+    int (*attempt)(struct pg_instance *inst, struct dlock_provider_lock *lk, struct dlock_grant *g);
+    /* A fair exclusive request whose wait ran out, looking out of turn: it
+     * may take only a hold free for a while (PG_LATE_MS), so that at a
+     * holder's expiry the live head of the line looks first. NULL: such a
+     * request waits for its turn. */
+    int (*attempt_late)(struct pg_instance *inst, struct dlock_provider_lock *lk, struct dlock_grant *g);
+    int (*release)(struct pg_instance *inst, struct dlock_provider_lock *lk);
+    int (*renew)(struct pg_instance *inst, struct dlock_provider_lock *lk);
+    int (*renew_batch)(struct pg_instance *inst, struct dlock_provider_lock *const *locks, size_t n, int *results);
+    int (*downgrade)(struct pg_instance *inst, struct dlock_provider_lock *lk);
+    int (*fence)(struct pg_instance *inst, struct dlock_provider_lock *lk, uint64_t *out);
+    /* out is zeroed (held 0, no pid, no ttl) by the caller. */
+    int (*status)(struct pg_instance *inst, const char *name, size_t name_len, dlock_status_info *out);
+    int (*break_hold)(struct pg_instance *inst, const char *name, size_t name_len, int *broken, uint64_t *fence);
+    int (*list)(struct pg_instance *inst, struct dlock_provider_list *req);
+};
+
+extern const struct pg_mode pg_lease_mode;
+extern const struct pg_mode pg_session_mode;
+
+/* Makes sure the table and its fence sequence exist, creating them (and
+ * the columns of shared holds, in a table made before them) when create
+ * is set; sets inst->no_shared_columns. Both modes need them: session mode
+ * draws fences from the sequence (pg_schema.c). */
+int pg_prepare_schema(struct pg_instance *inst, bool create);
+
+#endif

@@ -1,0 +1,106 @@
+/* backends/redis/redis_backend.h - what the files of the redis module
+ * share: the instance and the per-lock state, and the table of a route.
+ *
+ * A route is where a lock's commands go: one server (or the master the
+ * sentinels name), or the cluster node that serves the lock's slot. It is
+ * chosen once, at open, and redis.c sends every command through it, so the
+ * lock operations do not branch on the deployment (redis_route.c has
+ * both). */
+#ifndef DLOCK_REDIS_BACKEND_H
+#define DLOCK_REDIS_BACKEND_H
+
+#include "redis_cluster.h"
+#include "redis_conn.h"
+#include "redis_keys.h"
+#include "redis_scripts.h"
+#include "redis_subscriber.h"
+
+#include <dlock/provider.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct redis_route;
+
+struct redis_instance {
+    struct redis_pool pool;     /* one server (or the sentinels' master); unused in a cluster */
+    const struct redis_route *route; /* one server or a cluster, chosen at open */
+    struct redis_cluster *cluster;  /* NULL unless redis.cluster is set */
+    const char *publish;        /* "publish", or "spublish" in a cluster with sharded Pub/Sub */
+    struct redis_scripts scripts;
+    struct redis_subscriber *subscriber;  /* one server only; a cluster has one per node */
+    char prefix[65];
+    int64_t waiter_timeout_ms;  /* a waiter that stops retrying leaves the queue after this */
+    int64_t wait_replicas;      /* after a grant, WAIT for this many replicas (0: do not) */
+    int64_t wait_timeout_ms;
+    void *log_handle;
+};
+
+struct redis_lock {
+    struct redis_lock_keys k;   /* k.key NULL until first use */
+    char *sub_channel;          /* the channel subscribed, while notify_fd */
+    struct redis_subscriber *sub;   /* where it is subscribed */
+    size_t sub_channel_len;
+    int notify_fd;              /* eventfd + 1 while subscribed, else 0 */
+    bool registered;            /* the owner is in the waiter queue */
+};
+
+struct redis_route {
+    const char *name;   /* "single" or "cluster", for messages */
+    /* The deployment, for messages. */
+    const char *(*label)(const struct redis_instance *inst);
+    /* A script whose first key (args[0]) is a key of one lock. With
+     * retry_hint_ms, a cluster between two states answers at once with a
+     * pause for the core to wait (see redis_cluster_script_run). */
+    redisReply *(*script)(struct redis_instance *inst, enum redis_script which, int nkeys, int nargs,
+                          const char **args, const size_t *lens, int *rc, int64_t *retry_hint_ms);
+    /* n commands on keys of one lock (key is one of them), in one pipeline. */
+    int (*pipeline)(struct redis_instance *inst, const char *key, size_t key_len, size_t n, int *argcs,
+                    const char ***argvs, const size_t **lenses, redisReply **replies);
+    /* Loads the scripts where the lock of key lives. */
+    int (*preload)(struct redis_instance *inst, const char *key, size_t key_len);
+    /* Subscribes fd to channel where its lock's releases are published;
+     * *sub gets the subscriber, for redis_subscriber_remove(). */
+    int (*subscribe)(struct redis_instance *inst, const char *channel, size_t len, int fd,
+                     struct redis_subscriber **sub);
+    /* The lock's slot moved since it subscribed: subscribe again. */
+    bool (*moved)(struct redis_instance *inst, const struct redis_lock *rl);
+    /* The last command was sent twice, its connection dead with the first
+     * in flight (a release that finds nothing was then the first one's). */
+    bool (*resent)(void);
+    /* Renews n holds of one kind (shared: shared holds and permits) into
+     * results, as dlock_provider.renew_batch. */
+    int (*renew)(struct redis_instance *inst, bool shared, struct dlock_provider_lock *const *locks, size_t n,
+                 int *results);
+    int (*list)(struct redis_instance *inst, struct dlock_provider_list *req);
+};
+
+extern const struct redis_route redis_single_route;
+extern const struct redis_route redis_cluster_route;
+
+/* True when r is an array of at least n integers. */
+bool redis_is_int_array(const redisReply *r, size_t n);
+
+/* DLOCK_EPROTOCOL: what's script answered something unexpected. */
+int redis_unexpected(struct redis_instance *inst, const char *what);
+
+bool redis_valid_prefix(const char *p);
+
+/* A command that blocks longer than a third of the lease leaves a renewal
+ * no second try before the hold runs out: cap it there. (The core declares
+ * the loss at the validity end whatever a call in flight is doing; the cap
+ * is what gives renewals their chance.) */
+void redis_cap_command_timeout(struct redis_server *srv, const struct dlock_provider_env *env);
+
+/* Redis evicts keys with a TTL first under the volatile-* policies, and any
+ * key under allkeys-*: a held lock's hash can vanish and be granted to
+ * another client while its holder has most of its lease left. Refused
+ * unless the operator accepts it (redis.allow_eviction). */
+int redis_check_eviction(struct redis_pool *pool, const struct dlock_provider_env *env);
+
+/* The scripts read TIME before they write, which Redis allows from 5.0 on
+ * (scripts are replicated by their effects). An older server is refused at
+ * open with that reason rather than failing every grant. */
+int redis_check_version(struct redis_pool *pool);
+
+#endif

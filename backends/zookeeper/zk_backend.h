@@ -1,0 +1,112 @@
+/* backends/zookeeper/zk_backend.h - what the files of the zookeeper module
+ * share: the instance and the per-lock state, and the functions each file
+ * offers the others. zookeeper.c is the provider's table, acquire, wait,
+ * downgrade and open; zk_nodes.c our nodes in the tree and the orphans;
+ * zk_renew.c the pipelined renewal. */
+#ifndef DLOCK_ZK_BACKEND_H
+#define DLOCK_ZK_BACKEND_H
+
+#include "zk_session.h"
+
+#include <dlock/provider.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <zookeeper/zookeeper.h>
+
+#define ZK_PATH_MAX 2048
+
+/* A node of ours that may exist without our knowing its name: every child
+ * of parent that starts with prefix, other than one we hold, is deleted at
+ * the next chance. */
+struct zk_orphan {
+    struct zk_orphan *next;
+    char *parent;
+    char prefix[128];
+};
+
+struct zk_instance {
+    struct zk_session session;
+    char root[256];
+    bool root_ready;                 /* the root's path exists */
+    struct ACL_vector *acl;          /* for the nodes we create */
+    struct ACL_vector creator_acl;
+    struct ACL creator_entry;
+    pthread_mutex_t orphan_mu;
+    struct zk_orphan *orphans;
+    void *log_handle;
+};
+
+struct zk_lock {
+    char *parent;                    /* <root>/<escaped name> */
+    char *node;                      /* our node while queued or holding */
+    uint64_t generation;             /* the session that created node */
+    int64_t czxid;                   /* node's creation zxid: the fence */
+    char prefix[128];                /* "<owner tag>_<attempt>-lock-" of node */
+    char *predecessor;               /* while busy: the node to wait for */
+    bool wait_children;              /* while busy (a permit): wait for any change of the parent's children */
+    int notify_fd;                   /* eventfd + 1 once created */
+};
+
+void zk_forget_node(struct zk_lock *zl);
+
+void zk_add_orphan(struct zk_instance *inst, const char *parent, const char *prefix);
+
+/* Deletes remembered orphans; keeps those it could not reach. */
+void zk_sweep_orphans(struct zk_instance *inst, zhandle_t *zh);
+
+/* Creates every level of the root that is missing (persistent nodes). */
+int zk_ensure_root(struct zk_instance *inst, zhandle_t *zh);
+
+/* The lock's parent, a container node: the server removes it once its last
+ * child is gone, so the names of past locks do not pile up. */
+int zk_ensure_parent(struct zk_instance *inst, zhandle_t *zh, const char *parent);
+
+/* Finds our node among the parent's children after a create whose answer
+ * was lost. DLOCK_OK with zl->node set, DLOCK_OK with it NULL (not there),
+ * or a failure. */
+int zk_find_own_node(struct zk_instance *inst, zhandle_t *zh, struct zk_lock *zl);
+
+/* True when zl's node was made for lk's current owner (the same client and
+ * thread), whatever the attempt. */
+bool zk_node_of_owner(const struct zk_lock *zl, const struct dlock_provider_lock *lk);
+
+/* Queues the owner: creates its ephemeral sequential node. The node's name
+ * carries the owner and a random tag of this attempt, as Curator's
+ * protected mode does: a create whose reply was lost is found, or swept
+ * later, by that exact tag, so a sweep can never take a node of a later
+ * attempt by the same thread (one it may hold by then). */
+int zk_create_own_node(struct zk_instance *inst, zhandle_t *zh, struct dlock_provider_lock *lk);
+
+/* Leaves the queue (or gives up the hold): deletes our node, or remembers
+ * it when the server cannot be told now. */
+int zk_delete_own_node(struct zk_instance *inst, zhandle_t *zh, struct zk_lock *zl);
+
+/* Puts the node new_path (a child of the same parent with our node's
+ * sequence number, so the same place in line) in the place of ours, in one
+ * multi: ours is deleted and new_path created as an ephemeral of this
+ * session holding data. There is no moment when neither node is there,
+ * and the waiters behind keep their places. Returns the multi's ZooKeeper
+ * result; *own_gone says it failed because our node was no longer there. */
+int zk_replace_own_node(zhandle_t *zh, const struct zk_lock *zl, const char *data, const struct ACL_vector *acl,
+                            const char *new_path, bool *own_gone);
+
+/* Whether the node at path is one of this session: DLOCK_OK,
+ * DLOCK_ELOST (gone, or another session's), or a failure. */
+int zk_node_is_ours(struct zk_instance *inst, zhandle_t *zh, const char *path);
+
+/* Forgets a remembered orphan: the node it stands for turned out to be a
+ * hold after all. */
+void zk_drop_orphan(struct zk_instance *inst, const char *parent, const char *prefix);
+
+/* A renewal proves that each hold's node still exists and is still this
+ * session's (the session keeps it alive). All the requests are sent before
+ * the first reply is awaited: one round trip for the batch, not one per
+ * hold. The client calls every completion, also on connection loss or
+ * session end (with an error), so waiting for all of them is bounded. */
+int zk_renew_batch(void *instance, struct dlock_provider_lock *const *locks, size_t n, int *results);
+
+int zk_renew(void *instance, struct dlock_provider_lock *lk);
+
+#endif
