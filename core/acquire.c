@@ -23,9 +23,6 @@ static int64_t effective_lease(const dlock_client *c, const dlock_lock *h)
     return h->options.lease_ms > 0 ? h->options.lease_ms : c->config.lease_ms;
 }
 
-
-
-
 /* How long to pause after a busy answer. */
 static int64_t pause_after_busy(const dlock_client *c, unsigned attempt, int64_t hint_ms)
 {

@@ -1,8 +1,9 @@
 /*
  * core/entry.h - the per-name state every handle of one name in one client
- * shares, seen by the modules that work on holds: lock.c (handles, acquire,
- * release, loss), watchdog.c (renewals and give-backs) and expiry.c (loss at
- * the validity end). Not part of any public or provider header.
+ * shares, seen by the modules that work on holds: handles.c (handles, the name
+ * table), acquire.c (one acquire), hold.c (grant, release, loss),
+ * watchdog.c (renewals and give-backs) and expiry.c (loss at the validity
+ * end). Not part of any public or provider header.
  */
 #ifndef DLOCK_CORE_ENTRY_H
 #define DLOCK_CORE_ENTRY_H
@@ -162,7 +163,7 @@ int dlock__expiry_arm(dlock_client *client, struct dlock__entry *entry, int64_t 
 /* Disarms it, after waiting until the expiry thread is not working on entry
  * (unless called from that thread, as an on_lost callback that releases). */
 void dlock__expiry_disarm(dlock_client *client, struct dlock__entry *entry);
-/* Called by the expiry thread when entry's validity end has come (lock.c). */
+/* Called by the expiry thread when entry's validity end has come (hold.c). */
 void dlock__entry_on_expiry(dlock_client *client, struct dlock__entry *entry);
 
 #endif

@@ -71,7 +71,7 @@ void dlock__drain(int fd)
         ;
 }
 
-/* ---- helpers ---------------------------------------------------------------- */
+/* ---- the fork guard --------------------------------------------------------- */
 
 static uint64_t fork_generation;
 static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
@@ -391,8 +391,6 @@ const char *dlock_lock_name(const dlock_lock *lock, size_t *len)
         *len = lock->entry->name_len;
     return lock->entry->name;
 }
-
-int dlock__hold_release(dlock_client *c, struct dlock__entry *e);
 
 void dlock_lock_free(dlock_lock *lock)
 {

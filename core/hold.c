@@ -352,8 +352,8 @@ int dlock_renew(dlock_lock *h)
         return rc;
     pthread_mutex_unlock(&e->mu);
 
-    /* Out of the watchdog's hands while we renew; apply_renewal schedules
-     * it again (or it was lost). */
+    /* Out of the watchdog's hands while we renew; dlock__hold_renewed
+     * schedules it again (or it was lost). */
     dlock__watchdog_cancel(c, e);
     struct dlock__stamp t_send = dlock__stamp_now();
     rc = dlock__p_renew(c, e);

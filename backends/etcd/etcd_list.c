@@ -37,6 +37,7 @@
 #include "config.h"
 
 #include "etcd_list.h"
+#include "../common/cursor.h"
 #include "etcd_keys.h"
 #include "../common/lock_kind.h"
 #include "../common/name_escape.h"
@@ -79,36 +80,6 @@ struct page {
 };
 
 /* ---- cursor and range bounds ------------------------------------------------------------ */
-
-static int lower_hex(char c)
-{
-    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-}
-
-static bool parse_cursor(const char *text, char *key, size_t *len)
-{
-    size_t n = strlen(text);
-    if (n == 0 || n % 2 || n / 2 > KEY_MAX)
-        return false;
-    for (size_t i = 0; i < n; i += 2) {
-        int hi = lower_hex(text[i]), lo = lower_hex(text[i + 1]);
-        if (hi < 0 || lo < 0)
-            return false;
-        key[i / 2] = (char)(hi * 16 + lo);
-    }
-    *len = n / 2;
-    return true;
-}
-
-static char *format_cursor(const char *key, size_t len)
-{
-    char *out = malloc(2 * len + 1);
-    for (size_t i = 0; out && i < len; i++)
-        sprintf(out + 2 * i, "%02x", (unsigned char)key[i]);
-    if (out)
-        out[2 * len] = 0;
-    return out;
-}
 
 /* The end of the range of keys starting with key[0..len): the shortest key
  * after all of them, or "\0" (to the end of the keyspace) when there is
@@ -398,7 +369,7 @@ int etcd_list_page(struct etcd_http *http, const char *prefix, struct dlock_prov
     if (req->cursor) {
         char key[KEY_MAX];
         size_t len;
-        if (!parse_cursor(req->cursor, key, &len) || pg.prefix_len + len > sizeof from)
+        if (!cursor_decode(req->cursor, key, KEY_MAX, &len) || pg.prefix_len + len > sizeof from)
             return dlock_seterr(DLOCK_EINVAL, "etcd: '%s' is not a cursor of the etcd backend's listing",
                                 req->cursor);
         /* A cursor before the listed names (from another listing) starts
@@ -430,7 +401,7 @@ int etcd_list_page(struct etcd_http *http, const char *prefix, struct dlock_prov
             pg.last_key_len = (size_t)(slash - pg.last_key) + 1;
             pg.last_key[pg.last_key_len - 1] = '/' + 1;
         }
-        if (!(req->next_cursor = format_cursor(pg.last_key, pg.last_key_len)))
+        if (!(req->next_cursor = cursor_encode(pg.last_key, pg.last_key_len)))
             rc = dlock_seterr(DLOCK_ENOMEM, "etcd: out of memory listing locks");
     }
     if (pg.txn_reply)

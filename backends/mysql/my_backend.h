@@ -1,5 +1,5 @@
 /* backends/mysql/my_backend.h - what the files of the mysql module share:
- * the instance and the per-lock state, the table of a mode, and the
+ * the instance and the per-lock state, its two modes, and the
  * statement parameters' constructors.
  *
  * A mode (mysql.mode: lease in my_lease.c, session in my_session.c) is how
@@ -9,6 +9,7 @@
 #ifndef DLOCK_MY_BACKEND_H
 #define DLOCK_MY_BACKEND_H
 
+#include "../common/sql_mode.h"
 #include "../common/sql_text.h"
 #include "my_conn.h"
 #include "my_line.h"
@@ -22,14 +23,12 @@
 
 _Static_assert(MY_STATEMENT_COUNT <= MY_MAX_STATEMENTS, "raise MY_MAX_STATEMENTS");
 
-struct my_mode;
-
 struct my_instance {
+    struct sql_instance_head head; /* first: the mode, chosen at open, and the label */
     struct my_server server;
     struct my_sql sql;
     struct my_pool pool;
     struct my_pool waiters;      /* session mode: connections that wait in the server's line */
-    const struct my_mode *mode;  /* lease or session, chosen at open */
     pthread_mutex_t holder_mu;   /* session mode: one connection carries the holds */
     struct my_conn *holder;
     uint64_t holder_generation;  /* bumped at each new holder connection */
@@ -52,33 +51,11 @@ struct my_lock {
 /* sql_renew_batch_init reads the key at the start of each lock's state. */
 _Static_assert(offsetof(struct my_lock, k) == 0, "the sql_lock_key comes first");
 
-/* How a mode keeps holds. Every member is one attempt at the server, as
- * the provider member of the same name (see dlock_provider(3)). */
-struct my_mode {
-    const char *name;            /* as mysql.mode spells it */
-    unsigned capabilities_off;   /* what the module claims and this mode cannot do */
-    /* The head of the line arms the row and sleeps in the server until the
-     * holder's lease would end (lease); else it waits in GET_LOCK for the
-     * holder's connection to let go (session). */
-    bool arms_rows;
-    int (*attempt)(struct my_instance *inst, struct dlock_provider_lock *lk, struct dlock_grant *g);
-    /* A fair exclusive request whose wait ran out, looking out of turn: it
-     * may take only a row free for MY_LATE_MS, which a live head would have
-     * taken long before. NULL: such a request waits for its turn. */
-    int (*attempt_late)(struct my_instance *inst, struct dlock_provider_lock *lk, struct dlock_grant *g);
-    int (*release)(struct my_instance *inst, struct dlock_provider_lock *lk);
-    int (*renew)(struct my_instance *inst, struct dlock_provider_lock *lk);
-    int (*renew_batch)(struct my_instance *inst, struct dlock_provider_lock *const *locks, size_t n, int *results);
-    int (*downgrade)(struct my_instance *inst, struct dlock_provider_lock *lk);
-    int (*fence)(struct my_instance *inst, struct dlock_provider_lock *lk, uint64_t *out);
-    /* out is zeroed (held 0, no pid, no ttl) by the caller. */
-    int (*status)(struct my_instance *inst, const char *name, size_t name_len, dlock_status_info *out);
-    int (*break_hold)(struct my_instance *inst, const char *name, size_t name_len, int *broken, uint64_t *fence);
-    int (*list)(struct my_instance *inst, struct dlock_provider_list *req);
-};
-
-extern const struct my_mode my_lease_mode;
-extern const struct my_mode my_session_mode;
+/* The two modes (see sql_mode.h). In lease mode the head of the line arms
+ * the row and sleeps in the server until the holder's lease would end; in
+ * session mode it waits in GET_LOCK for the holder's connection to let go. */
+extern const struct sql_mode my_lease_mode;
+extern const struct sql_mode my_session_mode;
 
 static inline struct my_param my_bytes(const void *p, size_t len)
 {

@@ -145,13 +145,15 @@ static int shared_attempt(struct my_instance *inst, struct dlock_provider_lock *
     return DLOCK_OK;
 }
 
-static int lease_attempt(struct my_instance *inst, struct dlock_provider_lock *lk, struct dlock_grant *g)
+static int lease_attempt(void *instance, struct dlock_provider_lock *lk, struct dlock_grant *g)
 {
+    struct my_instance *inst = instance;
     return kind_is_shared(lk) ? shared_attempt(inst, lk, g) : exclusive_attempt(inst, lk, g, MY_ACQUIRE);
 }
 
-static int lease_attempt_late(struct my_instance *inst, struct dlock_provider_lock *lk, struct dlock_grant *g)
+static int lease_attempt_late(void *instance, struct dlock_provider_lock *lk, struct dlock_grant *g)
 {
+    struct my_instance *inst = instance;
     int rc = exclusive_attempt(inst, lk, g, MY_ACQUIRE_LATE);
     if (rc == DLOCK_EBUSY)
         g->retry_hint_ms = -1; /* held, or free not for long yet: a while in line again, not the holder's lease */
@@ -172,8 +174,9 @@ static int shared_renew(struct my_instance *inst, struct dlock_provider_lock *lk
     return rc;
 }
 
-static int lease_renew(struct my_instance *inst, struct dlock_provider_lock *lk)
+static int lease_renew(void *instance, struct dlock_provider_lock *lk)
 {
+    struct my_instance *inst = instance;
     if (kind_is_shared(lk))
         return shared_renew(inst, lk);
     struct my_lock *ml = lk->priv;
@@ -248,14 +251,16 @@ static int renew_one_kind(void *ctx, bool shared, struct dlock_provider_lock *co
     return DLOCK_OK;
 }
 
-static int lease_renew_batch(struct my_instance *inst, struct dlock_provider_lock *const *locks, size_t n,
+static int lease_renew_batch(void *instance, struct dlock_provider_lock *const *locks, size_t n,
                              int *results)
 {
+    struct my_instance *inst = instance;
     return renew_by_kind(inst, renew_one_kind, locks, n, results);
 }
 
-static int lease_release(struct my_instance *inst, struct dlock_provider_lock *lk)
+static int lease_release(void *instance, struct dlock_provider_lock *lk)
 {
+    struct my_instance *inst = instance;
     struct my_lock *ml = lk->priv;
     struct my_param p[3] = { my_bytes(ml->k.key, ml->k.key_len), my_bytes(lk->owner, strlen(lk->owner)) };
     struct my_outcome o;
@@ -278,8 +283,9 @@ static int lease_release(struct my_instance *inst, struct dlock_provider_lock *l
 
 /* Our exclusive row made shared in one statement (MY_DOWNGRADE), which
  * also takes out the waker, as a release does. */
-static int lease_downgrade(struct my_instance *inst, struct dlock_provider_lock *lk)
+static int lease_downgrade(void *instance, struct dlock_provider_lock *lk)
 {
+    struct my_instance *inst = instance;
     struct my_lock *ml = lk->priv;
     struct my_param who = my_bytes(lk->owner, strlen(lk->owner));
     struct my_param p[5] = { who, who, my_bytes(ml->k.key, ml->k.key_len), who, who };
@@ -311,8 +317,9 @@ static int shared_status(struct my_instance *inst, const struct sql_lock_key *k,
 }
 
 /* The row's holder, fence and remaining lease. */
-static int lease_status(struct my_instance *inst, const char *name, size_t name_len, dlock_status_info *out)
+static int lease_status(void *instance, const char *name, size_t name_len, dlock_status_info *out)
 {
+    struct my_instance *inst = instance;
     struct sql_lock_key k;
     int rc = sql_lock_key_init(&k, inst->prefix, name, name_len);
     if (rc != DLOCK_OK)
@@ -368,8 +375,9 @@ static int break_row(struct my_instance *inst, const struct sql_lock_key *k, int
     return rc;
 }
 
-static int lease_break(struct my_instance *inst, const char *name, size_t name_len, int *broken, uint64_t *fence)
+static int lease_break(void *instance, const char *name, size_t name_len, int *broken, uint64_t *fence)
 {
+    struct my_instance *inst = instance;
     struct sql_lock_key k;
     int rc = sql_lock_key_init(&k, inst->prefix, name, name_len);
     if (rc != DLOCK_OK)
@@ -382,15 +390,16 @@ static int lease_break(struct my_instance *inst, const char *name, size_t name_l
     return rc;
 }
 
-static int lease_list(struct my_instance *inst, struct dlock_provider_list *req)
+static int lease_list(void *instance, struct dlock_provider_list *req)
 {
+    struct my_instance *inst = instance;
     return my_list_page(&inst->pool, &inst->server, inst->sql.table, inst->prefix, req);
 }
 
-const struct my_mode my_lease_mode = {
+const struct sql_mode my_lease_mode = {
     .name = "lease",
     .capabilities_off = 0,
-    .arms_rows = true,
+    .lease_rows = true,
     .attempt = lease_attempt,
     .attempt_late = lease_attempt_late,
     .release = lease_release,

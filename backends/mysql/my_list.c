@@ -9,6 +9,7 @@
 #include "config.h"
 
 #include "my_list.h"
+#include "../common/cursor.h"
 
 #include "../common/sql_text.h"
 
@@ -20,23 +21,6 @@
 
 #define MY_LIST_HOLDERS_MAX 256
 #define NOW_MS "CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED)"
-
-static int hex_digit(char c)
-{
-    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-}
-
-/* True when text is lowercase hex of 1..max bytes. */
-static bool valid_cursor(const char *text, size_t max)
-{
-    size_t n = strlen(text);
-    if (n == 0 || n % 2 || n / 2 > max)
-        return false;
-    for (size_t i = 0; i < n; i++)
-        if (hex_digit(text[i]) < 0)
-            return false;
-    return true;
-}
 
 /* The page's SELECT (malloc'd), or NULL when out of memory. */
 static char *page_query(const char *table, const char *key_prefix, size_t key_prefix_len, const char *after_hex,
@@ -150,7 +134,8 @@ int my_list_page(struct my_pool *pool, const struct my_server *srv, const char *
                  struct dlock_provider_list *req)
 {
     size_t plen = strlen(prefix);
-    if (req->cursor && !valid_cursor(req->cursor, plen + DLOCK_NAME_MAX))
+    size_t cursor_len;
+    if (req->cursor && !cursor_decode(req->cursor, NULL, plen + DLOCK_NAME_MAX, &cursor_len))
         return dlock_seterr(DLOCK_EINVAL, "mysql: '%s' is not a cursor of this backend's listing", req->cursor);
     char *key_prefix = malloc(plen + req->prefix_len + 1);
     struct page *pg = calloc(1, sizeof *pg);

@@ -48,8 +48,9 @@ static bool session_still_ours(struct my_instance *inst, const struct my_lock *m
     return ours;
 }
 
-static int session_attempt(struct my_instance *inst, struct dlock_provider_lock *lk, struct dlock_grant *g)
+static int session_attempt(void *instance, struct dlock_provider_lock *lk, struct dlock_grant *g)
 {
+    struct my_instance *inst = instance;
     struct my_lock *ml = lk->priv;
     struct my_param p[1] = { my_bytes(ml->k.tag, strlen(ml->k.tag)) };
     struct my_outcome o;
@@ -68,8 +69,9 @@ static int session_attempt(struct my_instance *inst, struct dlock_provider_lock 
     return DLOCK_OK;
 }
 
-static int session_fence(struct my_instance *inst, struct dlock_provider_lock *lk, uint64_t *out)
+static int session_fence(void *instance, struct dlock_provider_lock *lk, uint64_t *out)
 {
+    struct my_instance *inst = instance;
     struct my_lock *ml = lk->priv;
     if (!session_still_ours(inst, ml))
         return dlock_seterr(DLOCK_ELOST, "%s: the connection that held lock '%s' ended", inst->server.label,
@@ -87,8 +89,9 @@ static int session_fence(struct my_instance *inst, struct dlock_provider_lock *l
     return DLOCK_OK;
 }
 
-static int session_renew(struct my_instance *inst, struct dlock_provider_lock *lk)
+static int session_renew(void *instance, struct dlock_provider_lock *lk)
 {
+    struct my_instance *inst = instance;
     struct my_lock *ml = lk->priv;
     if (!session_still_ours(inst, ml))
         return dlock_seterr(DLOCK_ELOST, "%s: the connection that held lock '%s' ended", inst->server.label,
@@ -107,9 +110,10 @@ static int session_renew(struct my_instance *inst, struct dlock_provider_lock *l
 /* The holds on the holder connection checked by one query that counts the
  * named locks this connection holds; when that is all of them every hold is
  * renewed, otherwise each is checked on its own to learn which were lost. */
-static int session_renew_batch(struct my_instance *inst, struct dlock_provider_lock *const *locks, size_t n,
+static int session_renew_batch(void *instance, struct dlock_provider_lock *const *locks, size_t n,
                                int *results)
 {
+    struct my_instance *inst = instance;
     const char **tags = malloc(n * sizeof *tags);
     size_t *which = malloc(n * sizeof *which), m = 0;
     char *json = NULL;
@@ -155,8 +159,9 @@ static int session_renew_batch(struct my_instance *inst, struct dlock_provider_l
     return rc;
 }
 
-static int session_release(struct my_instance *inst, struct dlock_provider_lock *lk)
+static int session_release(void *instance, struct dlock_provider_lock *lk)
 {
+    struct my_instance *inst = instance;
     struct my_lock *ml = lk->priv;
     if (!session_still_ours(inst, ml))
         return DLOCK_ENOTOWNER;
@@ -172,8 +177,9 @@ static int session_release(struct my_instance *inst, struct dlock_provider_lock 
 }
 
 /* Which server connection holds the named lock, if one does. */
-static int session_status(struct my_instance *inst, const char *name, size_t name_len, dlock_status_info *out)
+static int session_status(void *instance, const char *name, size_t name_len, dlock_status_info *out)
 {
+    struct my_instance *inst = instance;
     struct sql_lock_key k;
     int rc = sql_lock_key_init(&k, inst->prefix, name, name_len);
     if (rc != DLOCK_OK)
@@ -189,26 +195,12 @@ static int session_status(struct my_instance *inst, const char *name, size_t nam
     return rc;
 }
 
-static int session_break(struct my_instance *inst, const char *name, size_t name_len, int *broken, uint64_t *fence)
-{
-    (void)name; (void)name_len; (void)broken; (void)fence;
-    return dlock_seterr(DLOCK_ENOTSUP, "%s: session mode cannot break a hold: it is the holder's own "
-                        "connection's (end that connection with KILL instead)", inst->server.label);
-}
-
-static int session_list(struct my_instance *inst, struct dlock_provider_list *req)
-{
-    (void)req;
-    return dlock_seterr(DLOCK_ENOTSUP, "%s: session mode cannot list its locks: a named lock carries a digest "
-                        "of the name, not the name (lease mode can)", inst->server.label);
-}
-
 /* GET_LOCK has no shared kind, and one connection carries every hold of a
  * client; with no shared holds there is nothing to downgrade to. */
-const struct my_mode my_session_mode = {
+const struct sql_mode my_session_mode = {
     .name = "session",
     .capabilities_off = DLOCK_CAP_SHARED | DLOCK_CAP_SEMAPHORE | DLOCK_CAP_DOWNGRADE,
-    .arms_rows = false,
+    .lease_rows = false,
     .attempt = session_attempt,
     .attempt_late = NULL,
     .release = session_release,
@@ -217,6 +209,8 @@ const struct my_mode my_session_mode = {
     .downgrade = NULL,
     .fence = session_fence,
     .status = session_status,
-    .break_hold = session_break,
-    .list = session_list,
+    .break_hold = NULL,
+    .list = NULL,
+    .why_no_break = "it is the holder's own connection's (end that connection with KILL instead)",
+    .why_no_list = "a named lock carries a digest of the name, not the name (lease mode can)",
 };

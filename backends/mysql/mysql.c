@@ -66,7 +66,7 @@ static int ensure_key(struct my_instance *inst, struct dlock_provider_lock *lk)
 static void leave_line(struct my_instance *inst, struct dlock_provider_lock *lk)
 {
     struct my_lock *ml = lk->priv;
-    if (ml->line.armed && inst->mode->arms_rows) {
+    if (ml->line.armed && inst->head.mode->lease_rows) {
         struct my_param p[2] = { my_bytes(ml->k.key, ml->k.key_len), my_integer((long long)ml->line.thread_id) };
         struct my_outcome o;
         my_pool_run(&inst->pool, MY_DISARM, p, 2, -1, &o);
@@ -106,13 +106,13 @@ static int my_acquire(void *instance, struct dlock_provider_lock *lk, struct dlo
          * so a lease-mode exclusive request whose wait ran out looks out
          * of turn, but may take only a row free for MY_LATE_MS, which a
          * live head would have taken long before. */
-        if (!timer_look || !inst->mode->attempt_late || kind_is_shared(lk)) {
+        if (!timer_look || !inst->head.mode->attempt_late || kind_is_shared(lk)) {
             g->retry_hint_ms = -1;
             return DLOCK_EBUSY;
         }
         late = true;
     }
-    rc = late ? inst->mode->attempt_late(inst, lk, g) : inst->mode->attempt(inst, lk, g);
+    rc = late ? inst->head.mode->attempt_late(inst, lk, g) : inst->head.mode->attempt(inst, lk, g);
     /* Granted: the gate goes to the next waiter; failed: no abandon follows. */
     if (rc != DLOCK_EBUSY)
         leave_line(inst, lk);
@@ -195,7 +195,7 @@ static int my_wait(void *instance, struct dlock_provider_lock *lk, int64_t timeo
     struct lease_watch lw = { inst, lk };
     const struct my_line_watch watch = { lease_arm, lease_sleep_sql, &lw };
     if (ml->line.state != MY_LINE_OUT) {
-        int rc = my_line_wait(&inst->waiters, &ml->line, inst->mode->arms_rows ? &watch : NULL, timeout_ms, wake_fd,
+        int rc = my_line_wait(&inst->waiters, &ml->line, inst->head.mode->lease_rows ? &watch : NULL, timeout_ms, wake_fd,
                               inst->log_handle);
         ml->timer_look = rc == DLOCK_ETIMEDOUT;
         if (rc != DLOCK_OK || ml->line.state != MY_LINE_OUT)
@@ -209,13 +209,7 @@ static int my_wait(void *instance, struct dlock_provider_lock *lk, int64_t timeo
 static int my_release(void *instance, struct dlock_provider_lock *lk)
 {
     struct my_instance *inst = instance;
-    return inst->mode->release(inst, lk);
-}
-
-static int my_renew(void *instance, struct dlock_provider_lock *lk)
-{
-    struct my_instance *inst = instance;
-    return inst->mode->renew(inst, lk);
+    return inst->head.mode->release(inst, lk);
 }
 
 static int my_renew_batch(void *instance, struct dlock_provider_lock *const *locks, size_t n, int *results)
@@ -223,24 +217,7 @@ static int my_renew_batch(void *instance, struct dlock_provider_lock *const *loc
     struct my_instance *inst = instance;
     if (__atomic_load_n(&inst->no_batch, __ATOMIC_RELAXED))
         return DLOCK_ENOTSUP; /* the core renews them one by one */
-    return inst->mode->renew_batch(inst, locks, n, results);
-}
-
-static int my_downgrade(void *instance, struct dlock_provider_lock *lk)
-{
-    struct my_instance *inst = instance;
-    if (!inst->mode->downgrade) /* the instance does not claim it: not called */
-        return dlock_seterr(DLOCK_ENOTSUP, "%s: %s mode has no shared holds to downgrade to", inst->server.label,
-                            inst->mode->name);
-    return inst->mode->downgrade(inst, lk);
-}
-
-static int my_fence(void *instance, struct dlock_provider_lock *lk, uint64_t *out)
-{
-    struct my_instance *inst = instance;
-    if (!inst->mode->fence) /* every grant carried its fence */
-        return dlock_seterr(DLOCK_EINTERNAL, "mysql: a %s-mode hold without a fence", inst->mode->name);
-    return inst->mode->fence(inst, lk, out);
+    return inst->head.mode->renew_batch(inst, locks, n, results);
 }
 
 static void my_abandon(void *instance, struct dlock_provider_lock *lk)
@@ -273,36 +250,13 @@ static void my_lock_fini(void *instance, struct dlock_provider_lock *lk)
     memset(ml, 0, sizeof *ml);
 }
 
-static int my_status(struct my_instance *inst, struct dlock_ctl_status *arg)
-{
-    dlock_status_info *out = arg->out;
-    out->held = 0;
-    out->fence = 0;
-    out->holder_pid = -1;
-    out->ttl_ms = -1;
-    out->holder[0] = '\0';
-    return inst->mode->status(inst, arg->name, arg->name_len, out);
-}
-
-static int my_break(void *instance, const char *name, size_t name_len, int *broken, uint64_t *fence)
-{
-    struct my_instance *inst = instance;
-    return inst->mode->break_hold(inst, name, name_len, broken, fence);
-}
-
-static int my_list(void *instance, struct dlock_provider_list *req)
-{
-    struct my_instance *inst = instance;
-    return inst->mode->list(inst, req);
-}
-
 static int my_ctl(void *instance, int op, void *arg)
 {
     struct my_instance *inst = instance;
     if (op == DLOCK_CTL_STATUS)
-        return my_status(inst, arg);
+        return sql_mode_status(inst, arg);
     if (op == DLOCK_CTL_CAPABILITIES) {
-        *(unsigned *)arg &= ~inst->mode->capabilities_off;
+        *(unsigned *)arg &= ~inst->head.mode->capabilities_off;
         /* A lease row without the waker column cannot be armed: its
          * waiters back off. */
         if (inst->no_waker)
@@ -344,8 +298,9 @@ static int my_open(void **instance, const struct dlock_provider_env *env)
         free(inst);
         return rc;
     }
-    inst->mode = set.session_mode ? &my_session_mode : &my_lease_mode;
-    if (!inst->mode->arms_rows) {
+    inst->head.mode = set.session_mode ? &my_session_mode : &my_lease_mode;
+    inst->head.label = inst->server.label;
+    if (!inst->head.mode->lease_rows) {
         /* A client that vanished leaves a half-open connection whose named
          * locks the server keeps until it closes the session: by default
          * after 8 hours idle. Three leases: renewals (every lease/3) keep a
@@ -377,7 +332,7 @@ static int my_open(void **instance, const struct dlock_provider_env *env)
         return rc;
     }
     dlock_provider_log(env->log_handle, DLOCK_LOG_DEBUG, "%s: ready, %s mode, table `%s`", inst->server.label,
-                       inst->mode->name, set.table);
+                       inst->head.mode->name, set.table);
     *instance = inst;
     return DLOCK_OK;
 }
@@ -394,16 +349,16 @@ static const struct dlock_provider my_provider = {
     .close = my_close,
     .acquire = my_acquire,
     .release = my_release,
-    .renew = my_renew,
+    .renew = sql_mode_renew,
     .renew_batch = my_renew_batch,
-    .fence = my_fence,
+    .fence = sql_mode_fence,
     .lock_fini = my_lock_fini,
     .ctl = my_ctl,
     .abandon = my_abandon,
     .wait = my_wait,
-    .list = my_list,
-    .break_hold = my_break,
-    .downgrade = my_downgrade,
+    .list = sql_mode_list,
+    .break_hold = sql_mode_break,
+    .downgrade = sql_mode_downgrade,
 };
 
 DLOCK_MODULE(my_provider)

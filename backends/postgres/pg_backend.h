@@ -1,5 +1,5 @@
 /* backends/postgres/pg_backend.h - what the files of the postgres module
- * share: the instance and the per-lock state, and the table of a mode.
+ * share: the instance and the per-lock state, and its two modes.
  *
  * A mode (postgres.mode: lease in pg_lease.c, session in pg_session.c) is
  * how a hold is kept on the server; it is chosen once, at open, as SQLite's
@@ -9,6 +9,7 @@
 #ifndef DLOCK_PG_BACKEND_H
 #define DLOCK_PG_BACKEND_H
 
+#include "../common/sql_mode.h"
 #include "../common/sql_text.h"
 #include "pg_conn.h"
 #include "pg_line.h"
@@ -20,18 +21,16 @@
 #include <stddef.h>
 #include <stdint.h>
 
-struct pg_mode;
-
 #include <string.h>
 
 _Static_assert(PG_STATEMENT_COUNT <= PG_MAX_STATEMENTS, "raise PG_MAX_STATEMENTS");
 
 struct pg_instance {
+    struct sql_instance_head head; /* first: the mode, chosen at open, and the label */
     struct pg_server server;
     struct pg_sql sql;
     struct pg_pool pool;         /* lease-mode statements, status */
     struct pg_pool listeners;    /* connections that LISTEN while a lock is waited for */
-    const struct pg_mode *mode;  /* lease or session, chosen at open */
     bool no_shared_columns;      /* the table has none (create_table off): writers do not register, no downgrade */
     pthread_mutex_t holder_mu;   /* session mode: one connection carries the holds */
     PGconn *holder;
@@ -53,30 +52,9 @@ struct pg_lock {
 /* sql_renew_batch_init reads the key at the start of each lock's state. */
 _Static_assert(offsetof(struct pg_lock, k) == 0, "the sql_lock_key comes first");
 
-/* How a mode keeps holds. Every member is one attempt at the server, as
- * the provider member of the same name (see dlock_provider(3)). */
-struct pg_mode {
-    const char *name;            /* as postgres.mode spells it */
-    unsigned capabilities_off;   /* what the module claims and this mode cannot do */
-    int (*attempt)(struct pg_instance *inst, struct dlock_provider_lock *lk, struct dlock_grant *g);
-    /* A fair exclusive request whose wait ran out, looking out of turn: it
-     * may take only a hold free for a while (PG_LATE_MS), so that at a
-     * holder's expiry the live head of the line looks first. NULL: such a
-     * request waits for its turn. */
-    int (*attempt_late)(struct pg_instance *inst, struct dlock_provider_lock *lk, struct dlock_grant *g);
-    int (*release)(struct pg_instance *inst, struct dlock_provider_lock *lk);
-    int (*renew)(struct pg_instance *inst, struct dlock_provider_lock *lk);
-    int (*renew_batch)(struct pg_instance *inst, struct dlock_provider_lock *const *locks, size_t n, int *results);
-    int (*downgrade)(struct pg_instance *inst, struct dlock_provider_lock *lk);
-    int (*fence)(struct pg_instance *inst, struct dlock_provider_lock *lk, uint64_t *out);
-    /* out is zeroed (held 0, no pid, no ttl) by the caller. */
-    int (*status)(struct pg_instance *inst, const char *name, size_t name_len, dlock_status_info *out);
-    int (*break_hold)(struct pg_instance *inst, const char *name, size_t name_len, int *broken, uint64_t *fence);
-    int (*list)(struct pg_instance *inst, struct dlock_provider_list *req);
-};
-
-extern const struct pg_mode pg_lease_mode;
-extern const struct pg_mode pg_session_mode;
+/* The two modes (see sql_mode.h). */
+extern const struct sql_mode pg_lease_mode;
+extern const struct sql_mode pg_session_mode;
 
 /* Makes sure the table and its fence sequence exist, creating them (and
  * the columns of shared holds, in a table made before them) when create

@@ -169,13 +169,15 @@ static int exclusive_attempt(struct pg_instance *inst, struct dlock_provider_loc
     return rc;
 }
 
-static int lease_attempt(struct pg_instance *inst, struct dlock_provider_lock *lk, struct dlock_grant *g)
+static int lease_attempt(void *instance, struct dlock_provider_lock *lk, struct dlock_grant *g)
 {
+    struct pg_instance *inst = instance;
     return kind_is_shared(lk) ? shared_attempt(inst, lk, g) : exclusive_attempt(inst, lk, g, false);
 }
 
-static int lease_attempt_late(struct pg_instance *inst, struct dlock_provider_lock *lk, struct dlock_grant *g)
+static int lease_attempt_late(void *instance, struct dlock_provider_lock *lk, struct dlock_grant *g)
 {
+    struct pg_instance *inst = instance;
     return exclusive_attempt(inst, lk, g, true);
 }
 
@@ -220,21 +222,24 @@ static int renew_one_kind(void *ctx, bool shared, struct dlock_provider_lock *co
 
 /* Exclusive holds in one statement, shared holds and permits (if any) in
  * a second. */
-static int lease_renew_batch(struct pg_instance *inst, struct dlock_provider_lock *const *locks, size_t n,
+static int lease_renew_batch(void *instance, struct dlock_provider_lock *const *locks, size_t n,
                              int *results)
 {
+    struct pg_instance *inst = instance;
     return renew_by_kind(inst, renew_one_kind, locks, n, results);
 }
 
-static int lease_renew(struct pg_instance *inst, struct dlock_provider_lock *lk)
+static int lease_renew(void *instance, struct dlock_provider_lock *lk)
 {
+    struct pg_instance *inst = instance;
     int result;
     int rc = lease_renew_batch(inst, &lk, 1, &result);
     return rc == DLOCK_OK ? result : rc;
 }
 
-static int lease_release(struct pg_instance *inst, struct dlock_provider_lock *lk)
+static int lease_release(void *instance, struct dlock_provider_lock *lk)
 {
+    struct pg_instance *inst = instance;
     struct pg_lock *pl = lk->priv;
     const char *values[3] = { pl->k.key, lk->owner, pl->k.tag };
     int lengths[3] = { (int)pl->k.key_len, 0, 0 }, formats[3] = { 1, 0, 0 };
@@ -255,8 +260,9 @@ static int lease_release(struct pg_instance *inst, struct dlock_provider_lock *l
 
 /* Our exclusive row made shared in one statement (PG_DOWNGRADE), which
  * also wakes the listeners: waiting readers may come in now. */
-static int lease_downgrade(struct pg_instance *inst, struct dlock_provider_lock *lk)
+static int lease_downgrade(void *instance, struct dlock_provider_lock *lk)
 {
+    struct pg_instance *inst = instance;
     struct pg_lock *pl = lk->priv;
     const char *values[3] = { pl->k.key, lk->owner, pl->k.tag };
     int lengths[3] = { (int)pl->k.key_len, 0, 0 }, formats[3] = { 1, 0, 0 };
@@ -292,8 +298,9 @@ static int shared_status(struct pg_instance *inst, const struct sql_lock_key *k,
 }
 
 /* The row's holder, fence and remaining lease. */
-static int lease_status(struct pg_instance *inst, const char *name, size_t name_len, dlock_status_info *out)
+static int lease_status(void *instance, const char *name, size_t name_len, dlock_status_info *out)
 {
+    struct pg_instance *inst = instance;
     struct sql_lock_key k;
     int rc = sql_lock_key_init(&k, inst->prefix, name, name_len);
     if (rc != DLOCK_OK)
@@ -316,8 +323,9 @@ static int lease_status(struct pg_instance *inst, const char *name, size_t name_
     return rc;
 }
 
-static int lease_break(struct pg_instance *inst, const char *name, size_t name_len, int *broken, uint64_t *fence)
+static int lease_break(void *instance, const char *name, size_t name_len, int *broken, uint64_t *fence)
 {
+    struct pg_instance *inst = instance;
     struct sql_lock_key k;
     int rc = sql_lock_key_init(&k, inst->prefix, name, name_len);
     if (rc != DLOCK_OK)
@@ -334,14 +342,16 @@ static int lease_break(struct pg_instance *inst, const char *name, size_t name_l
     return rc;
 }
 
-static int lease_list(struct pg_instance *inst, struct dlock_provider_list *req)
+static int lease_list(void *instance, struct dlock_provider_list *req)
 {
+    struct pg_instance *inst = instance;
     return pg_list_page(&inst->pool, &inst->server, inst->prefix, req);
 }
 
-const struct pg_mode pg_lease_mode = {
+const struct sql_mode pg_lease_mode = {
     .name = "lease",
     .capabilities_off = 0,
+    .lease_rows = true,
     .attempt = lease_attempt,
     .attempt_late = lease_attempt_late,
     .release = lease_release,

@@ -7,6 +7,7 @@
 #include "config.h"
 
 #include "pg_list.h"
+#include "../common/cursor.h"
 #include "pg_sql.h"
 
 #include "../common/sql_text.h"
@@ -19,28 +20,8 @@
 /* Holders a listed name describes; the others are counted only. */
 #define PG_LIST_HOLDERS_MAX 256
 
-static int hex_digit(char c)
-{
-    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-}
-
 /* The cursor's key bytes into out (room for len / 2); false if it is not
  * lowercase hex of at most max bytes. */
-static bool parse_cursor(const char *text, char *out, size_t max, size_t *len)
-{
-    size_t n = strlen(text);
-    if (n == 0 || n % 2 || n / 2 > max)
-        return false;
-    for (size_t i = 0; i < n; i += 2) {
-        int a = hex_digit(text[i]), b = hex_digit(text[i + 1]);
-        if (a < 0 || b < 0)
-            return false;
-        out[i / 2] = (char)(a * 16 + b);
-    }
-    *len = n / 2;
-    return true;
-}
-
 /* Fills e's kind and holders from one row (owner in column 1, shared
  * holders as lines in column 4). holders has room for PG_LIST_HOLDERS_MAX. */
 static void describe(const PGresult *res, int row, dlock_list_entry *e, dlock_list_holder *holders, char *lines)
@@ -85,7 +66,7 @@ int pg_list_page(struct pg_pool *pool, const struct pg_server *srv, const char *
     size_t after_len = 0;
     if (!key_prefix || !after || !holders)
         rc = dlock_seterr(DLOCK_ENOMEM, "postgres: out of memory listing locks");
-    else if (req->cursor && !parse_cursor(req->cursor, after, plen + DLOCK_NAME_MAX, &after_len))
+    else if (req->cursor && !cursor_decode(req->cursor, after, plen + DLOCK_NAME_MAX, &after_len))
         rc = dlock_seterr(DLOCK_EINVAL, "postgres: '%s' is not a cursor of this backend's listing", req->cursor);
     PGresult *res = NULL;
     if (rc == DLOCK_OK) {

@@ -41,8 +41,9 @@ static PGresult *holder_exec(struct pg_instance *inst, int which, int n, const c
 
 static bool session_still_ours(struct pg_instance *inst, const struct pg_lock *pl);
 
-static int session_attempt(struct pg_instance *inst, struct dlock_provider_lock *lk, struct dlock_grant *g)
+static int session_attempt(void *instance, struct dlock_provider_lock *lk, struct dlock_grant *g)
 {
+    struct pg_instance *inst = instance;
     struct pg_lock *pl = lk->priv;
     const char *values[1] = { pl->advisory };
     uint64_t generation;
@@ -69,8 +70,9 @@ static int session_attempt(struct pg_instance *inst, struct dlock_provider_lock 
 
 /* Draws the hold's fencing token from the sequence, in one statement that
  * also checks this session still holds the lock. */
-static int session_fence(struct pg_instance *inst, struct dlock_provider_lock *lk, uint64_t *out)
+static int session_fence(void *instance, struct dlock_provider_lock *lk, uint64_t *out)
 {
+    struct pg_instance *inst = instance;
     struct pg_lock *pl = lk->priv;
     if (!session_still_ours(inst, pl))
         return dlock_seterr(DLOCK_ELOST, "%s: the session that held lock '%s' ended", inst->server.label, lk->name);
@@ -99,9 +101,10 @@ static bool session_still_ours(struct pg_instance *inst, const struct pg_lock *p
 }
 
 /* One round trip proves the session alive for every hold taken on it. */
-static int session_renew_batch(struct pg_instance *inst, struct dlock_provider_lock *const *locks, size_t n,
+static int session_renew_batch(void *instance, struct dlock_provider_lock *const *locks, size_t n,
                                int *results)
 {
+    struct pg_instance *inst = instance;
     bool any_ours = false;
     for (size_t i = 0; i < n && !any_ours; i++)
         any_ours = session_still_ours(inst, locks[i]->priv);
@@ -123,8 +126,9 @@ static int session_renew_batch(struct pg_instance *inst, struct dlock_provider_l
     return DLOCK_OK;
 }
 
-static int session_renew(struct pg_instance *inst, struct dlock_provider_lock *lk)
+static int session_renew(void *instance, struct dlock_provider_lock *lk)
 {
+    struct pg_instance *inst = instance;
     int result;
     session_renew_batch(inst, &lk, 1, &result);
     if (result == DLOCK_ELOST)
@@ -132,8 +136,9 @@ static int session_renew(struct pg_instance *inst, struct dlock_provider_lock *l
     return result;
 }
 
-static int session_release(struct pg_instance *inst, struct dlock_provider_lock *lk)
+static int session_release(void *instance, struct dlock_provider_lock *lk)
 {
+    struct pg_instance *inst = instance;
     struct pg_lock *pl = lk->priv;
     if (!session_still_ours(inst, pl))
         return DLOCK_ENOTOWNER;
@@ -152,8 +157,9 @@ static int session_release(struct pg_instance *inst, struct dlock_provider_lock 
 }
 
 /* Which server backend holds the advisory lock, if one does. */
-static int session_status(struct pg_instance *inst, const char *name, size_t name_len, dlock_status_info *out)
+static int session_status(void *instance, const char *name, size_t name_len, dlock_status_info *out)
 {
+    struct pg_instance *inst = instance;
     struct sql_lock_key k;
     int rc = sql_lock_key_init(&k, inst->prefix, name, name_len);
     if (rc != DLOCK_OK)
@@ -171,27 +177,14 @@ static int session_status(struct pg_instance *inst, const char *name, size_t nam
     return rc;
 }
 
-static int session_break(struct pg_instance *inst, const char *name, size_t name_len, int *broken, uint64_t *fence)
-{
-    (void)name; (void)name_len; (void)broken; (void)fence;
-    return dlock_seterr(DLOCK_ENOTSUP, "%s: session mode cannot break a hold: it is the holder's own session's "
-                        "(end that session with pg_terminate_backend instead)", inst->server.label);
-}
-
-static int session_list(struct pg_instance *inst, struct dlock_provider_list *req)
-{
-    (void)req;
-    return dlock_seterr(DLOCK_ENOTSUP, "%s: session mode cannot list its locks: an advisory lock carries a "
-                        "digest of the name, not the name (lease mode can)", inst->server.label);
-}
-
 /* One session carries every hold of a client, and PostgreSQL never lets a
  * session conflict with itself: a shared advisory lock of one handle would
  * not keep out an exclusive one of another. With no shared holds there is
  * nothing to downgrade to. */
-const struct pg_mode pg_session_mode = {
+const struct sql_mode pg_session_mode = {
     .name = "session",
     .capabilities_off = DLOCK_CAP_SHARED | DLOCK_CAP_SEMAPHORE | DLOCK_CAP_DOWNGRADE,
+    .lease_rows = false,
     .attempt = session_attempt,
     .attempt_late = NULL,
     .release = session_release,
@@ -200,6 +193,8 @@ const struct pg_mode pg_session_mode = {
     .downgrade = NULL,
     .fence = session_fence,
     .status = session_status,
-    .break_hold = session_break,
-    .list = session_list,
+    .break_hold = NULL,
+    .list = NULL,
+    .why_no_break = "it is the holder's own session's (end that session with pg_terminate_backend instead)",
+    .why_no_list = "an advisory lock carries a digest of the name, not the name (lease mode can)",
 };

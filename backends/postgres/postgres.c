@@ -150,13 +150,13 @@ static int pg_acquire(void *instance, struct dlock_provider_lock *lk, struct dlo
          * hold the line for good, so a lease-mode exclusive request whose
          * wait ran out looks out of turn, but may take only a row free for
          * PG_LATE_MS: at a holder's expiry, the live head looks first. */
-        if (!timer_look || !inst->mode->attempt_late || lk->mode != DLOCK_MODE_EXCLUSIVE) {
+        if (!timer_look || !inst->head.mode->attempt_late || lk->mode != DLOCK_MODE_EXCLUSIVE) {
             g->retry_hint_ms = -1;
             return DLOCK_EBUSY;
         }
-        rc = inst->mode->attempt_late(inst, lk, g);
+        rc = inst->head.mode->attempt_late(inst, lk, g);
     } else {
-        rc = inst->mode->attempt(inst, lk, g);
+        rc = inst->head.mode->attempt(inst, lk, g);
     }
     if (waits_in_line(lk)) {
         /* The line is joined in wait, which a try-once never reaches. */
@@ -167,7 +167,7 @@ static int pg_acquire(void *instance, struct dlock_provider_lock *lk, struct dlo
     } else if (rc == DLOCK_EBUSY && !pl->listener) {
         /* Listen, then look again: a release in between is then heard. */
         if (start_listening(inst, pl) == DLOCK_OK)
-            rc = inst->mode->attempt(inst, lk, g);
+            rc = inst->head.mode->attempt(inst, lk, g);
         else
             dlock_provider_log(inst->log_handle, DLOCK_LOG_WARN, "%s: cannot LISTEN (%s); polling instead",
                                inst->server.label, dlock_errmsg());
@@ -179,40 +179,11 @@ static int pg_release(void *instance, struct dlock_provider_lock *lk)
 {
     struct pg_instance *inst = instance;
     struct pg_lock *pl = lk->priv;
-    int rc = inst->mode->release(inst, lk);
+    int rc = inst->head.mode->release(inst, lk);
     /* After the release: the next waiter's look finds the lock free. Also
      * when the release failed (the hold was lost): the gate goes anyway. */
     pg_line_pass(&inst->listeners, &pl->line);
     return rc;
-}
-
-static int pg_renew_batch(void *instance, struct dlock_provider_lock *const *locks, size_t n, int *results)
-{
-    struct pg_instance *inst = instance;
-    return inst->mode->renew_batch(inst, locks, n, results);
-}
-
-static int pg_renew(void *instance, struct dlock_provider_lock *lk)
-{
-    struct pg_instance *inst = instance;
-    return inst->mode->renew(inst, lk);
-}
-
-static int pg_downgrade(void *instance, struct dlock_provider_lock *lk)
-{
-    struct pg_instance *inst = instance;
-    if (!inst->mode->downgrade) /* the instance does not claim it: not called */
-        return dlock_seterr(DLOCK_ENOTSUP, "%s: %s mode has no shared holds to downgrade to", inst->server.label,
-                            inst->mode->name);
-    return inst->mode->downgrade(inst, lk);
-}
-
-static int pg_fence(void *instance, struct dlock_provider_lock *lk, uint64_t *out)
-{
-    struct pg_instance *inst = instance;
-    if (!inst->mode->fence) /* every grant carried its fence */
-        return dlock_seterr(DLOCK_EINTERNAL, "postgres: a %s-mode hold without a fence", inst->mode->name);
-    return inst->mode->fence(inst, lk, out);
 }
 
 static int pg_wait(void *instance, struct dlock_provider_lock *lk, int64_t timeout_ms, int wake_fd)
@@ -293,36 +264,13 @@ static void pg_lock_fini(void *instance, struct dlock_provider_lock *lk)
     memset(pl, 0, sizeof *pl);
 }
 
-static int pg_status(struct pg_instance *inst, struct dlock_ctl_status *arg)
-{
-    dlock_status_info *out = arg->out;
-    out->held = 0;
-    out->fence = 0;
-    out->holder_pid = -1;
-    out->ttl_ms = -1;
-    out->holder[0] = '\0';
-    return inst->mode->status(inst, arg->name, arg->name_len, out);
-}
-
-static int pg_break(void *instance, const char *name, size_t name_len, int *broken, uint64_t *fence)
-{
-    struct pg_instance *inst = instance;
-    return inst->mode->break_hold(inst, name, name_len, broken, fence);
-}
-
-static int pg_list(void *instance, struct dlock_provider_list *req)
-{
-    struct pg_instance *inst = instance;
-    return inst->mode->list(inst, req);
-}
-
 static int pg_ctl(void *instance, int op, void *arg)
 {
     struct pg_instance *inst = instance;
     if (op == DLOCK_CTL_STATUS)
-        return pg_status(inst, arg);
+        return sql_mode_status(inst, arg);
     if (op == DLOCK_CTL_CAPABILITIES) {
-        *(unsigned *)arg &= ~inst->mode->capabilities_off;
+        *(unsigned *)arg &= ~inst->head.mode->capabilities_off;
         /* A table without the columns of shared holds cannot take the
          * downgraded one: refused up front (DLOCK_ENOTSUP), the exclusive
          * hold is kept, where a failing statement would cost it. */
@@ -362,7 +310,8 @@ static int pg_open(void **instance, const struct dlock_provider_env *env)
         free(inst);
         return rc;
     }
-    inst->mode = set.session_mode ? &pg_session_mode : &pg_lease_mode;
+    inst->head.mode = set.session_mode ? &pg_session_mode : &pg_lease_mode;
+    inst->head.label = inst->server.label;
     snprintf(inst->prefix, sizeof inst->prefix, "%s", set.prefix);
     inst->log_handle = env->log_handle;
     pg_pool_init(&inst->pool, &inst->server, (int)set.pool_size);
@@ -379,7 +328,7 @@ static int pg_open(void **instance, const struct dlock_provider_env *env)
         return rc;
     }
     dlock_provider_log(env->log_handle, DLOCK_LOG_DEBUG, "%s: ready, %s mode, table \"%s\"", inst->server.label,
-                       inst->mode->name, set.table);
+                       inst->head.mode->name, set.table);
     *instance = inst;
     return DLOCK_OK;
 }
@@ -395,16 +344,16 @@ static const struct dlock_provider pg_provider = {
     .close = pg_close,
     .acquire = pg_acquire,
     .release = pg_release,
-    .renew = pg_renew,
-    .fence = pg_fence,
-    .renew_batch = pg_renew_batch,
+    .renew = sql_mode_renew,
+    .fence = sql_mode_fence,
+    .renew_batch = sql_mode_renew_batch,
     .wait = pg_wait,
     .lock_fini = pg_lock_fini,
     .ctl = pg_ctl,
     .abandon = pg_abandon,
-    .list = pg_list,
-    .break_hold = pg_break,
-    .downgrade = pg_downgrade,
+    .list = sql_mode_list,
+    .break_hold = sql_mode_break,
+    .downgrade = sql_mode_downgrade,
 };
 
 DLOCK_MODULE(pg_provider)

@@ -1,0 +1,70 @@
+/* backends/common/sql_mode.c - see sql_mode.h. */
+#include "config.h"
+
+#include "sql_mode.h"
+
+static const struct sql_mode *mode_of(const void *instance)
+{
+    return ((const struct sql_instance_head *)instance)->mode;
+}
+
+static const char *label_of(const void *instance)
+{
+    return ((const struct sql_instance_head *)instance)->label;
+}
+
+int sql_mode_renew(void *instance, struct dlock_provider_lock *lk)
+{
+    return mode_of(instance)->renew(instance, lk);
+}
+
+int sql_mode_renew_batch(void *instance, struct dlock_provider_lock *const *locks, size_t n, int *results)
+{
+    return mode_of(instance)->renew_batch(instance, locks, n, results);
+}
+
+int sql_mode_downgrade(void *instance, struct dlock_provider_lock *lk)
+{
+    const struct sql_mode *m = mode_of(instance);
+    if (!m->downgrade) /* the instance does not claim it: not called */
+        return dlock_seterr(DLOCK_ENOTSUP, "%s: %s mode has no shared holds to downgrade to", label_of(instance),
+                            m->name);
+    return m->downgrade(instance, lk);
+}
+
+int sql_mode_fence(void *instance, struct dlock_provider_lock *lk, uint64_t *out)
+{
+    const struct sql_mode *m = mode_of(instance);
+    if (!m->fence) /* every grant carried its fence */
+        return dlock_seterr(DLOCK_EINTERNAL, "%s: a %s-mode hold without a fence", label_of(instance), m->name);
+    return m->fence(instance, lk, out);
+}
+
+int sql_mode_break(void *instance, const char *name, size_t name_len, int *broken, uint64_t *fence)
+{
+    const struct sql_mode *m = mode_of(instance);
+    if (!m->break_hold)
+        return dlock_seterr(DLOCK_ENOTSUP, "%s: %s mode cannot break a hold: %s", label_of(instance), m->name,
+                            m->why_no_break);
+    return m->break_hold(instance, name, name_len, broken, fence);
+}
+
+int sql_mode_list(void *instance, struct dlock_provider_list *req)
+{
+    const struct sql_mode *m = mode_of(instance);
+    if (!m->list)
+        return dlock_seterr(DLOCK_ENOTSUP, "%s: %s mode cannot list its locks: %s", label_of(instance), m->name,
+                            m->why_no_list);
+    return m->list(instance, req);
+}
+
+int sql_mode_status(void *instance, struct dlock_ctl_status *arg)
+{
+    dlock_status_info *out = arg->out;
+    out->held = 0;
+    out->fence = 0;
+    out->holder_pid = -1;
+    out->ttl_ms = -1;
+    out->holder[0] = '\0';
+    return mode_of(instance)->status(instance, arg->name, arg->name_len, out);
+}

@@ -1,0 +1,60 @@
+/* backends/common/sql_mode.h - the variant table of the SQL backends, and
+ * the provider members that only dispatch to it.
+ *
+ * postgres and mysql each keep holds in one of two modes, chosen once at
+ * open: lease (a row per name, whose lease the server's clock ends) and
+ * session (the server's own lock, held by one connection per client). A
+ * mode is a const table, in the manner of SQLite's unix VFS, which picks
+ * one locking method table per file; each backend has one per mode
+ * (pg_lease.c, pg_session.c, my_lease.c, my_session.c). What only passes a
+ * call on to the mode is written once, here. */
+#ifndef DLOCK_COMMON_SQL_MODE_H
+#define DLOCK_COMMON_SQL_MODE_H
+
+#include <dlock/provider.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Every member is one attempt at the server, as the provider member of the
+ * same name (dlock_provider(3)); instance is the backend's instance. */
+struct sql_mode {
+    const char *name;            /* as <backend>.mode spells it */
+    unsigned capabilities_off;   /* what the module claims and this mode cannot do */
+    bool lease_rows;             /* holds are rows with a lease (the lease mode) */
+    int (*attempt)(void *instance, struct dlock_provider_lock *lk, struct dlock_grant *g);
+    /* A fair exclusive request whose wait ran out, looking out of turn: it
+     * may take only a hold free for a while, so that at a holder's expiry
+     * the live head of the line looks first. NULL: such a request waits
+     * for its turn. */
+    int (*attempt_late)(void *instance, struct dlock_provider_lock *lk, struct dlock_grant *g);
+    int (*release)(void *instance, struct dlock_provider_lock *lk);
+    int (*renew)(void *instance, struct dlock_provider_lock *lk);
+    int (*renew_batch)(void *instance, struct dlock_provider_lock *const *locks, size_t n, int *results);
+    int (*downgrade)(void *instance, struct dlock_provider_lock *lk); /* NULL: not offered */
+    int (*fence)(void *instance, struct dlock_provider_lock *lk, uint64_t *out); /* NULL: grants carry it */
+    /* out is preset (nothing held, no pid, no ttl) by sql_mode_status. */
+    int (*status)(void *instance, const char *name, size_t name_len, dlock_status_info *out);
+    int (*break_hold)(void *instance, const char *name, size_t name_len, int *broken, uint64_t *fence);
+    int (*list)(void *instance, struct dlock_provider_list *req);
+    const char *why_no_break;    /* when break_hold is NULL: why, and what to do instead */
+    const char *why_no_list;     /* when list is NULL: why */
+};
+
+/* The start of a SQL backend's instance, which the dispatchers below read. */
+struct sql_instance_head {
+    const struct sql_mode *mode;
+    const char *label;           /* "postgres 127.0.0.1:5432/db", for messages */
+};
+
+/* Provider members that pass the call on to the instance's mode. */
+int sql_mode_renew(void *instance, struct dlock_provider_lock *lk);
+int sql_mode_renew_batch(void *instance, struct dlock_provider_lock *const *locks, size_t n, int *results);
+int sql_mode_downgrade(void *instance, struct dlock_provider_lock *lk);
+int sql_mode_fence(void *instance, struct dlock_provider_lock *lk, uint64_t *out);
+int sql_mode_break(void *instance, const char *name, size_t name_len, int *broken, uint64_t *fence);
+int sql_mode_list(void *instance, struct dlock_provider_list *req);
+/* DLOCK_CTL_STATUS: presets arg->out, then asks the mode. */
+int sql_mode_status(void *instance, struct dlock_ctl_status *arg);
+
+#endif
