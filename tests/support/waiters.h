@@ -80,7 +80,11 @@ static inline void more_waiters_than_waiting_connections(const char *config)
         dlock_lock_free(waiters[i].lock);
         dlock_lock_free(held[i]);
     }
-    if (slowest > slack_ms(2000))
+    /* What is checked is "soon, not at the holder's lease end (30 s)":
+     * 4 s is far from that, and leaves room for 66 releases in a row on
+     * two cores shared with other servers' tests (2 s was missed by 9 ms
+     * there). */
+    if (slowest > slack_ms(4000))
         fail_msg("one of %d waiters was granted %lld ms after its lock's release", N, (long long)slowest);
     dlock_client_close(h);
     dlock_client_close(w);
