@@ -53,7 +53,9 @@ int dlock_seterr(int code, const char *fmt, ...)
 void dlock_error_save(struct dlock_saved_error *saved)
 {
     _Static_assert(sizeof saved->text == sizeof detail, "a saved detail holds a whole one");
-    memcpy(saved->text, detail, sizeof detail);
+    /* What dlock_errmsg() would say, so that a message quoting the saved
+     * text never quotes nothing. */
+    snprintf(saved->text, sizeof saved->text, "%s", dlock_errmsg());
 }
 
 int dlock_error_restore(const struct dlock_saved_error *saved, int code)

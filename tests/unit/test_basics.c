@@ -196,10 +196,31 @@ static void fence_guard_is_atomic_across_threads(void **state)
     assert_true(admitted >= 1);
 }
 
+/* A detail saved before a cleanup that sets its own comes back with the
+ * caller's code; one saved when the thread had none reads as dlock_errmsg()
+ * would, never as an empty quote. */
+static void a_saved_error_comes_back_after_a_cleanup(void **state)
+{
+    (void)state;
+    struct dlock_saved_error saved;
+    dlock_seterr(DLOCK_EUNAVAILABLE, "redis 127.0.0.1:6379: connection refused");
+    dlock_error_save(&saved);
+    dlock_seterr(DLOCK_EPROTOCOL, "the cleanup's own complaint");
+    assert_int_equal(dlock_error_restore(&saved, DLOCK_EUNAVAILABLE), DLOCK_EUNAVAILABLE);
+    assert_string_equal(dlock_errmsg(), "redis 127.0.0.1:6379: connection refused");
+    assert_string_equal(saved.text, "redis 127.0.0.1:6379: connection refused");
+
+    dlock_seterr(DLOCK_OK, "%s", "");
+    dlock_error_save(&saved);
+    assert_string_equal(saved.text, dlock_errmsg());
+    assert_string_equal(saved.text, "no detail recorded");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(every_error_has_a_name_and_text),
+        cmocka_unit_test(a_saved_error_comes_back_after_a_cleanup),
         cmocka_unit_test(backoff_stays_within_full_jitter_bounds),
         cmocka_unit_test(deadlines_saturate),
         cmocka_unit_test(timer_heap_orders_and_removes),
