@@ -13,6 +13,11 @@ static const char *label_of(const void *instance)
     return ((const struct sql_instance_head *)instance)->label;
 }
 
+static const char *prefix_of(const void *instance)
+{
+    return ((const struct sql_instance_head *)instance)->prefix;
+}
+
 int sql_mode_renew(void *instance, struct dlock_provider_lock *lk)
 {
     return mode_of(instance)->renew(instance, lk);
@@ -46,7 +51,12 @@ int sql_mode_break(void *instance, const char *name, size_t name_len, int *broke
     if (!m->break_hold)
         return dlock_seterr(DLOCK_ENOTSUP, "%s: %s mode cannot break a hold: %s", label_of(instance), m->name,
                             m->why_no_break);
-    return m->break_hold(instance, name, name_len, broken, fence);
+    struct sql_lock_key k;
+    int rc = sql_lock_key_init(&k, prefix_of(instance), name, name_len);
+    if (rc == DLOCK_OK)
+        rc = m->break_hold(instance, &k, broken, fence);
+    sql_lock_key_free(&k);
+    return rc;
 }
 
 int sql_mode_list(void *instance, struct dlock_provider_list *req)
@@ -66,5 +76,10 @@ int sql_mode_status(void *instance, struct dlock_ctl_status *arg)
     out->holder_pid = -1;
     out->ttl_ms = -1;
     out->holder[0] = '\0';
-    return mode_of(instance)->status(instance, arg->name, arg->name_len, out);
+    struct sql_lock_key k;
+    int rc = sql_lock_key_init(&k, prefix_of(instance), arg->name, arg->name_len);
+    if (rc == DLOCK_OK)
+        rc = mode_of(instance)->status(instance, &k, out);
+    sql_lock_key_free(&k);
+    return rc;
 }

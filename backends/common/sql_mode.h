@@ -11,6 +11,8 @@
 #ifndef DLOCK_COMMON_SQL_MODE_H
 #define DLOCK_COMMON_SQL_MODE_H
 
+#include "sql_text.h"
+
 #include <dlock/provider.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -33,9 +35,10 @@ struct sql_mode {
     int (*renew_batch)(void *instance, struct dlock_provider_lock *const *locks, size_t n, int *results);
     int (*downgrade)(void *instance, struct dlock_provider_lock *lk); /* NULL: not offered */
     int (*fence)(void *instance, struct dlock_provider_lock *lk, uint64_t *out); /* NULL: grants carry it */
-    /* out is preset (nothing held, no pid, no ttl) by sql_mode_status. */
-    int (*status)(void *instance, const char *name, size_t name_len, dlock_status_info *out);
-    int (*break_hold)(void *instance, const char *name, size_t name_len, int *broken, uint64_t *fence);
+    /* k is the name's key, made by the dispatcher; out is preset (nothing
+     * held, no pid, no ttl). */
+    int (*status)(void *instance, const struct sql_lock_key *k, dlock_status_info *out);
+    int (*break_hold)(void *instance, const struct sql_lock_key *k, int *broken, uint64_t *fence);
     int (*list)(void *instance, struct dlock_provider_list *req);
     const char *why_no_break;    /* when break_hold is NULL: why, and what to do instead */
     const char *why_no_list;     /* when list is NULL: why */
@@ -45,6 +48,7 @@ struct sql_mode {
 struct sql_instance_head {
     const struct sql_mode *mode;
     const char *label;           /* "postgres 127.0.0.1:5432/db", for messages */
+    const char *prefix;          /* the key prefix of every name (sql_lock_key_init) */
 };
 
 /* Provider members that pass the call on to the instance's mode. */

@@ -76,6 +76,7 @@ struct json_object *etcd_reader_blocking_range(const struct etcd_lock *el);
  * then the second is the oldest writer or permit). */
 struct json_object *etcd_deciding_range(const struct dlock_provider_lock *lk, const struct etcd_lock *el);
 
+/* {kind: request}, a txn operation; takes request. */
 struct json_object *etcd_op(const char *kind, struct json_object *request);
 
 /* Sends the txn of compare, success and failure (all taken). */
@@ -85,6 +86,7 @@ int etcd_send_txn(struct etcd_instance *inst, struct json_object *compare, struc
 /* The i-th response of a txn reply, of the given kind ("response_range"). */
 struct json_object *etcd_txn_response(struct json_object *reply, size_t i, const char *kind);
 
+/* The first key of a range response, or NULL when it has none. */
 struct json_object *etcd_first_kv(struct json_object *range);
 
 /* Whether an exclusive key read with its value is a hold made shared. */
@@ -124,6 +126,7 @@ int etcd_keepalive(struct etcd_instance *inst, int64_t id);
  * look at the lease's keys, whatever the number of holds. */
 int etcd_renew_batch(void *instance, struct dlock_provider_lock *const *locks, size_t n, int *results);
 
+/* renew_batch of one hold. */
 int etcd_renew(void *instance, struct dlock_provider_lock *lk);
 
 /* Deletes key if its create_revision is create_rev (any, when 0): a
@@ -138,6 +141,7 @@ int etcd_delete_key(struct etcd_instance *inst, const char *key, size_t key_len,
  * failure, with el unchanged. */
 int etcd_delete_own_key_reporting(struct etcd_instance *inst, struct etcd_lock *el, struct etcd_status *st);
 
+/* Deletes the remembered orphans that are old enough (etcd_orphans.h). */
 void etcd_sweep_orphans(struct etcd_instance *inst);
 
 /* A delete that failed (not sent, not answered, or refused) leaves our key
@@ -145,8 +149,11 @@ void etcd_sweep_orphans(struct etcd_instance *inst);
  * deletes it. */
 void etcd_remember_failed_delete(struct etcd_instance *inst, struct etcd_lock *el, int rc);
 
+/* The provider's release: deletes our key; one whose delete got no answer
+ * is remembered for a sweep. */
 int etcd_release(void *instance, struct dlock_provider_lock *lk);
 
+/* The provider's abandon: out of the queue now, not at the lease's end. */
 void etcd_abandon(void *instance, struct dlock_provider_lock *lk);
 
 #endif

@@ -38,11 +38,13 @@ struct local_lock {
 /* Once per process: a child of fork() closes its copies of every lock file. */
 void local_install_fork_handlers(void);
 
+/* Adds ll, whose file is open, to the files a child of fork() closes. */
 void local_track_open(struct local_lock *ll);
 
 /* Closes ll's lock file and forgets it. */
 void local_close_lock_file(struct local_lock *ll);
 
+/* True for a hashed long file name (".hlock"), whose name follows the header. */
 bool local_is_long_form(const char *file);
 
 /* The header of an open lock file in memory, or NULL (then pread and
@@ -50,6 +52,7 @@ bool local_is_long_form(const char *file);
  * with less than a header (damaged) is left as it is. */
 struct lock_file_header *local_map_header(int fd);
 
+/* Opens (creating it if missing) lk's lock file, once; maps its header. */
 int local_open_lock_file(struct local_instance *inst, struct dlock_provider_lock *lk);
 
 /* One non-blocking lock or unlock of len bytes at start (len 0: to the end
@@ -65,8 +68,11 @@ int local_lock_met_at(int fd, off_t at);
 /* An exclusive hold's range (local_file.h). */
 int local_set_lock(int fd, short type, bool *busy);
 
+/* Reads the header of fd (name and dir for messages); a new, empty file
+ * reads as all zero. */
 int local_read_header(int fd, struct lock_file_header *h, const char *dir, const char *name);
 
+/* Writes h as the header of fd. */
 int local_write_header(int fd, const struct lock_file_header *h, const char *dir);
 
 /* The first fence of a new file: the wall clock in microseconds, not 1.
@@ -91,6 +97,7 @@ int local_grant_in_memory(struct lock_file_header *h, const char *dir, const str
 /* A lock name used as a semaphore, or the other way round: an error. */
 int local_mode_mismatch(struct lock_file_header *h, const struct dlock_provider_lock *lk);
 
+/* DLOCK_CTL_STATUS: from the kernel's locks and the header (local_list.c). */
 int local_status(struct local_instance *inst, struct dlock_ctl_status *arg);
 
 #endif

@@ -317,16 +317,12 @@ static int shared_status(struct my_instance *inst, const struct sql_lock_key *k,
 }
 
 /* The row's holder, fence and remaining lease. */
-static int lease_status(void *instance, const char *name, size_t name_len, dlock_status_info *out)
+static int lease_status(void *instance, const struct sql_lock_key *k, dlock_status_info *out)
 {
     struct my_instance *inst = instance;
-    struct sql_lock_key k;
-    int rc = sql_lock_key_init(&k, inst->prefix, name, name_len);
-    if (rc != DLOCK_OK)
-        return rc;
     struct my_outcome o;
-    struct my_param p[1] = { my_bytes(k.key, k.key_len) };
-    rc = my_pool_run(&inst->pool, MY_STATUS, p, 1, 0, &o);
+    struct my_param p[1] = { my_bytes(k->key, k->key_len) };
+    int rc = my_pool_run(&inst->pool, MY_STATUS, p, 1, 0, &o);
     if (rc == DLOCK_OK && o.has_row) {
         out->fence = (uint64_t)o.ints[1];
         if (o.ints[3] == 1) {
@@ -334,10 +330,9 @@ static int lease_status(void *instance, const char *name, size_t name_len, dlock
             out->ttl_ms = o.ints[2];
             snprintf(out->holder, sizeof out->holder, "%s", o.text);
             if (out->holder[0] == '~')
-                rc = shared_status(inst, &k, out);
+                rc = shared_status(inst, k, out);
         }
     }
-    sql_lock_key_free(&k);
     return rc;
 }
 
@@ -375,18 +370,13 @@ static int break_row(struct my_instance *inst, const struct sql_lock_key *k, int
     return rc;
 }
 
-static int lease_break(void *instance, const char *name, size_t name_len, int *broken, uint64_t *fence)
+static int lease_break(void *instance, const struct sql_lock_key *k, int *broken, uint64_t *fence)
 {
     struct my_instance *inst = instance;
-    struct sql_lock_key k;
-    int rc = sql_lock_key_init(&k, inst->prefix, name, name_len);
-    if (rc != DLOCK_OK)
-        return rc;
     uint64_t waker = 0;
-    rc = break_row(inst, &k, broken, fence, &waker);
+    int rc = break_row(inst, k, broken, fence, &waker);
     if (rc == DLOCK_OK && *broken)
         my_wake_waker(inst, waker);
-    sql_lock_key_free(&k);
     return rc;
 }
 

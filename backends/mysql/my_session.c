@@ -177,21 +177,16 @@ static int session_release(void *instance, struct dlock_provider_lock *lk)
 }
 
 /* Which server connection holds the named lock, if one does. */
-static int session_status(void *instance, const char *name, size_t name_len, dlock_status_info *out)
+static int session_status(void *instance, const struct sql_lock_key *k, dlock_status_info *out)
 {
     struct my_instance *inst = instance;
-    struct sql_lock_key k;
-    int rc = sql_lock_key_init(&k, inst->prefix, name, name_len);
-    if (rc != DLOCK_OK)
-        return rc;
     struct my_outcome o;
-    struct my_param p[1] = { my_bytes(k.tag, strlen(k.tag)) };
-    rc = my_pool_run(&inst->pool, MY_SESSION_STATUS, p, 1, -1, &o);
+    struct my_param p[1] = { my_bytes(k->tag, strlen(k->tag)) };
+    int rc = my_pool_run(&inst->pool, MY_SESSION_STATUS, p, 1, -1, &o);
     if (rc == DLOCK_OK && o.has_row && !o.nulls[0]) {
         out->held = 1;
         snprintf(out->holder, sizeof out->holder, "server connection %lld", o.ints[0]);
     }
-    sql_lock_key_free(&k);
     return rc;
 }
 

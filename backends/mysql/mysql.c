@@ -300,6 +300,7 @@ static int my_open(void **instance, const struct dlock_provider_env *env)
     }
     inst->head.mode = set.session_mode ? &my_session_mode : &my_lease_mode;
     inst->head.label = inst->server.label;
+    inst->head.prefix = inst->prefix;
     if (!inst->head.mode->lease_rows) {
         /* A client that vanished leaves a half-open connection whose named
          * locks the server keeps until it closes the session: by default

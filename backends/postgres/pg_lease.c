@@ -30,7 +30,7 @@ static int shared_columns_error(const struct pg_instance *inst)
                         inst->server.label, inst->sql.table);
 }
 
-/* One exclusive attempt; late: a fair look out of turn (see pg_mode),
+/* One exclusive attempt; late: a fair look out of turn (see attempt_late in sql_mode.h),
  * which takes only a row free for PG_LATE_MS (PG_TAKE_LATE), else busy. */
 static int take_row(struct pg_instance *inst, struct dlock_provider_lock *lk, struct dlock_grant *g, bool late)
 {
@@ -298,15 +298,12 @@ static int shared_status(struct pg_instance *inst, const struct sql_lock_key *k,
 }
 
 /* The row's holder, fence and remaining lease. */
-static int lease_status(void *instance, const char *name, size_t name_len, dlock_status_info *out)
+static int lease_status(void *instance, const struct sql_lock_key *k, dlock_status_info *out)
 {
     struct pg_instance *inst = instance;
-    struct sql_lock_key k;
-    int rc = sql_lock_key_init(&k, inst->prefix, name, name_len);
-    if (rc != DLOCK_OK)
-        return rc;
-    const char *values[1] = { k.key };
-    int lengths[1] = { (int)k.key_len }, formats[1] = { 1 };
+    int rc;
+    const char *values[1] = { k->key };
+    int lengths[1] = { (int)k->key_len }, formats[1] = { 1 };
     PGresult *res = pg_pool_exec(&inst->pool, PG_STATUS, 1, values, lengths, formats, &rc);
     if (res && (rc = pg_result_check(&inst->server, res, "status")) == DLOCK_OK && PQntuples(res) > 0) {
         out->fence = strtoull(PQgetvalue(res, 0, 1), NULL, 10);
@@ -315,30 +312,25 @@ static int lease_status(void *instance, const char *name, size_t name_len, dlock
             out->ttl_ms = strtoll(PQgetvalue(res, 0, 2), NULL, 10);
             snprintf(out->holder, sizeof out->holder, "%s", PQgetvalue(res, 0, 0));
             if (out->holder[0] == '~')
-                rc = shared_status(inst, &k, out);
+                rc = shared_status(inst, k, out);
         }
     }
     PQclear(res);
-    sql_lock_key_free(&k);
     return rc;
 }
 
-static int lease_break(void *instance, const char *name, size_t name_len, int *broken, uint64_t *fence)
+static int lease_break(void *instance, const struct sql_lock_key *k, int *broken, uint64_t *fence)
 {
     struct pg_instance *inst = instance;
-    struct sql_lock_key k;
-    int rc = sql_lock_key_init(&k, inst->prefix, name, name_len);
-    if (rc != DLOCK_OK)
-        return rc;
-    const char *values[2] = { k.key, k.tag };
-    int lengths[2] = { (int)k.key_len, 0 }, formats[2] = { 1, 0 };
+    int rc;
+    const char *values[2] = { k->key, k->tag };
+    int lengths[2] = { (int)k->key_len, 0 }, formats[2] = { 1, 0 };
     PGresult *res = pg_pool_exec(&inst->pool, PG_BREAK, 2, values, lengths, formats, &rc);
     if (res && (rc = pg_result_check(&inst->server, res, "breaking a hold")) == DLOCK_OK) {
         *broken = PQntuples(res) == 1;
         *fence = *broken ? strtoull(PQgetvalue(res, 0, 0), NULL, 10) : 0;
     }
     PQclear(res);
-    sql_lock_key_free(&k);
     return rc;
 }
 

@@ -157,16 +157,12 @@ static int session_release(void *instance, struct dlock_provider_lock *lk)
 }
 
 /* Which server backend holds the advisory lock, if one does. */
-static int session_status(void *instance, const char *name, size_t name_len, dlock_status_info *out)
+static int session_status(void *instance, const struct sql_lock_key *k, dlock_status_info *out)
 {
     struct pg_instance *inst = instance;
-    struct sql_lock_key k;
-    int rc = sql_lock_key_init(&k, inst->prefix, name, name_len);
-    if (rc != DLOCK_OK)
-        return rc;
+    int rc;
     char advisory[24];
-    snprintf(advisory, sizeof advisory, "%" PRId64, (int64_t)k.digest);
-    sql_lock_key_free(&k);
+    snprintf(advisory, sizeof advisory, "%" PRId64, (int64_t)k->digest);
     const char *values[1] = { advisory };
     PGresult *res = pg_pool_exec(&inst->pool, PG_SESSION_STATUS, 1, values, NULL, NULL, &rc);
     if (res && (rc = pg_result_check(&inst->server, res, "status")) == DLOCK_OK && PQntuples(res) > 0) {

@@ -312,6 +312,7 @@ static int pg_open(void **instance, const struct dlock_provider_env *env)
     }
     inst->head.mode = set.session_mode ? &pg_session_mode : &pg_lease_mode;
     inst->head.label = inst->server.label;
+    inst->head.prefix = inst->prefix;
     snprintf(inst->prefix, sizeof inst->prefix, "%s", set.prefix);
     inst->log_handle = env->log_handle;
     pg_pool_init(&inst->pool, &inst->server, (int)set.pool_size);

@@ -84,6 +84,7 @@ bool redis_is_int_array(const redisReply *r, size_t n);
 /* DLOCK_EPROTOCOL: what's script answered something unexpected. */
 int redis_unexpected(struct redis_instance *inst, const char *what);
 
+/* True when p may prefix every key: no braces, spaces or control bytes. */
 bool redis_valid_prefix(const char *p);
 
 /* A command that blocks longer than a third of the lease leaves a renewal

@@ -49,8 +49,12 @@ struct zk_lock {
     int notify_fd;                   /* eventfd + 1 once created */
 };
 
+/* Forgets zl's node and predecessor (their names only: the nodes stay). */
 void zk_forget_node(struct zk_lock *zl);
 
+/* Remembers that a node of ours under parent, named from prefix, may exist
+ * unknown to us: the next sweep deletes it. Best effort (out of memory: the
+ * session's end removes it). */
 void zk_add_orphan(struct zk_instance *inst, const char *parent, const char *prefix);
 
 /* Deletes remembered orphans; keeps those it could not reach. */
@@ -107,6 +111,7 @@ void zk_drop_orphan(struct zk_instance *inst, const char *parent, const char *pr
  * session end (with an error), so waiting for all of them is bounded. */
 int zk_renew_batch(void *instance, struct dlock_provider_lock *const *locks, size_t n, int *results);
 
+/* renew_batch of one hold. */
 int zk_renew(void *instance, struct dlock_provider_lock *lk);
 
 #endif
