@@ -58,7 +58,9 @@ static inline void more_waiters_than_waiting_connections(const char *config)
         char name[32];
         snprintf(name, sizeof name, "many-waiters-%d", i);
         held[i] = test_lock_named(h, name);
-        assert_int_equal(dlock_acquire(held[i], 0), DLOCK_OK);
+        int rc = dlock_acquire(held[i], 0);
+        if (rc != DLOCK_OK)
+            fail_msg("holder %d of %d: %s: %s", i, N, dlock_errname(rc), dlock_errmsg());
         waiters[i] = (struct waiter){ test_lock_named(w, name), -1, 0 };
         assert_int_equal(pthread_create(&t[i], NULL, wait_for_it, &waiters[i]), 0);
     }
