@@ -10,12 +10,31 @@ static const struct sql_mode *mode_of(const void *instance)
 
 static const char *label_of(const void *instance)
 {
-    return ((const struct sql_instance_head *)instance)->label;
+    return ((const struct sql_instance_head *)instance)->line.label;
 }
 
 static const char *prefix_of(const void *instance)
 {
     return ((const struct sql_instance_head *)instance)->prefix;
+}
+
+int sql_mode_attempt(void *instance, struct dlock_provider_lock *lk, struct dlock_grant *g)
+{
+    return mode_of(instance)->attempt(instance, lk, g);
+}
+
+int sql_mode_attempt_late(void *instance, struct dlock_provider_lock *lk, struct dlock_grant *g)
+{
+    const struct sql_mode *m = mode_of(instance);
+    if (m->attempt_late)
+        return m->attempt_late(instance, lk, g);
+    g->retry_hint_ms = -1;
+    return DLOCK_EBUSY;
+}
+
+int sql_mode_release(void *instance, struct dlock_provider_lock *lk)
+{
+    return mode_of(instance)->release(instance, lk);
 }
 
 int sql_mode_renew(void *instance, struct dlock_provider_lock *lk)

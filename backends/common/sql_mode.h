@@ -11,6 +11,7 @@
 #ifndef DLOCK_COMMON_SQL_MODE_H
 #define DLOCK_COMMON_SQL_MODE_H
 
+#include "line.h"
 #include "sql_text.h"
 
 #include <dlock/provider.h>
@@ -46,12 +47,17 @@ struct sql_mode {
 
 /* The start of a SQL backend's instance, which the dispatchers below read. */
 struct sql_instance_head {
+    struct line_host line;       /* first: the provider's acquire and wait are the line's; its label */
     const struct sql_mode *mode;
-    const char *label;           /* "postgres 127.0.0.1:5432/db", for messages */
     const char *prefix;          /* the key prefix of every name (sql_lock_key_init) */
 };
 
 /* Provider members that pass the call on to the instance's mode. */
+int sql_mode_attempt(void *instance, struct dlock_provider_lock *lk, struct dlock_grant *g);
+/* The mode's attempt_late; where it has none, DLOCK_EBUSY with
+ * retry_hint_ms -1 (the request waits for its turn). */
+int sql_mode_attempt_late(void *instance, struct dlock_provider_lock *lk, struct dlock_grant *g);
+int sql_mode_release(void *instance, struct dlock_provider_lock *lk);
 int sql_mode_renew(void *instance, struct dlock_provider_lock *lk);
 int sql_mode_renew_batch(void *instance, struct dlock_provider_lock *const *locks, size_t n, int *results);
 int sql_mode_downgrade(void *instance, struct dlock_provider_lock *lk);

@@ -105,6 +105,9 @@ static int make_dirs(char *path, mode_t mode)
     }
 }
 
+/* The line's steps, defined with the provider's members below. */
+static const struct line_ops local_line_ops;
+
 static int local_open(void **instance, const struct dlock_provider_env *env)
 {
     struct local_instance *inst = calloc(1, sizeof *inst);
@@ -154,6 +157,7 @@ static int local_open(void **instance, const struct dlock_provider_env *env)
         free(inst);
         return rc;
     }
+    inst->line = (struct line_host){ &local_line_ops, "local", env->log_handle };
     local_install_fork_handlers();
     dlock_provider_log(env->log_handle, DLOCK_LOG_DEBUG, "local: lock directory %s", inst->dir);
     *instance = inst;
@@ -204,7 +208,7 @@ static void start_watch(struct local_instance *inst, struct dlock_provider_lock 
 static void stop_watch(struct local_instance *inst, struct dlock_provider_lock *lk, bool granted)
 {
     struct local_lock *ll = lk->priv;
-    if (ll->waiter.joined) {
+    if (ll->waiter.place.state != LINE_OUT) {
         int hand_on = lk->mode == DLOCK_MODE_SEMAPHORE ? INT_MAX : granted ? 0 : 1;
         local_queue_leave(inst->dirfd, ll->file, &ll->waiter, hand_on);
     }
@@ -375,19 +379,18 @@ static int acquire_permit(struct local_instance *inst, struct dlock_provider_loc
 /* Fair mode: a request looks only when it is its turn. With waiters in
  * the line it joins first, and then looks only when woken (a release
  * wakes the first) or when it finds itself first among the live ones; with
- * nobody in the line it looks at once. DLOCK_OK when it may look,
- * DLOCK_EBUSY when it must wait. */
-static int fair_turn(struct local_instance *inst, struct dlock_provider_lock *lk, struct dlock_grant *grant)
+ * nobody in the line it looks at once. */
+static int fair_turn(void *instance, struct dlock_provider_lock *lk, struct dlock_grant *grant, bool *turn)
 {
+    (void)grant;
+    struct local_instance *inst = instance;
     struct local_lock *ll = lk->priv;
-    if (lk->mode == DLOCK_MODE_SHARED)
-        return dlock_seterr(DLOCK_ENOTSUP, "local: fair mode is for exclusive holds and permits; shared holds are "
-                            "granted together");
+    *turn = true;
     if (!ll->map)
         return DLOCK_OK; /* no count to tell whether anyone waits: as without fair mode */
     if (!ll->watching && __atomic_load_n(&ll->map->waiting, __ATOMIC_SEQ_CST) > 0)
         start_watch(inst, lk);
-    if (!ll->waiter.joined || ll->waiter.wakes > 0)
+    if (ll->waiter.place.state == LINE_OUT || ll->waiter.wakes > 0)
         return DLOCK_OK;
     int64_t look_again_ms;
     ll->look_again_at = 0;
@@ -398,11 +401,12 @@ static int fair_turn(struct local_instance *inst, struct dlock_provider_lock *lk
      * counting. */
     if (look_again_ms >= 0)
         ll->look_again_at = dlock_provider_now_ms() + look_again_ms + 1;
-    grant->retry_hint_ms = -1;
-    return DLOCK_EBUSY;
+    *turn = false;
+    return DLOCK_OK;
 }
 
-static int attempt(void *instance, struct dlock_provider_lock *lk, struct dlock_grant *grant)
+/* The lock file, open and of the request's kind, before every look. */
+static int prepare_look(void *instance, struct dlock_provider_lock *lk)
 {
     struct local_instance *inst = instance;
     struct local_lock *ll = lk->priv;
@@ -416,8 +420,14 @@ static int attempt(void *instance, struct dlock_provider_lock *lk, struct dlock_
     if (ll->map && (rc = local_mode_mismatch(ll->map, lk)) != DLOCK_OK)
         return rc;
     ll->look_again_at = 0; /* only this attempt's fair turn may ask for another look */
-    if ((lk->flags & DLOCK_LOCK_FAIR) && (rc = fair_turn(inst, lk, grant)) != DLOCK_OK)
-        return rc;
+    return DLOCK_OK;
+}
+
+static int attempt(void *instance, struct dlock_provider_lock *lk, struct dlock_grant *grant)
+{
+    struct local_instance *inst = instance;
+    struct local_lock *ll = lk->priv;
+    int rc;
     if (ll->waiter.wakes > 0)
         ll->waiter.wakes--; /* this attempt is what one wake-up was for */
     if (lk->mode == DLOCK_MODE_SHARED)
@@ -475,16 +485,6 @@ static int attempt(void *instance, struct dlock_provider_lock *lk, struct dlock_
     return DLOCK_OK;
 }
 
-/* A failed attempt is not followed by abandon (only a busy one is): it
- * leaves the line here, or its place would keep the wake-ups meant for
- * the waiters behind it. */
-static int local_acquire(void *instance, struct dlock_provider_lock *lk, struct dlock_grant *grant)
-{
-    int rc = attempt(instance, lk, grant);
-    if (rc != DLOCK_OK && rc != DLOCK_EBUSY)
-        stop_watch(instance, lk, false);
-    return rc;
-}
 
 /* Whether an exclusive request would still find the lock taken: one
  * F_OFD_GETLK, no attempt (our own locks never conflict with us). */
@@ -494,14 +494,15 @@ static bool exclusive_range_taken(int fd)
     return fcntl(fd, F_OFD_GETLK, &fl) == 0 && fl.l_type != F_UNLCK;
 }
 
-static int local_wait(void *instance, struct dlock_provider_lock *lk, int64_t timeout_ms, int wake_fd)
+/* Waits for a wake-up in the FIFO, a change of the file, or wake_fd. */
+static int wait_for_wake(void *instance, struct dlock_provider_lock *lk, int64_t timeout_ms, int wake_fd)
 {
     (void)instance;
     struct local_lock *ll = lk->priv;
     /* Without a place in the line or a watch, or uncounted (so releases
      * may skip the line), a release or a holder's death may pass unseen:
      * poll in short steps. */
-    if ((!ll->waiter.joined || !ll->watch_fd || !ll->counted) && timeout_ms > 25)
+    if ((ll->waiter.place.state == LINE_OUT || !ll->watch_fd || !ll->counted) && timeout_ms > 25)
         timeout_ms = 25;
     int64_t deadline = dlock_provider_now_ms() + timeout_ms;
     if (ll->look_again_at && ll->look_again_at < deadline) {
@@ -515,7 +516,7 @@ static int local_wait(void *instance, struct dlock_provider_lock *lk, int64_t ti
         if (left < 0)
             left = 0;
         struct pollfd p[3] = { { .fd = wake_fd, .events = POLLIN },
-                               { .fd = ll->waiter.joined ? ll->waiter.fd : -1, .events = POLLIN },
+                               { .fd = ll->waiter.place.state != LINE_OUT ? ll->waiter.fd : -1, .events = POLLIN },
                                { .fd = ll->watch_fd - 1, .events = POLLIN } };
         int n = poll(p, 3, left > INT_MAX ? INT_MAX : (int)left);
         if (n < 0 && errno != EINTR)
@@ -523,7 +524,7 @@ static int local_wait(void *instance, struct dlock_provider_lock *lk, int64_t ti
         if (n <= 0)
             return n == 0 && timeout_ms >= 0 ? DLOCK_ETIMEDOUT : DLOCK_OK;
         bool called = (p[0].revents & POLLIN) != 0;
-        if (ll->waiter.joined && (p[1].revents & POLLIN) && local_queue_drain(&ll->waiter) > 0)
+        if (ll->waiter.place.state != LINE_OUT && (p[1].revents & POLLIN) && local_queue_drain(&ll->waiter) > 0)
             called = true;
         if (ll->watch_fd && (p[2].revents & POLLIN)) {
             char events[4096];
@@ -538,6 +539,39 @@ static int local_wait(void *instance, struct dlock_provider_lock *lk, int64_t ti
             return DLOCK_OK;
     }
 }
+
+static struct line_place *place_of(struct dlock_provider_lock *lk)
+{
+    return &((struct local_lock *)lk->priv)->waiter.place;
+}
+
+/* Shared holds are granted together: fair mode is not for them, though
+ * they wait in the line too. */
+static bool fair_kind(const struct dlock_provider_lock *lk)
+{
+    return lk->mode != DLOCK_MODE_SHARED;
+}
+
+/* A request gives up its place when it leaves (stop_watch), or its place
+ * would keep the wake-ups meant for the waiters behind it. */
+static void leave_line(void *instance, struct dlock_provider_lock *lk)
+{
+    stop_watch(instance, lk, false);
+}
+
+/* The attempt joins the line between its two looks (try_range), and takes
+ * itself out of it when granted; a poll that is not in the line polls in
+ * short steps (wait_for_wake). */
+static const struct line_ops local_line_ops = {
+    .place = place_of,
+    .in_line = fair_kind,
+    .prepare = prepare_look,
+    .turn = fair_turn,
+    .attempt = attempt,
+    .leave = leave_line,
+    .wait_in_line = wait_for_wake,
+    .wait_outside = wait_for_wake,
+};
 
 static int local_release(void *instance, struct dlock_provider_lock *lk)
 {
@@ -651,10 +685,10 @@ const struct dlock_provider dlock__local_provider = {
     .settings = local_settings,
     .open = local_open,
     .close = local_close,
-    .acquire = local_acquire,
+    .acquire = line_acquire,
     .release = local_release,
     .renew = local_renew,
-    .wait = local_wait,
+    .wait = line_wait,
     .lock_fini = local_lock_fini,
     .ctl = local_ctl,
     .abandon = local_abandon,

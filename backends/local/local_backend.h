@@ -14,6 +14,7 @@
 #include <sys/types.h>
 
 struct local_instance {
+    struct line_host line; /* first: the provider's acquire and wait are the line's */
     char dir[PATH_MAX];
     int dirfd;
 };

@@ -52,9 +52,9 @@ static void after_fork_in_child(void)
         if (ll->watch_fd)
             close(ll->watch_fd - 1);
         ll->watch_fd = 0;
-        if (ll->waiter.joined)
+        if (ll->waiter.place.state != LINE_OUT)
             close(ll->waiter.fd); /* the parent's place in the line stays */
-        ll->waiter.joined = false;
+        ll->waiter.place.state = LINE_OUT;
         ll->watching = false;
     }
     open_files = NULL;

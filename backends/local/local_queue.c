@@ -107,7 +107,7 @@ int local_queue_join(int dirfd, const char *file, bool shared, struct local_wait
         return -1;
     }
     w->fd = fd;
-    w->joined = true;
+    w->place.state = LINE_ASKED;
     w->wakes = 0;
     return 0;
 }
@@ -117,7 +117,7 @@ int local_queue_drain(struct local_waiter *w)
     int got = 0;
     char buf[64];
     ssize_t n;
-    while (w->joined && (n = read(w->fd, buf, sizeof buf)) > 0)
+    while (w->place.state != LINE_OUT && (n = read(w->fd, buf, sizeof buf)) > 0)
         got += (int)n;
     w->wakes += got;
     return got;
@@ -125,7 +125,7 @@ int local_queue_drain(struct local_waiter *w)
 
 void local_queue_leave(int dirfd, const char *file, struct local_waiter *w, int hand_on)
 {
-    if (!w->joined)
+    if (w->place.state == LINE_OUT)
         return;
     /* By path from the lock directory: needs no descriptor, so it cannot
      * fail for want of one, and must not (the releaser relies on it). */
@@ -137,7 +137,7 @@ void local_queue_leave(int dirfd, const char *file, struct local_waiter *w, int 
     local_queue_drain(w);
     int owed = w->wakes < hand_on ? w->wakes : hand_on;
     close(w->fd);
-    w->joined = false;
+    w->place.state = LINE_OUT;
     w->wakes = 0;
     if (owed > 0)
         local_queue_wake_next(dirfd, file, owed);
@@ -302,7 +302,7 @@ bool local_queue_is_first(int dirfd, const char *file, const struct local_waiter
     char **names;
     size_t count = 0;
     *look_again_ms = -1;
-    if (!w->joined || !list_line(dirfd, file, &d, &names, &count))
+    if (w->place.state == LINE_OUT || !list_line(dirfd, file, &d, &names, &count))
         return true;
     bool first = true;
     for (size_t i = 0; first && i < count && strcmp(names[i], w->entry) < 0; i++) {

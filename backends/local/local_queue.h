@@ -21,12 +21,14 @@
 #ifndef DLOCK_BACKEND_LOCAL_QUEUE_H
 #define DLOCK_BACKEND_LOCAL_QUEUE_H
 
+#include "../common/line.h"
+
 #include <stdbool.h>
 #include <stdint.h>
 
 /* A waiter's place in the line; all zero is "not in the line". */
 struct local_waiter {
-    bool joined;     /* in the line: fd is valid */
+    struct line_place place; /* LINE_ASKED while in the line (fd is valid), else LINE_OUT */
     int fd;          /* the FIFO, open for reading and writing */
     int wakes;       /* wake-ups taken out of the FIFO that no attempt has used yet;
                       * the owner takes one off when it makes an attempt */

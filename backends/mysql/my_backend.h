@@ -45,7 +45,6 @@ struct my_lock {
     uint64_t generation;         /* session mode: holder connection of the hold */
     bool writer_registered;      /* an exclusive request kept waiting said so in the row */
     struct my_line line;         /* the place in the name's line while waiting */
-    bool timer_look;             /* the last wait ran out: a fair request in the line may look */
     bool writers_turn;           /* a shared request's last look was busy only for a waiting writer */
 };
 /* sql_renew_batch_init reads the key at the start of each lock's state. */

@@ -107,7 +107,7 @@ int my_line_join(struct my_pool *pool, struct my_pool *ctl, struct my_line *l, c
         char sql[96];
         ask_for_gate(l, sql, sizeof sql, FOREVER_S);
         if (lift_statement_time(l) && send_text(l, sql)) {
-            l->state = MY_LINE_ASKED;
+            l->place.state = LINE_ASKED;
             return DLOCK_OK;
         }
         rc = dlock_seterr(DLOCK_EUNAVAILABLE, "%s: cannot join the line of waiters: %s", pool->server->label,
@@ -135,7 +135,7 @@ int my_line_enter(struct my_pool *pool, struct my_pool *ctl, struct my_line *l, 
             *head = row && row[0] && strcmp(row[0], "1") == 0;
             mysql_free_result(res);
             if (*head) {
-                l->state = MY_LINE_HEAD;
+                l->place.state = LINE_HEAD;
                 return DLOCK_OK;
             }
             my_pool_put(pool, l->conn); /* others are in the line */
@@ -201,7 +201,7 @@ static enum watch_sent send_watch(struct my_line *l, const struct my_line_watch 
     free(sql);
     if (!sent)
         return WATCH_FAILED;
-    l->state = MY_LINE_WATCHING;
+    l->place.state = LINE_WATCHING;
     return WATCH_SENT;
 }
 
@@ -215,7 +215,7 @@ int my_line_wait(struct my_pool *pool, struct my_line *l, const struct my_line_w
 {
     const char *label = pool->server->label;
     int64_t deadline = dlock_provider_now_ms() + timeout_ms;
-    if (l->state == MY_LINE_HEAD) {
+    if (l->place.state == LINE_HEAD) {
         enum watch_sent sent = send_watch(l, watch, timeout_ms);
         if (sent == WATCH_LOOK)
             return DLOCK_OK;
@@ -228,7 +228,7 @@ int my_line_wait(struct my_pool *pool, struct my_line *l, const struct my_line_w
     }
     for (;;) {
         int64_t now = dlock_provider_now_ms(), left = deadline - now;
-        if (watch && l->state == MY_LINE_WATCHING)
+        if (watch && l->place.state == LINE_WATCHING)
             left += SLEEP_GRACE_MS;
         struct pollfd p[2] = { { .fd = (int)mysql_get_socket(l->conn->db), .events = POLLIN },
                                { .fd = wake_fd, .events = POLLIN } };
@@ -248,18 +248,18 @@ int my_line_wait(struct my_pool *pool, struct my_line *l, const struct my_line_w
          * may a statement time limit we could not lift: the gate is then
          * asked for again, a few times in a row at most. */
         bool cut_off = e == ER_QUERY_INTERRUPTED || e == ER_STATEMENT_TIMEOUT || e == MY_ER_QUERY_TIMEOUT;
-        if ((cut_off || v == -1) && l->state == MY_LINE_ASKED && l->reasks < 3) {
+        if ((cut_off || v == -1) && l->place.state == LINE_ASKED && l->reasks < 3) {
             char sql[96];
             ask_for_gate(l, sql, sizeof sql, FOREVER_S);
             l->reasks++;
             if (send_text(l, sql))
                 continue;
         }
-        if (cut_off && l->state == MY_LINE_WATCHING) {
+        if (cut_off && l->place.state == LINE_WATCHING) {
             /* Woken by the release, which took the waker; or by a late KILL
              * meant for an earlier use of this connection, or a time limit,
              * which did not: disarming stays due (it checks the id). */
-            l->state = MY_LINE_HEAD;
+            l->place.state = LINE_HEAD;
             return DLOCK_OK;
         }
         if (v < 0) { /* an error, or NULL: GET_LOCK's own error */
@@ -268,8 +268,8 @@ int my_line_wait(struct my_pool *pool, struct my_line *l, const struct my_line_w
             drop(pool, l, false);
             return DLOCK_OK;
         }
-        if (l->state == MY_LINE_ASKED) {
-            l->state = MY_LINE_HEAD; /* the gate is ours: watch the holder */
+        if (l->place.state == LINE_ASKED) {
+            l->place.state = LINE_HEAD; /* the gate is ours: watch the holder */
             l->reasks = 0;
             int64_t sleep_ms = deadline - dlock_provider_now_ms();
             enum watch_sent sent = send_watch(l, watch, sleep_ms > 0 ? sleep_ms : 0);
@@ -281,7 +281,7 @@ int my_line_wait(struct my_pool *pool, struct my_line *l, const struct my_line_w
             }
             continue;
         }
-        l->state = MY_LINE_HEAD; /* the holder let go, or the sleep ran out: look */
+        l->place.state = LINE_HEAD; /* the holder let go, or the sleep ran out: look */
         l->armed = watch && v == 2; /* slept out: the waker may still be ours */
         return DLOCK_OK;
     }
@@ -291,11 +291,11 @@ void my_line_leave(struct my_pool *pool, struct my_line *l)
 {
     if (!l->conn)
         return;
-    if (l->state == MY_LINE_ASKED || l->state == MY_LINE_WATCHING) {
+    if (l->place.state == LINE_ASKED || l->place.state == LINE_WATCHING) {
         drop(pool, l, true);
         return;
     }
-    if (l->state == MY_LINE_HEAD) {
+    if (l->place.state == LINE_HEAD) {
         char gate[40], sql[80];
         gate_of(l, gate, sizeof gate);
         snprintf(sql, sizeof sql, "DO RELEASE_LOCK('%s')", gate);

@@ -24,22 +24,16 @@
 #ifndef DLOCK_MY_LINE_H
 #define DLOCK_MY_LINE_H
 
+#include "../common/line.h"
 #include "my_conn.h"
 
 #include <stdbool.h>
 #include <stdint.h>
 
-enum my_line_state {
-    MY_LINE_OUT = 0,  /* not in the line */
-    MY_LINE_ASKED,    /* the gate is asked for: waiting in the line */
-    MY_LINE_HEAD,     /* the gate is ours, nothing in flight */
-    MY_LINE_WATCHING, /* the gate is ours, waiting in the server for the holder to let go */
-};
-
 /* One lock's place in its line; all zero is "out of it, no connection". */
 struct my_line {
     struct my_conn *conn; /* from the waiters' pool while in use */
-    int state;            /* enum my_line_state */
+    struct line_place place; /* line.h; LINE_WATCHING: the watch is in flight */
     unsigned long thread_id; /* the server's id of conn, for KILL */
     char name[32];        /* the lock's GET_LOCK name */
     struct my_pool *ctl;  /* the statement pool, which KILL is sent through */
@@ -69,8 +63,8 @@ struct my_line_watch {
 int my_line_join(struct my_pool *pool, struct my_pool *ctl, struct my_line *l, const char *name);
 
 /* Fair mode: before the first look, takes the gate when nobody is in the
- * line (*head true, MY_LINE_HEAD: the caller looks). When others are,
- * *head is false and the line is left as it was (MY_LINE_OUT, the
+ * line (*head true, LINE_HEAD: the caller looks). When others are,
+ * *head is false and the line is left as it was (LINE_OUT, the
  * connection back in pool): not our turn to look, and the caller joins
  * the line when it waits, which a try-once never does. A connection found
  * dead is replaced once. DLOCK_OK, or a failure with the detail set

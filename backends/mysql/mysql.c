@@ -26,6 +26,7 @@
  * out may take a row that has been free for MY_LATE_MS. */
 #include "config.h"
 
+#include "../common/line.h"
 #include "../common/lock_kind.h"
 #include "../common/out_of_line.h"
 #include "my_backend.h"
@@ -63,8 +64,9 @@ static int ensure_key(struct my_instance *inst, struct dlock_provider_lock *lk)
 
 /* Out of the line (see my_line_leave): a lease-mode head that may still
  * be armed first takes its id out of the row. */
-static void leave_line(struct my_instance *inst, struct dlock_provider_lock *lk)
+static void leave_line(void *instance, struct dlock_provider_lock *lk)
 {
+    struct my_instance *inst = instance;
     struct my_lock *ml = lk->priv;
     if (ml->line.armed && inst->head.mode->lease_rows) {
         struct my_param p[2] = { my_bytes(ml->k.key, ml->k.key_len), my_integer((long long)ml->line.thread_id) };
@@ -75,48 +77,55 @@ static void leave_line(struct my_instance *inst, struct dlock_provider_lock *lk)
     my_line_leave(&inst->waiters, &ml->line);
 }
 
-static int my_acquire(void *instance, struct dlock_provider_lock *lk, struct dlock_grant *g)
+static struct line_place *place_of(struct dlock_provider_lock *lk)
 {
+    return &((struct my_lock *)lk->priv)->line.place;
+}
+
+static int prepare_look(void *instance, struct dlock_provider_lock *lk)
+{
+    ((struct my_lock *)lk->priv)->writers_turn = false;
+    return ensure_key(instance, lk);
+}
+
+/* Enters the line when out of it, taking the gate at once when nobody is
+ * in it; with others in it, the wait joins it (my_line_enter). */
+static int fair_turn(void *instance, struct dlock_provider_lock *lk, struct dlock_grant *g, bool *turn)
+{
+    (void)g;
     struct my_instance *inst = instance;
-    int rc = ensure_key(inst, lk);
-    if (rc != DLOCK_OK)
-        return rc;
     struct my_lock *ml = lk->priv;
-    bool fair = (lk->flags & DLOCK_LOCK_FAIR) != 0, timer_look = ml->timer_look;
-    ml->timer_look = false;
-    ml->writers_turn = false;
-    bool late = false;
-    if (fair && ml->line.state == MY_LINE_OUT) {
+    if (ml->line.place.state == LINE_OUT) {
         bool head = false;
-        rc = my_line_enter(&inst->waiters, &inst->pool, &ml->line, ml->k.tag, &head);
+        int rc = my_line_enter(&inst->waiters, &inst->pool, &ml->line, ml->k.tag, &head);
         if (rc == DLOCK_OK && !head) {
-            /* Others are in the line before us: not our turn to look. The
-             * wait joins the line. */
-            g->retry_hint_ms = -1;
-            return DLOCK_EBUSY;
+            *turn = false;
+            return DLOCK_OK;
         }
         if (rc != DLOCK_OK) /* out of the line (every waiting connection in use): a look out of turn */
             dlock_provider_log(inst->log_handle, rc == DLOCK_EBUSY ? DLOCK_LOG_DEBUG : DLOCK_LOG_WARN,
                                "%s: cannot enter the line (%s); this look is not in turn", inst->server.label,
                                dlock_errmsg());
     }
-    if (fair && ml->line.state == MY_LINE_ASKED) {
-        /* In the line, not at its head: not our turn to look. A head that
-         * hangs (stopped, its session open) would hold the line for good,
-         * so a lease-mode exclusive request whose wait ran out looks out
-         * of turn, but may take only a row free for MY_LATE_MS, which a
-         * live head would have taken long before. */
-        if (!timer_look || !inst->head.mode->attempt_late || kind_is_shared(lk)) {
-            g->retry_hint_ms = -1;
-            return DLOCK_EBUSY;
-        }
-        late = true;
-    }
-    rc = late ? inst->head.mode->attempt_late(inst, lk, g) : inst->head.mode->attempt(inst, lk, g);
-    /* Granted: the gate goes to the next waiter; failed: no abandon follows. */
-    if (rc != DLOCK_EBUSY)
-        leave_line(inst, lk);
-    return rc;
+    *turn = ml->line.place.state != LINE_ASKED;
+    return DLOCK_OK;
+}
+
+static int join_line(void *instance, struct dlock_provider_lock *lk)
+{
+    struct my_instance *inst = instance;
+    struct my_lock *ml = lk->priv;
+    return my_line_join(&inst->waiters, &inst->pool, &ml->line, ml->k.tag);
+}
+
+/* A shared head held back only for a writer that waits behind it in the
+ * line lets the writer by, and queues again behind it. */
+static void before_wait(void *instance, struct dlock_provider_lock *lk)
+{
+    struct my_lock *ml = lk->priv;
+    if (ml->writers_turn && ml->line.place.state == LINE_HEAD)
+        leave_line(instance, lk);
+    ml->writers_turn = false;
 }
 
 /* The lease-mode head's watch: see my_line.h. */
@@ -169,48 +178,29 @@ static char *lease_sleep_sql(void *ctx, unsigned long thread_id, int64_t sleep_m
     return sql;
 }
 
-static int my_wait(void *instance, struct dlock_provider_lock *lk, int64_t timeout_ms, int wake_fd)
+static int wait_in_line(void *instance, struct dlock_provider_lock *lk, int64_t timeout_ms, int wake_fd)
 {
     struct my_instance *inst = instance;
-    struct my_lock *ml = lk->priv;
-    int64_t deadline = dlock_provider_now_ms() + timeout_ms; /* the join's connect counts */
-    if (ml->writers_turn && ml->line.state == MY_LINE_HEAD) {
-        /* A shared head held back only for a writer that waits behind it
-         * in the line: let the writer by, and queue again behind it. */
-        leave_line(inst, lk);
-    }
-    ml->writers_turn = false;
-    if (ml->line.state == MY_LINE_OUT) {
-        /* Joined here, after a busy answer (a try-once never gets here):
-         * the line answers once we are at its head and the holder has let
-         * go, also when that happened before we joined. */
-        int rc = my_line_join(&inst->waiters, &inst->pool, &ml->line, ml->k.tag);
-        if (rc != DLOCK_OK)
-            dlock_provider_log(inst->log_handle, rc == DLOCK_EBUSY ? DLOCK_LOG_DEBUG : DLOCK_LOG_WARN,
-                               "%s: cannot wait in line (%s); polling instead", inst->server.label, dlock_errmsg());
-    }
-    timeout_ms = deadline - dlock_provider_now_ms();
-    if (timeout_ms < 0)
-        timeout_ms = 0;
     struct lease_watch lw = { inst, lk };
     const struct my_line_watch watch = { lease_arm, lease_sleep_sql, &lw };
-    if (ml->line.state != MY_LINE_OUT) {
-        int rc = my_line_wait(&inst->waiters, &ml->line, inst->head.mode->lease_rows ? &watch : NULL, timeout_ms, wake_fd,
-                              inst->log_handle);
-        ml->timer_look = rc == DLOCK_ETIMEDOUT;
-        if (rc != DLOCK_OK || ml->line.state != MY_LINE_OUT)
-            return rc;
-        /* The request failed and took us out of the line (logged). */
-        timeout_ms = deadline - dlock_provider_now_ms();
-    }
-    return out_of_line_wait(wake_fd, timeout_ms); /* then look, and join again */
+    return my_line_wait(&inst->waiters, &((struct my_lock *)lk->priv)->line,
+                        inst->head.mode->lease_rows ? &watch : NULL, timeout_ms, wake_fd, inst->log_handle);
 }
 
-static int my_release(void *instance, struct dlock_provider_lock *lk)
-{
-    struct my_instance *inst = instance;
-    return inst->head.mode->release(inst, lk);
-}
+/* Every kind waits in the line; out of it, the core's next look joins it
+ * again. Granted or failed, the gate goes to the next waiter. */
+static const struct line_ops my_line_ops = {
+    .place = place_of,
+    .prepare = prepare_look,
+    .turn = fair_turn,
+    .attempt = sql_mode_attempt,
+    .attempt_late = sql_mode_attempt_late,
+    .granted = leave_line,
+    .leave = leave_line,
+    .join = join_line,
+    .before_wait = before_wait,
+    .wait_in_line = wait_in_line,
+};
 
 static int my_renew_batch(void *instance, struct dlock_provider_lock *const *locks, size_t n, int *results)
 {
@@ -299,7 +289,7 @@ static int my_open(void **instance, const struct dlock_provider_env *env)
         return rc;
     }
     inst->head.mode = set.session_mode ? &my_session_mode : &my_lease_mode;
-    inst->head.label = inst->server.label;
+    inst->head.line = (struct line_host){ &my_line_ops, inst->server.label, env->log_handle };
     inst->head.prefix = inst->prefix;
     if (!inst->head.mode->lease_rows) {
         /* A client that vanished leaves a half-open connection whose named
@@ -348,15 +338,15 @@ static const struct dlock_provider my_provider = {
     .settings = my_settings,
     .open = my_open,
     .close = my_close,
-    .acquire = my_acquire,
-    .release = my_release,
+    .acquire = line_acquire,
+    .release = sql_mode_release,
     .renew = sql_mode_renew,
     .renew_batch = my_renew_batch,
     .fence = sql_mode_fence,
     .lock_fini = my_lock_fini,
     .ctl = my_ctl,
     .abandon = my_abandon,
-    .wait = my_wait,
+    .wait = line_wait,
     .list = sql_mode_list,
     .break_hold = sql_mode_break,
     .downgrade = sql_mode_downgrade,

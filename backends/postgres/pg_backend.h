@@ -44,7 +44,6 @@ struct pg_lock {
     char advisory[24];           /* the session-mode key (k.digest), as decimal text */
     PGconn *listener;            /* a shared request's, while LISTENing on channel */
     struct pg_line line;         /* an exclusive or permit request's place in the line */
-    bool timer_look;             /* the last wait ran out: a fair request in the line may look */
     bool last_busy;              /* the last attempt found the lock held */
     bool writer_registered;      /* an exclusive request kept waiting said so in the row */
     uint64_t generation;         /* session mode: holder connection the hold was taken on */

@@ -166,7 +166,7 @@ int pg_line_join(struct pg_pool *pool, struct pg_pool *ctl, struct pg_line *l, u
         drop(pool, l, false);
         return rc;
     }
-    l->state = PG_LINE_ASKED;
+    l->place.state = LINE_ASKED;
     l->answer_pending = true;
     l->failed = false;
     return DLOCK_OK;
@@ -191,7 +191,7 @@ int pg_line_enter(struct pg_pool *pool, struct pg_pool *ctl, struct pg_line *l, 
     if ((rc = exec_on_line(pool, l, sql, PGRES_COMMAND_OK, "LISTEN", &r)) != DLOCK_OK)
         return rc; /* the session, and the gate with it, are gone */
     PQclear(r);
-    l->state = PG_LINE_HEAD;
+    l->place.state = LINE_HEAD;
     return DLOCK_OK;
 }
 
@@ -200,14 +200,14 @@ int pg_line_wait(struct pg_pool *pool, struct pg_line *l, int64_t timeout_ms, in
 {
     int64_t deadline = dlock_provider_now_ms() + timeout_ms;
     for (;;) {
-        if (l->state == PG_LINE_HEAD) {
+        if (l->place.state == LINE_HEAD) {
             PGnotify *n = PQnotifies(l->conn);
             if (n) {
                 PQfreemem(n);
                 return DLOCK_OK;
             }
         }
-        while (l->state == PG_LINE_ASKED && !PQisBusy(l->conn)) {
+        while (l->place.state == LINE_ASKED && !PQisBusy(l->conn)) {
             PGresult *r = PQgetResult(l->conn);
             if (r) {
                 ExecStatusType st = PQresultStatus(r);
@@ -224,7 +224,7 @@ int pg_line_wait(struct pg_pool *pool, struct pg_line *l, int64_t timeout_ms, in
                 drop(pool, l, false);
                 return DLOCK_OK;
             }
-            l->state = PG_LINE_HEAD; /* at the head: the caller looks at the lock */
+            l->place.state = LINE_HEAD; /* at the head: the caller looks at the lock */
             return DLOCK_OK;
         }
         int w = pg_wait_socket(l->conn, wake_fd, deadline - dlock_provider_now_ms());
@@ -255,12 +255,12 @@ void pg_line_drain(struct pg_line *l)
  * pool once the answer is read. */
 void pg_line_pass(struct pg_pool *pool, struct pg_line *l)
 {
-    if (l->state != PG_LINE_HEAD)
+    if (l->place.state != LINE_HEAD)
         return;
     char sql[160];
     snprintf(sql, sizeof sql, "SELECT pg_advisory_unlock(%s, %s); UNLISTEN *; SET statement_timeout = %lld",
              l->gate[0], l->gate[1], (long long)pool->server->command_timeout_ms);
-    l->state = PG_LINE_OUT;
+    l->place.state = LINE_OUT;
     if (!send_text(pool, l, sql)) {
         drop(pool, l, false); /* closing the session frees the gate as well */
         return;
@@ -275,7 +275,7 @@ void pg_line_pass(struct pg_pool *pool, struct pg_line *l)
 
 void pg_line_granted(struct pg_pool *pool, struct pg_line *l, bool keep_gate)
 {
-    if (l->state == PG_LINE_ASKED)
+    if (l->place.state == LINE_ASKED)
         drop(pool, l, true);
     else if (!keep_gate)
         pg_line_pass(pool, l);
@@ -283,7 +283,7 @@ void pg_line_granted(struct pg_pool *pool, struct pg_line *l, bool keep_gate)
 
 void pg_line_leave(struct pg_pool *pool, struct pg_line *l)
 {
-    if (l->state == PG_LINE_ASKED)
+    if (l->place.state == LINE_ASKED)
         drop(pool, l, true);
     else
         pg_line_pass(pool, l); /* out of the line already: nothing */

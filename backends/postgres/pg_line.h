@@ -22,17 +22,16 @@
 #ifndef DLOCK_PG_LINE_H
 #define DLOCK_PG_LINE_H
 
+#include "../common/line.h"
 #include "pg_conn.h"
 
 #include <stdbool.h>
 #include <stdint.h>
 
-enum pg_line_state { PG_LINE_OUT = 0, PG_LINE_ASKED, PG_LINE_HEAD };
-
 /* One lock's place in its line; all zero is "out of it, no connection". */
 struct pg_line {
     PGconn *conn;          /* from the listeners' pool while in use */
-    int state;             /* enum pg_line_state */
+    struct line_place place; /* LINE_OUT, LINE_ASKED or LINE_HEAD (line.h) */
     bool answer_pending;   /* a query sent without waiting is not fully answered */
     bool failed;           /* part of the join's answer was an error */
     char gate[2][12];      /* the gate key as two int4 texts */
@@ -48,8 +47,8 @@ int pg_line_join(struct pg_pool *pool, struct pg_pool *ctl, struct pg_line *l, u
 
 /* For fair mode, before a first look: takes the head at once when nobody
  * is in the line (the gate is free: a blocking round trip for the gate and
- * one for the LISTEN; l->state is then PG_LINE_HEAD and the caller looks),
- * else joins it as pg_line_join does (PG_LINE_ASKED: the caller must not
+ * one for the LISTEN; l->place.state is then LINE_HEAD and the caller looks),
+ * else joins it as pg_line_join does (LINE_ASKED: the caller must not
  * look before its turn). DLOCK_OK, or a failure with the detail set. */
 int pg_line_enter(struct pg_pool *pool, struct pg_pool *ctl, struct pg_line *l, uint64_t digest, const char *channel);
 

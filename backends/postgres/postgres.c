@@ -24,6 +24,7 @@
  * (one made without it may still take a free lock ahead of the line). */
 #include "config.h"
 
+#include "../common/line.h"
 #include "../common/lock_kind.h"
 #include "../common/out_of_line.h"
 #include "pg_backend.h"
@@ -117,7 +118,7 @@ static void drain_notifications(struct pg_lock *pl)
         PQfreemem(n);
 }
 
-/* ---- the provider --------------------------------------------------------------------------- */
+/* ---- the line's steps (line.h) ---------------------------------------------------------------- */
 
 /* Exclusive and permit requests wait in the name's line; shared ones
  * listen themselves. */
@@ -126,92 +127,88 @@ static bool waits_in_line(const struct dlock_provider_lock *lk)
     return lk->mode != DLOCK_MODE_SHARED;
 }
 
-static int pg_acquire(void *instance, struct dlock_provider_lock *lk, struct dlock_grant *g)
+static struct line_place *place_of(struct dlock_provider_lock *lk)
 {
+    return &((struct pg_lock *)lk->priv)->line.place;
+}
+
+/* Notifications received so far tell of releases before this look. */
+static int prepare_look(void *instance, struct dlock_provider_lock *lk)
+{
+    struct pg_lock *pl = lk->priv;
+    int rc = ensure_key(instance, lk);
+    if (rc == DLOCK_OK) {
+        drain_notifications(pl);
+        pg_line_drain(&pl->line);
+    }
+    return rc;
+}
+
+/* Enters the line when out of it: at once at its head when nobody is in
+ * it, else asked (pg_line_enter). */
+static int fair_turn(void *instance, struct dlock_provider_lock *lk, struct dlock_grant *g, bool *turn)
+{
+    (void)g;
     struct pg_instance *inst = instance;
     struct pg_lock *pl = lk->priv;
-    int rc = ensure_key(inst, lk);
-    if (rc != DLOCK_OK)
-        return rc;
-    drain_notifications(pl);
-    pg_line_drain(&pl->line);
-    bool fair = (lk->flags & DLOCK_LOCK_FAIR) != 0, timer_look = pl->timer_look;
-    pl->timer_look = false;
-    if (fair && !waits_in_line(lk))
-        return dlock_seterr(DLOCK_ENOTSUP, "%s: fair mode is for exclusive holds and permits; shared holds are "
-                            "granted together", inst->server.label);
-    if (fair && pl->line.state == PG_LINE_OUT &&
+    if (pl->line.place.state == LINE_OUT &&
         pg_line_enter(&inst->listeners, &inst->pool, &pl->line, pl->k.digest, pl->k.tag) != DLOCK_OK)
         dlock_provider_log(inst->log_handle, DLOCK_LOG_WARN, "%s: cannot enter the line (%s); this look is not "
                            "in turn", inst->server.label, dlock_errmsg());
-    if (fair && pl->line.state == PG_LINE_ASKED) {
-        /* Others are in the line before us: not our turn to look. A head
-         * that hangs (a holder stopped with the gate, its lease gone) would
-         * hold the line for good, so a lease-mode exclusive request whose
-         * wait ran out looks out of turn, but may take only a row free for
-         * PG_LATE_MS: at a holder's expiry, the live head looks first. */
-        if (!timer_look || !inst->head.mode->attempt_late || lk->mode != DLOCK_MODE_EXCLUSIVE) {
-            g->retry_hint_ms = -1;
-            return DLOCK_EBUSY;
-        }
-        rc = inst->head.mode->attempt_late(inst, lk, g);
-    } else {
-        rc = inst->head.mode->attempt(inst, lk, g);
-    }
-    if (waits_in_line(lk)) {
-        /* The line is joined in wait, which a try-once never reaches. */
-        if (rc == DLOCK_OK)
-            pg_line_granted(&inst->listeners, &pl->line, lk->mode == DLOCK_MODE_EXCLUSIVE);
-        else if (rc != DLOCK_EBUSY)
-            pg_line_leave(&inst->listeners, &pl->line); /* no abandon follows a failure */
-    } else if (rc == DLOCK_EBUSY && !pl->listener) {
-        /* Listen, then look again: a release in between is then heard. */
-        if (start_listening(inst, pl) == DLOCK_OK)
-            rc = inst->head.mode->attempt(inst, lk, g);
-        else
-            dlock_provider_log(inst->log_handle, DLOCK_LOG_WARN, "%s: cannot LISTEN (%s); polling instead",
-                               inst->server.label, dlock_errmsg());
-    }
-    return rc;
+    *turn = pl->line.place.state != LINE_ASKED;
+    return DLOCK_OK;
 }
 
-static int pg_release(void *instance, struct dlock_provider_lock *lk)
+/* A shared request answered busy listens, then looks again: a release in
+ * between is then heard. */
+static int listen_and_look(void *instance, struct dlock_provider_lock *lk, struct dlock_grant *g, int rc)
 {
     struct pg_instance *inst = instance;
     struct pg_lock *pl = lk->priv;
-    int rc = inst->head.mode->release(inst, lk);
-    /* After the release: the next waiter's look finds the lock free. Also
-     * when the release failed (the hold was lost): the gate goes anyway. */
-    pg_line_pass(&inst->listeners, &pl->line);
+    if (pl->listener)
+        return rc;
+    if (start_listening(inst, pl) == DLOCK_OK)
+        return inst->head.mode->attempt(inst, lk, g);
+    dlock_provider_log(inst->log_handle, DLOCK_LOG_WARN, "%s: cannot LISTEN (%s); polling instead",
+                       inst->server.label, dlock_errmsg());
     return rc;
 }
 
-static int pg_wait(void *instance, struct dlock_provider_lock *lk, int64_t timeout_ms, int wake_fd)
+/* An exclusive hold keeps the gate until it is released (pg_line.h). */
+static void granted(void *instance, struct dlock_provider_lock *lk)
 {
     struct pg_instance *inst = instance;
     struct pg_lock *pl = lk->priv;
-    int64_t deadline = dlock_provider_now_ms() + timeout_ms; /* the join's connect counts */
-    if (waits_in_line(lk) && pl->line.state == PG_LINE_OUT) {
-        /* Joined here, after a busy answer: the answer to the join comes
-         * when we are at the head, and the look made then sees a release
-         * that came before our LISTEN. */
-        int rc = pg_line_join(&inst->listeners, &inst->pool, &pl->line, pl->k.digest, pl->k.tag);
-        if (rc != DLOCK_OK)
-            dlock_provider_log(inst->log_handle, rc == DLOCK_EBUSY ? DLOCK_LOG_DEBUG : DLOCK_LOG_WARN,
-                               "%s: cannot wait in line (%s); polling instead", inst->server.label, dlock_errmsg());
-    }
-    timeout_ms = deadline - dlock_provider_now_ms();
-    if (timeout_ms < 0)
-        timeout_ms = 0;
-    if (pl->line.state != PG_LINE_OUT) {
-        int rc = pg_line_wait(&inst->listeners, &pl->line, timeout_ms, wake_fd, inst->log_handle, inst->server.label);
-        pl->timer_look = rc == DLOCK_ETIMEDOUT;
-        if (rc != DLOCK_OK || pl->line.state != PG_LINE_OUT || !waits_in_line(lk))
-            return rc;
-        /* The request failed and took us out of the line (logged): not at
-         * once again, which would spin while the failure lasts. */
-        return out_of_line_wait(wake_fd, deadline - dlock_provider_now_ms());
-    }
+    if (waits_in_line(lk))
+        pg_line_granted(&inst->listeners, &pl->line, lk->mode == DLOCK_MODE_EXCLUSIVE);
+}
+
+static void leave_line(void *instance, struct dlock_provider_lock *lk)
+{
+    struct pg_instance *inst = instance;
+    pg_line_leave(&inst->listeners, &((struct pg_lock *)lk->priv)->line);
+}
+
+static int join_line(void *instance, struct dlock_provider_lock *lk)
+{
+    struct pg_instance *inst = instance;
+    struct pg_lock *pl = lk->priv;
+    return pg_line_join(&inst->listeners, &inst->pool, &pl->line, pl->k.digest, pl->k.tag);
+}
+
+static int wait_in_line(void *instance, struct dlock_provider_lock *lk, int64_t timeout_ms, int wake_fd)
+{
+    struct pg_instance *inst = instance;
+    return pg_line_wait(&inst->listeners, &((struct pg_lock *)lk->priv)->line, timeout_ms, wake_fd,
+                        inst->log_handle, inst->server.label);
+}
+
+/* A shared request, or one that could not join: its own LISTEN. */
+static int wait_listening(void *instance, struct dlock_provider_lock *lk, int64_t timeout_ms, int wake_fd)
+{
+    struct pg_instance *inst = instance;
+    struct pg_lock *pl = lk->priv;
+    int64_t deadline = dlock_provider_now_ms() + timeout_ms;
     if (!pl->listener) /* no listener or line (it could not be set up): look again soon */
         return out_of_line_wait(wake_fd, timeout_ms);
     for (;;) {
@@ -236,6 +233,34 @@ static int pg_wait(void *instance, struct dlock_provider_lock *lk, int64_t timeo
             return DLOCK_OK;
         }
     }
+}
+
+static const struct line_ops pg_line_ops = {
+    .place = place_of,
+    .in_line = waits_in_line,
+    .prepare = prepare_look,
+    .turn = fair_turn,
+    .attempt = sql_mode_attempt,
+    .attempt_late = sql_mode_attempt_late,
+    .busy = listen_and_look,
+    .granted = granted,
+    .leave = leave_line,
+    .join = join_line,
+    .wait_in_line = wait_in_line,
+    .wait_outside = wait_listening,
+};
+
+/* ---- the provider --------------------------------------------------------------------------- */
+
+static int pg_release(void *instance, struct dlock_provider_lock *lk)
+{
+    struct pg_instance *inst = instance;
+    struct pg_lock *pl = lk->priv;
+    int rc = sql_mode_release(inst, lk);
+    /* After the release: the next waiter's look finds the lock free. Also
+     * when the release failed (the hold was lost): the gate goes anyway. */
+    pg_line_pass(&inst->listeners, &pl->line);
+    return rc;
 }
 
 static void pg_abandon(void *instance, struct dlock_provider_lock *lk)
@@ -311,7 +336,7 @@ static int pg_open(void **instance, const struct dlock_provider_env *env)
         return rc;
     }
     inst->head.mode = set.session_mode ? &pg_session_mode : &pg_lease_mode;
-    inst->head.label = inst->server.label;
+    inst->head.line = (struct line_host){ &pg_line_ops, inst->server.label, env->log_handle };
     inst->head.prefix = inst->prefix;
     snprintf(inst->prefix, sizeof inst->prefix, "%s", set.prefix);
     inst->log_handle = env->log_handle;
@@ -343,12 +368,12 @@ static const struct dlock_provider pg_provider = {
     .settings = pg_settings,
     .open = pg_open,
     .close = pg_close,
-    .acquire = pg_acquire,
+    .acquire = line_acquire,
     .release = pg_release,
     .renew = sql_mode_renew,
     .fence = sql_mode_fence,
     .renew_batch = sql_mode_renew_batch,
-    .wait = pg_wait,
+    .wait = line_wait,
     .lock_fini = pg_lock_fini,
     .ctl = pg_ctl,
     .abandon = pg_abandon,

@@ -47,7 +47,7 @@ static void join(struct local_waiter *w, bool shared)
 {
     memset(w, 0, sizeof *w);
     assert_int_equal(local_queue_join(dirfd_, FILE_NAME, shared, w), 0);
-    assert_true(w->joined);
+    assert_int_equal(w->place.state, LINE_ASKED);
 }
 
 /* Entries in the line's folder (hidden ones too). */

@@ -1,0 +1,95 @@
+/* backends/common/line.c - see line.h. */
+#include "config.h"
+
+#include "line.h"
+#include "out_of_line.h"
+
+#include <dlock/provider.h>
+
+static bool kind_in_line(const struct line_ops *ops, const struct dlock_provider_lock *lk)
+{
+    return !ops->in_line || ops->in_line(lk);
+}
+
+/* Fair mode: DLOCK_OK when the request may look (*late: out of turn),
+ * DLOCK_EBUSY when it must wait for its turn, or a failure. */
+static int fair_turn(void *instance, struct dlock_provider_lock *lk, struct dlock_grant *g, bool timer_look,
+                     bool *late)
+{
+    const struct line_host *c = instance;
+    const struct line_ops *ops = c->ops;
+    if (!kind_in_line(ops, lk))
+        return dlock_seterr(DLOCK_ENOTSUP, "%s: fair mode is for exclusive holds and permits; shared holds are "
+                            "granted together", c->label);
+    bool turn = true;
+    int rc = ops->turn(instance, lk, g, &turn);
+    if (rc != DLOCK_OK || turn)
+        return rc;
+    /* Others are before us: not our turn to look. A head that hangs would
+     * hold the line for good, so an exclusive request whose wait ran out
+     * looks out of turn, where the backend has a late look. */
+    if (!timer_look || !ops->attempt_late || lk->mode != DLOCK_MODE_EXCLUSIVE) {
+        g->retry_hint_ms = -1;
+        return DLOCK_EBUSY;
+    }
+    *late = true;
+    return DLOCK_OK;
+}
+
+int line_acquire(void *instance, struct dlock_provider_lock *lk, struct dlock_grant *g)
+{
+    const struct line_host *c = instance;
+    const struct line_ops *ops = c->ops;
+    struct line_place *p = ops->place(lk);
+    bool timer_look = p->timer_look, late = false, looked = false;
+    p->timer_look = false;
+    int rc = ops->prepare ? ops->prepare(instance, lk) : DLOCK_OK;
+    if (rc == DLOCK_OK && (lk->flags & DLOCK_LOCK_FAIR))
+        rc = fair_turn(instance, lk, g, timer_look, &late);
+    if (rc == DLOCK_OK) {
+        rc = late ? ops->attempt_late(instance, lk, g) : ops->attempt(instance, lk, g);
+        looked = true;
+    }
+    if (rc == DLOCK_OK) {
+        if (ops->granted)
+            ops->granted(instance, lk);
+    } else if (rc != DLOCK_EBUSY) {
+        ops->leave(instance, lk); /* no abandon follows a failure */
+    } else if (looked && ops->busy && !kind_in_line(ops, lk)) {
+        rc = ops->busy(instance, lk, g, rc);
+    }
+    return rc;
+}
+
+int line_wait(void *instance, struct dlock_provider_lock *lk, int64_t timeout_ms, int wake_fd)
+{
+    const struct line_host *c = instance;
+    const struct line_ops *ops = c->ops;
+    struct line_place *p = ops->place(lk);
+    int64_t deadline = dlock_provider_now_ms() + timeout_ms; /* the join's connect counts */
+    if (ops->before_wait)
+        ops->before_wait(instance, lk);
+    if (ops->join && p->state == LINE_OUT && kind_in_line(ops, lk)) {
+        /* Joined here, after a busy answer: the line answers once we are
+         * at its head, and the look made then sees a release that came
+         * before the join. */
+        int rc = ops->join(instance, lk);
+        if (rc != DLOCK_OK)
+            dlock_provider_log(c->log_handle, rc == DLOCK_EBUSY ? DLOCK_LOG_DEBUG : DLOCK_LOG_WARN,
+                               "%s: cannot wait in line (%s); polling instead", c->label, dlock_errmsg());
+    }
+    timeout_ms = deadline - dlock_provider_now_ms();
+    if (timeout_ms < 0)
+        timeout_ms = 0;
+    if (p->state != LINE_OUT) {
+        int rc = ops->wait_in_line(instance, lk, timeout_ms, wake_fd);
+        p->timer_look = rc == DLOCK_ETIMEDOUT;
+        if (rc != DLOCK_OK || p->state != LINE_OUT || !kind_in_line(ops, lk))
+            return rc;
+        /* A request in the line failed and took us out of it (logged):
+         * not at once again, which would spin while the failure lasts. */
+        return out_of_line_wait(wake_fd, deadline - dlock_provider_now_ms());
+    }
+    return ops->wait_outside ? ops->wait_outside(instance, lk, timeout_ms, wake_fd)
+                             : out_of_line_wait(wake_fd, timeout_ms);
+}
