@@ -87,18 +87,26 @@ int sql_mode_list(void *instance, struct dlock_provider_list *req)
     return m->list(instance, req);
 }
 
-int sql_mode_status(void *instance, struct dlock_ctl_status *arg)
+static int status(void *instance, struct dlock_ctl_status *arg)
 {
     dlock_status_info *out = arg->out;
-    out->held = 0;
-    out->fence = 0;
-    out->holder_pid = -1;
-    out->ttl_ms = -1;
-    out->holder[0] = '\0';
+    out->held = 0; /* the rest arrives preset (provider.h) */
     struct sql_lock_key k;
     int rc = sql_lock_key_init(&k, prefix_of(instance), arg->name, arg->name_len);
     if (rc == DLOCK_OK)
         rc = mode_of(instance)->status(instance, &k, out);
     sql_lock_key_free(&k);
     return rc;
+}
+
+int sql_mode_ctl(void *instance, int op, void *arg)
+{
+    const struct sql_instance_head *h = instance;
+    if (op == DLOCK_CTL_STATUS)
+        return status(instance, arg);
+    if (op == DLOCK_CTL_CAPABILITIES) {
+        *(unsigned *)arg &= ~(h->mode->capabilities_off | h->capabilities_off);
+        return DLOCK_OK;
+    }
+    return DLOCK_ENOTSUP;
 }

@@ -37,7 +37,7 @@ struct sql_mode {
     int (*downgrade)(void *instance, struct dlock_provider_lock *lk); /* NULL: not offered */
     int (*fence)(void *instance, struct dlock_provider_lock *lk, uint64_t *out); /* NULL: grants carry it */
     /* k is the name's key, made by the dispatcher; out is preset (nothing
-     * held, no pid, no ttl). */
+     * held; the rest as DLOCK_CTL_STATUS presets it, provider.h). */
     int (*status)(void *instance, const struct sql_lock_key *k, dlock_status_info *out);
     int (*break_hold)(void *instance, const struct sql_lock_key *k, int *broken, uint64_t *fence);
     int (*list)(void *instance, struct dlock_provider_list *req);
@@ -50,6 +50,7 @@ struct sql_instance_head {
     struct line_host line;       /* first: the provider's acquire and wait are the line's; its label */
     const struct sql_mode *mode;
     const char *prefix;          /* the key prefix of every name (sql_lock_key_init) */
+    unsigned capabilities_off;   /* what this instance's table cannot do, found at open */
 };
 
 /* Provider members that pass the call on to the instance's mode. */
@@ -64,7 +65,9 @@ int sql_mode_downgrade(void *instance, struct dlock_provider_lock *lk);
 int sql_mode_fence(void *instance, struct dlock_provider_lock *lk, uint64_t *out);
 int sql_mode_break(void *instance, const char *name, size_t name_len, int *broken, uint64_t *fence);
 int sql_mode_list(void *instance, struct dlock_provider_list *req);
-/* DLOCK_CTL_STATUS: presets arg->out, then asks the mode. */
-int sql_mode_status(void *instance, struct dlock_ctl_status *arg);
+/* DLOCK_CTL_STATUS: the name's key made, held set to 0, the mode asked.
+ * DLOCK_CTL_CAPABILITIES: what the mode and the instance cannot do,
+ * cleared. */
+int sql_mode_ctl(void *instance, int op, void *arg);
 
 #endif

@@ -510,9 +510,7 @@ int etcd_break_holders(struct etcd_http *http, const char *prefix, const char *n
 int etcd_name_status(struct etcd_http *http, const char *prefix, const char *name, size_t name_len,
                      dlock_status_info *out)
 {
-    out->held = 0;
-    out->holder_pid = -1;
-    out->ttl_ms = -1;
+    out->held = 0; /* the rest arrives preset (provider.h) */
     struct one_line l;
     int rc = read_one_line(http, prefix, name, name_len, &l, "reading a lock's status");
     if (rc == DLOCK_OK && l.n > 0) {

@@ -240,27 +240,6 @@ static void my_lock_fini(void *instance, struct dlock_provider_lock *lk)
     memset(ml, 0, sizeof *ml);
 }
 
-static int my_ctl(void *instance, int op, void *arg)
-{
-    struct my_instance *inst = instance;
-    if (op == DLOCK_CTL_STATUS)
-        return sql_mode_status(inst, arg);
-    if (op == DLOCK_CTL_CAPABILITIES) {
-        *(unsigned *)arg &= ~inst->head.mode->capabilities_off;
-        /* A lease row without the waker column cannot be armed: its
-         * waiters back off. */
-        if (inst->no_waker)
-            *(unsigned *)arg &= ~(unsigned)(DLOCK_CAP_NATIVE_WAIT | DLOCK_CAP_FAIR);
-        /* A table without the columns of shared holds cannot take the
-         * downgraded one: refused up front (DLOCK_ENOTSUP), the exclusive
-         * hold is kept, where a failing statement would cost it. */
-        if (inst->no_shared_columns)
-            *(unsigned *)arg &= ~(unsigned)DLOCK_CAP_DOWNGRADE;
-        return DLOCK_OK;
-    }
-    return DLOCK_ENOTSUP;
-}
-
 static void my_close(void *instance)
 {
     struct my_instance *inst = instance;
@@ -310,6 +289,14 @@ static int my_open(void **instance, const struct dlock_provider_env *env)
     /* Connect now, so a wrong address or password is reported at open. */
     if (rc == DLOCK_OK)
         rc = my_prepare_schema(inst, set.create_table);
+    /* A lease row without the waker column cannot be armed: its waiters
+     * back off. A table without the columns of shared holds cannot take
+     * the downgraded one: refused up front (DLOCK_ENOTSUP), the exclusive
+     * hold is kept, where a failing statement would cost it. */
+    if (inst->no_waker)
+        inst->head.capabilities_off |= DLOCK_CAP_NATIVE_WAIT | DLOCK_CAP_FAIR;
+    if (inst->no_shared_columns)
+        inst->head.capabilities_off |= DLOCK_CAP_DOWNGRADE;
     /* No waker column: statements that do not name it. The connection the
      * schema was looked at with prepared none of those that change. */
     if (rc == DLOCK_OK && inst->no_waker) {
@@ -344,7 +331,7 @@ static const struct dlock_provider my_provider = {
     .renew_batch = my_renew_batch,
     .fence = sql_mode_fence,
     .lock_fini = my_lock_fini,
-    .ctl = my_ctl,
+    .ctl = sql_mode_ctl,
     .abandon = my_abandon,
     .wait = line_wait,
     .list = sql_mode_list,

@@ -289,23 +289,6 @@ static void pg_lock_fini(void *instance, struct dlock_provider_lock *lk)
     memset(pl, 0, sizeof *pl);
 }
 
-static int pg_ctl(void *instance, int op, void *arg)
-{
-    struct pg_instance *inst = instance;
-    if (op == DLOCK_CTL_STATUS)
-        return sql_mode_status(inst, arg);
-    if (op == DLOCK_CTL_CAPABILITIES) {
-        *(unsigned *)arg &= ~inst->head.mode->capabilities_off;
-        /* A table without the columns of shared holds cannot take the
-         * downgraded one: refused up front (DLOCK_ENOTSUP), the exclusive
-         * hold is kept, where a failing statement would cost it. */
-        if (inst->no_shared_columns)
-            *(unsigned *)arg &= ~(unsigned)DLOCK_CAP_DOWNGRADE;
-        return DLOCK_OK;
-    }
-    return DLOCK_ENOTSUP;
-}
-
 static void pg_close(void *instance)
 {
     struct pg_instance *inst = instance;
@@ -349,6 +332,11 @@ static int pg_open(void **instance, const struct dlock_provider_env *env)
      * make sure the table exists. */
     if (rc == DLOCK_OK)
         rc = pg_prepare_schema(inst, set.create_table);
+    /* A table without the columns of shared holds cannot take the
+     * downgraded one: refused up front (DLOCK_ENOTSUP), the exclusive hold
+     * is kept, where a failing statement would cost it. */
+    if (inst->no_shared_columns)
+        inst->head.capabilities_off |= DLOCK_CAP_DOWNGRADE;
     if (rc != DLOCK_OK) {
         pg_close(inst);
         return rc;
@@ -375,7 +363,7 @@ static const struct dlock_provider pg_provider = {
     .renew_batch = sql_mode_renew_batch,
     .wait = line_wait,
     .lock_fini = pg_lock_fini,
-    .ctl = pg_ctl,
+    .ctl = sql_mode_ctl,
     .abandon = pg_abandon,
     .list = sql_mode_list,
     .break_hold = sql_mode_break,

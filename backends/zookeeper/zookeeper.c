@@ -409,11 +409,7 @@ static int status_of_entry(const dlock_list_entry *e, void *arg)
 static int zk_status(struct zk_instance *inst, struct dlock_ctl_status *arg)
 {
     dlock_status_info *out = arg->out;
-    out->held = 0;
-    out->fence = 0;
-    out->holder_pid = -1;
-    out->ttl_ms = -1;
-    out->holder[0] = '\0';
+    out->held = 0; /* the rest arrives preset (provider.h) */
     char *parent = zk_parent_path(inst->root, arg->name, arg->name_len);
     if (!parent)
         return dlock_seterr(DLOCK_ENOMEM, "zookeeper: out of memory");

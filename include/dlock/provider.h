@@ -185,7 +185,9 @@ struct dlock_grant {
     int64_t valid_ms;
 };
 
-/* Arguments of DLOCK_CTL_STATUS. */
+/* Arguments of DLOCK_CTL_STATUS. out arrives zeroed, with held,
+ * holder_pid and ttl_ms at -1 (unknown): the provider sets what it knows
+ * (held to 0 or 1 at least). */
 struct dlock_ctl_status {
     const char *name;
     size_t name_len;
