@@ -148,6 +148,17 @@ int pg_wait_socket(PGconn *conn, int wake_fd, int64_t timeout_ms)
     return 1;
 }
 
+int pg_await_input(PGconn *conn, int wake_fd, int64_t deadline, int *rc)
+{
+    int w = pg_wait_socket(conn, wake_fd, deadline - dlock_provider_now_ms());
+    *rc = DLOCK_OK;
+    if (w == 0 && dlock_provider_now_ms() >= deadline)
+        *rc = DLOCK_ETIMEDOUT;
+    if (w == 0 || w == 2)
+        return 0;
+    return w < 0 || !PQconsumeInput(conn) ? -1 : 1;
+}
+
 /* Waits for the socket to be readable or writable until deadline. */
 static int wait_io(PGconn *conn, bool for_write, int64_t deadline)
 {

@@ -79,5 +79,13 @@ int pg_result_check(const struct pg_server *srv, const PGresult *res, const char
  * 1 socket, 2 wake_fd, 0 timeout, -1 error. */
 int pg_wait_socket(PGconn *conn, int wake_fd, int64_t timeout_ms);
 
+/* One step of a wait for what the server sends on conn (a NOTIFY, the
+ * answer to a query sent without waiting), until deadline on
+ * dlock_provider_now_ms: 1 when input was read into conn (look at it), 0
+ * when the wait ends with *rc (DLOCK_ETIMEDOUT at the deadline, DLOCK_OK
+ * when wake_fd is readable or poll was interrupted), -1 when the
+ * connection broke (PQerrorMessage says why). */
+int pg_await_input(PGconn *conn, int wake_fd, int64_t deadline, int *rc);
+
 
 #endif

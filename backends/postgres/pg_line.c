@@ -227,12 +227,10 @@ int pg_line_wait(struct pg_pool *pool, struct pg_line *l, int64_t timeout_ms, in
             l->place.state = LINE_HEAD; /* at the head: the caller looks at the lock */
             return DLOCK_OK;
         }
-        int w = pg_wait_socket(l->conn, wake_fd, deadline - dlock_provider_now_ms());
+        int rc, w = pg_await_input(l->conn, wake_fd, deadline, &rc);
         if (w == 0)
-            return dlock_provider_now_ms() >= deadline ? DLOCK_ETIMEDOUT : DLOCK_OK;
-        if (w == 2)
-            return DLOCK_OK;
-        if (w < 0 || !PQconsumeInput(l->conn)) {
+            return rc;
+        if (w < 0) {
             dlock_provider_log(log_handle, DLOCK_LOG_WARN, "%s: the connection of a waiter broke (%s); the next "
                                "look joins the line again", label, PQerrorMessage(l->conn));
             drop(pool, l, false);

@@ -217,12 +217,10 @@ static int wait_listening(void *instance, struct dlock_provider_lock *lk, int64_
             PQfreemem(n);
             return DLOCK_OK;
         }
-        int w = pg_wait_socket(pl->listener, wake_fd, deadline - dlock_provider_now_ms());
+        int rc, w = pg_await_input(pl->listener, wake_fd, deadline, &rc);
         if (w == 0)
-            return dlock_provider_now_ms() >= deadline ? DLOCK_ETIMEDOUT : DLOCK_OK;
-        if (w == 2)
-            return DLOCK_OK;
-        if (w < 0 || !PQconsumeInput(pl->listener)) {
+            return rc;
+        if (w < 0) {
             /* The listener died: drop it and let the core try again, which
              * listens anew on a fresh connection. */
             dlock_provider_log(inst->log_handle, DLOCK_LOG_WARN, "%s: listener connection lost: %s",
