@@ -3,6 +3,8 @@
 
 #include "sql_mode.h"
 
+#include <stdio.h>
+
 static const struct sql_mode *mode_of(const void *instance)
 {
     return ((const struct sql_instance_head *)instance)->mode;
@@ -109,4 +111,23 @@ int sql_mode_ctl(void *instance, int op, void *arg)
         return DLOCK_OK;
     }
     return DLOCK_ENOTSUP;
+}
+
+int sql_instance_begin(struct sql_instance_head *h, const struct dlock_provider_env *env, const char *group,
+                       size_t table_max, const struct sql_mode *lease, const struct sql_mode *session,
+                       const struct line_ops *ops, struct sql_settings *set)
+{
+    pthread_mutex_init(&h->holder_mu, NULL);
+    int rc = sql_settings_read(env->settings, group, env->prefix, table_max, SQL_PREFIX_MAX, set);
+    if (rc != DLOCK_OK)
+        return rc;
+    h->mode = set->session_mode ? session : lease;
+    h->line = (struct line_host){ ops, group, env->log_handle };
+    snprintf(h->prefix, sizeof h->prefix, "%s", set->prefix);
+    return DLOCK_OK;
+}
+
+void sql_instance_end(struct sql_instance_head *h)
+{
+    pthread_mutex_destroy(&h->holder_mu);
 }

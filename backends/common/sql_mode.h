@@ -15,6 +15,7 @@
 #include "sql_text.h"
 
 #include <dlock/provider.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -49,9 +50,25 @@ struct sql_mode {
 struct sql_instance_head {
     struct line_host line;       /* first: the provider's acquire and wait are the line's; its label */
     const struct sql_mode *mode;
-    const char *prefix;          /* the key prefix of every name (sql_lock_key_init) */
+    char prefix[SQL_PREFIX_MAX + 1]; /* the key prefix of every name (sql_lock_key_init) */
     unsigned capabilities_off;   /* what this instance's table cannot do, found at open */
+    bool no_shared_columns;      /* the table has none (create_table off): writers do not register, no downgrade */
+    pthread_mutex_t holder_mu;   /* session mode: one connection carries the holds */
+    uint64_t holder_generation;  /* bumped at each new holder connection */
 };
+
+/* The first step of a SQL backend's open, on a zeroed head: reads the
+ * settings of group (the backend's name) into *set, picks the mode (lease
+ * or session), copies the key prefix, and fills the line's host with ops
+ * and the log (the backend sets line.label once it has one). The holder's
+ * mutex is set up even on failure: sql_instance_end undoes it either way.
+ * DLOCK_OK, or DLOCK_ECONFIG with the detail set. */
+int sql_instance_begin(struct sql_instance_head *h, const struct dlock_provider_env *env, const char *group,
+                       size_t table_max, const struct sql_mode *lease, const struct sql_mode *session,
+                       const struct line_ops *ops, struct sql_settings *set);
+
+/* Undoes sql_instance_begin. */
+void sql_instance_end(struct sql_instance_head *h);
 
 /* Provider members that pass the call on to the instance's mode. */
 int sql_mode_attempt(void *instance, struct dlock_provider_lock *lk, struct dlock_grant *g);

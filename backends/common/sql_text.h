@@ -27,6 +27,9 @@ struct sql_settings {
     bool create_table;
     int64_t pool_size;
 };
+/* The longest key prefix, in bytes. */
+#define SQL_PREFIX_MAX 64
+
 int sql_settings_read(const dlock_settings *s, const char *group, const char *default_prefix, size_t table_max,
                       size_t prefix_max, struct sql_settings *out);
 

@@ -29,13 +29,9 @@ struct my_instance {
     struct my_sql sql;
     struct my_pool pool;
     struct my_pool waiters;      /* session mode: connections that wait in the server's line */
-    pthread_mutex_t holder_mu;   /* session mode: one connection carries the holds */
     struct my_conn *holder;
-    uint64_t holder_generation;  /* bumped at each new holder connection */
-    char prefix[65];
     void *log_handle;
     bool no_batch;               /* the server cannot run MY_RENEW_BATCH (no JSON_TABLE) */
-    bool no_shared_columns;      /* the table has none (create_table off): writers do not register, no downgrade */
     bool no_waker;               /* lease mode, the table has no waker column (create_table off): waiters back off */
     bool kill_denied_told;       /* the warning that KILL QUERY is refused was logged */
 };
@@ -81,7 +77,7 @@ bool my_batch_refused(struct my_instance *inst, const struct my_outcome *o);
 
 /* Makes sure the table exists (creating it when create is set) and has
  * the columns of shared holds and, for a mode that arms rows, the waker
- * column; sets inst->no_shared_columns and inst->no_waker (my_schema.c). */
+ * column; sets inst->head.no_shared_columns and inst->no_waker (my_schema.c). */
 int my_prepare_schema(struct my_instance *inst, bool create);
 
 #endif

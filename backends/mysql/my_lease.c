@@ -79,7 +79,7 @@ static int exclusive_attempt(struct my_instance *inst, struct dlock_provider_loc
 static void register_writer(struct my_instance *inst, struct dlock_provider_lock *lk)
 {
     struct my_lock *ml = lk->priv;
-    if (inst->no_shared_columns)
+    if (inst->head.no_shared_columns)
         return;
     struct my_param p[4] = { my_bytes(lk->owner, strlen(lk->owner)), my_integer(lk->lease_ms),
                              my_bytes(ml->k.key, ml->k.key_len), my_bytes(lk->owner, strlen(lk->owner)) };
@@ -383,7 +383,7 @@ static int lease_break(void *instance, const struct sql_lock_key *k, int *broken
 static int lease_list(void *instance, struct dlock_provider_list *req)
 {
     struct my_instance *inst = instance;
-    return my_list_page(&inst->pool, &inst->server, inst->sql.table, inst->prefix, req);
+    return my_list_page(&inst->pool, &inst->server, inst->sql.table, inst->head.prefix, req);
 }
 
 const struct sql_mode my_lease_mode = {

@@ -61,7 +61,7 @@ int my_prepare_schema(struct my_instance *inst, bool create)
      * work. Lease-mode waiters without the waker column back off. */
     if (rc == DLOCK_OK)
         rc = add_columns(inst, c, create, MY_HAS_SHARED_COLUMNS, inst->sql.add_shared_columns,
-                         "columns for shared holds and semaphores", "they will fail", &inst->no_shared_columns);
+                         "columns for shared holds and semaphores", "they will fail", &inst->head.no_shared_columns);
     if (rc == DLOCK_OK && inst->head.mode->lease_rows)
         rc = add_columns(inst, c, create, MY_HAS_WAKER, inst->sql.add_waker_column, "waker column",
                          "waiters poll with backoff instead of waiting in the server", &inst->no_waker);

@@ -16,15 +16,15 @@
 static int holder_run(struct my_instance *inst, int which, const struct my_param *p, int n,
                       struct my_outcome *o, uint64_t *generation)
 {
-    pthread_mutex_lock(&inst->holder_mu);
+    pthread_mutex_lock(&inst->head.holder_mu);
     int rc = DLOCK_OK;
     if (!inst->holder) {
         inst->holder = my_connect(&inst->server, &rc);
         if (inst->holder)
-            inst->holder_generation++;
+            inst->head.holder_generation++;
     }
     if (inst->holder) {
-        *generation = inst->holder_generation;
+        *generation = inst->head.holder_generation;
         rc = my_run(&inst->server, inst->holder, which, p, n, -1, o);
         if (rc != DLOCK_OK)
             o->server_errno = inst->holder->last_errno;
@@ -36,15 +36,15 @@ static int holder_run(struct my_instance *inst, int which, const struct my_param
             inst->holder = NULL;
         }
     }
-    pthread_mutex_unlock(&inst->holder_mu);
+    pthread_mutex_unlock(&inst->head.holder_mu);
     return rc;
 }
 
 static bool session_still_ours(struct my_instance *inst, const struct my_lock *ml)
 {
-    pthread_mutex_lock(&inst->holder_mu);
-    bool ours = inst->holder && inst->holder_generation == ml->generation;
-    pthread_mutex_unlock(&inst->holder_mu);
+    pthread_mutex_lock(&inst->head.holder_mu);
+    bool ours = inst->holder && inst->head.holder_generation == ml->generation;
+    pthread_mutex_unlock(&inst->head.holder_mu);
     return ours;
 }
 

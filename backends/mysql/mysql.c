@@ -57,7 +57,7 @@ static const struct dlock_setting_spec my_settings[] = {
 static int ensure_key(struct my_instance *inst, struct dlock_provider_lock *lk)
 {
     struct my_lock *ml = lk->priv;
-    return ml->k.key ? DLOCK_OK : sql_lock_key_init(&ml->k, inst->prefix, lk->name, lk->name_len);
+    return ml->k.key ? DLOCK_OK : sql_lock_key_init(&ml->k, inst->head.prefix, lk->name, lk->name_len);
 }
 
 /* ---- the provider ----------------------------------------------------------------------- */
@@ -244,7 +244,7 @@ static void my_close(void *instance)
 {
     struct my_instance *inst = instance;
     my_conn_close(inst->holder); /* ends the session: the server frees its named locks */
-    pthread_mutex_destroy(&inst->holder_mu);
+    sql_instance_end(&inst->head);
     my_pool_destroy(&inst->pool);
     my_pool_destroy(&inst->waiters);
     my_sql_free(&inst->sql);
@@ -253,23 +253,20 @@ static void my_close(void *instance)
 
 static int my_open(void **instance, const struct dlock_provider_env *env)
 {
-    const dlock_settings *s = env->settings;
     struct my_instance *inst = calloc(1, sizeof *inst);
     if (!inst)
         return dlock_seterr(DLOCK_ENOMEM, "mysql: out of memory");
-    pthread_mutex_init(&inst->holder_mu, NULL);
     struct sql_settings set;
-    int rc = sql_settings_read(s, "mysql", env->prefix, MY_TABLE_MAX, sizeof inst->prefix - 1, &set);
+    int rc = sql_instance_begin(&inst->head, env, "mysql", MY_TABLE_MAX, &my_lease_mode, &my_session_mode,
+                                &my_line_ops, &set);
     if (rc == DLOCK_OK)
-        rc = my_server_from_settings(&inst->server, s);
+        rc = my_server_from_settings(&inst->server, env->settings);
     if (rc != DLOCK_OK) {
-        pthread_mutex_destroy(&inst->holder_mu);
+        sql_instance_end(&inst->head);
         free(inst);
         return rc;
     }
-    inst->head.mode = set.session_mode ? &my_session_mode : &my_lease_mode;
-    inst->head.line = (struct line_host){ &my_line_ops, inst->server.label, env->log_handle };
-    inst->head.prefix = inst->prefix;
+    inst->head.line.label = inst->server.label;
     if (!inst->head.mode->lease_rows) {
         /* A client that vanished leaves a half-open connection whose named
          * locks the server keeps until it closes the session: by default
@@ -279,7 +276,6 @@ static int my_open(void **instance, const struct dlock_provider_env *env)
         int64_t s3 = (3 * env->default_lease_ms + 999) / 1000;
         inst->server.wait_timeout_s = s3 < 2 ? 2 : s3;
     }
-    snprintf(inst->prefix, sizeof inst->prefix, "%s", set.prefix);
     inst->log_handle = env->log_handle;
     my_pool_init(&inst->pool, &inst->server, (int)set.pool_size);
     my_pool_init(&inst->waiters, &inst->server, MY_POOL_MAX);
@@ -295,7 +291,7 @@ static int my_open(void **instance, const struct dlock_provider_env *env)
      * hold is kept, where a failing statement would cost it. */
     if (inst->no_waker)
         inst->head.capabilities_off |= DLOCK_CAP_NATIVE_WAIT | DLOCK_CAP_FAIR;
-    if (inst->no_shared_columns)
+    if (inst->head.no_shared_columns)
         inst->head.capabilities_off |= DLOCK_CAP_DOWNGRADE;
     /* No waker column: statements that do not name it. The connection the
      * schema was looked at with prepared none of those that change. */

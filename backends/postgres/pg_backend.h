@@ -31,11 +31,7 @@ struct pg_instance {
     struct pg_sql sql;
     struct pg_pool pool;         /* lease-mode statements, status */
     struct pg_pool listeners;    /* connections that LISTEN while a lock is waited for */
-    bool no_shared_columns;      /* the table has none (create_table off): writers do not register, no downgrade */
-    pthread_mutex_t holder_mu;   /* session mode: one connection carries the holds */
     PGconn *holder;
-    uint64_t holder_generation;  /* bumped at each new holder connection */
-    char prefix[65];
     void *log_handle;
 };
 
@@ -57,7 +53,7 @@ extern const struct sql_mode pg_session_mode;
 
 /* Makes sure the table and its fence sequence exist, creating them (and
  * the columns of shared holds, in a table made before them) when create
- * is set; sets inst->no_shared_columns. Both modes need them: session mode
+ * is set; sets inst->head.no_shared_columns. Both modes need them: session mode
  * draws fences from the sequence (pg_schema.c). */
 int pg_prepare_schema(struct pg_instance *inst, bool create);
 

@@ -103,7 +103,7 @@ static int take_row(struct pg_instance *inst, struct dlock_provider_lock *lk, st
 static void register_writer(struct pg_instance *inst, struct dlock_provider_lock *lk)
 {
     struct pg_lock *pl = lk->priv;
-    if (inst->no_shared_columns)
+    if (inst->head.no_shared_columns)
         return;
     char lease[24];
     snprintf(lease, sizeof lease, "%" PRId64, lk->lease_ms);
@@ -337,7 +337,7 @@ static int lease_break(void *instance, const struct sql_lock_key *k, int *broken
 static int lease_list(void *instance, struct dlock_provider_list *req)
 {
     struct pg_instance *inst = instance;
-    return pg_list_page(&inst->pool, &inst->server, inst->prefix, req);
+    return pg_list_page(&inst->pool, &inst->server, inst->head.prefix, req);
 }
 
 const struct sql_mode pg_lease_mode = {

@@ -47,7 +47,7 @@ int pg_prepare_schema(struct pg_instance *inst, bool create)
     PQclear(res);
     if (rc == DLOCK_OK && have_table && !have_columns)
         rc = add_shared_columns(inst, create);
-    inst->no_shared_columns = have_table && !have_columns && !create;
+    inst->head.no_shared_columns = have_table && !have_columns && !create;
     if (rc != DLOCK_OK || (have_table && have_sequence))
         return rc;
     if (!create)

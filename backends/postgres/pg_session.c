@@ -20,22 +20,22 @@
 static PGresult *holder_exec(struct pg_instance *inst, int which, int n, const char *const *values,
                              uint64_t *generation, int *rc)
 {
-    pthread_mutex_lock(&inst->holder_mu);
+    pthread_mutex_lock(&inst->head.holder_mu);
     if (!inst->holder) {
         inst->holder = pg_connect(&inst->server, rc);
         if (!inst->holder) {
-            pthread_mutex_unlock(&inst->holder_mu);
+            pthread_mutex_unlock(&inst->head.holder_mu);
             return NULL;
         }
-        inst->holder_generation++;
+        inst->head.holder_generation++;
     }
-    *generation = inst->holder_generation;
+    *generation = inst->head.holder_generation;
     PGresult *res = pg_exec_prepared(&inst->server, &inst->holder, which, n, values, NULL, NULL, rc);
     if (!inst->holder)
         dlock_provider_log(inst->log_handle, DLOCK_LOG_WARN,
                            "%s: the session holding this client's advisory locks ended: they are lost",
                            inst->server.label);
-    pthread_mutex_unlock(&inst->holder_mu);
+    pthread_mutex_unlock(&inst->head.holder_mu);
     return res;
 }
 
@@ -94,9 +94,9 @@ static int session_fence(void *instance, struct dlock_provider_lock *lk, uint64_
 /* The hold is on the current holder connection, or it is gone. */
 static bool session_still_ours(struct pg_instance *inst, const struct pg_lock *pl)
 {
-    pthread_mutex_lock(&inst->holder_mu);
-    bool ours = inst->holder && inst->holder_generation == pl->generation;
-    pthread_mutex_unlock(&inst->holder_mu);
+    pthread_mutex_lock(&inst->head.holder_mu);
+    bool ours = inst->holder && inst->head.holder_generation == pl->generation;
+    pthread_mutex_unlock(&inst->head.holder_mu);
     return ours;
 }
 

@@ -59,7 +59,7 @@ static int ensure_key(struct pg_instance *inst, struct dlock_provider_lock *lk)
     struct pg_lock *pl = lk->priv;
     if (pl->k.key)
         return DLOCK_OK;
-    int rc = sql_lock_key_init(&pl->k, inst->prefix, lk->name, lk->name_len);
+    int rc = sql_lock_key_init(&pl->k, inst->head.prefix, lk->name, lk->name_len);
     if (rc == DLOCK_OK)
         snprintf(pl->advisory, sizeof pl->advisory, "%" PRId64, (int64_t)pl->k.digest);
     return rc;
@@ -292,7 +292,7 @@ static void pg_close(void *instance)
     struct pg_instance *inst = instance;
     if (inst->holder)
         PQfinish(inst->holder); /* ends the session: the server frees its advisory locks */
-    pthread_mutex_destroy(&inst->holder_mu);
+    sql_instance_end(&inst->head);
     pg_pool_destroy(&inst->listeners);
     pg_pool_destroy(&inst->pool);
     pg_sql_free(&inst->sql);
@@ -302,24 +302,20 @@ static void pg_close(void *instance)
 
 static int pg_open(void **instance, const struct dlock_provider_env *env)
 {
-    const dlock_settings *s = env->settings;
     struct pg_instance *inst = calloc(1, sizeof *inst);
     if (!inst)
         return dlock_seterr(DLOCK_ENOMEM, "postgres: out of memory");
-    pthread_mutex_init(&inst->holder_mu, NULL);
     struct sql_settings set;
-    int rc = sql_settings_read(s, "postgres", env->prefix, PG_TABLE_MAX, sizeof inst->prefix - 1, &set);
+    int rc = sql_instance_begin(&inst->head, env, "postgres", PG_TABLE_MAX, &pg_lease_mode, &pg_session_mode,
+                                &pg_line_ops, &set);
     if (rc == DLOCK_OK)
-        rc = pg_server_from_settings(&inst->server, s);
+        rc = pg_server_from_settings(&inst->server, env->settings);
     if (rc != DLOCK_OK) {
-        pthread_mutex_destroy(&inst->holder_mu);
+        sql_instance_end(&inst->head);
         free(inst);
         return rc;
     }
-    inst->head.mode = set.session_mode ? &pg_session_mode : &pg_lease_mode;
-    inst->head.line = (struct line_host){ &pg_line_ops, inst->server.label, env->log_handle };
-    inst->head.prefix = inst->prefix;
-    snprintf(inst->prefix, sizeof inst->prefix, "%s", set.prefix);
+    inst->head.line.label = inst->server.label;
     inst->log_handle = env->log_handle;
     pg_pool_init(&inst->pool, &inst->server, (int)set.pool_size);
     pg_pool_init(&inst->listeners, &inst->server, PG_POOL_MAX);
@@ -333,7 +329,7 @@ static int pg_open(void **instance, const struct dlock_provider_env *env)
     /* A table without the columns of shared holds cannot take the
      * downgraded one: refused up front (DLOCK_ENOTSUP), the exclusive hold
      * is kept, where a failing statement would cost it. */
-    if (inst->no_shared_columns)
+    if (inst->head.no_shared_columns)
         inst->head.capabilities_off |= DLOCK_CAP_DOWNGRADE;
     if (rc != DLOCK_OK) {
         pg_close(inst);
