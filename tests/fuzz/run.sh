@@ -19,8 +19,9 @@ cflags="-g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -I$
 -DDLOCK_MODULE_DIR=\"/nonexistent\" $(pkg-config --cflags libconfig)"
 libs="$(pkg-config --libs libconfig) -lpthread -ldl"
 core=$(ls "$top"/core/*.c)
-# The local backend is built in; all of its files.
-local=$(ls "$top"/backends/local/*.c)
+# The local backend is built in: all of its files, and the shared waiting
+# line it drives (Makefile.am's libdlock_core sources).
+local="$(ls "$top"/backends/local/*.c) $top/backends/common/line.c $top/backends/common/out_of_line.c"
 # The configuration's check of metrics.listen uses the shared address
 # grammar, compiled into the library.
 local="$local $top/contrib/http/http_address.c"
