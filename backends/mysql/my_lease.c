@@ -160,32 +160,22 @@ static int lease_attempt_late(void *instance, struct dlock_provider_lock *lk, st
     return rc;
 }
 
-
-static int shared_renew(struct my_instance *inst, struct dlock_provider_lock *lk)
-{
-    struct my_lock *ml = lk->priv;
-    struct my_param p[5] = { my_bytes(lk->owner, strlen(lk->owner)), my_integer(lk->lease_ms), my_integer(lk->lease_ms),
-                             my_bytes(ml->k.key, ml->k.key_len), my_bytes(lk->owner, strlen(lk->owner)) };
-    struct my_outcome o;
-    int rc = my_pool_run(&inst->pool, MY_SHARED_RENEW, p, 5, -1, &o);
-    if (rc == DLOCK_OK && o.affected != 1)
-        rc = dlock_seterr(DLOCK_ELOST, "%s: the hold of '%s' is no longer in its row (expired or taken)",
-                          inst->server.label, lk->name);
-    return rc;
-}
-
+/* A shared hold's renewal (MY_SHARED_RENEW) refreshes its own entry and
+ * the row's lease; an exclusive one (MY_RENEW) the row it owns. */
 static int lease_renew(void *instance, struct dlock_provider_lock *lk)
 {
     struct my_instance *inst = instance;
-    if (kind_is_shared(lk))
-        return shared_renew(inst, lk);
     struct my_lock *ml = lk->priv;
-    struct my_param p[3] = { my_integer(lk->lease_ms), my_bytes(ml->k.key, ml->k.key_len),
-                             my_bytes(lk->owner, strlen(lk->owner)) };
+    struct my_param who = my_bytes(lk->owner, strlen(lk->owner)), lease = my_integer(lk->lease_ms);
+    struct my_param key = my_bytes(ml->k.key, ml->k.key_len);
+    bool shared = kind_is_shared(lk);
+    struct my_param shared_p[5] = { who, lease, lease, key, who }, exclusive_p[3] = { lease, key, who };
     struct my_outcome o;
-    int rc = my_pool_run(&inst->pool, MY_RENEW, p, 3, -1, &o);
+    int rc = shared ? my_pool_run(&inst->pool, MY_SHARED_RENEW, shared_p, 5, -1, &o)
+                    : my_pool_run(&inst->pool, MY_RENEW, exclusive_p, 3, -1, &o);
     if (rc == DLOCK_OK && o.affected != 1)
-        rc = dlock_seterr(DLOCK_ELOST, "%s: the row of lock '%s' is no longer ours (expired or taken)",
+        rc = dlock_seterr(DLOCK_ELOST, shared ? "%s: the hold of '%s' is no longer in its row (expired or taken)"
+                                              : "%s: the row of lock '%s' is no longer ours (expired or taken)",
                           inst->server.label, lk->name);
     return rc;
 }
@@ -247,7 +237,7 @@ static int renew_one_kind(void *ctx, bool shared, struct dlock_provider_lock *co
     if (!shared)
         return exclusive_renew_batch(inst, locks, n, results);
     for (size_t i = 0; i < n; i++)
-        results[i] = shared_renew(inst, locks[i]);
+        results[i] = lease_renew(inst, locks[i]);
     return DLOCK_OK;
 }
 

@@ -30,6 +30,21 @@ static int shared_columns_error(const struct pg_instance *inst)
                         inst->server.label, inst->sql.table);
 }
 
+/* A statement that names the columns of shared holds, with its answer
+ * checked: NULL when it could not run (*rc set), else the result with
+ * *rc DLOCK_OK, the SQL error, or the missing columns' DLOCK_ECONFIG. */
+static PGresult *shared_exec(struct pg_instance *inst, int which, int n, const char *const *values,
+                             const int *lengths, const int *formats, const char *what, int *rc)
+{
+    PGresult *res = pg_pool_exec(&inst->pool, which, n, values, lengths, formats, rc);
+    if (!res)
+        return NULL;
+    *rc = pg_result_check(&inst->server, res, what);
+    if (missing_shared_columns(res))
+        *rc = shared_columns_error(inst);
+    return res;
+}
+
 /* One exclusive attempt; late: a fair look out of turn (see attempt_late in sql_mode.h),
  * which takes only a row free for PG_LATE_MS (PG_TAKE_LATE), else busy. */
 static int take_row(struct pg_instance *inst, struct dlock_provider_lock *lk, struct dlock_grant *g, bool late)
@@ -131,12 +146,9 @@ static int shared_attempt(struct pg_instance *inst, struct dlock_provider_lock *
     const char *values[5] = { pl->k.key, lk->owner, lease, kind, permits };
     int lengths[5] = { (int)pl->k.key_len, 0, 0, 0, 0 }, formats[5] = { 1, 0, 0, 0, 0 };
     int rc;
-    PGresult *res = pg_pool_exec(&inst->pool, PG_SHARED_ACQUIRE, 5, values, lengths, formats, &rc);
+    PGresult *res = shared_exec(inst, PG_SHARED_ACQUIRE, 5, values, lengths, formats, "acquire", &rc);
     if (!res)
         return rc;
-    rc = pg_result_check(&inst->server, res, "acquire");
-    if (missing_shared_columns(res))
-        rc = shared_columns_error(inst);
     if (rc == DLOCK_OK && (PQntuples(res) != 1 || PQnfields(res) != 3))
         rc = dlock_seterr(DLOCK_EPROTOCOL, "%s: acquire returned %d rows", inst->server.label, PQntuples(res));
     if (rc == DLOCK_OK && !PQgetisnull(res, 0, 0)) {
@@ -267,12 +279,9 @@ static int lease_downgrade(void *instance, struct dlock_provider_lock *lk)
     const char *values[3] = { pl->k.key, lk->owner, pl->k.tag };
     int lengths[3] = { (int)pl->k.key_len, 0, 0 }, formats[3] = { 1, 0, 0 };
     int rc;
-    PGresult *res = pg_pool_exec(&inst->pool, PG_DOWNGRADE, 3, values, lengths, formats, &rc);
+    PGresult *res = shared_exec(inst, PG_DOWNGRADE, 3, values, lengths, formats, "downgrade", &rc);
     if (!res)
         return rc;
-    rc = pg_result_check(&inst->server, res, "downgrade");
-    if (missing_shared_columns(res))
-        rc = shared_columns_error(inst);
     if (rc == DLOCK_OK && PQntuples(res) != 1) {
         rc = dlock_seterr(DLOCK_ELOST, "%s: the lock is no longer held by this owner (its lease ran out or it was "
                           "taken), so it was not downgraded", inst->server.label);

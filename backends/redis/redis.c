@@ -260,6 +260,20 @@ static redisReply *acquire_and_wait(struct redis_instance *inst, enum redis_scri
     return NULL;
 }
 
+/* Runs one of the lock's scripts whose answer is an integer, into *out. */
+static int script_integer(struct redis_instance *inst, enum redis_script which, int nkeys, int nargs, const char **args,
+                          const size_t *lens, const char *what, long long *out)
+{
+    int rc;
+    redisReply *r = inst->route->script(inst, which, nkeys, nargs, args, lens, &rc, NULL);
+    if (!r)
+        return rc;
+    rc = r->type == REDIS_REPLY_INTEGER ? DLOCK_OK : redis_unexpected(inst, what);
+    *out = r->type == REDIS_REPLY_INTEGER ? r->integer : 0;
+    freeReplyObject(r);
+    return rc;
+}
+
 static int redis_release(void *instance, struct dlock_provider_lock *lk);
 
 /* One run of the acquire script: DLOCK_OK (granted), DLOCK_EBUSY, or a failure. */
@@ -402,7 +416,7 @@ static int redis_release(void *instance, struct dlock_provider_lock *lk)
                             inst->publish };
     size_t lens[7] = { rl->k.key_len, rl->k.queue_key_len, rl->k.timeouts_key_len, strlen(lk->owner),
                        rl->k.channel_prefix_len, (size_t)lease_len, strlen(inst->publish) };
-    redisReply *r;
+    long long left;
     if (kind_is_shared(lk)) {
         char permits[16];
         int permits_len = snprintf(permits, sizeof permits, "%u", lk->mode == DLOCK_MODE_SEMAPHORE ? lk->permits : 0);
@@ -410,18 +424,12 @@ static int redis_release(void *instance, struct dlock_provider_lock *lk)
                                  rl->k.channel_prefix, inst->publish, permits };
         size_t slens[8] = { rl->k.key_len, rl->k.queue_key_len, rl->k.timeouts_key_len, rl->k.holders_key_len,
                             strlen(lk->owner), rl->k.channel_prefix_len, strlen(inst->publish), (size_t)permits_len };
-        r = inst->route->script(inst, SCRIPT_RELEASE_SHARED, 4, 8, sargs, slens, &rc, NULL);
+        rc = script_integer(inst, SCRIPT_RELEASE_SHARED, 4, 8, sargs, slens, "release", &left);
     } else {
-        r = inst->route->script(inst, SCRIPT_RELEASE, 3, 7, args, lens, &rc, NULL);
+        rc = script_integer(inst, SCRIPT_RELEASE, 3, 7, args, lens, "release", &left);
     }
-    if (!r)
+    if (rc != DLOCK_OK)
         return rc;
-    if (r->type != REDIS_REPLY_INTEGER) {
-        freeReplyObject(r);
-        return redis_unexpected(inst, "release");
-    }
-    long long left = r->integer;
-    freeReplyObject(r);
     /* Sent twice because the connection died with the first in flight: a
      * hold already gone is the first release's work, not a loss. (Only our
      * own field is ever deleted, so nobody else's hold was touched.) */
@@ -582,15 +590,10 @@ static int redis_downgrade(void *instance, struct dlock_provider_lock *lk)
                             lk->owner, rl->k.channel_prefix, inst->publish };
     size_t lens[8] = { rl->k.key_len, rl->k.fence_key_len, rl->k.queue_key_len, rl->k.timeouts_key_len,
                        rl->k.holders_key_len, strlen(lk->owner), rl->k.channel_prefix_len, strlen(inst->publish) };
-    redisReply *r = inst->route->script(inst, SCRIPT_DOWNGRADE, 5, 8, args, lens, &rc, NULL);
-    if (!r)
+    long long done;
+    rc = script_integer(inst, SCRIPT_DOWNGRADE, 5, 8, args, lens, "downgrade", &done);
+    if (rc != DLOCK_OK)
         return rc;
-    if (r->type != REDIS_REPLY_INTEGER) {
-        freeReplyObject(r);
-        return redis_unexpected(inst, "downgrade");
-    }
-    long long done = r->integer;
-    freeReplyObject(r);
     if (!done)
         return dlock_seterr(DLOCK_ELOST, "%s: this owner no longer holds the lock (it expired or was broken): "
                             "nothing was downgraded", inst->route->label(inst));
