@@ -11,8 +11,10 @@
  * request whose wait ran out may look out of turn where the backend offers
  * a late look (one that takes only a hold free for a while, so that a live
  * head looks first), which keeps a stopped head from holding the line for
- * good. A grant and a failure take the request out of the line (no abandon
- * follows either); a busy answer keeps its place.
+ * good. A failure takes the request out of the line (no abandon follows
+ * it); a grant does too, except where the backend keeps the turn for the
+ * hold's length (postgres, for an exclusive hold: see granted below); a
+ * busy answer keeps its place.
  *
  * The words: a request is "in the line" (LINE_ASKED) when it waits for its
  * turn, "at the head" (LINE_HEAD) when the turn is its, and "watching"
@@ -33,7 +35,10 @@ enum line_state {
 };
 
 /* One lock's place, as the protocol sees it; all zero is "out of the
- * line". The backend's line keeps state; this file keeps timer_look. */
+ * line". The backend's line keeps state; this file keeps timer_look. A
+ * backend clears the whole place when the request leaves its line, and so
+ * the late look with it: the late look is for a request in the line whose
+ * wait ran out, and line_acquire reads it before any backend step runs. */
 struct line_place {
     int state;        /* enum line_state */
     bool timer_look;  /* the last wait ran out: the next fair look may be late */
