@@ -3,46 +3,83 @@
 # whole test suite three times: a plain build, ASan+UBSan, and TSan; then the
 # cmocka programs once more under valgrind, and the libFuzzer targets for a
 # bounded time. Ends with "N passed, N failed".
+#
+# The three suites run at the same time. Their programs spend most of their
+# time waiting (for leases to run out, servers to start, holders to be
+# stopped and continued): one suite after another kept the two cores about
+# 85% idle. Each test program starts its own servers on ports of its own,
+# so the suites share nothing but the machine; the sanitizer builds' timing
+# bounds are widened (DLOCK_TEST_SLACK) for their slower steps as before.
+# valgrind and the fuzzers, which keep a core busy, run afterwards, beside
+# each other.
 set -u
 cd "$(dirname "$0")/.."
+top=$(pwd)
 status=0
-run_suite() { # builddir configure-options...
-    dir=$1
-    shift
-    scripts/setup.sh "$dir" "$@" || { echo "$dir: build failed"; status=1; return; }
-    echo "== $dir: make check"
-    (cd "$dir" && make -j2 check > check.log 2>&1) || status=1
-}
 # Every backend this tree has is required here (=yes): a missing dependency
 # must fail the run, not quietly drop that backend's tests as =auto would.
 # The same for metrics over HTTP: without libmicrohttpd tests/metrics would
 # check only that metrics.listen is refused.
 BACKENDS="--with-redis=yes --with-postgres=yes --with-mysql=yes --with-zookeeper=yes --with-etcd=yes --with-microhttpd=yes"
-run_suite build $BACKENDS
+failed_builds=""
+build_tree() { # builddir configure-options...
+    dir=$1
+    shift
+    scripts/setup.sh "$dir" "$@" || { echo "$dir: build failed"; status=1; failed_builds="$failed_builds $dir"; }
+}
+# Built one after another (the compiler is what keeps the cores busy), so
+# that no suite's tests share the machine with a compile.
+build_tree build $BACKENDS
+build_tree build-asan $BACKENDS --enable-sanitizers=address,undefined
+build_tree build-tsan $BACKENDS --enable-sanitizers=thread
+build_tree build-valgrind $BACKENDS
+built() { case " $failed_builds " in *" $1 "*) return 1 ;; esac; return 0; }
+
 echo "== build: a backend module built out of tree, against the installed headers"
-tests/modules/out_of_tree.sh build > /dev/null || status=1
+if built build; then
+    tests/modules/out_of_tree.sh build > /dev/null || status=1
+fi
+
+check_in_background() { # builddir [VAR=value...]: runs its make check with those variables in its
+    dir=$1                   # environment; the exit status goes to builddir/check.status
+    shift
+    built "$dir" || return 0
+    echo "== $dir: make check"
+    (cd "$dir" && { env "$@" make -j2 check > check.log 2>&1; echo $? > check.status; }) &
+}
+rm -f build/check.status build-asan/check.status build-tsan/check.status
+check_in_background build
 # tests/lsan.supp names the one leak inside a client library (not ours).
-export LSAN_OPTIONS="suppressions=$(pwd)/tests/lsan.supp ${LSAN_OPTIONS:-}"
 # What ASan checks is memory; its slower steps (about twice as slow) get
 # wider timing bounds, as TSan's do below.
-export DLOCK_TEST_SLACK=2
-run_suite build-asan $BACKENDS --enable-sanitizers=address,undefined
-unset LSAN_OPTIONS DLOCK_TEST_SLACK
+check_in_background build-asan "LSAN_OPTIONS=suppressions=$top/tests/lsan.supp ${LSAN_OPTIONS:-}" DLOCK_TEST_SLACK=2
 # Tests fork children that open their own clients while the parent has
 # threads: fine for us, but TSan refuses it unless told.
 # tests/tsan.supp: a race inside the ZooKeeper C client, not in libdlock.
-export TSAN_OPTIONS="die_after_fork=0 suppressions=$(pwd)/tests/tsan.supp ${TSAN_OPTIONS:-}"
 # What TSan checks is races; its slower steps get wider timing bounds.
-export DLOCK_TEST_SLACK=3
-run_suite build-tsan $BACKENDS --enable-sanitizers=thread
-unset DLOCK_TEST_SLACK
-scripts/setup.sh build-valgrind $BACKENDS || status=1
-echo "== build-valgrind: cmocka programs under valgrind"
-# One program at a time: valgrind slows each ~20x, and the timing bounds of
-# the core tests leave little room for two of them sharing two cores.
-(cd build-valgrind && make -j1 check TESTS="tests/unit/test_basics tests/unit/test_config tests/unit/test_core tests/unit/test_modules tests/metrics/test_metrics tests/backends/local/test_local tests/backends/local/test_local_queue" \
-    LOG_COMPILER="$(pwd)/../tests/valgrind.sh" > check.log 2>&1) || status=1
-echo "== fuzzing: the config loader and every backend's name mapping, 30 s each"
-tests/fuzz/run.sh build 30 || status=1
+check_in_background build-tsan "TSAN_OPTIONS=die_after_fork=0 suppressions=$top/tests/tsan.supp ${TSAN_OPTIONS:-}" \
+    DLOCK_TEST_SLACK=3
+wait
+for dir in build build-asan build-tsan; do
+    built "$dir" || continue
+    [ "$(cat "$dir/check.status" 2> /dev/null)" = 0 ] || status=1
+done
+
+# One valgrind program at a time: valgrind slows each ~20x, and the timing
+# bounds of the core tests leave little room for two of them sharing two
+# cores. The fuzzers take the other core meanwhile.
+if built build-valgrind; then
+    echo "== build-valgrind: cmocka programs under valgrind"
+    (cd build-valgrind && make -j1 check TESTS="tests/unit/test_basics tests/unit/test_config tests/unit/test_core tests/unit/test_modules tests/metrics/test_metrics tests/backends/local/test_local tests/backends/local/test_local_queue" \
+        LOG_COMPILER="$top/tests/valgrind.sh" > check.log 2>&1; echo $? > check.status) &
+fi
+if built build; then
+    echo "== fuzzing: the config loader and every backend's name mapping, 30 s each"
+    tests/fuzz/run.sh build 30 || status=1
+fi
+wait
+if built build-valgrind; then
+    [ "$(cat build-valgrind/check.status 2> /dev/null)" = 0 ] || status=1
+fi
 tests/summary.sh build build-asan build-tsan build-valgrind || status=1
 exit $status
