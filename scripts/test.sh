@@ -40,24 +40,30 @@ if built build; then
     tests/modules/out_of_tree.sh build > /dev/null || status=1
 fi
 
-check_in_background() { # builddir [VAR=value...]: runs its make check with those variables in its
-    dir=$1                   # environment; the exit status goes to builddir/check.status
-    shift
+# check_in_background BUILDDIR JOBS [VAR=value...]: runs its make check, JOBS programs
+# at a time, with those variables in its environment; the exit status goes to
+# BUILDDIR/check.status.
+check_in_background() {
+    dir=$1
+    njobs=$2
+    shift 2
     built "$dir" || return 0
     echo "== $dir: make check"
-    (cd "$dir" && { env "$@" make -j2 check > check.log 2>&1; echo $? > check.status; }) &
+    (cd "$dir" && { env "$@" make -j"$njobs" check > check.log 2>&1; echo $? > check.status; }) &
 }
 rm -f build/check.status build-asan/check.status build-tsan/check.status
-check_in_background build
+check_in_background build 2
 # tests/lsan.supp names the one leak inside a client library (not ours).
 # What ASan checks is memory; its slower steps (about twice as slow) get
 # wider timing bounds, as TSan's do below.
-check_in_background build-asan "LSAN_OPTIONS=suppressions=$top/tests/lsan.supp ${LSAN_OPTIONS:-}" DLOCK_TEST_SLACK=2
+check_in_background build-asan 2 "LSAN_OPTIONS=suppressions=$top/tests/lsan.supp ${LSAN_OPTIONS:-}" DLOCK_TEST_SLACK=2
 # Tests fork children that open their own clients while the parent has
 # threads: fine for us, but TSan refuses it unless told.
 # tests/tsan.supp: a race inside the ZooKeeper C client, not in libdlock.
 # What TSan checks is races; its slower steps get wider timing bounds.
-check_in_background build-tsan "TSAN_OPTIONS=die_after_fork=0 suppressions=$top/tests/tsan.supp ${TSAN_OPTIONS:-}" \
+# TSan's programs take the longest (their sum is about 1.4 times the plain
+# build's), so its suite runs three at a time: it then ends with the others.
+check_in_background build-tsan 3 "TSAN_OPTIONS=die_after_fork=0 suppressions=$top/tests/tsan.supp ${TSAN_OPTIONS:-}" \
     DLOCK_TEST_SLACK=3
 wait
 for dir in build build-asan build-tsan; do
