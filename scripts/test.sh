@@ -51,7 +51,7 @@ check_in_background() {
     echo "== $dir: make check"
     (cd "$dir" && { env "$@" make -j"$njobs" check > check.log 2>&1; echo $? > check.status; }) &
 }
-rm -f build/check.status build-asan/check.status build-tsan/check.status
+rm -f build/check.status build-asan/check.status build-tsan/check.status build-valgrind/check.status
 check_in_background build 2
 # tests/lsan.supp names the one leak inside a client library (not ours).
 # What ASan checks is memory; its slower steps (about twice as slow) get
@@ -66,10 +66,6 @@ check_in_background build-asan 2 "LSAN_OPTIONS=suppressions=$top/tests/lsan.supp
 check_in_background build-tsan 3 "TSAN_OPTIONS=die_after_fork=0 suppressions=$top/tests/tsan.supp ${TSAN_OPTIONS:-}" \
     DLOCK_TEST_SLACK=3
 wait
-for dir in build build-asan build-tsan; do
-    built "$dir" || continue
-    [ "$(cat "$dir/check.status" 2> /dev/null)" = 0 ] || status=1
-done
 
 # One valgrind program at a time: valgrind slows each ~20x, and the timing
 # bounds of the core tests leave little room for two of them sharing two
@@ -84,8 +80,9 @@ if built build; then
     tests/fuzz/run.sh build 30 || status=1
 fi
 wait
-if built build-valgrind; then
-    [ "$(cat build-valgrind/check.status 2> /dev/null)" = 0 ] || status=1
-fi
+for dir in build build-asan build-tsan build-valgrind; do
+    built "$dir" || continue
+    [ "$(cat "$dir/check.status" 2> /dev/null)" = 0 ] || status=1
+done
 tests/summary.sh build build-asan build-tsan build-valgrind || status=1
 exit $status
