@@ -24,7 +24,7 @@ static int64_t effective_lease(const dlock_client *c, const dlock_lock *h)
 }
 
 /* How long to pause after a busy answer. */
-static int64_t pause_after_busy(const dlock_client *c, unsigned attempt, int64_t hint_ms)
+int64_t dlock__pause_after_busy(const dlock_client *c, unsigned attempt, int64_t hint_ms)
 {
     if (dlock__p_can_wait(c))
         return hint_ms >= 0 ? hint_ms + 1 : c->config.retry_cap_ms;
@@ -136,7 +136,7 @@ static int contend_loop(dlock_client *c, struct dlock__entry *e, dlock_lock *h, 
         if (now >= deadline)
             return dlock_seterr(DLOCK_ETIMEDOUT, "lock '%s': not granted within %lld ms", dlock__entry_show(e),
                                 (long long)wait_ms);
-        int64_t pause = pause_after_busy(c, attempt, g.retry_hint_ms);
+        int64_t pause = dlock__pause_after_busy(c, attempt, g.retry_hint_ms);
         if (deadline != DLOCK__INFINITE && pause > deadline - now)
             pause = deadline - now;
         if (dlock__p_can_wait(c))
@@ -197,24 +197,8 @@ int dlock_acquire(dlock_lock *h, int64_t wait_ms)
     rc = queue_locally(e, wait_ms, deadline, gen);
     int wake_fd = -1;
     if (rc == DLOCK_OK) {
-        e->contending = true;
         wake_fd = dlock__thread_wake_fd();
-        e->contender_wake_fd = wake_fd;
-        if (e->owner_thread != self || !e->owner[0]) {
-            /* Formatted once per thread that contends, not per acquire. A
-             * shared or semaphore handle is a holder of its own, so its id
-             * says which. */
-            if (e->own_holder)
-                snprintf(e->owner, sizeof e->owner, "%s:%llu/%u", c->client_id, (unsigned long long)self,
-                         e->holder_no);
-            else
-                snprintf(e->owner, sizeof e->owner, "%s:%llu", c->client_id, (unsigned long long)self);
-            e->owner_thread = self;
-        }
-        e->plock.lease_ms = effective_lease(c, h);
-        e->plock.flags = h->options.flags;
-        if (!e->own_holder) /* a downgrade made the last hold shared */
-            e->plock.mode = DLOCK_MODE_EXCLUSIVE;
+        dlock__contender_begin(c, e, h, self, wake_fd);
         pthread_mutex_unlock(&e->mu);
         if (wake_fd < 0)
             rc = dlock_seterr(DLOCK_EINTERNAL, "cannot create an eventfd for waiting: %s", strerror(errno));
@@ -223,11 +207,39 @@ int dlock_acquire(dlock_lock *h, int64_t wait_ms)
         pthread_mutex_lock(&e->mu);
         e->contending = false;
         e->contender_wake_fd = -1;
+        dlock__async_entry_free(c, e);
     }
     e->waiters--;
     pthread_cond_broadcast(&e->cv);
     pthread_mutex_unlock(&e->mu);
+    dlock__acquire_account(c, e, rc, start);
+    return rc;
+}
 
+void dlock__contender_begin(dlock_client *c, struct dlock__entry *e, const dlock_lock *h, uint64_t self,
+                            int wake_fd)
+{
+    e->contending = true;
+    e->contender_wake_fd = wake_fd;
+    if (e->owner_thread != self || !e->owner[0]) {
+        /* Formatted once per holder that contends, not per acquire. A
+         * shared or semaphore handle is a holder of its own, so its id
+         * says which. */
+        if (e->own_holder)
+            snprintf(e->owner, sizeof e->owner, "%s:%llu/%u", c->client_id, (unsigned long long)self,
+                     e->holder_no);
+        else
+            snprintf(e->owner, sizeof e->owner, "%s:%llu", c->client_id, (unsigned long long)self);
+        e->owner_thread = self;
+    }
+    e->plock.lease_ms = effective_lease(c, h);
+    e->plock.flags = h->options.flags;
+    if (!e->own_holder) /* a downgrade made the last hold shared */
+        e->plock.mode = DLOCK_MODE_EXCLUSIVE;
+}
+
+void dlock__acquire_account(dlock_client *c, struct dlock__entry *e, int rc, int64_t start)
+{
     switch (rc) {
     case DLOCK_OK: {
         int64_t waited = dlock__now_ms() - start;
@@ -245,7 +257,6 @@ int dlock_acquire(dlock_lock *h, int64_t wait_ms)
         dlock__metric_inc(&c->metrics.cancels);
         break;
     }
-    return rc;
 }
 
 int dlock_cancel(dlock_lock *h)
@@ -256,6 +267,7 @@ int dlock_cancel(dlock_lock *h)
     pthread_mutex_lock(&e->mu);
     e->cancel_gen++;
     pthread_cond_broadcast(&e->cv);
+    dlock__async_entry_cancel(e->client, e);
     if (e->contender_wake_fd >= 0) {
         uint64_t one = 1;
         ssize_t ignored = write(e->contender_wake_fd, &one, sizeof one);

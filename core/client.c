@@ -106,6 +106,7 @@ static int client_open(dlock_client **out, const char *path, const char *text)
     if (rc != DLOCK_OK)
         return open_failed(c, rc);
     pthread_mutex_init(&c->entries_mu, NULL);
+    dlock__async_init(c);
     dlock__watchdog_init(c);
     dlock__expiry_init(c);
     dlock__logf(&c->log, DLOCK_LOG_INFO, "client %s opened with backend %s", c->client_id, c->provider->name);
@@ -131,6 +132,8 @@ void dlock_client_close(dlock_client *c)
 {
     if (dlock__client_usable(c) != DLOCK_OK)
         return;
+    /* Non-blocking operations end first: their steps use everything below. */
+    dlock__async_shutdown(c);
     /* The server reads the metrics, which go with the client below. */
     metrics_http_stop(c);
     /* Both threads stopped before either is torn down: each may schedule

@@ -49,6 +49,8 @@ struct dlock__entry {
     dlock_lost_fn on_lost;
     void *on_lost_arg;
     dlock_lock *on_lost_handle;
+    bool release_pending;           /* a dlock_release_start() of the hold is queued */
+    struct dlock__aop *aops;        /* pending non-blocking operations (client->async.mu) */
 
     pthread_mutex_t op_mu;          /* one provider operation at a time */
     bool provider_touched;          /* lock_fini is due */
@@ -77,6 +79,9 @@ static inline struct dlock__stamp dlock__stamp_now(void)
 /* ---- handles.c ------------------------------------------------------------- */
 /* A process-unique number for the calling thread (never reused). */
 uint64_t dlock__thread_no(void);
+/* A fresh number from the same sequence, for a holder that is not a thread
+ * (a handle's non-blocking holds). */
+uint64_t dlock__holder_no_new(void);
 /* The calling thread's eventfd that dlock_cancel() writes to, -1 if none
  * could be made. One per thread, closed when the thread exits. */
 int dlock__thread_wake_fd(void);
@@ -90,6 +95,23 @@ struct dlock__entry *dlock__entry_of(const dlock_lock *h);
  * in a per-thread buffer valid until the next call. */
 const char *dlock__entry_show(const struct dlock__entry *e);
 
+/* ---- acquire.c: the pieces the non-blocking path shares ------------------ */
+/* How long to pause after the attempt-th busy answer with a holder's hint. */
+int64_t dlock__pause_after_busy(const dlock_client *c, unsigned attempt, int64_t hint_ms);
+/* Makes the caller e's contender for holder self, whose cancel signal is
+ * wake_fd (-1: none), and sets the owner and the request (e->mu held). */
+void dlock__contender_begin(dlock_client *c, struct dlock__entry *e, const dlock_lock *h, uint64_t self,
+                            int wake_fd);
+/* Counts an acquire's end in the metrics: rc, started at start (monotonic). */
+void dlock__acquire_account(dlock_client *c, struct dlock__entry *e, int rc, int64_t start);
+
+/* ---- async_engine.c: hooks the blocking path calls (e->mu held) ------------ */
+/* e's hold or contention ended: non-blocking acquires queued behind it in
+ * the client look again. */
+void dlock__async_entry_free(dlock_client *c, struct dlock__entry *e);
+/* dlock_cancel() of e's name: its non-blocking acquires stop waiting. */
+void dlock__async_entry_cancel(dlock_client *c, struct dlock__entry *e);
+
 /* ---- hold.c ------------------------------------------------------------------ */
 /* Whether holds of handle h are renewed by the watchdog (no fixed lease, the
  * watchdog on, a backend that can renew). */
@@ -100,9 +122,13 @@ int dlock__hold_grant(dlock_client *c, struct dlock__entry *e, dlock_lock *h, ui
                       struct dlock__stamp t_send, const struct dlock_grant *g);
 /* Lets go of the calling thread's whole hold on e, on the backend too. */
 int dlock__hold_release(dlock_client *c, struct dlock__entry *e);
-/* Checks that the calling thread holds e; returns with e->mu held on
- * DLOCK_OK (and on DLOCK_ELOST when allow_lost). */
-int dlock__hold_own(struct dlock__entry *e, bool allow_lost);
+/* Whether h's entry is held by the calling thread or by h's own
+ * non-blocking hold (e->mu held). */
+bool dlock__hold_is_callers(const dlock_lock *h, const struct dlock__entry *e);
+/* Checks that the calling thread, or h through the non-blocking API, holds
+ * h's name and that no release of it is under way; returns with e->mu held
+ * on DLOCK_OK (and on DLOCK_ELOST when allow_lost). */
+int dlock__hold_own(const dlock_lock *h, bool allow_lost);
 /* Applies the answer rc to a renewal sent at t_send (e->mu not held). */
 void dlock__hold_renewed(dlock_client *c, struct dlock__entry *e, int rc, struct dlock__stamp t_send);
 /* Declares e lost at its validity end (e->mu held; returns with it
@@ -143,6 +169,14 @@ void dlock__p_renew_batch(dlock_client *c, struct dlock__entry *const *entries, 
 int dlock__p_fence(dlock_client *c, struct dlock__entry *e, uint64_t *out);
 bool dlock__p_can_wait(const dlock_client *c);
 int dlock__p_wait(dlock_client *c, struct dlock__entry *e, int64_t timeout_ms, int wake_fd);
+/* Whether waits can be parked on a descriptor (wait_arm and wait_disarm,
+ * version 5, with native waiting). */
+bool dlock__p_can_park(const dlock_client *c);
+/* wait_arm: DLOCK_OK with *fd (-1: none) and *timeout_ms (never raised);
+ * DLOCK_ENOTSUP when the provider cannot park this wait; a failure. */
+int dlock__p_wait_arm(dlock_client *c, struct dlock__entry *e, int64_t *timeout_ms, int *fd);
+/* wait_disarm, once after each DLOCK_OK of wait_arm. */
+int dlock__p_wait_disarm(dlock_client *c, struct dlock__entry *e, bool fired);
 void dlock__p_abandon(dlock_client *c, struct dlock__entry *e);
 /* Calls lock_fini once if the provider ever touched e. */
 void dlock__p_lock_fini(dlock_client *c, struct dlock__entry *e);

@@ -35,6 +35,11 @@ uint64_t dlock__thread_no(void)
     return this_thread_no;
 }
 
+uint64_t dlock__holder_no_new(void)
+{
+    return __atomic_fetch_add(&next_thread_no, 1, __ATOMIC_RELAXED);
+}
+
 static pthread_once_t wake_key_once = PTHREAD_ONCE_INIT;
 static pthread_key_t wake_key;
 static __thread int this_thread_wake_fd = -1;
@@ -339,6 +344,7 @@ int dlock_lock_new(dlock_client *client, const char *name, size_t name_len,
     if (!h)
         return dlock_seterr(DLOCK_ENOMEM, "out of memory for a lock handle");
     h->options = options_of(options);
+    h->async_no = dlock__holder_no_new();
     bool own_holder = h->options.mode != DLOCK_MODE_EXCLUSIVE;
 
     uint64_t hash = hash_name(name, name_len);
@@ -398,6 +404,8 @@ void dlock_lock_free(dlock_lock *lock)
         return;
     struct dlock__entry *e = lock->entry;
     dlock_client *c = e->client;
+    /* Its non-blocking operations end first, their callbacks called here. */
+    dlock__async_lock_freeing(c, lock);
     pthread_mutex_lock(&c->entries_mu);
     bool last = --e->handles == 0;
     /* Pinned until this free is done, last handle or not: below it still
@@ -417,6 +425,9 @@ void dlock_lock_free(dlock_lock *lock)
         e->on_lost_handle = NULL;
     }
     bool held_by_me = e->count > 0 && e->holder == dlock__thread_no();
+    /* A hold of the handle's own is released with it, last handle or not:
+     * no other handle can release it. */
+    bool held_by_handle = e->count > 0 && e->holder == lock->async_no;
     pthread_mutex_unlock(&e->mu);
     pthread_mutex_unlock(&c->entries_mu);
     /* An on_lost call already under way may use this handle until it
@@ -427,7 +438,7 @@ void dlock_lock_free(dlock_lock *lock)
     pthread_mutex_unlock(&e->mu);
     free(lock);
 
-    if (last && held_by_me)
+    if ((last && held_by_me) || held_by_handle)
         dlock__hold_release(c, e);
     entry_unpin_maybe_destroy(c, e);
 }
@@ -440,7 +451,7 @@ int64_t dlock_validity_ms(dlock_lock *h)
     if (!e)
         return DLOCK_EINVAL;
     int rc;
-    if ((rc = dlock__hold_own(e, false)) != DLOCK_OK)
+    if ((rc = dlock__hold_own(h, false)) != DLOCK_OK)
         return rc;
     int64_t left = e->valid_until_ms - dlock__boot_ms();
     pthread_mutex_unlock(&e->mu);
@@ -453,7 +464,7 @@ int dlock_hold_count(dlock_lock *h)
     if (!e)
         return DLOCK_EINVAL;
     pthread_mutex_lock(&e->mu);
-    int count = (e->count > 0 && e->holder == dlock__thread_no()) ? (int)e->count : 0;
+    int count = dlock__hold_is_callers(h, e) ? (int)e->count : 0;
     bool lost = count > 0 && e->lost;
     pthread_mutex_unlock(&e->mu);
     if (lost)

@@ -105,7 +105,9 @@ int dlock__hold_release(dlock_client *c, struct dlock__entry *e)
     e->downgraded = false;
     e->on_lost = NULL;
     e->on_lost_handle = NULL;
+    e->release_pending = false;
     pthread_cond_broadcast(&e->cv);
+    dlock__async_entry_free(c, e);
     pthread_mutex_unlock(&e->mu);
 
     int64_t held = dlock__now_ms() - granted_at;
@@ -136,14 +138,25 @@ int dlock__hold_release(dlock_client *c, struct dlock__entry *e)
     return DLOCK_OK;
 }
 
-/* Checks that the calling thread holds e; returns with e->mu held on
- * DLOCK_OK (and also on DLOCK_ELOST when allow_lost). */
-int dlock__hold_own(struct dlock__entry *e, bool allow_lost)
+bool dlock__hold_is_callers(const dlock_lock *h, const struct dlock__entry *e)
 {
+    return e->count > 0 && (e->holder == dlock__thread_no() || e->holder == h->async_no);
+}
+
+/* Checks that the calling thread, or h itself (a hold taken through the
+ * non-blocking API), holds h's name and that no release of it is under
+ * way; returns with e->mu held on DLOCK_OK (and also on DLOCK_ELOST when
+ * allow_lost). */
+int dlock__hold_own(const dlock_lock *h, bool allow_lost)
+{
+    struct dlock__entry *e = h->entry;
     pthread_mutex_lock(&e->mu);
-    if (e->count == 0 || e->holder != dlock__thread_no()) {
+    if (!dlock__hold_is_callers(h, e) || e->release_pending) {
+        bool releasing = e->count > 0 && e->release_pending;
         pthread_mutex_unlock(&e->mu);
-        return dlock_seterr(DLOCK_ENOTOWNER, "lock '%s' is not held by this thread", dlock__entry_show(e));
+        return dlock_seterr(DLOCK_ENOTOWNER, releasing ? "lock '%s': its release is already under way"
+                                                       : "lock '%s' is not held by this thread or handle",
+                            dlock__entry_show(e));
     }
     if (e->lost) {
         if (allow_lost)
@@ -160,7 +173,7 @@ int dlock_release(dlock_lock *h)
     if (!e)
         return DLOCK_EINVAL;
     int rc;
-    rc = dlock__hold_own(e, true);
+    rc = dlock__hold_own(h, true);
     if (rc != DLOCK_OK && rc != DLOCK_ELOST)
         return rc;
     if (rc == DLOCK_OK && e->count > 1) {
@@ -348,7 +361,7 @@ int dlock_renew(dlock_lock *h)
     dlock_client *c = e->client;
     if (!dlock__p_can_renew(c))
         return dlock_seterr(DLOCK_ENOTSUP, "the %s backend cannot renew a hold", c->provider->name);
-    if ((rc = dlock__hold_own(e, false)) != DLOCK_OK)
+    if ((rc = dlock__hold_own(h, false)) != DLOCK_OK)
         return rc;
     pthread_mutex_unlock(&e->mu);
 
@@ -429,7 +442,7 @@ int dlock_fence(dlock_lock *h, uint64_t *out)
         return dlock_seterr(DLOCK_EINVAL, "dlock_fence: out is NULL");
     struct dlock__entry *e = h->entry;
     dlock_client *c = e->client;
-    if ((rc = dlock__hold_own(e, false)) != DLOCK_OK)
+    if ((rc = dlock__hold_own(h, false)) != DLOCK_OK)
         return rc;
     bool has = e->has_fence;
     uint64_t fence = e->fence;
@@ -470,7 +483,7 @@ int dlock_downgrade(dlock_lock *h)
     if (!(c->capabilities & DLOCK_CAP_DOWNGRADE))
         return dlock__p_downgrade(c, e); /* the refusal, with the reason */
     int rc;
-    if ((rc = dlock__hold_own(e, false)) != DLOCK_OK)
+    if ((rc = dlock__hold_own(h, false)) != DLOCK_OK)
         return rc;
     if (e->downgraded) {
         pthread_mutex_unlock(&e->mu);

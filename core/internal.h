@@ -246,6 +246,41 @@ int64_t dlock__timer_thread_cancel(struct dlock__timer_thread *t, struct dlock__
 void dlock__timer_thread_join(struct dlock__timer_thread *t);
 void dlock__timer_thread_destroy(struct dlock__timer_thread *t);
 
+/* ---- async_engine.c: the non-blocking API's engine ----------------------------- */
+/* Threads that run provider calls for non-blocking operations: a fixed
+ * number, whatever the number of operations pending (a waiting operation
+ * is parked on a descriptor or a timer, not on a thread). */
+#define DLOCK__ASYNC_WORKERS DLOCK_ASYNC_WORKERS
+
+struct dlock__aop;
+
+struct dlock__async {
+    pthread_mutex_t mu;             /* guards everything here and every operation's state */
+    pthread_cond_t work_cv;         /* workers: a ready operation, or stopping */
+    pthread_cond_t done_cv;         /* an operation finished its work (lock free, close wait) */
+    int done_fd;                    /* eventfd behind dlock_client_fd(), -1 until first needed */
+    int epoll_fd;                   /* the parker's: parked operations' descriptors */
+    int parker_wake_fd;             /* eventfd: kicks, new timers, stopping */
+    bool started, stopping, parker_started;
+    unsigned nworkers;
+    pthread_t workers[DLOCK__ASYNC_WORKERS];
+    pthread_t parker;
+    struct dlock__aop *ready_head, *ready_tail;   /* to run on a worker */
+    struct dlock__aop *done_head, *done_tail;     /* to deliver in dlock_client_process() */
+    struct dlock__aop *kick_head;                 /* parked, to be woken by the parker */
+    struct dlock__timer_heap timers;              /* parked operations' deadlines */
+    size_t undelivered;                           /* started and not yet delivered */
+};
+
+/* Sets up an idle engine (no thread, no fd) at client open. */
+void dlock__async_init(dlock_client *client);
+/* At client close: every pending operation is completed (its callback
+ * called on the calling thread), the threads stopped, the fds closed. */
+void dlock__async_shutdown(dlock_client *client);
+/* Before a handle is freed: its pending operations are cancelled, waited
+ * for and completed (their callbacks called on the calling thread). */
+void dlock__async_lock_freeing(dlock_client *client, dlock_lock *lock);
+
 struct dlock_client {
     pid_t pid;                      /* the process that opened it (for messages) */
     uint64_t fork_generation;       /* dlock__fork_generation() at open (fork guard) */
@@ -267,12 +302,14 @@ struct dlock_client {
     unsigned own_holders;           /* entries of shared/semaphore handles now (entries_mu) */
     unsigned holders_made;          /* numbers them for their owner ids (entries_mu) */
     struct dlock_lock *handles;     /* every live handle, to free on close */
+    struct dlock__async async;      /* the non-blocking API (core/async_engine.c) */
 };
 
 struct dlock_lock {
     struct dlock__entry *entry;
     dlock_lock_options options;
     unsigned lost_calls_running;    /* on_lost calls in flight with this handle (entry->mu) */
+    uint64_t async_no;              /* holder number of this handle's non-blocking holds (constant) */
     struct dlock_lock *prev, *next; /* in client->handles */
 };
 

@@ -179,6 +179,33 @@ int dlock__p_wait(dlock_client *c, struct dlock__entry *e, int64_t timeout_ms, i
     return checked(c->provider, "wait", rc);
 }
 
+bool dlock__p_can_park(const dlock_client *c)
+{
+    return dlock__p_can_wait(c) && HAS(c->provider, wait_arm, DLOCK_PROVIDER_VERSION_5) &&
+           HAS(c->provider, wait_disarm, DLOCK_PROVIDER_VERSION_5);
+}
+
+int dlock__p_wait_arm(dlock_client *c, struct dlock__entry *e, int64_t *timeout_ms, int *fd)
+{
+    *fd = -1;
+    if (!dlock__p_can_park(c))
+        return DLOCK_ENOTSUP;
+    int64_t asked = *timeout_ms;
+    /* No op_mu, as for wait: only the contender arms and disarms. */
+    int rc = checked(c->provider, "wait_arm", c->provider->wait_arm(c->instance, &e->plock, timeout_ms, fd));
+    if (rc != DLOCK_OK)
+        *fd = -1;
+    if (*timeout_ms > asked || *timeout_ms < 0)
+        *timeout_ms = asked; /* it may only lower it */
+    return rc;
+}
+
+int dlock__p_wait_disarm(dlock_client *c, struct dlock__entry *e, bool fired)
+{
+    int rc = c->provider->wait_disarm(c->instance, &e->plock, fired ? 1 : 0);
+    return checked(c->provider, "wait_disarm", rc);
+}
+
 void dlock__p_abandon(dlock_client *c, struct dlock__entry *e)
 {
     if (!HAS(c->provider, abandon, 1))

@@ -51,6 +51,8 @@ int dlock__provider_check(const struct dlock_provider *p, const char *origin)
                         : ((p->capabilities & DLOCK_CAP_DOWNGRADE) &&
                            (p->version < DLOCK_PROVIDER_VERSION_4 || !p->downgrade))
                             ? "downgrade (it claims DLOCK_CAP_DOWNGRADE)"
+                        : (p->version >= DLOCK_PROVIDER_VERSION_5 && !p->wait_arm != !p->wait_disarm)
+                            ? (p->wait_arm ? "wait_disarm (it has wait_arm)" : "wait_arm (it has wait_disarm)")
                         : NULL;
     if (missing)
         return dlock_seterr(DLOCK_EINVAL, "%s: provider '%s' lacks the required member %s", origin,

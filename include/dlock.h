@@ -234,8 +234,12 @@ int dlock_lock_new(dlock_client *client, const char *name, size_t name_len,
 
 /*
  * Frees a handle. If the calling thread still holds the lock through it and
- * no other handle of that name is left, the hold is released first. NULL is
- * ignored. The handle must not be in use by another thread.
+ * no other handle of that name is left, the hold is released first; a hold
+ * the handle took with dlock_acquire_start() is always released first. Its
+ * pending non-blocking operations are cancelled and waited for, and their
+ * callbacks are called on the calling thread, with DLOCK_ECANCELLED for an
+ * acquire, before the handle is freed. NULL is ignored. The handle must not
+ * be in use by another thread.
  */
 void dlock_lock_free(dlock_lock *lock);
 
@@ -339,11 +343,104 @@ int dlock_hold_count(dlock_lock *lock);
 
 /*
  * Makes every dlock_acquire() that is waiting on this lock's name in this
- * client, in any thread, return DLOCK_ECANCELLED promptly. Acquires that
+ * client, in any thread, and every pending dlock_acquire_start() of the
+ * name, return (or complete with) DLOCK_ECANCELLED promptly. Acquires that
  * start after the call are not affected. Returns DLOCK_OK or DLOCK_EINVAL.
  * Async-signal-unsafe; thread-safe.
  */
 int dlock_cancel(dlock_lock *lock);
+
+/* ---- the non-blocking API -------------------------------------------------- */
+
+/*
+ * For event loops (libuv, libevent, libev, epoll): an operation is started
+ * without blocking, and its result comes to a callback. The client's
+ * descriptor (dlock_client_fd) becomes readable when results wait; the loop
+ * then calls dlock_client_process(), which runs their callbacks on the
+ * calling thread. Adapters that do this for libuv, libevent and libev are
+ * in <dlock/adapters/libuv.h>, <dlock/adapters/libevent.h> and
+ * <dlock/adapters/libev.h>.
+ *
+ * The client does the work on threads of its own: a fixed pool of
+ * DLOCK_ASYNC_WORKERS that make the backend's round trips, and one that
+ * keeps every waiting operation on the backend's wake-up descriptor (or a
+ * timer) without a thread of its own, so thousands may wait at once.
+ * Backends that can only wait by blocking (mysql) wait on a pool thread a
+ * slice at a time. docs/design.md says which backend waits how.
+ *
+ * A hold taken with dlock_acquire_start() belongs to the handle, not to a
+ * thread: any thread may release it (dlock_release_start(),
+ * dlock_release()), and dlock_fence(), dlock_renew(), dlock_downgrade(),
+ * dlock_validity_ms() and dlock_hold_count() answer for it from any thread.
+ * The watchdog renews it, and on_lost is called for it as for any hold, on
+ * the client's watchdog or expiry thread (not inside
+ * dlock_client_process()). The blocking and non-blocking calls may be
+ * mixed on one client, and on one name: each waits for the other's hold.
+ */
+
+/* Called with an operation's result: lock is the handle it was started on,
+ * rc its result (dlock_errmsg() gives the detail during the call), arg the
+ * caller's. Runs inside dlock_client_process() on the thread that calls it,
+ * or inside dlock_lock_free() or dlock_client_close() for the operations
+ * those end. It may call any libdlock function, including
+ * dlock_release_start(), dlock_acquire_start() and dlock_lock_free() on
+ * lock, but not dlock_client_close(). */
+typedef void (*dlock_done_fn)(dlock_lock *lock, int rc, void *arg);
+
+/* The size of the pool of threads that make non-blocking operations'
+ * round trips in each client (started with the first operation). */
+#define DLOCK_ASYNC_WORKERS 4
+
+/*
+ * Starts acquiring the lock for the handle, and returns at once. done is
+ * called exactly once with the result dlock_acquire() would have returned:
+ * DLOCK_OK (the handle holds the lock), DLOCK_EBUSY, DLOCK_ETIMEDOUT,
+ * DLOCK_ECANCELLED (dlock_cancel(), or the handle freed or the client
+ * closed first), backend failures. wait_ms means what it does for
+ * dlock_acquire(), measured from this call.
+ *
+ * Returns DLOCK_OK (started: done follows); otherwise done is never
+ * called: DLOCK_EINVAL (no handle or no done, a client that is closing),
+ * DLOCK_EDEADLK (the handle, or the calling thread, already holds the
+ * name: these holds are not reentrant), DLOCK_ENOMEM, DLOCK_EINTERNAL (the
+ * client's threads could not be started). Thread-safe.
+ */
+int dlock_acquire_start(dlock_lock *lock, int64_t wait_ms, dlock_done_fn done, void *arg);
+
+/*
+ * Starts releasing the handle's hold (or the calling thread's: one level of
+ * a reentered hold is given up at once), and returns at once; done gets
+ * what dlock_release() would have returned. Returns DLOCK_OK (started);
+ * otherwise done is never called: DLOCK_ENOTOWNER (neither the handle nor
+ * the calling thread holds it, or its release is already under way),
+ * DLOCK_EINVAL, DLOCK_ENOMEM. Thread-safe.
+ */
+int dlock_release_start(dlock_lock *lock, dlock_done_fn done, void *arg);
+
+/*
+ * A descriptor that is readable while results wait for
+ * dlock_client_process(). Owned by the client (do not close or read it);
+ * the same for the client's life. Returns it, or a negative DLOCK_E* code.
+ * Thread-safe.
+ */
+int dlock_client_fd(dlock_client *client);
+
+/*
+ * Calls the callbacks of the operations that have finished, on the calling
+ * thread, in the order they finished, and never blocks. Results that come
+ * while it runs are left for the next call (the descriptor stays
+ * readable). Returns how many callbacks it called, or a negative DLOCK_E*
+ * code. Call it from one thread at a time.
+ */
+int dlock_client_process(dlock_client *client);
+
+/*
+ * When the loop must call dlock_client_process() at the latest, in ms: 0
+ * when results wait, -1 when there is no deadline (the client's threads
+ * keep every wait's deadline and signal its end through the descriptor).
+ * Other negative values are DLOCK_E* codes. Thread-safe.
+ */
+int64_t dlock_client_timeout_ms(dlock_client *client);
 
 /* ---- inspection and configuration checks ---------------------------------- */
 

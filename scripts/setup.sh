@@ -17,7 +17,7 @@ PACKAGES="build-essential pkg-config autoconf automake libtool libconfig-dev lib
 libhiredis-dev libpq-dev libmariadb-dev libzookeeper-mt-dev valgrind clang libclang-rt-14-dev redis-server
 redis-sentinel redis-tools postgresql mariadb-server libzookeeper-java openjdk-17-jre-headless gnuplot-nox
 libcurl4-openssl-dev libjson-c-dev libssl-dev etcd-server etcd-client curl python3
-libmicrohttpd-dev python3-prometheus-client chromium prometheus"
+libmicrohttpd-dev python3-prometheus-client chromium prometheus libuv1-dev libevent-dev libev-dev"
 
 missing=""
 for p in $PACKAGES; do

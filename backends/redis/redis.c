@@ -474,6 +474,24 @@ static int redis_wait(void *instance, struct dlock_provider_lock *lk, int64_t ti
     return redis_subscriber_wait(rl->notify_fd - 1, wake_fd, timeout_ms, "redis", NULL);
 }
 
+/* Parked on the subscription's eventfd; not subscribed, on the timeout
+ * alone, as redis_wait. */
+static int redis_wait_arm(void *instance, struct dlock_provider_lock *lk, int64_t *timeout_ms, int *fd)
+{
+    (void)instance;
+    (void)timeout_ms;
+    struct redis_lock *rl = lk->priv;
+    *fd = rl->notify_fd - 1;
+    return DLOCK_OK;
+}
+
+static int redis_wait_disarm(void *instance, struct dlock_provider_lock *lk, int fired)
+{
+    (void)instance;
+    struct redis_lock *rl = lk->priv;
+    return redis_subscriber_disarm(rl->notify_fd - 1, fired, NULL);
+}
+
 static void redis_abandon(void *instance, struct dlock_provider_lock *lk)
 {
     struct redis_instance *inst = instance;
@@ -608,7 +626,7 @@ static int redis_ctl(void *instance, int op, void *arg)
 }
 
 static const struct dlock_provider redis_provider = {
-    .version = DLOCK_PROVIDER_VERSION_4,
+    .version = DLOCK_PROVIDER_VERSION_5,
     .name = "redis",
     .capabilities = DLOCK_CAP_RENEW | DLOCK_CAP_FENCE | DLOCK_CAP_NATIVE_WAIT | DLOCK_CAP_SERVER_EXPIRY |
                     DLOCK_CAP_MULTI_HOST | DLOCK_CAP_FAIR | DLOCK_CAP_SHARED | DLOCK_CAP_SEMAPHORE |
@@ -628,6 +646,8 @@ static const struct dlock_provider redis_provider = {
     .list = redis_list,
     .break_hold = redis_break,
     .downgrade = redis_downgrade,
+    .wait_arm = redis_wait_arm,
+    .wait_disarm = redis_wait_disarm,
 };
 
 DLOCK_MODULE(redis_provider)

@@ -375,6 +375,16 @@ void redis_subscriber_remove(struct redis_subscriber *sub, const char *channel, 
     pthread_mutex_unlock(&sub->mu);
 }
 
+int redis_subscriber_disarm(int notify_fd, int fired, uint64_t *messages)
+{
+    uint64_t v = 0;
+    if (fired && notify_fd >= 0 && read(notify_fd, &v, sizeof v) != (ssize_t)sizeof v)
+        v = 0; /* an eventfd: the signals since the last read, added up */
+    if (messages)
+        *messages = v;
+    return fired ? DLOCK_OK : DLOCK_ETIMEDOUT;
+}
+
 int redis_subscriber_wait(int notify_fd, int wake_fd, int64_t timeout_ms, const char *who, uint64_t *messages)
 {
     if (messages)

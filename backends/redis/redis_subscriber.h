@@ -36,4 +36,10 @@ void redis_subscriber_remove(struct redis_subscriber *sub, const char *channel, 
  * message). */
 int redis_subscriber_wait(int notify_fd, int wake_fd, int64_t timeout_ms, const char *who, uint64_t *messages);
 
+/* The same wait cut in two (a provider's wait_disarm; wait_arm hands the
+ * core notify_fd itself): consumes the signals when fired and, when
+ * messages is not NULL, stores how many there were. DLOCK_OK when fired,
+ * else DLOCK_ETIMEDOUT. Never blocks. */
+int redis_subscriber_disarm(int notify_fd, int fired, uint64_t *messages);
+
 #endif

@@ -373,6 +373,26 @@ static int redlock_wait(void *instance, struct dlock_provider_lock *lk, int64_t 
     return DLOCK_OK;
 }
 
+/* Parked on the subscriptions' eventfd. A parked wait does not gather:
+ * the core looks at the first message, and a look that finds the others
+ * still held waits again (more attempts per grant than redlock_wait makes,
+ * and no thread held meanwhile). */
+static int redlock_wait_arm(void *instance, struct dlock_provider_lock *lk, int64_t *timeout_ms, int *fd)
+{
+    (void)instance;
+    (void)timeout_ms;
+    struct redlock_lock *rl = lk->priv;
+    *fd = rl->notify_fd - 1;
+    return DLOCK_OK;
+}
+
+static int redlock_wait_disarm(void *instance, struct dlock_provider_lock *lk, int fired)
+{
+    (void)instance;
+    struct redlock_lock *rl = lk->priv;
+    return redis_subscriber_disarm(rl->notify_fd - 1, fired, NULL);
+}
+
 static int attempt(struct redlock_instance *inst, struct dlock_provider_lock *lk, struct dlock_grant *g);
 
 static int redlock_acquire(void *instance, struct dlock_provider_lock *lk, struct dlock_grant *g)
@@ -679,7 +699,7 @@ static int redlock_break(void *instance, const char *name, size_t name_len, int 
 }
 
 static const struct dlock_provider redlock_provider = {
-    .version = DLOCK_PROVIDER_VERSION_3,
+    .version = DLOCK_PROVIDER_VERSION_5,
     .name = "redlock",
     .capabilities = DLOCK_CAP_RENEW | DLOCK_CAP_FENCE | DLOCK_CAP_SERVER_EXPIRY | DLOCK_CAP_MULTI_HOST |
                     DLOCK_CAP_NATIVE_WAIT,
@@ -695,6 +715,8 @@ static const struct dlock_provider redlock_provider = {
     .wait = redlock_wait,
     .list = redlock_list,
     .break_hold = redlock_break,
+    .wait_arm = redlock_wait_arm,
+    .wait_disarm = redlock_wait_disarm,
 };
 
 DLOCK_MODULE(redlock_provider)

@@ -47,6 +47,8 @@ struct zk_lock {
     char *predecessor;               /* while busy: the node to wait for */
     bool wait_children;              /* while busy (a permit): wait for any change of the parent's children */
     int notify_fd;                   /* eventfd + 1 once created */
+    struct zk_waiter waiter;         /* registered with the session while a wait watches */
+    bool watching;                   /* waiter is registered */
 };
 
 /* Forgets zl's node and predecessor (their names only: the nodes stay). */

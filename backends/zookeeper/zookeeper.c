@@ -307,56 +307,101 @@ static int zk_downgrade(void *instance, struct dlock_provider_lock *lk)
     return rc;
 }
 
-static int zk_wait(void *instance, struct dlock_provider_lock *lk, int64_t timeout_ms, int wake_fd)
+/* What a wait has to watch, once watch_begin has run. */
+enum zk_watch { ZK_WATCH_NOTHING, ZK_WATCH_SET, ZK_WATCH_LOOK_NOW };
+
+/* Sets the watch a wait waits on: the predecessor's deletion, or any change
+ * of the children for a permit. The waiter is registered before the watch
+ * is set, so its event cannot slip by. */
+static int watch_begin(struct zk_instance *inst, struct zk_lock *zl, enum zk_watch *out)
 {
-    struct zk_instance *inst = instance;
-    struct zk_lock *zl = lk->priv;
+    *out = ZK_WATCH_NOTHING;
     if (!zl->notify_fd) {
         int fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
         if (fd < 0)
             return dlock_seterr(DLOCK_EUNAVAILABLE, "zookeeper: cannot create an eventfd: %s", strerror(errno));
         zl->notify_fd = fd + 1;
     }
-    int fd = zl->notify_fd - 1;
-    struct pollfd p[2] = { { .fd = wake_fd, .events = POLLIN }, { .fd = fd, .events = POLLIN } };
-    int nfds = 1;
-    struct zk_waiter w = { .path = zl->wait_children ? zl->parent : zl->predecessor, .fd = fd };
-    if (w.path) {
-        /* Registered before the watch is set, so its event cannot slip by. */
-        zk_session_add_waiter(&inst->session, &w);
-        zhandle_t *zh;
-        uint64_t generation;
-        int zrc = ZSYSTEMERROR;
-        if (zk_session_get(&inst->session, &zh, &generation) == DLOCK_OK) {
-            struct Stat st;
-            if (zl->wait_children) {
-                /* A permit may come back from any holder: any change of the
-                 * children (a herd among a semaphore's waiters). */
-                struct String_vector children = { 0, NULL };
-                zrc = zoo_wget_children(zh, zl->parent, zk_session_watcher, &inst->session, &children);
-                deallocate_String_vector(&children);
-            } else {
-                zrc = zoo_wexists(zh, zl->predecessor, zk_session_watcher, &inst->session, &st);
-            }
-            zk_session_put(&inst->session);
+    zl->waiter = (struct zk_waiter){ .path = zl->wait_children ? zl->parent : zl->predecessor,
+                                     .fd = zl->notify_fd - 1 };
+    if (!zl->waiter.path)
+        return DLOCK_OK;
+    zk_session_add_waiter(&inst->session, &zl->waiter);
+    zhandle_t *zh;
+    uint64_t generation;
+    int zrc = ZSYSTEMERROR;
+    if (zk_session_get(&inst->session, &zh, &generation) == DLOCK_OK) {
+        struct Stat st;
+        if (zl->wait_children) {
+            /* A permit may come back from any holder: any change of the
+             * children (a herd among a semaphore's waiters). */
+            struct String_vector children = { 0, NULL };
+            zrc = zoo_wget_children(zh, zl->parent, zk_session_watcher, &inst->session, &children);
+            deallocate_String_vector(&children);
+        } else {
+            zrc = zoo_wexists(zh, zl->predecessor, zk_session_watcher, &inst->session, &st);
         }
-        if (zrc != ZOK) {
-            /* Gone already (look again now), or the server is out of reach
-             * (the next attempt reports it). */
-            zk_session_remove_waiter(&inst->session, &w);
-            return DLOCK_OK;
-        }
-        nfds = 2;
+        zk_session_put(&inst->session);
     }
-    int n = poll(p, (nfds_t)nfds, timeout_ms > INT_MAX ? INT_MAX : (int)timeout_ms);
-    if (nfds == 2)
-        zk_session_remove_waiter(&inst->session, &w);
+    if (zrc != ZOK) {
+        /* Gone already (look again now), or the server is out of reach
+         * (the next attempt reports it). */
+        zk_session_remove_waiter(&inst->session, &zl->waiter);
+        *out = ZK_WATCH_LOOK_NOW;
+        return DLOCK_OK;
+    }
+    zl->watching = true;
+    *out = ZK_WATCH_SET;
+    return DLOCK_OK;
+}
+
+/* Ends a wait: the waiter unregistered, the signals read. */
+static void watch_end(struct zk_instance *inst, struct zk_lock *zl)
+{
+    if (zl->watching)
+        zk_session_remove_waiter(&inst->session, &zl->waiter);
+    zl->watching = false;
     uint64_t v;
-    while (read(fd, &v, sizeof v) > 0)
+    while (read(zl->notify_fd - 1, &v, sizeof v) > 0)
         ;
-    if (n < 0 && errno != EINTR)
-        return dlock_seterr(DLOCK_EUNAVAILABLE, "zookeeper: poll failed: %s", strerror(errno));
+}
+
+static int zk_wait(void *instance, struct dlock_provider_lock *lk, int64_t timeout_ms, int wake_fd)
+{
+    struct zk_instance *inst = instance;
+    struct zk_lock *zl = lk->priv;
+    enum zk_watch watch;
+    int rc = watch_begin(inst, zl, &watch);
+    if (rc != DLOCK_OK || watch == ZK_WATCH_LOOK_NOW)
+        return rc;
+    struct pollfd p[2] = { { .fd = wake_fd, .events = POLLIN }, { .fd = zl->notify_fd - 1, .events = POLLIN } };
+    int n = poll(p, watch == ZK_WATCH_SET ? 2 : 1, timeout_ms > INT_MAX ? INT_MAX : (int)timeout_ms);
+    int err = errno;
+    watch_end(inst, zl);
+    if (n < 0 && err != EINTR)
+        return dlock_seterr(DLOCK_EUNAVAILABLE, "zookeeper: poll failed: %s", strerror(err));
     return n == 0 ? DLOCK_ETIMEDOUT : DLOCK_OK;
+}
+
+/* The same wait, parked on the eventfd the session's watcher writes. */
+static int zk_wait_arm(void *instance, struct dlock_provider_lock *lk, int64_t *timeout_ms, int *fd)
+{
+    struct zk_instance *inst = instance;
+    struct zk_lock *zl = lk->priv;
+    enum zk_watch watch;
+    int rc = watch_begin(inst, zl, &watch);
+    if (rc != DLOCK_OK)
+        return rc;
+    if (watch == ZK_WATCH_LOOK_NOW)
+        *timeout_ms = 0;
+    *fd = watch == ZK_WATCH_SET ? zl->notify_fd - 1 : -1;
+    return DLOCK_OK;
+}
+
+static int zk_wait_disarm(void *instance, struct dlock_provider_lock *lk, int fired)
+{
+    watch_end(instance, lk->priv);
+    return fired ? DLOCK_OK : DLOCK_ETIMEDOUT;
 }
 
 static void zk_abandon(void *instance, struct dlock_provider_lock *lk)
@@ -518,7 +563,7 @@ static int zk_open(void **instance, const struct dlock_provider_env *env)
 }
 
 static const struct dlock_provider zk_provider = {
-    .version = DLOCK_PROVIDER_VERSION_4,
+    .version = DLOCK_PROVIDER_VERSION_5,
     .name = "zookeeper",
     .capabilities = DLOCK_CAP_RENEW | DLOCK_CAP_FENCE | DLOCK_CAP_FENCE_LINEARIZABLE | DLOCK_CAP_NATIVE_WAIT |
                     DLOCK_CAP_FAIR | DLOCK_CAP_SERVER_EXPIRY | DLOCK_CAP_MULTI_HOST |
@@ -532,6 +577,8 @@ static const struct dlock_provider zk_provider = {
     .renew = zk_renew,
     .renew_batch = zk_renew_batch,
     .wait = zk_wait,
+    .wait_arm = zk_wait_arm,
+    .wait_disarm = zk_wait_disarm,
     .lock_fini = zk_lock_fini,
     .ctl = zk_ctl,
     .abandon = zk_abandon,

@@ -58,7 +58,12 @@ extern "C" {
  * (dlock_provider.downgrade, DLOCK_CAP_DOWNGRADE). A provider before it is
  * reported as unable to downgrade. */
 #define DLOCK_PROVIDER_VERSION_4 4
-#define DLOCK_PROVIDER_VERSION DLOCK_PROVIDER_VERSION_4
+/* Version 5: waiting without a thread, for the non-blocking API
+ * (dlock_provider.wait_arm and .wait_disarm). A provider before it, or one
+ * without them, waits through wait on one of the core's pool threads, a
+ * slice at a time. */
+#define DLOCK_PROVIDER_VERSION_5 5
+#define DLOCK_PROVIDER_VERSION DLOCK_PROVIDER_VERSION_5
 
 /* Name of the function a module exports; see dlock_module_entry_fn. */
 #define DLOCK_MODULE_ENTRY "dlock_module_provider"
@@ -334,6 +339,34 @@ struct dlock_provider {
      * keeps it). Other failures: the core cannot tell whether the change
      * was made, and gives the hold up. */
     int (*downgrade)(void *instance, struct dlock_provider_lock *lk);
+
+    /* --- version 5 --- */
+
+    /* Optional, both or neither: wait cut in two so that no thread blocks
+     * while a request waits (the non-blocking API parks the request on a
+     * descriptor instead). Called where wait would be, never with wait for
+     * the same request in between.
+     *
+     * wait_arm does what wait does before it blocks (registers for the
+     * notification, sets a watch, keeps a waiter's lease alive, joins a
+     * line: bounded round trips, never a sleep) and stores in *fd a
+     * descriptor that becomes readable (POLLIN) when wait would have
+     * returned DLOCK_OK, and stays readable until wait_disarm; -1 when
+     * there is nothing to watch (the core then looks again after
+     * *timeout_ms). *timeout_ms arrives as the timeout wait would have had;
+     * lower it to be called back sooner. The core polls *fd and never reads
+     * it. Returns DLOCK_OK (armed: wait_disarm follows, exactly once),
+     * DLOCK_ENOTSUP (this request cannot be parked now: the core calls wait
+     * instead, nothing to disarm), or a failure as wait's (nothing to
+     * disarm).
+     *
+     * wait_disarm ends an armed wait: after *fd polled readable (fired 1),
+     * after the timeout or when the core stopped waiting (fired 0). It
+     * never blocks: it consumes what fired, undoes what arm set up, and
+     * returns what wait would have: DLOCK_OK (look again), DLOCK_ETIMEDOUT
+     * (nothing came), or a failure. */
+    int (*wait_arm)(void *instance, struct dlock_provider_lock *lk, int64_t *timeout_ms, int *fd);
+    int (*wait_disarm)(void *instance, struct dlock_provider_lock *lk, int fired);
 };
 
 /*

@@ -700,5 +700,6 @@ int conformance_run(const struct conformance_target *t)
     };
     int failed = _cmocka_run_group_tests(t->name, cases, sizeof cases / sizeof cases[0], NULL,
                                          conformance_group_teardown);
-    return failed + conformance_run_shared(t) + conformance_run_kinds(t) + conformance_run_model(t) + conformance_run_list(t) + conformance_run_waiting(t);
+    return failed + conformance_run_shared(t) + conformance_run_kinds(t) + conformance_run_model(t) + conformance_run_list(t) + conformance_run_waiting(t) +
+           conformance_run_async(t);
 }

@@ -62,7 +62,8 @@ void conformance_child_kill(pid_t pid);
 int conformance_group_teardown(void **state);
 
 /* Runs every case against target, then conformance_run_shared(),
- * conformance_run_kinds(), conformance_run_model(), conformance_run_list() and conformance_run_waiting(); returns
+ * conformance_run_kinds(), conformance_run_model(), conformance_run_list(), conformance_run_waiting() and
+ * conformance_run_async(); returns
  * the number of failed cases. */
 int conformance_run(const struct conformance_target *target);
 
@@ -91,5 +92,10 @@ int conformance_run_list(const struct conformance_target *target);
  * claims DLOCK_CAP_FAIR (else DLOCK_LOCK_FAIR is refused), and a cancelled
  * or killed waiter does not stall the line. */
 int conformance_run_waiting(const struct conformance_target *target);
+
+/* The non-blocking API's cases (conformance_async.c): the semantics above
+ * through dlock_acquire_start() and dlock_release_start(), driven by a
+ * poll() loop, on every backend. */
+int conformance_run_async(const struct conformance_target *target);
 
 #endif

@@ -1,0 +1,578 @@
+/* core/async_engine.c - the engine behind the non-blocking API: a fixed
+ * pool of workers that run operations' steps (provider calls), a parker
+ * thread that keeps waiting operations on their descriptors and timers
+ * (one epoll set and one timer heap, however many wait), and the done
+ * queue that dlock_client_process() delivers from, signalled through the
+ * eventfd that dlock_client_fd() returns. See async.h for an operation's
+ * states.
+ *
+ * Lock order: client->entries_mu, then entry->mu, then async.mu; nothing
+ * is taken while async.mu is held, and no provider call is made with it. */
+#include "config.h"
+
+#include "async.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <signal.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+static void signal_fd(int fd)
+{
+    uint64_t one = 1;
+    if (fd >= 0) {
+        ssize_t ignored = write(fd, &one, sizeof one);
+        (void)ignored; /* EAGAIN only when the counter is already huge */
+    }
+}
+
+static struct dlock__aop *op_of_timer(struct dlock__timer *t)
+{
+    return (struct dlock__aop *)((char *)t - offsetof(struct dlock__aop, timer));
+}
+
+void dlock__async_init(dlock_client *c)
+{
+    struct dlock__async *a = &c->async;
+    memset(a, 0, sizeof *a);
+    pthread_mutex_init(&a->mu, NULL);
+    pthread_cond_init(&a->work_cv, NULL);
+    pthread_cond_init(&a->done_cv, NULL);
+    a->done_fd = a->epoll_fd = a->parker_wake_fd = -1;
+    dlock__timer_heap_init(&a->timers);
+}
+
+/* ---- the queues (a->mu held) ------------------------------------------------ */
+
+static void push_ready(struct dlock__async *a, struct dlock__aop *op)
+{
+    op->state = AOP_READY;
+    op->next = NULL;
+    if (a->ready_tail)
+        a->ready_tail->next = op;
+    else
+        a->ready_head = op;
+    a->ready_tail = op;
+    pthread_cond_signal(&a->work_cv);
+}
+
+static struct dlock__aop *pop_ready(struct dlock__async *a)
+{
+    struct dlock__aop *op = a->ready_head;
+    if (op) {
+        a->ready_head = op->next;
+        if (!a->ready_head)
+            a->ready_tail = NULL;
+        op->next = NULL;
+    }
+    return op;
+}
+
+static void push_done(struct dlock__async *a, struct dlock__aop *op)
+{
+    op->state = AOP_DONE;
+    op->next = NULL;
+    if (a->done_tail)
+        a->done_tail->next = op;
+    else
+        a->done_head = op;
+    a->done_tail = op;
+    signal_fd(a->done_fd);
+    pthread_cond_broadcast(&a->done_cv);
+}
+
+/* Takes op out of the done queue, wherever it is in it. */
+static void unlink_done(struct dlock__async *a, struct dlock__aop *op)
+{
+    struct dlock__aop *prev = NULL;
+    for (struct dlock__aop *p = a->done_head; p; prev = p, p = p->next) {
+        if (p != op)
+            continue;
+        if (prev)
+            prev->next = p->next;
+        else
+            a->done_head = p->next;
+        if (a->done_tail == p)
+            a->done_tail = prev;
+        p->next = NULL;
+        return;
+    }
+}
+
+static void link_entry(struct dlock__aop *op)
+{
+    struct dlock__entry *e = op->entry;
+    op->entry_prev = NULL;
+    op->entry_next = e->aops;
+    if (e->aops)
+        e->aops->entry_prev = op;
+    __atomic_store_n(&e->aops, op, __ATOMIC_RELEASE);
+}
+
+static void unlink_entry(struct dlock__aop *op)
+{
+    struct dlock__entry *e = op->entry;
+    if (op->entry_prev)
+        op->entry_prev->entry_next = op->entry_next;
+    else
+        __atomic_store_n(&e->aops, op->entry_next, __ATOMIC_RELEASE);
+    if (op->entry_next)
+        op->entry_next->entry_prev = op->entry_prev;
+    op->entry_prev = op->entry_next = NULL;
+}
+
+/* ---- parking (a->mu held) ------------------------------------------------------ */
+
+/* Hands op to the parker: its descriptor in the epoll set, its deadline
+ * in the heap. A descriptor epoll refuses (a regular file) is looked at on
+ * a short timer instead. */
+static void park(struct dlock__async *a, struct dlock__aop *op)
+{
+    op->state = AOP_PARKED;
+    op->polled_fd = -1;
+    op->fired = false;
+    if (op->park_fd >= 0) {
+        struct epoll_event ev = { .events = EPOLLIN, .data.ptr = op };
+        int fd = op->park_fd;
+        int rc = epoll_ctl(a->epoll_fd, EPOLL_CTL_ADD, fd, &ev);
+        if (rc < 0 && errno == EEXIST) {
+            /* Another parked operation watches the same descriptor: epoll
+             * keeps one entry per descriptor number, so this one gets a
+             * number of its own for the same file. */
+            fd = dup(op->park_fd);
+            rc = fd < 0 ? -1 : epoll_ctl(a->epoll_fd, EPOLL_CTL_ADD, fd, &ev);
+            if (rc < 0 && fd >= 0)
+                close(fd);
+        }
+        if (rc == 0) {
+            op->polled_fd = fd;
+        } else {
+            int64_t soon = dlock__now_ms() + 10;
+            if (op->park_until > soon)
+                op->park_until = soon;
+        }
+    }
+    if (op->park_until != DLOCK__INFINITE) {
+        op->timer.due_ms = op->park_until;
+        op->timer.early_ms = 0;
+        if (dlock__timer_heap_push(&a->timers, &op->timer) != DLOCK_OK && op->polled_fd < 0) {
+            push_ready(a, op); /* no memory for the timer: look again now rather than never */
+            return;
+        }
+    }
+    signal_fd(a->parker_wake_fd); /* it may need to wake sooner */
+}
+
+static void unpark(struct dlock__async *a, struct dlock__aop *op, bool fired)
+{
+    if (op->polled_fd >= 0) {
+        epoll_ctl(a->epoll_fd, EPOLL_CTL_DEL, op->polled_fd, NULL);
+        if (op->polled_fd != op->park_fd)
+            close(op->polled_fd);
+        op->polled_fd = -1;
+    }
+    if (dlock__timer_in_heap(&op->timer))
+        dlock__timer_heap_remove(&a->timers, &op->timer);
+    op->fired = fired;
+    push_ready(a, op);
+}
+
+/* Makes op look again as soon as it can: now if parked, after its step if
+ * running (it will not park); with cancel, a blocking wait it is in is
+ * interrupted too. */
+static void kick(struct dlock__async *a, struct dlock__aop *op, bool cancel)
+{
+    op->kick_pending = true;
+    if (op->state == AOP_PARKED && !op->in_kick_list) {
+        op->in_kick_list = true;
+        op->kick_next = a->kick_head;
+        a->kick_head = op;
+        signal_fd(a->parker_wake_fd);
+    }
+    if (cancel && op->state == AOP_RUNNING)
+        signal_fd(op->running_wake_fd);
+}
+
+/* ---- the threads ----------------------------------------------------------------- */
+
+static void *worker_main(void *arg)
+{
+    dlock_client *c = arg;
+    struct dlock__async *a = &c->async;
+    int wake_fd = dlock__thread_wake_fd();
+    pthread_mutex_lock(&a->mu);
+    for (;;) {
+        while (!a->ready_head && !a->stopping)
+            pthread_cond_wait(&a->work_cv, &a->mu);
+        struct dlock__aop *op = pop_ready(a);
+        if (!op)
+            break;
+        op->state = AOP_RUNNING;
+        op->kick_pending = false;
+        op->cancelled_seen = op->cancelled;
+        op->running_wake_fd = wake_fd;
+        pthread_mutex_unlock(&a->mu);
+
+        enum dlock__step step = dlock__aop_step(op, wake_fd);
+
+        pthread_mutex_lock(&a->mu);
+        op->running_wake_fd = -1;
+        switch (step) {
+        case STEP_DONE:
+            push_done(a, op);
+            break;
+        case STEP_AGAIN:
+            push_ready(a, op);
+            break;
+        case STEP_PARK:
+            op->parked_local = !op->contending;
+            if (op->kick_pending) {
+                op->fired = false;
+                push_ready(a, op);
+            } else {
+                park(a, op);
+            }
+            break;
+        }
+    }
+    pthread_mutex_unlock(&a->mu);
+    return NULL;
+}
+
+static void *parker_main(void *arg)
+{
+    dlock_client *c = arg;
+    struct dlock__async *a = &c->async;
+    struct epoll_event evs[64];
+    pthread_mutex_lock(&a->mu);
+    while (!a->stopping) {
+        while (a->kick_head) {
+            struct dlock__aop *op = a->kick_head;
+            a->kick_head = op->kick_next;
+            op->in_kick_list = false;
+            if (op->state == AOP_PARKED)
+                unpark(a, op, false);
+        }
+        int64_t now = dlock__now_ms();
+        struct dlock__timer *t;
+        while ((t = dlock__timer_heap_peek(&a->timers)) && t->due_ms <= now) {
+            struct dlock__aop *op = op_of_timer(t);
+            dlock__timer_heap_pop(&a->timers);
+            if (op->state == AOP_PARKED)
+                unpark(a, op, false);
+        }
+        int timeout = -1;
+        if ((t = dlock__timer_heap_peek(&a->timers)))
+            timeout = t->due_ms - now > INT_MAX ? INT_MAX : (int)(t->due_ms - now);
+        pthread_mutex_unlock(&a->mu);
+        int n = epoll_wait(a->epoll_fd, evs, (int)(sizeof evs / sizeof evs[0]), timeout);
+        pthread_mutex_lock(&a->mu);
+        /* Only this thread takes operations out of the set, and a parked
+         * operation is freed only after that: every event names a live
+         * operation, parked unless an earlier event of this batch woke it. */
+        for (int i = 0; i < n; i++) {
+            struct dlock__aop *op = evs[i].data.ptr;
+            if (!op)
+                dlock__drain(a->parker_wake_fd);
+            else if (op->state == AOP_PARKED && op->polled_fd >= 0)
+                unpark(a, op, true);
+        }
+    }
+    pthread_mutex_unlock(&a->mu);
+    return NULL;
+}
+
+static void close_fds(struct dlock__async *a)
+{
+    if (a->epoll_fd >= 0)
+        close(a->epoll_fd);
+    if (a->parker_wake_fd >= 0)
+        close(a->parker_wake_fd);
+    a->epoll_fd = a->parker_wake_fd = -1;
+}
+
+static int make_done_fd(struct dlock__async *a)
+{
+    if (a->done_fd < 0)
+        a->done_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    return a->done_fd < 0 ? dlock_seterr(DLOCK_EINTERNAL, "cannot create an eventfd for completions: %s",
+                                         strerror(errno))
+                          : DLOCK_OK;
+}
+
+/* Starts the threads with the first operation (a->mu held). */
+static int start(dlock_client *c)
+{
+    struct dlock__async *a = &c->async;
+    if (a->started)
+        return DLOCK_OK;
+    int rc = make_done_fd(a);
+    if (rc != DLOCK_OK)
+        return rc;
+    a->epoll_fd = epoll_create1(EPOLL_CLOEXEC);
+    a->parker_wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    struct epoll_event ev = { .events = EPOLLIN, .data.ptr = NULL };
+    if (a->epoll_fd < 0 || a->parker_wake_fd < 0 ||
+        epoll_ctl(a->epoll_fd, EPOLL_CTL_ADD, a->parker_wake_fd, &ev) < 0) {
+        rc = dlock_seterr(DLOCK_EINTERNAL, "cannot set up waiting for non-blocking operations: %s",
+                          strerror(errno));
+        close_fds(a);
+        return rc;
+    }
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old); /* the application's signals are not ours */
+    int err = pthread_create(&a->parker, NULL, parker_main, c);
+    a->parker_started = err == 0;
+    for (unsigned i = 0; err == 0 && i < DLOCK__ASYNC_WORKERS; i++) {
+        err = pthread_create(&a->workers[i], NULL, worker_main, c);
+        if (err == 0)
+            a->nworkers++;
+    }
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    a->started = true; /* whatever started is stopped and joined at close */
+    return DLOCK_OK;
+}
+
+/* ---- what the rest of the core calls ----------------------------------------------- */
+
+int dlock__async_submit(dlock_client *c, struct dlock__aop *op, bool done)
+{
+    struct dlock__async *a = &c->async;
+    pthread_mutex_lock(&a->mu);
+    int rc = a->stopping ? dlock_seterr(DLOCK_EINVAL, "the client is closing") : start(c);
+    if (rc == DLOCK_OK && (!a->parker_started || a->nworkers == 0))
+        rc = dlock_seterr(DLOCK_EINTERNAL, "the threads for non-blocking operations could not be started");
+    if (rc == DLOCK_OK) {
+        op->park_fd = op->polled_fd = op->running_wake_fd = -1;
+        op->timer.heap_index = SIZE_MAX;
+        link_entry(op);
+        a->undelivered++;
+        if (done)
+            push_done(a, op);
+        else
+            push_ready(a, op);
+    }
+    pthread_mutex_unlock(&a->mu);
+    return rc;
+}
+
+void dlock__async_entry_free(dlock_client *c, struct dlock__entry *e)
+{
+    if (!__atomic_load_n(&e->aops, __ATOMIC_ACQUIRE))
+        return;
+    struct dlock__async *a = &c->async;
+    pthread_mutex_lock(&a->mu);
+    for (struct dlock__aop *op = e->aops; op; op = op->entry_next)
+        if (op->kind == AOP_ACQUIRE &&
+            (op->state == AOP_RUNNING || (op->state == AOP_PARKED && op->parked_local)))
+            kick(a, op, false);
+    pthread_mutex_unlock(&a->mu);
+}
+
+void dlock__async_entry_cancel(dlock_client *c, struct dlock__entry *e)
+{
+    if (!__atomic_load_n(&e->aops, __ATOMIC_ACQUIRE))
+        return;
+    struct dlock__async *a = &c->async;
+    pthread_mutex_lock(&a->mu);
+    for (struct dlock__aop *op = e->aops; op; op = op->entry_next)
+        if (op->kind == AOP_ACQUIRE)
+            kick(a, op, true);
+    pthread_mutex_unlock(&a->mu);
+}
+
+/* The first operation of the done queue, taken out of the engine for
+ * delivery (a->mu not held), or NULL. */
+static struct dlock__aop *take_done(struct dlock__async *a)
+{
+    pthread_mutex_lock(&a->mu);
+    struct dlock__aop *op = a->done_head;
+    if (op) {
+        unlink_done(a, op);
+        unlink_entry(op);
+        a->undelivered--;
+    }
+    pthread_mutex_unlock(&a->mu);
+    return op;
+}
+
+/* Calls op's callback on the calling thread with its result and detail,
+ * then frees it. */
+static void deliver(struct dlock__aop *op)
+{
+    dlock_error_restore(&op->error, op->rc);
+    op->done(op->lock, op->rc, op->arg);
+    free(op);
+}
+
+/* An operation completed because its handle or client goes away: a grant
+ * the caller never saw is reported as the cancel it was (the hold is
+ * released with the handle or the client). */
+static void deliver_cancelled(struct dlock__aop *op, const char *why)
+{
+    if (op->kind == AOP_ACQUIRE && op->rc == DLOCK_OK) {
+        op->rc = dlock_seterr(DLOCK_ECANCELLED, "lock '%s': acquire cancelled: %s", dlock__entry_show(op->entry),
+                              why);
+        dlock_error_save(&op->error);
+    }
+    deliver(op);
+}
+
+void dlock__async_lock_freeing(dlock_client *c, dlock_lock *h)
+{
+    struct dlock__async *a = &c->async;
+    struct dlock__entry *e = h->entry;
+    struct dlock__aop *mine = NULL;
+    pthread_mutex_lock(&a->mu);
+    for (;;) {
+        bool working = false;
+        for (struct dlock__aop *op = e->aops; op; op = op->entry_next) {
+            if (op->lock != h || op->state == AOP_DONE)
+                continue;
+            working = true;
+            if (!op->cancelled) {
+                op->cancelled = true;
+                kick(a, op, true);
+            }
+        }
+        if (!working)
+            break;
+        pthread_cond_wait(&a->done_cv, &a->mu);
+    }
+    for (struct dlock__aop *op = e->aops, *next; op; op = next) {
+        next = op->entry_next;
+        if (op->lock != h)
+            continue;
+        unlink_done(a, op);
+        unlink_entry(op);
+        a->undelivered--;
+        op->next = mine;
+        mine = op;
+    }
+    pthread_mutex_unlock(&a->mu);
+    /* In the order they were started (the list was built backwards). */
+    struct dlock__aop *ordered = NULL;
+    while (mine) {
+        struct dlock__aop *op = mine;
+        mine = op->next;
+        op->next = ordered;
+        ordered = op;
+    }
+    while (ordered) {
+        struct dlock__aop *op = ordered;
+        ordered = op->next;
+        deliver_cancelled(op, "its handle was freed");
+    }
+}
+
+void dlock__async_shutdown(dlock_client *c)
+{
+    struct dlock__async *a = &c->async;
+    pthread_mutex_lock(&c->entries_mu);
+    pthread_mutex_lock(&a->mu);
+    for (size_t i = 0; i < c->nbuckets; i++)
+        for (struct dlock__entry *e = c->buckets[i]; e; e = e->next_in_bucket)
+            for (struct dlock__aop *op = e->aops; op; op = op->entry_next)
+                if (op->state != AOP_DONE && !op->cancelled) {
+                    op->cancelled = true;
+                    kick(a, op, true);
+                }
+    pthread_mutex_unlock(&c->entries_mu);
+    /* Every cancelled operation finishes its step on a worker (a step that
+     * is in a round trip finishes it first): wait until none is working. */
+    for (;;) {
+        size_t done = 0;
+        for (struct dlock__aop *op = a->done_head; op; op = op->next)
+            done++;
+        if (done == a->undelivered)
+            break;
+        pthread_cond_wait(&a->done_cv, &a->mu);
+    }
+    a->stopping = true;
+    pthread_cond_broadcast(&a->work_cv);
+    signal_fd(a->parker_wake_fd);
+    bool started = a->started;
+    pthread_mutex_unlock(&a->mu);
+    if (started) {
+        if (a->parker_started)
+            pthread_join(a->parker, NULL);
+        for (unsigned i = 0; i < a->nworkers; i++)
+            pthread_join(a->workers[i], NULL);
+    }
+    for (struct dlock__aop *op; (op = take_done(a));)
+        deliver_cancelled(op, "the client was closed");
+    close_fds(a);
+    if (a->done_fd >= 0)
+        close(a->done_fd);
+    a->done_fd = -1;
+    dlock__timer_heap_free(&a->timers);
+    pthread_cond_destroy(&a->work_cv);
+    pthread_cond_destroy(&a->done_cv);
+    pthread_mutex_destroy(&a->mu);
+}
+
+/* ---- the public calls ----------------------------------------------------------------- */
+
+int dlock_client_fd(dlock_client *c)
+{
+    int rc = dlock__client_usable(c);
+    if (rc != DLOCK_OK)
+        return rc;
+    pthread_mutex_lock(&c->async.mu);
+    rc = make_done_fd(&c->async);
+    int fd = c->async.done_fd;
+    pthread_mutex_unlock(&c->async.mu);
+    return rc == DLOCK_OK ? fd : rc;
+}
+
+int dlock_client_process(dlock_client *c)
+{
+    int rc = dlock__client_usable(c);
+    if (rc != DLOCK_OK)
+        return rc;
+    struct dlock__async *a = &c->async;
+    pthread_mutex_lock(&a->mu);
+    if (a->done_fd >= 0)
+        dlock__drain(a->done_fd);
+    /* Only what is done now: callbacks that start operations which finish
+     * at once must not keep this call from returning. */
+    size_t budget = 0;
+    for (struct dlock__aop *op = a->done_head; op; op = op->next)
+        budget++;
+    pthread_mutex_unlock(&a->mu);
+    int delivered = 0;
+    while (budget-- > 0) {
+        /* One at a time: a callback may free a handle whose operations are
+         * still queued here, and dlock_lock_free() then delivers them. */
+        struct dlock__aop *op = take_done(a);
+        if (!op)
+            break;
+        deliver(op);
+        if (delivered < INT_MAX)
+            delivered++;
+    }
+    pthread_mutex_lock(&a->mu);
+    if (a->done_head)
+        signal_fd(a->done_fd); /* the rest next time round */
+    pthread_mutex_unlock(&a->mu);
+    return delivered;
+}
+
+int64_t dlock_client_timeout_ms(dlock_client *c)
+{
+    int rc = dlock__client_usable(c);
+    if (rc != DLOCK_OK)
+        return rc;
+    pthread_mutex_lock(&c->async.mu);
+    bool ready = c->async.done_head != NULL;
+    pthread_mutex_unlock(&c->async.mu);
+    /* The engine's own threads keep every wait's deadline and post its end
+     * through the fd: a caller need only come back when results wait. */
+    return ready ? 0 : -1;
+}

@@ -1,0 +1,313 @@
+/* core/async_ops.c - dlock_acquire_start() and dlock_release_start(), and
+ * the steps a worker runs for them. An acquire goes as dlock_acquire()
+ * does (core/acquire.c): behind this client's own hold or contender of the
+ * name first, then one attempt per step, a wait between busy answers. Where
+ * the blocking call blocks, a step parks instead: on the provider's
+ * descriptor (wait_arm), on a timer (backoff, a passing failure, the queue
+ * behind this client's own hold), or, for a provider that can only wait
+ * by blocking, through its wait a slice at a time.
+ *
+ * A hold taken here is the handle's, not a thread's: its holder number is
+ * the handle's (h->async_no), so any thread may release it, and the owner
+ * the backend stores says the handle. */
+#include "config.h"
+
+#include "async.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* The longest a blocking provider wait holds a worker before the step
+ * gives the worker back; the wait then goes on in the next step. */
+#define SLICE_MS 50
+
+static bool cancelled(struct dlock__aop *op)
+{
+    if (op->cancelled_seen)
+        return true;
+    struct dlock__entry *e = op->entry;
+    pthread_mutex_lock(&e->mu);
+    bool called = e->cancel_gen != op->gen;
+    pthread_mutex_unlock(&e->mu);
+    return called;
+}
+
+static enum dlock__step done(struct dlock__aop *op, int rc)
+{
+    op->rc = rc;
+    dlock_error_save(&op->error);
+    return STEP_DONE;
+}
+
+/* Ends an acquire: out of the provider's line if it was in it, no longer
+ * the contender or a waiter, counted. */
+static enum dlock__step acquire_done(struct dlock__aop *op, int rc)
+{
+    struct dlock__entry *e = op->entry;
+    dlock_client *c = e->client;
+    struct dlock_saved_error saved;
+    dlock_error_save(&saved);
+    if (op->armed) {
+        op->armed = false;
+        dlock__p_wait_disarm(c, e, false);
+    }
+    if (rc != DLOCK_OK && op->was_busy)
+        dlock__p_abandon(c, e);
+    pthread_mutex_lock(&e->mu);
+    if (op->contending) {
+        op->contending = false;
+        e->contending = false;
+        e->contender_wake_fd = -1;
+        dlock__async_entry_free(c, e);
+    }
+    e->waiters--;
+    pthread_cond_broadcast(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+    dlock_error_restore(&saved, rc);
+    dlock__acquire_account(c, e, rc, op->start_ms);
+    return done(op, rc);
+}
+
+static enum dlock__step park_until(struct dlock__aop *op, int fd, int64_t until)
+{
+    op->park_fd = fd;
+    op->park_until = until;
+    return STEP_PARK;
+}
+
+/* Behind this client's own hold or contender: becomes the contender when
+ * the name is free here, or parks until it is (kicked) or time runs out. */
+static enum dlock__step queue_locally(struct dlock__aop *op)
+{
+    struct dlock__entry *e = op->entry;
+    dlock_client *c = e->client;
+    pthread_mutex_lock(&e->mu);
+    if (e->count > 0 || e->contending) {
+        pthread_mutex_unlock(&e->mu);
+        if (op->wait_ms == 0)
+            return acquire_done(op, dlock_seterr(DLOCK_EBUSY, "lock '%s' is held by another thread or handle of "
+                                                 "this client", dlock__entry_show(e)));
+        if (dlock__now_ms() >= op->deadline)
+            return acquire_done(op, dlock_seterr(DLOCK_ETIMEDOUT, "lock '%s': not granted within %lld ms "
+                                                 "(another thread or handle of this client holds it)",
+                                                 dlock__entry_show(e), (long long)op->wait_ms));
+        return park_until(op, -1, op->deadline);
+    }
+    dlock__contender_begin(c, e, op->lock, op->self, -1);
+    op->contending = true;
+    pthread_mutex_unlock(&e->mu);
+    return STEP_AGAIN;
+}
+
+/* One slice of a blocking provider wait, on this worker. */
+static enum dlock__step wait_slice(struct dlock__aop *op, int wake_fd)
+{
+    struct dlock__entry *e = op->entry;
+    dlock_client *c = e->client;
+    int64_t left = op->wait_until - dlock__now_ms();
+    if (left < 0)
+        left = 0;
+    pthread_mutex_lock(&e->mu);
+    e->contender_wake_fd = wake_fd;
+    pthread_mutex_unlock(&e->mu);
+    int rc = dlock__p_wait(c, e, left < SLICE_MS ? left : SLICE_MS, wake_fd);
+    pthread_mutex_lock(&e->mu);
+    e->contender_wake_fd = -1;
+    pthread_mutex_unlock(&e->mu);
+    dlock__drain(wake_fd);
+    if (rc != DLOCK_OK && rc != DLOCK_ETIMEDOUT) {
+        dlock__metric_inc(&c->metrics.backend_errors);
+        return acquire_done(op, rc);
+    }
+    if (rc == DLOCK_OK || dlock__now_ms() >= op->wait_until)
+        op->slicing = false; /* notified, or the pause is over: look again */
+    return STEP_AGAIN;
+}
+
+/* After a busy answer: waits for the release notification or the pause. */
+static enum dlock__step wait_after_busy(struct dlock__aop *op, int64_t pause, int wake_fd)
+{
+    struct dlock__entry *e = op->entry;
+    dlock_client *c = e->client;
+    int64_t now = dlock__now_ms();
+    if (!dlock__p_can_wait(c))
+        return park_until(op, -1, now + pause);
+    int64_t timeout = pause;
+    int fd = -1;
+    int rc = dlock__p_wait_arm(c, e, &timeout, &fd);
+    if (rc == DLOCK_OK) {
+        op->armed = true;
+        return park_until(op, fd, now + timeout);
+    }
+    if (rc != DLOCK_ENOTSUP) {
+        dlock__metric_inc(&c->metrics.backend_errors);
+        return acquire_done(op, rc);
+    }
+    op->slicing = true;
+    op->wait_until = now + pause;
+    return wait_slice(op, wake_fd);
+}
+
+/* One attempt, and what follows its answer. */
+static enum dlock__step attempt(struct dlock__aop *op, int wake_fd)
+{
+    struct dlock__entry *e = op->entry;
+    dlock_client *c = e->client;
+    struct dlock_grant g = { .fence = 0, .has_fence = 0, .retry_hint_ms = -1 };
+    struct dlock__stamp t_send = dlock__stamp_now();
+    int rc = dlock__p_acquire(c, e, &g);
+    dlock__metric_inc(&c->metrics.attempts);
+    unsigned attempt_no = op->attempt++;
+    if (rc == DLOCK_OK)
+        return acquire_done(op, dlock__hold_grant(c, e, op->lock, op->self, t_send, &g));
+    int64_t now = dlock__now_ms();
+    if (rc != DLOCK_EBUSY) {
+        dlock__metric_inc(&c->metrics.backend_errors);
+        /* A passing failure is tried again within the budget, as the
+         * blocking call does; any other ends the operation. */
+        if (rc != DLOCK_EUNAVAILABLE || g.retry_hint_ms < 0 || op->wait_ms == 0 ||
+            now + g.retry_hint_ms >= op->deadline)
+            return acquire_done(op, rc);
+        int64_t pause = g.retry_hint_ms;
+        int64_t floor = dlock__backoff_ms(attempt_no, c->config.retry_base_ms, c->config.retry_cap_ms);
+        if (pause < floor)
+            pause = floor;
+        return park_until(op, -1, now + pause < op->deadline ? now + pause : op->deadline);
+    }
+    op->was_busy = true;
+    dlock__metric_inc(&c->metrics.busy);
+    if (op->wait_ms == 0)
+        return acquire_done(op, dlock_seterr(DLOCK_EBUSY, "lock '%s' is held by another owner",
+                                             dlock__entry_show(e)));
+    if (now >= op->deadline)
+        return acquire_done(op, dlock_seterr(DLOCK_ETIMEDOUT, "lock '%s': not granted within %lld ms",
+                                             dlock__entry_show(e), (long long)op->wait_ms));
+    (void)wake_fd;
+    int64_t pause = dlock__pause_after_busy(c, attempt_no, g.retry_hint_ms);
+    if (op->deadline != DLOCK__INFINITE && pause > op->deadline - now)
+        pause = op->deadline - now;
+    return wait_after_busy(op, pause, wake_fd);
+}
+
+static enum dlock__step acquire_step(struct dlock__aop *op, int wake_fd)
+{
+    struct dlock__entry *e = op->entry;
+    dlock_client *c = e->client;
+    if (op->armed) {
+        op->armed = false;
+        int rc = dlock__p_wait_disarm(c, e, op->fired);
+        if (rc != DLOCK_OK && rc != DLOCK_ETIMEDOUT) {
+            dlock__metric_inc(&c->metrics.backend_errors);
+            return acquire_done(op, rc);
+        }
+    }
+    if (cancelled(op))
+        return acquire_done(op, dlock_seterr(DLOCK_ECANCELLED, "lock '%s': acquire cancelled",
+                                             dlock__entry_show(e)));
+    if (!op->contending)
+        return queue_locally(op);
+    if (op->slicing)
+        return wait_slice(op, wake_fd);
+    return attempt(op, wake_fd);
+}
+
+static enum dlock__step release_step(struct dlock__aop *op)
+{
+    struct dlock__entry *e = op->entry;
+    return done(op, dlock__hold_release(e->client, e));
+}
+
+enum dlock__step dlock__aop_step(struct dlock__aop *op, int wake_fd)
+{
+    return op->kind == AOP_ACQUIRE ? acquire_step(op, wake_fd) : release_step(op);
+}
+
+/* ---- the public calls ---------------------------------------------------------- */
+
+static struct dlock__aop *aop_new(dlock_lock *h, enum dlock__aop_kind kind, dlock_done_fn fn, void *arg)
+{
+    struct dlock__aop *op = calloc(1, sizeof *op);
+    if (!op)
+        return NULL;
+    op->lock = h;
+    op->entry = h->entry;
+    op->done = fn;
+    op->arg = arg;
+    op->kind = kind;
+    op->self = h->async_no;
+    return op;
+}
+
+int dlock_acquire_start(dlock_lock *h, int64_t wait_ms, dlock_done_fn fn, void *arg)
+{
+    struct dlock__entry *e = dlock__entry_of(h);
+    if (!e)
+        return DLOCK_EINVAL;
+    if (!fn)
+        return dlock_seterr(DLOCK_EINVAL, "dlock_acquire_start: done is NULL");
+    dlock_client *c = e->client;
+    uint64_t me = dlock__thread_no();
+    pthread_mutex_lock(&e->mu);
+    bool mine = e->count > 0 && (e->holder == h->async_no || e->holder == me);
+    pthread_mutex_unlock(&e->mu);
+    if (mine)
+        return dlock_seterr(DLOCK_EDEADLK, "lock '%s': this handle (or the calling thread) already holds it; "
+                            "holds taken with dlock_acquire_start() are not reentrant", dlock__entry_show(e));
+    int rc;
+    struct dlock__aop *op = aop_new(h, AOP_ACQUIRE, fn, arg);
+    if (!op)
+        return dlock_seterr(DLOCK_ENOMEM, "out of memory for a non-blocking acquire");
+    op->wait_ms = wait_ms;
+    op->start_ms = dlock__now_ms();
+    op->deadline = dlock__deadline_after(op->start_ms, wait_ms);
+    pthread_mutex_lock(&e->mu);
+    op->gen = e->cancel_gen;
+    e->waiters++;
+    pthread_mutex_unlock(&e->mu);
+    rc = dlock__async_submit(c, op, false);
+    if (rc != DLOCK_OK) {
+        pthread_mutex_lock(&e->mu);
+        e->waiters--;
+        pthread_cond_broadcast(&e->cv);
+        pthread_mutex_unlock(&e->mu);
+        free(op);
+    }
+    return rc;
+}
+
+int dlock_release_start(dlock_lock *h, dlock_done_fn fn, void *arg)
+{
+    struct dlock__entry *e = dlock__entry_of(h);
+    if (!e)
+        return DLOCK_EINVAL;
+    if (!fn)
+        return dlock_seterr(DLOCK_EINVAL, "dlock_release_start: done is NULL");
+    struct dlock__aop *op = aop_new(h, AOP_RELEASE, fn, arg);
+    if (!op)
+        return dlock_seterr(DLOCK_ENOMEM, "out of memory for a non-blocking release");
+    int rc = dlock__hold_own(h, true);
+    if (rc != DLOCK_OK && rc != DLOCK_ELOST) {
+        free(op);
+        return rc;
+    }
+    bool inner = rc == DLOCK_OK && e->count > 1; /* a thread's reentered hold: one level less */
+    if (inner)
+        e->count--;
+    else
+        e->release_pending = true;
+    pthread_mutex_unlock(&e->mu);
+    op->rc = DLOCK_OK;
+    dlock_seterr(DLOCK_OK, "%s", "released");
+    dlock_error_save(&op->error);
+    rc = dlock__async_submit(e->client, op, inner);
+    if (rc != DLOCK_OK) {
+        pthread_mutex_lock(&e->mu);
+        if (inner)
+            e->count++;
+        else
+            e->release_pending = false;
+        pthread_mutex_unlock(&e->mu);
+        free(op);
+    }
+    return rc;
+}
