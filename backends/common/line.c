@@ -61,12 +61,13 @@ int line_acquire(void *instance, struct dlock_provider_lock *lk, struct dlock_gr
     return rc;
 }
 
-int line_wait(void *instance, struct dlock_provider_lock *lk, int64_t timeout_ms, int wake_fd)
+/* Before a wait: the backend's preparation, and the join when out of the
+ * line. */
+static void before_waiting(void *instance, struct dlock_provider_lock *lk)
 {
     const struct line_host *c = instance;
     const struct line_ops *ops = c->ops;
     struct line_place *p = ops->place(lk);
-    int64_t deadline = dlock_provider_now_ms() + timeout_ms; /* the join's connect counts */
     if (ops->before_wait)
         ops->before_wait(instance, lk);
     if (ops->join && p->state == LINE_OUT && kind_in_line(ops, lk)) {
@@ -78,6 +79,15 @@ int line_wait(void *instance, struct dlock_provider_lock *lk, int64_t timeout_ms
             dlock_provider_log(c->log_handle, rc == DLOCK_EBUSY ? DLOCK_LOG_DEBUG : DLOCK_LOG_WARN,
                                "%s: cannot wait in line (%s); polling instead", c->label, dlock_errmsg());
     }
+}
+
+int line_wait(void *instance, struct dlock_provider_lock *lk, int64_t timeout_ms, int wake_fd)
+{
+    const struct line_host *c = instance;
+    const struct line_ops *ops = c->ops;
+    struct line_place *p = ops->place(lk);
+    int64_t deadline = dlock_provider_now_ms() + timeout_ms; /* the join's connect counts */
+    before_waiting(instance, lk);
     timeout_ms = deadline - dlock_provider_now_ms();
     if (timeout_ms < 0)
         timeout_ms = 0;
@@ -92,4 +102,31 @@ int line_wait(void *instance, struct dlock_provider_lock *lk, int64_t timeout_ms
     }
     return ops->wait_outside ? ops->wait_outside(instance, lk, timeout_ms, wake_fd)
                              : out_of_line_wait(wake_fd, timeout_ms);
+}
+
+int line_wait_arm(void *instance, struct dlock_provider_lock *lk, int64_t *timeout_ms, int *fd)
+{
+    const struct line_host *c = instance;
+    const struct line_ops *ops = c->ops;
+    struct line_place *p = ops->place(lk);
+    if (!ops->arm)
+        return DLOCK_ENOTSUP;
+    int64_t deadline = dlock_provider_now_ms() + *timeout_ms;
+    before_waiting(instance, lk);
+    *timeout_ms = deadline - dlock_provider_now_ms();
+    if (*timeout_ms < 0)
+        *timeout_ms = 0;
+    p->armed_in_line = p->state != LINE_OUT;
+    return ops->arm(instance, lk, p->armed_in_line, timeout_ms, fd);
+}
+
+int line_wait_disarm(void *instance, struct dlock_provider_lock *lk, int fired)
+{
+    const struct line_host *c = instance;
+    const struct line_ops *ops = c->ops;
+    struct line_place *p = ops->place(lk);
+    int rc = ops->disarm(instance, lk, p->armed_in_line, fired);
+    if (p->armed_in_line)
+        p->timer_look = rc == DLOCK_ETIMEDOUT;
+    return rc;
 }

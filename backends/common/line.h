@@ -42,6 +42,7 @@ enum line_state {
 struct line_place {
     int state;        /* enum line_state */
     bool timer_look;  /* the last wait ran out: the next fair look may be late */
+    bool armed_in_line; /* the armed wait (line_wait_arm) waits in the line */
 };
 
 
@@ -86,6 +87,12 @@ struct line_ops {
     /* Waits out of the line (it could not be joined, or the kind is not
      * in it). NULL: out_of_line_wait. */
     int (*wait_outside)(void *instance, struct dlock_provider_lock *lk, int64_t timeout_ms, int wake_fd);
+    /* The wait cut in two, as the provider's wait_arm and wait_disarm
+     * (in_line: the place is in the line, so it is wait_in_line's half,
+     * else wait_outside's). Both NULL: the backend waits only by blocking,
+     * and line_wait_arm answers DLOCK_ENOTSUP. */
+    int (*arm)(void *instance, struct dlock_provider_lock *lk, bool in_line, int64_t *timeout_ms, int *fd);
+    int (*disarm)(void *instance, struct dlock_provider_lock *lk, bool in_line, int fired);
 };
 
 /* The start of an instance whose provider's acquire and wait members are
@@ -105,5 +112,10 @@ int line_acquire(void *instance, struct dlock_provider_lock *lk, struct dlock_gr
  * in it or, when it cannot, outside it. Sets timer_look when the wait in
  * the line ran out. instance starts with a struct line_host. */
 int line_wait(void *instance, struct dlock_provider_lock *lk, int64_t timeout_ms, int wake_fd);
+/* The provider's wait_arm and wait_disarm over the line: line_wait's join,
+ * then the backend's arm; timer_look set as line_wait sets it.
+ * DLOCK_ENOTSUP when the backend has no arm. */
+int line_wait_arm(void *instance, struct dlock_provider_lock *lk, int64_t *timeout_ms, int *fd);
+int line_wait_disarm(void *instance, struct dlock_provider_lock *lk, int fired);
 
 #endif

@@ -374,18 +374,12 @@ static int etcd_acquire(void *instance, struct dlock_provider_lock *lk, struct d
     return rc;
 }
 
-static int etcd_wait(void *instance, struct dlock_provider_lock *lk, int64_t timeout_ms, int wake_fd)
+/* What a wait watches, once the waiter's lease is kept alive: *w open (not
+ * sent yet), or NULL when there is nothing to watch and the core should
+ * look again now. */
+static int open_watch(struct etcd_instance *inst, struct etcd_lock *el, struct etcd_watch **w)
 {
-    struct etcd_instance *inst = instance;
-    struct etcd_lock *el = lk->priv;
-    if (el->sweep_in_the_way) {
-        /* Nothing to watch: the pause the attempt asked for, unless called. */
-        el->sweep_in_the_way = false;
-        struct pollfd p = { .fd = wake_fd, .events = POLLIN };
-        if (poll(&p, wake_fd >= 0 ? 1 : 0, timeout_ms > 50 ? 50 : (int)timeout_ms) < 0 && errno != EINTR)
-            return dlock_seterr(DLOCK_EINTERNAL, "etcd: poll failed: %s", strerror(errno));
-        return DLOCK_OK;
-    }
+    *w = NULL;
     if (!el->pred && !el->wait_any)
         return DLOCK_OK;
     /* Nothing else keeps a waiter's lease alive: without this its key
@@ -400,10 +394,75 @@ static int etcd_wait(void *instance, struct dlock_provider_lock *lk, int64_t tim
         size_t n = el->dir_len < sizeof end ? el->dir_len : sizeof end - 1;
         memcpy(end, el->dir, n);
         end[n - 1]++; /* '/' + 1: the end of the name's keys */
-        return etcd_watch_deletions(&inst->http, el->dir, el->dir_len, end, n, el->watch_from, timeout_ms,
-                                    wake_fd);
+        return etcd_watch_open(&inst->http, el->dir, el->dir_len, end, n, el->watch_from, w);
     }
-    return etcd_watch_change(&inst->http, el->pred, el->pred_len, el->watch_from, timeout_ms, wake_fd);
+    return etcd_watch_open(&inst->http, el->pred, el->pred_len, NULL, 0, el->watch_from, w);
+}
+
+static int etcd_wait(void *instance, struct dlock_provider_lock *lk, int64_t timeout_ms, int wake_fd)
+{
+    struct etcd_instance *inst = instance;
+    struct etcd_lock *el = lk->priv;
+    if (el->sweep_in_the_way) {
+        /* Nothing to watch: the pause the attempt asked for, unless called. */
+        el->sweep_in_the_way = false;
+        struct pollfd p = { .fd = wake_fd, .events = POLLIN };
+        if (poll(&p, wake_fd >= 0 ? 1 : 0, timeout_ms > 50 ? 50 : (int)timeout_ms) < 0 && errno != EINTR)
+            return dlock_seterr(DLOCK_EINTERNAL, "etcd: poll failed: %s", strerror(errno));
+        return DLOCK_OK;
+    }
+    struct etcd_watch *w;
+    int rc = open_watch(inst, el, &w);
+    if (rc != DLOCK_OK || !w)
+        return rc;
+    rc = etcd_watch_wait(w, timeout_ms, wake_fd);
+    etcd_watch_close(w);
+    return rc;
+}
+
+/* The same wait, parked on the watch's socket: the keepalive and the watch's
+ * creation (its round trips) are made here, the events are read in
+ * etcd_wait_disarm. */
+static int etcd_wait_arm(void *instance, struct dlock_provider_lock *lk, int64_t *timeout_ms, int *fd)
+{
+    struct etcd_instance *inst = instance;
+    struct etcd_lock *el = lk->priv;
+    *fd = -1;
+    if (el->sweep_in_the_way) {
+        el->sweep_in_the_way = false;
+        if (*timeout_ms > 50)
+            *timeout_ms = 50;
+        return DLOCK_OK;
+    }
+    int rc = open_watch(inst, el, &el->watch);
+    if (rc != DLOCK_OK)
+        return rc;
+    int over_rc = DLOCK_OK;
+    if (!el->watch || etcd_watch_start(el->watch, *timeout_ms, fd, &over_rc)) {
+        etcd_watch_close(el->watch);
+        el->watch = NULL;
+        if (over_rc != DLOCK_OK && over_rc != DLOCK_ETIMEDOUT)
+            return over_rc;
+        *timeout_ms = 0; /* nothing to watch, changed already, or the time went on the creation: look again */
+    }
+    return DLOCK_OK;
+}
+
+static int etcd_wait_disarm(void *instance, struct dlock_provider_lock *lk, int fired)
+{
+    (void)instance;
+    struct etcd_lock *el = lk->priv;
+    int rc = fired ? DLOCK_OK : DLOCK_ETIMEDOUT;
+    if (el->watch && fired) {
+        /* Whatever came (an event, the stream's end, a part of a message):
+         * the core looks again, as the blocking wait does for an event. */
+        int over_rc;
+        if (etcd_watch_step(el->watch, &over_rc))
+            rc = over_rc;
+    }
+    etcd_watch_close(el->watch);
+    el->watch = NULL;
+    return rc;
 }
 
 /* ---- release, renewal ------------------------------------------------------------------- */
@@ -459,6 +518,7 @@ static void etcd_lock_fini(void *instance, struct dlock_provider_lock *lk)
 {
     (void)instance;
     struct etcd_lock *el = lk->priv;
+    etcd_watch_close(el->watch);
     free(el->dir);
     free(el->key);
     free(el->key_b64);
@@ -559,7 +619,7 @@ static void etcd_close(void *instance)
 }
 
 static const struct dlock_provider etcd_provider = {
-    .version = DLOCK_PROVIDER_VERSION_4,
+    .version = DLOCK_PROVIDER_VERSION_5,
     .name = "etcd",
     .capabilities = DLOCK_CAP_RENEW | DLOCK_CAP_FENCE | DLOCK_CAP_FENCE_LINEARIZABLE | DLOCK_CAP_NATIVE_WAIT |
                     DLOCK_CAP_FAIR | DLOCK_CAP_SERVER_EXPIRY | DLOCK_CAP_MULTI_HOST | DLOCK_CAP_SHARED |
@@ -579,6 +639,8 @@ static const struct dlock_provider etcd_provider = {
     .list = etcd_list,
     .break_hold = etcd_break,
     .downgrade = etcd_downgrade,
+    .wait_arm = etcd_wait_arm,
+    .wait_disarm = etcd_wait_disarm,
 };
 
 DLOCK_MODULE(etcd_provider)

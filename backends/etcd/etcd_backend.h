@@ -56,6 +56,7 @@ struct etcd_lock {
     bool key_unsettled;         /* the last queueing failed after an adoption, or got no answer */
     bool sweep_in_the_way;      /* busy because a sweep deletes our old key: wait a moment */
     int64_t watch_from;         /* the revision to watch pred from */
+    struct etcd_watch *watch;   /* a parked wait's watch, between wait_arm and wait_disarm */
 };
 
 /* Builds (or rebuilds, when the contending thread changed) lk's keys. */

@@ -69,18 +69,57 @@ static bool changed_before_the_watch(struct etcd_http *h, const char *key, size_
     return changed;
 }
 
-int etcd_watch_change(struct etcd_http *h, const char *key, size_t key_len, int64_t start_revision,
-                      int64_t timeout_ms, int wake_fd)
+struct etcd_watch {
+    struct etcd_http *h;
+    char endpoint[256];
+    char *key;
+    size_t key_len;
+    bool range;
+    int64_t start_revision;
+    bool checked;               /* the read for what came before the watch was made */
+    struct stream s;
+    CURL *easy;
+    CURLM *multi;
+    struct curl_slist *headers;
+    struct json_object *body;   /* the request, which curl reads from */
+};
+
+void etcd_watch_close(struct etcd_watch *w)
 {
-    return etcd_watch_deletions(h, key, key_len, NULL, 0, start_revision, timeout_ms, wake_fd);
+    if (!w)
+        return;
+    if (w->multi && w->easy)
+        curl_multi_remove_handle(w->multi, w->easy);
+    if (w->easy)
+        curl_easy_cleanup(w->easy);
+    if (w->multi)
+        curl_multi_cleanup(w->multi);
+    curl_slist_free_all(w->headers);
+    if (w->body)
+        json_object_put(w->body);
+    free(w->s.b.data);
+    free(w->key);
+    free(w);
 }
 
-int etcd_watch_deletions(struct etcd_http *h, const char *key, size_t key_len, const char *range_end,
-                         size_t range_end_len, int64_t start_revision, int64_t timeout_ms, int wake_fd)
+int etcd_watch_open(struct etcd_http *h, const char *key, size_t key_len, const char *range_end,
+                    size_t range_end_len, int64_t start_revision, struct etcd_watch **out)
 {
-    char endpoint[256], token[512];
+    *out = NULL;
+    struct etcd_watch *w = calloc(1, sizeof *w);
+    if (!w || !(w->key = malloc(key_len ? key_len : 1))) {
+        free(w);
+        return dlock_seterr(DLOCK_ENOMEM, "etcd: out of memory for a watch");
+    }
+    memcpy(w->key, key, key_len);
+    w->key_len = key_len;
+    w->h = h;
+    w->range = range_end != NULL;
+    w->checked = w->range; /* a range starts at start_revision: nothing to read first */
+    w->start_revision = start_revision;
+    char token[512];
     pthread_mutex_lock(&h->mu);
-    snprintf(endpoint, sizeof endpoint, "%s", h->endpoints[h->current]);
+    snprintf(w->endpoint, sizeof w->endpoint, "%s", h->endpoints[h->current]);
     snprintf(token, sizeof token, "%s", h->token);
     pthread_mutex_unlock(&h->mu);
 
@@ -90,8 +129,9 @@ int etcd_watch_deletions(struct etcd_http *h, const char *key, size_t key_len, c
      * the server serves a watch that starts in the past from a loop that
      * runs every 100 ms, which put up to 100 ms into every hand-off. What
      * happened between start_revision and the watch's creation is looked
-     * at once it is created (below). A range (a semaphore's waiters, any of
-     * whose predecessors may go): from start_revision, and deletions only. */
+     * at once it is created (etcd_watch_step). A range (a semaphore's
+     * waiters, any of whose predecessors may go): from start_revision, and
+     * deletions only. */
     if (range_end) {
         json_object_object_add(create, "range_end", etcd_json_b64(range_end, range_end_len));
         json_object_object_add(create, "start_revision", etcd_json_int_str(start_revision));
@@ -99,71 +139,89 @@ int etcd_watch_deletions(struct etcd_http *h, const char *key, size_t key_len, c
         json_object_array_add(filters, json_object_new_string("NOPUT"));
         json_object_object_add(create, "filters", filters);
     }
-    struct json_object *body = json_object_new_object();
-    json_object_object_add(body, "create_request", create);
-    const char *text = json_object_to_json_string_ext(body, JSON_C_TO_STRING_PLAIN);
-
-    struct stream s = { { NULL, 0, 0 }, false, 0 };
-    bool checked = false;
-    CURL *c = curl_easy_init();
-    CURLM *m = curl_multi_init();
-    struct curl_slist *headers =
-        c ? etcd_http_setup_post(h, c, endpoint, "/v3/watch", token, text, on_data, &s) : NULL;
-    if (!c || !m || !headers) {
-        if (c)
-            curl_easy_cleanup(c);
-        if (m)
-            curl_multi_cleanup(m);
-        curl_slist_free_all(headers);
-        json_object_put(body);
+    w->body = json_object_new_object();
+    json_object_object_add(w->body, "create_request", create);
+    const char *text = json_object_to_json_string_ext(w->body, JSON_C_TO_STRING_PLAIN);
+    w->easy = curl_easy_init();
+    w->multi = curl_multi_init();
+    w->headers = w->easy ? etcd_http_setup_post(h, w->easy, w->endpoint, "/v3/watch", token, text, on_data, &w->s)
+                         : NULL;
+    if (!w->easy || !w->multi || !w->headers || curl_multi_add_handle(w->multi, w->easy) != CURLM_OK) {
+        etcd_watch_close(w);
         return dlock_seterr(DLOCK_ENOMEM, "etcd: out of memory for a watch");
     }
-    curl_multi_add_handle(m, c);
+    *out = w;
+    return DLOCK_OK;
+}
 
-    int rc = DLOCK_ETIMEDOUT;
-    int64_t deadline = dlock_provider_now_ms() + timeout_ms;
+bool etcd_watch_step(struct etcd_watch *w, int *rc)
+{
+    int running = 0;
+    *rc = DLOCK_OK;
+    curl_multi_perform(w->multi, &running);
+    if (w->s.changed)
+        return true;
+    if (w->s.created_at && !w->checked) {
+        /* Created at s.created_at: changes after it will come as events;
+         * one at start_revision .. created_at may have passed. */
+        w->checked = true;
+        if (w->s.created_at >= w->start_revision &&
+            changed_before_the_watch(w->h, w->key, w->key_len, w->start_revision))
+            return true;
+    }
+    if (!running) { /* the stream ended without an event: look again */
+        CURLMsg *msg;
+        int left;
+        while ((msg = curl_multi_info_read(w->multi, &left)) != NULL)
+            if (msg->msg == CURLMSG_DONE && msg->data.result != CURLE_OK)
+                *rc = dlock_seterr(DLOCK_EUNAVAILABLE, "etcd %s: watch: %s", etcd_http_shown(w->h, w->endpoint),
+                                   curl_easy_strerror(msg->data.result));
+        return true;
+    }
+    return false;
+}
+
+/* Steps w until it is over or deadline passes, woken by curl's sockets,
+ * wake_fd (-1: none) or a created watch (when until_created). True when
+ * over (*rc), or when wake_fd fired or the time ran out (*rc
+ * DLOCK_OK and DLOCK_ETIMEDOUT). */
+static bool run_until(struct etcd_watch *w, int64_t deadline, int wake_fd, bool until_created, int *rc)
+{
     for (;;) {
-        int running = 0;
-        curl_multi_perform(m, &running);
-        if (s.changed) {
-            rc = DLOCK_OK;
-            break;
-        }
-        if (s.created_at && !checked && !range_end) {
-            /* Created at s.created_at: changes after it will come as
-             * events; one at start_revision .. created_at may have passed. */
-            checked = true;
-            if (s.created_at >= start_revision && changed_before_the_watch(h, key, key_len, start_revision)) {
-                rc = DLOCK_OK;
-                break;
-            }
-        }
-        if (!running) { /* the stream ended without an event: look again */
-            CURLMsg *msg;
-            int left;
-            rc = DLOCK_OK;
-            while ((msg = curl_multi_info_read(m, &left)) != NULL)
-                if (msg->msg == CURLMSG_DONE && msg->data.result != CURLE_OK)
-                    rc = dlock_seterr(DLOCK_EUNAVAILABLE, "etcd %s: watch: %s", etcd_http_shown(h, endpoint),
-                                      curl_easy_strerror(msg->data.result));
-            break;
-        }
+        if (etcd_watch_step(w, rc))
+            return true;
+        if (until_created && w->s.created_at && w->checked)
+            return false;
         int64_t left_ms = deadline - dlock_provider_now_ms();
-        if (left_ms <= 0)
-            break;
+        if (left_ms <= 0) {
+            *rc = DLOCK_ETIMEDOUT;
+            return true;
+        }
         struct curl_waitfd extra = { .fd = wake_fd, .events = CURL_WAIT_POLLIN, .revents = 0 };
         int numfds = 0;
-        curl_multi_poll(m, &extra, wake_fd >= 0 ? 1 : 0, left_ms > 1000 ? 1000 : (int)left_ms, &numfds);
-        if (extra.revents) {
-            rc = DLOCK_OK; /* cancelled: the core looks at its cancel flag */
-            break;
-        }
+        curl_multi_poll(w->multi, &extra, wake_fd >= 0 ? 1 : 0, left_ms > 1000 ? 1000 : (int)left_ms, &numfds);
+        if (extra.revents)
+            return true; /* cancelled: the core looks at its cancel flag (rc is DLOCK_OK) */
     }
-    curl_multi_remove_handle(m, c);
-    curl_easy_cleanup(c);
-    curl_multi_cleanup(m);
-    curl_slist_free_all(headers);
-    json_object_put(body);
-    free(s.b.data);
+}
+
+bool etcd_watch_start(struct etcd_watch *w, int64_t timeout_ms, int *fd, int *rc)
+{
+    *fd = -1;
+    if (run_until(w, dlock_provider_now_ms() + timeout_ms, -1, true, rc))
+        return true;
+    curl_socket_t sock = CURL_SOCKET_BAD;
+    if (curl_easy_getinfo(w->easy, CURLINFO_ACTIVESOCKET, &sock) != CURLE_OK || sock == CURL_SOCKET_BAD) {
+        *rc = DLOCK_OK; /* no socket to watch after all: look again */
+        return true;
+    }
+    *fd = (int)sock;
+    return false;
+}
+
+int etcd_watch_wait(struct etcd_watch *w, int64_t timeout_ms, int wake_fd)
+{
+    int rc;
+    run_until(w, dlock_provider_now_ms() + timeout_ms, wake_fd, false, &rc);
     return rc;
 }

@@ -59,6 +59,7 @@
 #include <string.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sys/epoll.h>
 #include <sys/inotify.h>
 #include <sys/mman.h>
 #include <time.h>
@@ -494,16 +495,37 @@ static bool exclusive_range_taken(int fd)
     return fcntl(fd, F_OFD_GETLK, &fl) == 0 && fl.l_type != F_UNLCK;
 }
 
+/* The longest a wait may last: without a place in the line or a watch, or
+ * uncounted (so releases may skip the line), a release or a holder's death
+ * may pass unseen, so it polls in short steps. */
+static int64_t wake_timeout(const struct local_lock *ll, int64_t timeout_ms)
+{
+    if ((ll->waiter.place.state == LINE_OUT || !ll->watch_fd || !ll->counted) && timeout_ms > 25)
+        return 25;
+    return timeout_ms;
+}
+
+/* Takes in what woke a wait: the FIFO's wake-ups (true when there were
+ * any) and the watch's events. */
+static bool consume_wakes(struct local_lock *ll, bool fifo_ready, bool watch_ready)
+{
+    bool called = false;
+    if (ll->waiter.place.state != LINE_OUT && fifo_ready && local_queue_drain(&ll->waiter) > 0)
+        called = true;
+    if (ll->watch_fd && watch_ready) {
+        char events[4096];
+        while (read(ll->watch_fd - 1, events, sizeof events) > 0)
+            ;
+    }
+    return called;
+}
+
 /* Waits for a wake-up in the FIFO, a change of the file, or wake_fd. */
 static int wait_for_wake(void *instance, struct dlock_provider_lock *lk, int64_t timeout_ms, int wake_fd)
 {
     (void)instance;
     struct local_lock *ll = lk->priv;
-    /* Without a place in the line or a watch, or uncounted (so releases
-     * may skip the line), a release or a holder's death may pass unseen:
-     * poll in short steps. */
-    if ((ll->waiter.place.state == LINE_OUT || !ll->watch_fd || !ll->counted) && timeout_ms > 25)
-        timeout_ms = 25;
+    timeout_ms = wake_timeout(ll, timeout_ms);
     int64_t deadline = dlock_provider_now_ms() + timeout_ms;
     if (ll->look_again_at && ll->look_again_at < deadline) {
         /* Fair mode, behind a waiter that may be stuck (fair_turn): the
@@ -523,14 +545,8 @@ static int wait_for_wake(void *instance, struct dlock_provider_lock *lk, int64_t
             return dlock_seterr(DLOCK_EUNAVAILABLE, "local: poll failed: %s", strerror(errno));
         if (n <= 0)
             return n == 0 && timeout_ms >= 0 ? DLOCK_ETIMEDOUT : DLOCK_OK;
-        bool called = (p[0].revents & POLLIN) != 0;
-        if (ll->waiter.place.state != LINE_OUT && (p[1].revents & POLLIN) && local_queue_drain(&ll->waiter) > 0)
-            called = true;
-        if (ll->watch_fd && (p[2].revents & POLLIN)) {
-            char events[4096];
-            while (read(ll->watch_fd - 1, events, sizeof events) > 0)
-                ;
-        }
+        bool called = consume_wakes(ll, (p[1].revents & POLLIN) != 0, (p[2].revents & POLLIN) != 0);
+        called = called || (p[0].revents & POLLIN) != 0;
         /* Only the watch fired (some descriptor of the file was closed,
          * its times touched): every waiter sees that, so an exclusive one
          * looks only when the lock is free, and a close or touch that
@@ -538,6 +554,65 @@ static int wait_for_wake(void *instance, struct dlock_provider_lock *lk, int64_t
         if (called || lk->mode != DLOCK_MODE_EXCLUSIVE || !ll->fd_open || !exclusive_range_taken(ll->fd))
             return DLOCK_OK;
     }
+}
+
+/* The FIFO and the watch, both in one epoll set, so that a parked wait
+ * hands the core one descriptor. */
+static int arm_for_wake(void *instance, struct dlock_provider_lock *lk, bool in_line, int64_t *timeout_ms, int *fd)
+{
+    (void)instance;
+    (void)in_line;
+    struct local_lock *ll = lk->priv;
+    *timeout_ms = wake_timeout(ll, *timeout_ms);
+    ll->parked_look_again = false;
+    int64_t now = dlock_provider_now_ms();
+    if (ll->look_again_at && ll->look_again_at < now + *timeout_ms) {
+        *timeout_ms = ll->look_again_at > now ? ll->look_again_at - now : 0;
+        ll->parked_look_again = true;
+    }
+    if (!ll->park_fd) {
+        int ep = epoll_create1(EPOLL_CLOEXEC);
+        if (ep < 0)
+            return DLOCK_ENOTSUP; /* out of descriptors: the core waits by blocking */
+        ll->park_fd = ep + 1;
+    }
+    int ep = ll->park_fd - 1;
+    ll->parked_fifo = ll->waiter.place.state != LINE_OUT ? ll->waiter.fd : -1;
+    ll->parked_watch = ll->watch_fd - 1;
+    struct epoll_event ev = { .events = EPOLLIN };
+    if (ll->parked_fifo >= 0 && epoll_ctl(ep, EPOLL_CTL_ADD, ll->parked_fifo, &ev) < 0)
+        ll->parked_fifo = -1;
+    if (ll->parked_watch >= 0 && epoll_ctl(ep, EPOLL_CTL_ADD, ll->parked_watch, &ev) < 0)
+        ll->parked_watch = -1;
+    *fd = ep;
+    return DLOCK_OK;
+}
+
+static bool readable(int fd)
+{
+    struct pollfd p = { .fd = fd, .events = POLLIN };
+    return fd >= 0 && poll(&p, 1, 0) == 1 && (p.revents & POLLIN);
+}
+
+static int disarm_for_wake(void *instance, struct dlock_provider_lock *lk, bool in_line, int fired)
+{
+    (void)instance;
+    (void)in_line;
+    struct local_lock *ll = lk->priv;
+    int ep = ll->park_fd - 1;
+    bool fifo = readable(ll->parked_fifo), watch = readable(ll->parked_watch);
+    if (ll->parked_fifo >= 0)
+        epoll_ctl(ep, EPOLL_CTL_DEL, ll->parked_fifo, NULL);
+    if (ll->parked_watch >= 0)
+        epoll_ctl(ep, EPOLL_CTL_DEL, ll->parked_watch, NULL);
+    ll->parked_fifo = ll->parked_watch = -1;
+    consume_wakes(ll, fifo, watch);
+    if (!fired)
+        return ll->parked_look_again ? DLOCK_OK : DLOCK_ETIMEDOUT;
+    /* When only the watch fired for an exclusive request while the lock is
+     * still taken, the core looks, finds it busy and parks again: a look
+     * more than wait_for_wake makes, and no thread held meanwhile. */
+    return DLOCK_OK;
 }
 
 static struct line_place *place_of(struct dlock_provider_lock *lk)
@@ -571,6 +646,8 @@ static const struct line_ops local_line_ops = {
     .leave = leave_line,
     .wait_in_line = wait_for_wake,
     .wait_outside = wait_for_wake,
+    .arm = arm_for_wake,
+    .disarm = disarm_for_wake,
 };
 
 static int local_release(void *instance, struct dlock_provider_lock *lk)
@@ -634,6 +711,9 @@ static void local_lock_fini(void *instance, struct dlock_provider_lock *lk)
     struct local_lock *ll = lk->priv;
     stop_watch(instance, lk, false); /* before the header is unmapped: it takes itself off the count */
     local_close_lock_file(ll);
+    if (ll->park_fd)
+        close(ll->park_fd - 1);
+    ll->park_fd = 0;
     ll->held = false;
 }
 
@@ -677,7 +757,7 @@ static int local_ctl(void *instance, int op, void *arg)
 }
 
 const struct dlock_provider dlock__local_provider = {
-    .version = DLOCK_PROVIDER_VERSION_4,
+    .version = DLOCK_PROVIDER_VERSION_5,
     .name = "local",
     .capabilities = DLOCK_CAP_RENEW | DLOCK_CAP_FENCE | DLOCK_CAP_FENCE_LINEARIZABLE | DLOCK_CAP_NATIVE_WAIT | DLOCK_CAP_FAIR |
                     DLOCK_CAP_SHARED | DLOCK_CAP_SEMAPHORE | DLOCK_CAP_DOWNGRADE,
@@ -695,4 +775,6 @@ const struct dlock_provider dlock__local_provider = {
     .list = local_list,
     .break_hold = local_break,
     .downgrade = local_downgrade,
+    .wait_arm = line_wait_arm,
+    .wait_disarm = line_wait_disarm,
 };

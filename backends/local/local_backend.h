@@ -33,6 +33,9 @@ struct local_lock {
                                * (dlock_provider_now_ms), 0 for none */
     char file[NAME_MAX + 1];  /* the lock file's name in the directory, once it was opened */
     bool counted;             /* counted in the header's waiting */
+    int park_fd;              /* epoll fd + 1 over the FIFO and the watch, for a parked wait; 0 if none */
+    int parked_fifo, parked_watch; /* the descriptors an armed wait put in it, -1 for none */
+    bool parked_look_again;   /* the armed wait ends at look_again_at, as if called */
     struct local_lock *prev, *next; /* in open_files while fd_open */
 };
 

@@ -195,48 +195,94 @@ int pg_line_enter(struct pg_pool *pool, struct pg_pool *ctl, struct pg_line *l, 
     return DLOCK_OK;
 }
 
+/* Takes in what has come on the waiter's connection, without waiting:
+ * true when the wait is over (*rc is its answer), false when more input is
+ * needed. */
+static bool line_moved(struct pg_pool *pool, struct pg_line *l, void *log_handle, const char *label, int *rc)
+{
+    *rc = DLOCK_OK;
+    if (l->place.state == LINE_HEAD) {
+        PGnotify *n = PQnotifies(l->conn);
+        if (n) {
+            PQfreemem(n);
+            return true;
+        }
+    }
+    while (l->place.state == LINE_ASKED && !PQisBusy(l->conn)) {
+        PGresult *r = PQgetResult(l->conn);
+        if (r) {
+            ExecStatusType st = PQresultStatus(r);
+            if (st != PGRES_TUPLES_OK && st != PGRES_COMMAND_OK) {
+                l->failed = true;
+                dlock_provider_log(log_handle, DLOCK_LOG_WARN, "%s: joining the line of waiters failed (%s); "
+                                   "polling instead", label, PQresultErrorMessage(r));
+            }
+            PQclear(r);
+            continue;
+        }
+        l->answer_pending = false;
+        if (l->failed) {
+            drop(pool, l, false);
+            return true;
+        }
+        l->place.state = LINE_HEAD; /* at the head: the caller looks at the lock */
+        return true;
+    }
+    return false;
+}
+
+static void broke(struct pg_pool *pool, struct pg_line *l, void *log_handle, const char *label)
+{
+    dlock_provider_log(log_handle, DLOCK_LOG_WARN, "%s: the connection of a waiter broke (%s); the next "
+                       "look joins the line again", label, PQerrorMessage(l->conn));
+    drop(pool, l, false);
+}
+
 int pg_line_wait(struct pg_pool *pool, struct pg_line *l, int64_t timeout_ms, int wake_fd, void *log_handle,
                  const char *label)
 {
     int64_t deadline = dlock_provider_now_ms() + timeout_ms;
     for (;;) {
-        if (l->place.state == LINE_HEAD) {
-            PGnotify *n = PQnotifies(l->conn);
-            if (n) {
-                PQfreemem(n);
-                return DLOCK_OK;
-            }
-        }
-        while (l->place.state == LINE_ASKED && !PQisBusy(l->conn)) {
-            PGresult *r = PQgetResult(l->conn);
-            if (r) {
-                ExecStatusType st = PQresultStatus(r);
-                if (st != PGRES_TUPLES_OK && st != PGRES_COMMAND_OK) {
-                    l->failed = true;
-                    dlock_provider_log(log_handle, DLOCK_LOG_WARN, "%s: joining the line of waiters failed (%s); "
-                                       "polling instead", label, PQresultErrorMessage(r));
-                }
-                PQclear(r);
-                continue;
-            }
-            l->answer_pending = false;
-            if (l->failed) {
-                drop(pool, l, false);
-                return DLOCK_OK;
-            }
-            l->place.state = LINE_HEAD; /* at the head: the caller looks at the lock */
-            return DLOCK_OK;
-        }
-        int rc, w = pg_await_input(l->conn, wake_fd, deadline, &rc);
+        int rc;
+        if (line_moved(pool, l, log_handle, label, &rc))
+            return rc;
+        int w = pg_await_input(l->conn, wake_fd, deadline, &rc);
         if (w == 0)
             return rc;
         if (w < 0) {
-            dlock_provider_log(log_handle, DLOCK_LOG_WARN, "%s: the connection of a waiter broke (%s); the next "
-                               "look joins the line again", label, PQerrorMessage(l->conn));
-            drop(pool, l, false);
+            broke(pool, l, log_handle, label);
             return DLOCK_OK;
         }
     }
+}
+
+int pg_line_arm(struct pg_pool *pool, struct pg_line *l, int64_t *timeout_ms, int *fd, void *log_handle,
+                const char *label)
+{
+    int rc;
+    *fd = -1;
+    if (line_moved(pool, l, log_handle, label, &rc) || PQsocket(l->conn) < 0)
+        *timeout_ms = 0; /* over already: look at once */
+    else
+        *fd = PQsocket(l->conn);
+    return DLOCK_OK;
+}
+
+int pg_line_disarm(struct pg_pool *pool, struct pg_line *l, int fired, void *log_handle, const char *label)
+{
+    if (!fired)
+        return DLOCK_ETIMEDOUT;
+    if (!l->conn)
+        return DLOCK_OK;
+    if (!PQconsumeInput(l->conn)) {
+        broke(pool, l, log_handle, label);
+        return DLOCK_OK;
+    }
+    int rc;
+    line_moved(pool, l, log_handle, label, &rc);
+    /* Not over (a part of a message came): the look answers busy without
+     * a request while we are not at the head, and the wait is armed again. */
+    return DLOCK_OK;
 }
 
 void pg_line_drain(struct pg_line *l)

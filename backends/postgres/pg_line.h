@@ -60,6 +60,13 @@ int pg_line_enter(struct pg_pool *pool, struct pg_pool *ctl, struct pg_line *l, 
 int pg_line_wait(struct pg_pool *pool, struct pg_line *l, int64_t timeout_ms, int wake_fd, void *log_handle,
                  const char *label);
 
+/* pg_line_wait cut in two, for a parked wait: arm hands back the waiter's
+ * socket (or a timeout of 0 when the line moved already), disarm takes in
+ * what came on it without blocking. Both answer as pg_line_wait. */
+int pg_line_arm(struct pg_pool *pool, struct pg_line *l, int64_t *timeout_ms, int *fd, void *log_handle,
+                const char *label);
+int pg_line_disarm(struct pg_pool *pool, struct pg_line *l, int fired, void *log_handle, const char *label);
+
 /* Forgets NOTIFYs received so far (they tell of releases before the look
  * about to be made). */
 void pg_line_drain(struct pg_line *l);

@@ -203,6 +203,17 @@ static int wait_in_line(void *instance, struct dlock_provider_lock *lk, int64_t 
                         inst->log_handle, inst->server.label);
 }
 
+/* The listener died: dropped, so that the core's next try listens anew on
+ * a fresh connection. */
+static void drop_listener(struct pg_instance *inst, struct pg_lock *pl)
+{
+    dlock_provider_log(inst->log_handle, DLOCK_LOG_WARN, "%s: listener connection lost: %s", inst->server.label,
+                       PQerrorMessage(pl->listener));
+    PQfinish(pl->listener);
+    pg_pool_put(&inst->listeners, NULL);
+    pl->listener = NULL;
+}
+
 /* A shared request, or one that could not join: its own LISTEN. */
 static int wait_listening(void *instance, struct dlock_provider_lock *lk, int64_t timeout_ms, int wake_fd)
 {
@@ -221,16 +232,54 @@ static int wait_listening(void *instance, struct dlock_provider_lock *lk, int64_
         if (w == 0)
             return rc;
         if (w < 0) {
-            /* The listener died: drop it and let the core try again, which
-             * listens anew on a fresh connection. */
-            dlock_provider_log(inst->log_handle, DLOCK_LOG_WARN, "%s: listener connection lost: %s",
-                               inst->server.label, PQerrorMessage(pl->listener));
-            PQfinish(pl->listener);
-            pg_pool_put(&inst->listeners, NULL);
-            pl->listener = NULL;
+            drop_listener(inst, pl);
             return DLOCK_OK;
         }
     }
+}
+
+/* A parked wait: in the line, the waiter's connection; outside it, the
+ * request's own LISTEN connection, or a short timer without one. */
+static int arm(void *instance, struct dlock_provider_lock *lk, bool in_line, int64_t *timeout_ms, int *fd)
+{
+    struct pg_instance *inst = instance;
+    struct pg_lock *pl = lk->priv;
+    if (in_line)
+        return pg_line_arm(&inst->listeners, &pl->line, timeout_ms, fd, inst->log_handle, inst->server.label);
+    *fd = -1;
+    if (!pl->listener) {
+        if (*timeout_ms > OUT_OF_LINE_MS)
+            *timeout_ms = OUT_OF_LINE_MS;
+        return DLOCK_OK;
+    }
+    PGnotify *n = PQnotifies(pl->listener);
+    if (n) {
+        PQfreemem(n);
+        *timeout_ms = 0;
+        return DLOCK_OK;
+    }
+    *fd = PQsocket(pl->listener);
+    if (*fd < 0)
+        *timeout_ms = 0;
+    return DLOCK_OK;
+}
+
+static int disarm(void *instance, struct dlock_provider_lock *lk, bool in_line, int fired)
+{
+    struct pg_instance *inst = instance;
+    struct pg_lock *pl = lk->priv;
+    if (in_line)
+        return pg_line_disarm(&inst->listeners, &pl->line, fired, inst->log_handle, inst->server.label);
+    if (!fired || !pl->listener)
+        return fired ? DLOCK_OK : DLOCK_ETIMEDOUT;
+    if (!PQconsumeInput(pl->listener)) {
+        drop_listener(inst, pl);
+        return DLOCK_OK;
+    }
+    PGnotify *n;
+    while ((n = PQnotifies(pl->listener)))
+        PQfreemem(n);
+    return DLOCK_OK;
 }
 
 static const struct line_ops pg_line_ops = {
@@ -246,6 +295,8 @@ static const struct line_ops pg_line_ops = {
     .join = join_line,
     .wait_in_line = wait_in_line,
     .wait_outside = wait_listening,
+    .arm = arm,
+    .disarm = disarm,
 };
 
 /* ---- the provider --------------------------------------------------------------------------- */
@@ -342,7 +393,7 @@ static int pg_open(void **instance, const struct dlock_provider_env *env)
 }
 
 static const struct dlock_provider pg_provider = {
-    .version = DLOCK_PROVIDER_VERSION_4,
+    .version = DLOCK_PROVIDER_VERSION_5,
     .name = "postgres",
     .capabilities = DLOCK_CAP_RENEW | DLOCK_CAP_FENCE | DLOCK_CAP_NATIVE_WAIT | DLOCK_CAP_FAIR | DLOCK_CAP_SERVER_EXPIRY |
                     DLOCK_CAP_MULTI_HOST | DLOCK_CAP_SHARED | DLOCK_CAP_SEMAPHORE | DLOCK_CAP_DOWNGRADE,
@@ -361,6 +412,8 @@ static const struct dlock_provider pg_provider = {
     .abandon = pg_abandon,
     .list = sql_mode_list,
     .break_hold = sql_mode_break,
+    .wait_arm = line_wait_arm,
+    .wait_disarm = line_wait_disarm,
     .downgrade = sql_mode_downgrade,
 };
 

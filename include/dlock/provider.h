@@ -362,9 +362,10 @@ struct dlock_provider {
      *
      * wait_disarm ends an armed wait: after *fd polled readable (fired 1),
      * after the timeout or when the core stopped waiting (fired 0). It
-     * never blocks: it consumes what fired, undoes what arm set up, and
-     * returns what wait would have: DLOCK_OK (look again), DLOCK_ETIMEDOUT
-     * (nothing came), or a failure. */
+     * waits for nothing: it consumes what fired, undoes what arm set up,
+     * and returns what wait would have: DLOCK_OK (look again; also when
+     * only a part of a message came), DLOCK_ETIMEDOUT (nothing came), or a
+     * failure. */
     int (*wait_arm)(void *instance, struct dlock_provider_lock *lk, int64_t *timeout_ms, int *fd);
     int (*wait_disarm)(void *instance, struct dlock_provider_lock *lk, int fired);
 };

@@ -419,15 +419,16 @@ static void async_hold_is_the_handles(void **state)
 struct thread_hold {
     dlock_lock *lock;
     int64_t wait_ms, hold_ms;
-    int acquired, released;
-    volatile int holding;
+    int acquired, released;        /* read while the thread runs: atomically */
+    int holding;
 };
 
 static void *thread_hold(void *arg)
 {
     struct thread_hold *t = arg;
-    t->acquired = dlock_acquire(t->lock, t->wait_ms);
-    if (t->acquired != DLOCK_OK)
+    int rc = dlock_acquire(t->lock, t->wait_ms);
+    __atomic_store_n(&t->acquired, rc, __ATOMIC_SEQ_CST);
+    if (rc != DLOCK_OK)
         return NULL;
     __atomic_store_n(&t->holding, 1, __ATOMIC_SEQ_CST);
     sleep_ms(t->hold_ms);
@@ -447,7 +448,7 @@ static void async_and_blocking_share_a_name(void **state)
     struct thread_hold th = { blocking, 0, 300, -100, -100, 0 };
     pthread_t t;
     pthread_create(&t, NULL, thread_hold, &th);
-    while (!__atomic_load_n(&th.holding, __ATOMIC_SEQ_CST) && th.acquired == -100)
+    while (!__atomic_load_n(&th.holding, __ATOMIC_SEQ_CST) && __atomic_load_n(&th.acquired, __ATOMIC_SEQ_CST) == -100)
         sleep_ms(5);
     assert_int_equal(th.acquired, DLOCK_OK);
     struct result r = { 0 }, r2 = { 0 };
@@ -464,7 +465,7 @@ static void async_and_blocking_share_a_name(void **state)
     struct thread_hold th2 = { blocking, slack_ms(5000), 0, -100, -100, 0 };
     pthread_create(&t, NULL, thread_hold, &th2);
     sleep_ms(100);
-    assert_int_equal(th2.acquired, -100);
+    assert_int_equal(__atomic_load_n(&th2.acquired, __ATOMIC_SEQ_CST), -100);
     assert_int_equal(release_now(a, async), DLOCK_OK);
     pthread_join(t, NULL);
     assert_int_equal(th2.acquired, DLOCK_OK);
@@ -478,12 +479,18 @@ static void async_and_blocking_share_a_name(void **state)
     dlock_client_close(a);
 }
 
+static struct result release_in_free;
+
 static void free_in_callback(dlock_lock *lock, int rc, void *arg)
 {
     struct result *r = arg;
     r->calls++;
     r->rc = rc;
-    dlock_lock_free(lock); /* releases the handle's hold */
+    /* Releases, then frees at once: the free waits for the release and
+     * calls its callback here, before the handle is gone. */
+    assert_int_equal(dlock_release_start(lock, record, &release_in_free), DLOCK_OK);
+    dlock_lock_free(lock);
+    assert_int_equal(release_in_free.calls, 1);
 }
 
 static void async_callback_frees_its_handle(void **state)
@@ -492,10 +499,18 @@ static void async_callback_frees_its_handle(void **state)
     dlock_client *a = conformance_open_client(30000, 100), *b = conformance_open_client(30000, 100);
     dlock_lock *l = handle(a, "async-free", 0, NULL, NULL), *lb = handle(b, "async-free", 0, NULL, NULL);
     struct result r = { 0 };
+    memset(&release_in_free, 0, sizeof release_in_free);
     assert_int_equal(dlock_acquire_start(l, 0, free_in_callback, &r), DLOCK_OK);
     await(a, &r, slack_ms(5000));
     assert_int_equal(r.rc, DLOCK_OK);
-    assert_int_equal(dlock_acquire(lb, 0), DLOCK_OK); /* freed with the handle */
+    assert_int_equal(release_in_free.rc, DLOCK_OK);
+    assert_int_equal(dlock_acquire(lb, 0), DLOCK_OK); /* released before the free */
+    /* A plain free of a handle that holds releases it too. */
+    assert_int_equal(dlock_release(lb), DLOCK_OK);
+    dlock_lock *l3 = handle(a, "async-free", 0, NULL, NULL);
+    assert_int_equal(acquire_now(a, l3, 0), DLOCK_OK);
+    dlock_lock_free(l3);
+    assert_int_equal(dlock_acquire(lb, 0), DLOCK_OK);
     /* A handle freed with an acquire pending: its callback comes from
      * dlock_lock_free, cancelled. */
     dlock_lock *l2 = handle(a, "async-free", 0, NULL, NULL);
@@ -543,6 +558,138 @@ static void async_close_completes_everything(void **state)
     dlock_client_close(a);
 }
 
+/* ---- one release, one waiter woken --------------------------------------------------- */
+
+#define WAKE_WAITERS 5
+
+struct waker {
+    dlock_lock *lock;
+    int granted;
+};
+
+static void wake_granted(dlock_lock *lock, int rc, void *arg)
+{
+    (void)lock;
+    struct waker *w = arg;
+    if (rc == DLOCK_OK)
+        w->granted = 1;
+}
+
+static int wakers_granted(struct waker *w)
+{
+    int n = 0;
+    for (int i = 0; i < WAKE_WAITERS; i++)
+        n += w[i].granted;
+    return n;
+}
+
+static bool one_granted(void *arg)
+{
+    return wakers_granted(arg) > 0;
+}
+
+static void async_release_wakes_one_waiter(void **state)
+{
+    (void)state;
+    dlock_client *holder = conformance_open_client(30000, 100);
+    bool fair = dlock_client_capabilities(holder) & DLOCK_CAP_FAIR;
+    dlock_lock_options o = DLOCK_LOCK_OPTIONS_INIT;
+    o.flags = fair ? DLOCK_LOCK_FAIR : 0;
+    dlock_lock *lh = NULL;
+    assert_int_equal(dlock_lock_new(holder, "async-wake-one", 14, &o, &lh), DLOCK_OK);
+    assert_int_equal(dlock_acquire(lh, 0), DLOCK_OK);
+    /* Waiters whose backoff is long: an attempt after the release is a
+     * wake-up, not a timer. */
+    dlock_client *c[WAKE_WAITERS];
+    struct waker w[WAKE_WAITERS];
+    memset(w, 0, sizeof w);
+    for (int i = 0; i < WAKE_WAITERS; i++) {
+        c[i] = conformance_open_client(30000, 10000);
+        assert_int_equal(dlock_lock_new(c[i], "async-wake-one", 14, &o, &w[i].lock), DLOCK_OK);
+        assert_int_equal(dlock_acquire_start(w[i].lock, -1, wake_granted, &w[i]), DLOCK_OK);
+    }
+    assert_false(loop_until(c, WAKE_WAITERS, one_granted, w, slack_ms(500))); /* all waiting, settled */
+    long long before[WAKE_WAITERS];
+    for (int i = 0; i < WAKE_WAITERS; i++)
+        before[i] = test_client_metric(c[i], "dlock_acquire_attempts_total");
+    assert_int_equal(dlock_release(lh), DLOCK_OK);
+    if (!loop_until(c, WAKE_WAITERS, one_granted, w, slack_ms(5000)))
+        fail_msg("no waiter was granted within 5 s of the release");
+    loop_until(c, WAKE_WAITERS, one_granted, w, 0);
+    sleep_ms(slack_ms(50));
+    int woken = 0;
+    for (int i = 0; i < WAKE_WAITERS; i++)
+        if (!w[i].granted && test_client_metric(c[i], "dlock_acquire_attempts_total") > before[i])
+            woken++;
+    assert_int_equal(wakers_granted(w), 1);
+    if (woken > 1)
+        fail_msg("one release woke %d waiters besides the one granted", woken);
+    for (int i = 0; i < WAKE_WAITERS; i++) {
+        dlock_lock_free(w[i].lock); /* cancels the waiting ones, releases the granted one */
+        dlock_client_close(c[i]);
+    }
+    dlock_lock_free(lh);
+    dlock_client_close(holder);
+}
+
+/* ---- bad input ------------------------------------------------------------------------ */
+
+static void start_while_closing(dlock_lock *lock, int rc, void *arg)
+{
+    struct result *r = arg;
+    r->calls++;
+    r->rc = rc;
+    /* Called inside dlock_client_close: nothing new may start. */
+    struct result never = { 0 };
+    int again = dlock_acquire_start(lock, 0, record, &never);
+    r->at_ms = again;
+    snprintf(r->detail, sizeof r->detail, "%s", dlock_errmsg());
+}
+
+static void async_bad_input_is_refused(void **state)
+{
+    (void)state;
+    struct result r = { 0 };
+    assert_int_equal(dlock_acquire_start(NULL, 0, record, &r), DLOCK_EINVAL);
+    assert_int_equal(dlock_release_start(NULL, record, &r), DLOCK_EINVAL);
+    assert_int_equal(dlock_client_fd(NULL), DLOCK_EINVAL);
+    assert_int_equal(dlock_client_process(NULL), DLOCK_EINVAL);
+    assert_int_equal(dlock_client_timeout_ms(NULL), DLOCK_EINVAL);
+    dlock_client *a = conformance_open_client(30000, 100);
+    dlock_lock *l = handle(a, "async-bad", 0, NULL, NULL);
+    assert_int_equal(dlock_acquire_start(l, 0, NULL, NULL), DLOCK_EINVAL);
+    assert_true(strstr(dlock_errmsg(), "done is NULL") != NULL);
+    assert_int_equal(dlock_release_start(l, NULL, NULL), DLOCK_EINVAL);
+    assert_int_equal(dlock_release_start(l, record, &r), DLOCK_ENOTOWNER); /* nothing held */
+    assert_int_equal(dlock_client_timeout_ms(a), -1);
+    assert_int_equal(dlock_client_process(a), 0);
+    int fd = dlock_client_fd(a);
+    assert_true(fd >= 0);
+    assert_int_equal(dlock_client_fd(a), fd); /* the same for the client's life */
+    /* A release already under way is not sent twice. */
+    assert_int_equal(acquire_now(a, l, 0), DLOCK_OK);
+    struct result r2 = { 0 };
+    assert_int_equal(dlock_release_start(l, record, &r2), DLOCK_OK);
+    assert_int_equal(dlock_release_start(l, record, &r), DLOCK_ENOTOWNER);
+    assert_int_equal(dlock_release(l), DLOCK_ENOTOWNER);
+    await(a, &r2, slack_ms(5000));
+    assert_int_equal(r2.rc, DLOCK_OK);
+    /* Started while the client closes (from a callback close calls). */
+    dlock_client *b = conformance_open_client(30000, 100);
+    dlock_lock *held = handle(b, "async-bad", 0, NULL, NULL);
+    assert_int_equal(dlock_acquire(held, 0), DLOCK_OK);
+    struct result closing = { 0 };
+    assert_int_equal(dlock_acquire_start(l, -1, start_while_closing, &closing), DLOCK_OK);
+    dlock_client_close(a);
+    assert_int_equal(closing.calls, 1);
+    assert_int_equal(closing.rc, DLOCK_ECANCELLED);
+    assert_int_equal((int)closing.at_ms, DLOCK_EINVAL);
+    assert_true(strstr(closing.detail, "closing") != NULL);
+    assert_int_equal(dlock_release(held), DLOCK_OK);
+    dlock_lock_free(held);
+    dlock_client_close(b);
+}
+
 int conformance_run_async(const struct conformance_target *t)
 {
     target = t;
@@ -558,6 +705,8 @@ int conformance_run_async(const struct conformance_target *t)
         cmocka_unit_test_setup(async_and_blocking_share_a_name, conformance_before_each),
         cmocka_unit_test_setup(async_callback_frees_its_handle, conformance_before_each),
         cmocka_unit_test_setup(async_close_completes_everything, conformance_before_each),
+        cmocka_unit_test_setup(async_release_wakes_one_waiter, conformance_before_each),
+        cmocka_unit_test_setup(async_bad_input_is_refused, conformance_before_each),
     };
     char group[128];
     snprintf(group, sizeof group, "%s: non-blocking", t->name);

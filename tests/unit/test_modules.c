@@ -80,6 +80,23 @@ static void dummy_close(void *i) { (void)i; }
 static int dummy_acquire(void *i, struct dlock_provider_lock *l, struct dlock_grant *g) { (void)i; (void)l; (void)g; return 0; }
 static int dummy_release(void *i, struct dlock_provider_lock *l) { (void)i; (void)l; return 0; }
 
+static int dummy_wait_arm(void *i, struct dlock_provider_lock *lk, int64_t *timeout_ms, int *fd)
+{
+    (void)i;
+    (void)lk;
+    (void)timeout_ms;
+    *fd = -1;
+    return DLOCK_OK;
+}
+
+static int dummy_wait_disarm(void *i, struct dlock_provider_lock *lk, int fired)
+{
+    (void)i;
+    (void)lk;
+    (void)fired;
+    return DLOCK_OK;
+}
+
 static void provider_tables_are_checked_on_register(void **state)
 {
     (void)state;
@@ -106,6 +123,15 @@ static void provider_tables_are_checked_on_register(void **state)
     bad.capabilities = DLOCK_CAP_SHARED | DLOCK_CAP_DOWNGRADE;
     assert_int_equal(dlock_provider_register(&bad), DLOCK_EINVAL);
     assert_non_null(strstr(dlock_errmsg(), "provider 'dummy' lacks the required member downgrade"));
+    /* The two halves of a parked wait come together or not at all. */
+    bad = p;
+    bad.wait_arm = dummy_wait_arm;
+    assert_int_equal(dlock_provider_register(&bad), DLOCK_EINVAL);
+    assert_non_null(strstr(dlock_errmsg(), "provider 'dummy' lacks the required member wait_disarm"));
+    bad = p;
+    bad.wait_disarm = dummy_wait_disarm;
+    assert_int_equal(dlock_provider_register(&bad), DLOCK_EINVAL);
+    assert_non_null(strstr(dlock_errmsg(), "provider 'dummy' lacks the required member wait_arm"));
     assert_int_equal(dlock_provider_register(NULL), DLOCK_EINVAL);
     static struct dlock_provider good;
     good = p;
