@@ -54,6 +54,8 @@ struct dlock__aop {
     /* the steps' (async_ops.c), touched by one worker at a time */
     bool contending;                /* the entry's contender (past the local queue) */
     bool armed;                     /* wait_arm succeeded: wait_disarm is due */
+    int armed_fd;                   /* the descriptor and deadline it was armed with */
+    int64_t armed_until;
     bool slicing;                   /* waiting through a blocking wait, slice by slice */
     bool was_busy;
     unsigned attempt;

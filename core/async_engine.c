@@ -104,14 +104,17 @@ static void unlink_done(struct dlock__async *a, struct dlock__aop *op)
     }
 }
 
+/* Appends op to its entry's list, which keeps the order they started in. */
 static void link_entry(struct dlock__aop *op)
 {
     struct dlock__entry *e = op->entry;
-    op->entry_prev = NULL;
-    op->entry_next = e->aops;
-    if (e->aops)
-        e->aops->entry_prev = op;
-    __atomic_store_n(&e->aops, op, __ATOMIC_RELEASE);
+    op->entry_next = NULL;
+    op->entry_prev = e->aops_tail;
+    if (e->aops_tail)
+        e->aops_tail->entry_next = op;
+    else
+        __atomic_store_n(&e->aops, op, __ATOMIC_RELEASE);
+    e->aops_tail = op;
 }
 
 static void unlink_entry(struct dlock__aop *op)
@@ -123,6 +126,8 @@ static void unlink_entry(struct dlock__aop *op)
         __atomic_store_n(&e->aops, op->entry_next, __ATOMIC_RELEASE);
     if (op->entry_next)
         op->entry_next->entry_prev = op->entry_prev;
+    else
+        e->aops_tail = op->entry_prev;
     op->entry_prev = op->entry_next = NULL;
 }
 
@@ -188,7 +193,13 @@ static void unpark(struct dlock__async *a, struct dlock__aop *op, bool fired)
 static void kick(struct dlock__async *a, struct dlock__aop *op, bool cancel)
 {
     op->kick_pending = true;
-    if (op->state == AOP_PARKED && !op->in_kick_list) {
+    if (op->state == AOP_PARKED && op->polled_fd < 0) {
+        /* On a timer alone: nothing in the epoll set can name it, so it is
+         * woken here rather than through the parker (one thread hop less
+         * on every hand-off inside the client). The parker may still wake
+         * for its old timer, and finds nothing due. */
+        unpark(a, op, false);
+    } else if (op->state == AOP_PARKED && !op->in_kick_list) {
         op->in_kick_list = true;
         op->kick_next = a->kick_head;
         a->kick_head = op;
@@ -368,10 +379,19 @@ void dlock__async_entry_free(dlock_client *c, struct dlock__entry *e)
         return;
     struct dlock__async *a = &c->async;
     pthread_mutex_lock(&a->mu);
-    for (struct dlock__aop *op = e->aops; op; op = op->entry_next)
-        if (op->kind == AOP_ACQUIRE &&
-            (op->state == AOP_RUNNING || (op->state == AOP_PARKED && op->parked_local)))
+    /* The oldest one queued behind the hold looks (one, not a herd: if it
+     * does not become the contender it passes the turn on when it ends),
+     * and any that is running may be about to queue: it must not park. */
+    for (struct dlock__aop *op = e->aops; op; op = op->entry_next) {
+        if (op->kind != AOP_ACQUIRE)
+            continue;
+        if (op->state == AOP_RUNNING) {
             kick(a, op, false);
+        } else if (op->state == AOP_PARKED && op->parked_local) {
+            kick(a, op, false);
+            break;
+        }
+    }
     pthread_mutex_unlock(&a->mu);
 }
 

@@ -58,8 +58,10 @@ static enum dlock__step acquire_done(struct dlock__aop *op, int rc)
         op->contending = false;
         e->contending = false;
         e->contender_wake_fd = -1;
-        dlock__async_entry_free(c, e);
     }
+    /* The next one queued behind in the client looks: after a contender,
+     * or after one that was itself given the turn and ends without it. */
+    dlock__async_entry_free(c, e);
     e->waiters--;
     pthread_cond_broadcast(&e->cv);
     pthread_mutex_unlock(&e->mu);
@@ -137,7 +139,9 @@ static enum dlock__step wait_after_busy(struct dlock__aop *op, int64_t pause, in
     int rc = dlock__p_wait_arm(c, e, &timeout, &fd);
     if (rc == DLOCK_OK) {
         op->armed = true;
-        return park_until(op, fd, now + timeout);
+        op->armed_fd = fd;
+        op->armed_until = now + timeout;
+        return park_until(op, fd, op->armed_until);
     }
     if (rc != DLOCK_ENOTSUP) {
         dlock__metric_inc(&c->metrics.backend_errors);
@@ -194,8 +198,15 @@ static enum dlock__step acquire_step(struct dlock__aop *op, int wake_fd)
     struct dlock__entry *e = op->entry;
     dlock_client *c = e->client;
     if (op->armed) {
-        op->armed = false;
         int rc = dlock__p_wait_disarm(c, e, op->fired);
+        if (rc == DLOCK_EBUSY && op->fired) {
+            /* Nothing that ends the wait: the same wait goes on, unless it
+             * is over or called off, when it is ended properly. */
+            if (!cancelled(op) && dlock__now_ms() < op->armed_until)
+                return park_until(op, op->armed_fd, op->armed_until);
+            rc = dlock__p_wait_disarm(c, e, false);
+        }
+        op->armed = false;
         if (rc != DLOCK_OK && rc != DLOCK_ETIMEDOUT) {
             dlock__metric_inc(&c->metrics.backend_errors);
             return acquire_done(op, rc);

@@ -50,7 +50,8 @@ struct dlock__entry {
     void *on_lost_arg;
     dlock_lock *on_lost_handle;
     bool release_pending;           /* a dlock_release_start() of the hold is queued */
-    struct dlock__aop *aops;        /* pending non-blocking operations (client->async.mu) */
+    struct dlock__aop *aops, *aops_tail; /* pending non-blocking operations, oldest first
+                                     * (client->async.mu; aops also read atomically) */
 
     pthread_mutex_t op_mu;          /* one provider operation at a time */
     bool provider_touched;          /* lock_fini is due */
@@ -175,7 +176,8 @@ bool dlock__p_can_park(const dlock_client *c);
 /* wait_arm: DLOCK_OK with *fd (-1: none) and *timeout_ms (never raised);
  * DLOCK_ENOTSUP when the provider cannot park this wait; a failure. */
 int dlock__p_wait_arm(dlock_client *c, struct dlock__entry *e, int64_t *timeout_ms, int *fd);
-/* wait_disarm, once after each DLOCK_OK of wait_arm. */
+/* wait_disarm, after each DLOCK_OK of wait_arm until it answers other than
+ * DLOCK_EBUSY (still armed; only ever answered when fired). */
 int dlock__p_wait_disarm(dlock_client *c, struct dlock__entry *e, bool fired);
 void dlock__p_abandon(dlock_client *c, struct dlock__entry *e);
 /* Calls lock_fini once if the provider ever touched e. */

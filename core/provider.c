@@ -202,8 +202,10 @@ int dlock__p_wait_arm(dlock_client *c, struct dlock__entry *e, int64_t *timeout_
 
 int dlock__p_wait_disarm(dlock_client *c, struct dlock__entry *e, bool fired)
 {
-    int rc = c->provider->wait_disarm(c->instance, &e->plock, fired ? 1 : 0);
-    return checked(c->provider, "wait_disarm", rc);
+    int rc = checked(c->provider, "wait_disarm", c->provider->wait_disarm(c->instance, &e->plock, fired ? 1 : 0));
+    if (rc == DLOCK_EBUSY && !fired) /* the wait must end: it has, with nothing come */
+        rc = DLOCK_ETIMEDOUT;
+    return rc;
 }
 
 void dlock__p_abandon(dlock_client *c, struct dlock__entry *e)

@@ -453,13 +453,8 @@ static int etcd_wait_disarm(void *instance, struct dlock_provider_lock *lk, int 
     (void)instance;
     struct etcd_lock *el = lk->priv;
     int rc = fired ? DLOCK_OK : DLOCK_ETIMEDOUT;
-    if (el->watch && fired) {
-        /* Whatever came (an event, the stream's end, a part of a message):
-         * the core looks again, as the blocking wait does for an event. */
-        int over_rc;
-        if (etcd_watch_step(el->watch, &over_rc))
-            rc = over_rc;
-    }
+    if (el->watch && fired && !etcd_watch_step(el->watch, &rc))
+        return DLOCK_EBUSY; /* no event yet (a part of a message): the watch goes on */
     etcd_watch_close(el->watch);
     el->watch = NULL;
     return rc;

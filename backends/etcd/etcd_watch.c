@@ -82,7 +82,17 @@ struct etcd_watch {
     CURLM *multi;
     struct curl_slist *headers;
     struct json_object *body;   /* the request, which curl reads from */
+    int sock;                   /* the stream's socket, -1 before curl made it */
 };
+
+/* Notes the socket curl made for the watch (its own connection: the
+ * watch's easy handle is never reused), which a parked wait polls. */
+static int note_socket(void *arg, curl_socket_t fd, curlsocktype purpose)
+{
+    if (purpose == CURLSOCKTYPE_IPCXN)
+        ((struct etcd_watch *)arg)->sock = (int)fd;
+    return CURL_SOCKOPT_OK;
+}
 
 void etcd_watch_close(struct etcd_watch *w)
 {
@@ -114,6 +124,7 @@ int etcd_watch_open(struct etcd_http *h, const char *key, size_t key_len, const 
     memcpy(w->key, key, key_len);
     w->key_len = key_len;
     w->h = h;
+    w->sock = -1;
     w->range = range_end != NULL;
     w->checked = w->range; /* a range starts at start_revision: nothing to read first */
     w->start_revision = start_revision;
@@ -146,6 +157,10 @@ int etcd_watch_open(struct etcd_http *h, const char *key, size_t key_len, const 
     w->multi = curl_multi_init();
     w->headers = w->easy ? etcd_http_setup_post(h, w->easy, w->endpoint, "/v3/watch", token, text, on_data, &w->s)
                          : NULL;
+    if (w->easy) {
+        curl_easy_setopt(w->easy, CURLOPT_SOCKOPTFUNCTION, note_socket);
+        curl_easy_setopt(w->easy, CURLOPT_SOCKOPTDATA, w);
+    }
     if (!w->easy || !w->multi || !w->headers || curl_multi_add_handle(w->multi, w->easy) != CURLM_OK) {
         etcd_watch_close(w);
         return dlock_seterr(DLOCK_ENOMEM, "etcd: out of memory for a watch");
@@ -210,12 +225,11 @@ bool etcd_watch_start(struct etcd_watch *w, int64_t timeout_ms, int *fd, int *rc
     *fd = -1;
     if (run_until(w, dlock_provider_now_ms() + timeout_ms, -1, true, rc))
         return true;
-    curl_socket_t sock = CURL_SOCKET_BAD;
-    if (curl_easy_getinfo(w->easy, CURLINFO_ACTIVESOCKET, &sock) != CURLE_OK || sock == CURL_SOCKET_BAD) {
+    if (w->sock < 0) {
         *rc = DLOCK_OK; /* no socket to watch after all: look again */
         return true;
     }
-    *fd = (int)sock;
+    *fd = w->sock;
     return false;
 }
 

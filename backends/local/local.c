@@ -605,13 +605,24 @@ static int disarm_for_wake(void *instance, struct dlock_provider_lock *lk, bool 
         epoll_ctl(ep, EPOLL_CTL_DEL, ll->parked_fifo, NULL);
     if (ll->parked_watch >= 0)
         epoll_ctl(ep, EPOLL_CTL_DEL, ll->parked_watch, NULL);
+    ll->parked_fifo_was = ll->parked_fifo;
+    ll->parked_watch_was = ll->parked_watch;
     ll->parked_fifo = ll->parked_watch = -1;
-    consume_wakes(ll, fifo, watch);
+    bool called = consume_wakes(ll, fifo, watch);
     if (!fired)
         return ll->parked_look_again ? DLOCK_OK : DLOCK_ETIMEDOUT;
-    /* When only the watch fired for an exclusive request while the lock is
-     * still taken, the core looks, finds it busy and parks again: a look
-     * more than wait_for_wake makes, and no thread held meanwhile. */
+    /* Only the watch fired for an exclusive request while the lock is
+     * still taken (a close or touch that freed nothing): the wait goes on,
+     * as in wait_for_wake, and makes no herd. */
+    if (!called && lk->mode == DLOCK_MODE_EXCLUSIVE && ll->fd_open && exclusive_range_taken(ll->fd)) {
+        if (ll->parked_fifo_was >= 0)
+            epoll_ctl(ep, EPOLL_CTL_ADD, ll->parked_fifo_was, &(struct epoll_event){ .events = EPOLLIN });
+        if (ll->parked_watch_was >= 0)
+            epoll_ctl(ep, EPOLL_CTL_ADD, ll->parked_watch_was, &(struct epoll_event){ .events = EPOLLIN });
+        ll->parked_fifo = ll->parked_fifo_was;
+        ll->parked_watch = ll->parked_watch_was;
+        return DLOCK_EBUSY;
+    }
     return DLOCK_OK;
 }
 

@@ -35,6 +35,7 @@ struct local_lock {
     bool counted;             /* counted in the header's waiting */
     int park_fd;              /* epoll fd + 1 over the FIFO and the watch, for a parked wait; 0 if none */
     int parked_fifo, parked_watch; /* the descriptors an armed wait put in it, -1 for none */
+    int parked_fifo_was, parked_watch_was; /* the same, kept by a disarm that goes on waiting */
     bool parked_look_again;   /* the armed wait ends at look_again_at, as if called */
     struct local_lock *prev, *next; /* in open_files while fd_open */
 };

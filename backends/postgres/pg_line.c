@@ -279,10 +279,9 @@ int pg_line_disarm(struct pg_pool *pool, struct pg_line *l, int fired, void *log
         return DLOCK_OK;
     }
     int rc;
-    line_moved(pool, l, log_handle, label, &rc);
-    /* Not over (a part of a message came): the look answers busy without
-     * a request while we are not at the head, and the wait is armed again. */
-    return DLOCK_OK;
+    if (line_moved(pool, l, log_handle, label, &rc))
+        return rc;
+    return DLOCK_EBUSY; /* a part of a message: the wait goes on */
 }
 
 void pg_line_drain(struct pg_line *l)

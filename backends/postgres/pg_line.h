@@ -62,7 +62,8 @@ int pg_line_wait(struct pg_pool *pool, struct pg_line *l, int64_t timeout_ms, in
 
 /* pg_line_wait cut in two, for a parked wait: arm hands back the waiter's
  * socket (or a timeout of 0 when the line moved already), disarm takes in
- * what came on it without blocking. Both answer as pg_line_wait. */
+ * what came on it without blocking. Both answer as pg_line_wait, and
+ * disarm DLOCK_EBUSY when what came does not end the wait. */
 int pg_line_arm(struct pg_pool *pool, struct pg_line *l, int64_t *timeout_ms, int *fd, void *log_handle,
                 const char *label);
 int pg_line_disarm(struct pg_pool *pool, struct pg_line *l, int fired, void *log_handle, const char *label);

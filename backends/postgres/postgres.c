@@ -277,9 +277,12 @@ static int disarm(void *instance, struct dlock_provider_lock *lk, bool in_line, 
         return DLOCK_OK;
     }
     PGnotify *n;
-    while ((n = PQnotifies(pl->listener)))
+    bool notified = false;
+    while ((n = PQnotifies(pl->listener))) {
         PQfreemem(n);
-    return DLOCK_OK;
+        notified = true;
+    }
+    return notified ? DLOCK_OK : DLOCK_EBUSY; /* no NOTIFY yet: the wait goes on */
 }
 
 static const struct line_ops pg_line_ops = {

@@ -24,6 +24,7 @@ struct bench_options {
     bool fair;
     const char *csv;
     const char *plot_dir;
+    int pending;          /* --pending: acquires pending at once (0: 10,000 on redis, 1,000 elsewhere) */
 };
 extern struct bench_options opt;
 
@@ -49,6 +50,10 @@ void run_many_locks(const struct bench_config *cfg);
  * the backend has none. */
 void run_rw(const struct bench_config *cfg, int workers, int64_t *samples);
 void run_semaphore(const struct bench_config *cfg, int workers, int64_t *samples);
+
+/* The non-blocking API (bench_pending.c): n acquires pending on one name
+ * from one loop thread, then drained ("pending-N"). */
+void run_pending(const struct bench_config *cfg, int n, int64_t *samples);
 
 /* The plain client loop of each backend (bench_baselines.c): the limit the
  * library is compared with. They return false when the backend has none. */

@@ -17,18 +17,28 @@
 #include <string.h>
 #include <unistd.h>
 
-struct bench_options opt = { 3.0, 3, { 8 }, 1, false, 1, 5, 10000, false, NULL, NULL };
+struct bench_options opt = { 3.0, 3, { 8 }, 1, false, 1, 5, 10000, false, NULL, NULL, 0 };
 
 static const char *const default_scenarios[] = { "uncontended", "contended", "many-locks", "baseline" };
-static const char *const all_scenarios[] = { "uncontended", "contended", "many-locks", "baseline", "rw", "semaphore" };
+static const char *const all_scenarios[] = { "uncontended", "contended", "many-locks", "baseline", "rw", "semaphore",
+                                             "pending" };
+
+/* The pending scenario's size: --pending, else 10,000 on the redis family
+ * and 1,000 on the others. */
+static int pending_count(const struct bench_config *cfg)
+{
+    if (opt.pending > 0)
+        return opt.pending;
+    return strncmp(cfg->backend, "redis", 5) == 0 || strcmp(cfg->backend, "redlock") == 0 ? 10000 : 1000;
+}
 
 static void usage(FILE *f)
 {
     fprintf(f,
             "usage: dlock-bench -c FILE [-c FILE ...] [--scenario NAME ...] [--duration S] [--repeat R]\n"
             "                   [--workers N[,N...]] [--threads] [--hold-ms X] [--pause-ms Y] [--locks K]\n"
-            "                   [--fair] [--csv FILE] [--plot DIR]\n"
-            "scenarios: uncontended contended many-locks baseline rw semaphore\n"
+            "                   [--fair] [--pending N] [--csv FILE] [--plot DIR]\n"
+            "scenarios: uncontended contended many-locks baseline rw semaphore pending\n"
             "(default: the first four)\n"
             "Each -c FILE is one backend setup; see dlock-bench(1).\n");
 }
@@ -66,6 +76,7 @@ int main(int argc, char **argv)
         { "workers", required_argument, NULL, 'w' }, { "threads", no_argument, NULL, 't' },
         { "hold-ms", required_argument, NULL, 'H' }, { "pause-ms", required_argument, NULL, 'P' },
         { "locks", required_argument, NULL, 'k' }, { "fair", no_argument, NULL, 'f' },
+        { "pending", required_argument, NULL, 'n' },
         { "csv", required_argument, NULL, 'o' }, { "plot", required_argument, NULL, 'p' },
         { "help", no_argument, NULL, 'h' }, { NULL, 0, NULL, 0 },
     };
@@ -99,6 +110,7 @@ int main(int argc, char **argv)
         case 'H': opt.hold_ms = atoi(optarg); break;
         case 'P': opt.pause_ms = atoi(optarg); break;
         case 'k': opt.locks = atoi(optarg) > 0 ? atoi(optarg) : 1; break;
+        case 'n': opt.pending = atoi(optarg) > 8 ? atoi(optarg) : 9; break;
         case 'f': opt.fair = true; break;
         case 'o': opt.csv = optarg; break;
         case 'p': opt.plot_dir = optarg; break;
@@ -176,6 +188,8 @@ int main(int argc, char **argv)
                 } else if (!strcmp(scenarios[s], "semaphore")) {
                     for (int w = 0; w < opt.nworker_counts; w++)
                         run_semaphore(cfg, opt.worker_counts[w], samples);
+                } else if (!strcmp(scenarios[s], "pending")) {
+                    run_pending(cfg, pending_count(cfg), samples);
                 } else if (!strcmp(scenarios[s], "many-locks")) {
                     run_many_locks(cfg);
                     if (with_baseline)
@@ -198,6 +212,26 @@ int main(int argc, char **argv)
             if (a == a && b == b && b > 0) /* both taken (not NAN) */
                 figure_add(configs[i].label, rw, "x exclusive-only grants/s", "ratio", a / b);
         }
+    /* The non-blocking API's drain beside the blocking API at 8 workers. */
+    for (int i = 0; i < nconfigs; i++) {
+        char pending[40];
+        snprintf(pending, sizeof pending, "pending-%d", pending_count(&configs[i]));
+        double a = figure_median(configs[i].label, pending, "grants/s");
+        double b = figure_median(configs[i].label, "contended-8w", "grants/s");
+        if (a == a && b == b && b > 0)
+            figure_add(configs[i].label, pending, "x blocking 8w grants/s", "ratio", a / b);
+        static const char *const which[] = { "p50", "p99" };
+        for (int q = 0; q < 2; q++) {
+            char mine[48], theirs[64], name[64];
+            snprintf(mine, sizeof mine, "handoff %s", which[q]);
+            snprintf(theirs, sizeof theirs, "handoff from release call %s", which[q]);
+            snprintf(name, sizeof name, "blocking 8w / this handoff %s", which[q]);
+            a = figure_median(configs[i].label, pending, mine);
+            b = figure_median(configs[i].label, "contended-8w", theirs);
+            if (a == a && b == b && a > 0)
+                figure_add(configs[i].label, pending, name, "ratio", b / a);
+        }
+    }
     report_table(configs, nconfigs);
     int status = 0;
     if (opt.csv && report_csv(opt.csv) != 0)

@@ -363,9 +363,13 @@ struct dlock_provider {
      * wait_disarm ends an armed wait: after *fd polled readable (fired 1),
      * after the timeout or when the core stopped waiting (fired 0). It
      * waits for nothing: it consumes what fired, undoes what arm set up,
-     * and returns what wait would have: DLOCK_OK (look again; also when
-     * only a part of a message came), DLOCK_ETIMEDOUT (nothing came), or a
-     * failure. */
+     * and returns what wait would have: DLOCK_OK (look again),
+     * DLOCK_ETIMEDOUT (nothing came), or a failure; or, only when fired,
+     * DLOCK_EBUSY: what came does not end the wait (a part of a message,
+     * a change that frees nothing), so the wait stays armed and the core
+     * polls the same descriptor again until the same deadline, then calls
+     * wait_disarm again (with fired 0 at the deadline or a cancel, when it
+     * must end the wait). */
     int (*wait_arm)(void *instance, struct dlock_provider_lock *lk, int64_t *timeout_ms, int *fd);
     int (*wait_disarm)(void *instance, struct dlock_provider_lock *lk, int fired);
 };
