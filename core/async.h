@@ -5,9 +5,9 @@
  * An operation is in one place at a time, all under client->async.mu:
  *   READY    in the ready queue, for the next free worker;
  *   RUNNING  a worker runs one step of it, with no core mutex held;
- *   PARKED   with the parker thread, until its descriptor is readable, its
- *            timer is due, or it is kicked (a cancel, its name set free in
- *            the client);
+ *   PARKED   in the epoll set or the timer heap, until its descriptor is
+ *            readable, its timer is due, or it is kicked (a cancel, its
+ *            name set free in the client);
  *   DONE     its result is in the done queue, for dlock_client_process().
  * It is on its entry's list (e->aops) from start until it is delivered, so
  * a cancel, a free or a close can find it. A step runs on a worker only, so

@@ -1,6 +1,6 @@
 /* core/async_engine.c - the engine behind the non-blocking API: a fixed
- * pool of workers that run operations' steps (provider calls), a parker
- * thread that keeps waiting operations on their descriptors and timers
+ * pool of workers that run operations' steps (provider calls) and take
+ * turns at keeping the waiting operations on their descriptors and timers
  * (one epoll set and one timer heap, however many wait), and the done
  * queue that dlock_client_process() delivers from, signalled through the
  * eventfd that dlock_client_fd() returns. See async.h for an operation's
@@ -58,7 +58,10 @@ static void push_ready(struct dlock__async *a, struct dlock__aop *op)
     else
         a->ready_head = op;
     a->ready_tail = op;
-    pthread_cond_signal(&a->work_cv);
+    if (a->idle > 0)
+        pthread_cond_signal(&a->work_cv);
+    else if (a->polling)
+        signal_fd(a->parker_wake_fd); /* every other worker is busy: the poller takes it */
 }
 
 static struct dlock__aop *pop_ready(struct dlock__async *a)
@@ -133,8 +136,7 @@ static void unlink_entry(struct dlock__aop *op)
 
 /* ---- parking (a->mu held) ------------------------------------------------------ */
 
-/* Hands op to the parker: its descriptor in the epoll set, its deadline
- * in the heap. A descriptor epoll refuses (a regular file) is looked at on
+/* Parks op: its descriptor in the epoll set, its deadline in the heap. A descriptor epoll refuses (a regular file) is looked at on
  * a short timer instead. */
 static void park(struct dlock__async *a, struct dlock__aop *op)
 {
@@ -170,7 +172,7 @@ static void park(struct dlock__async *a, struct dlock__aop *op)
             return;
         }
     }
-    signal_fd(a->parker_wake_fd); /* it may need to wake sooner */
+    signal_fd(a->parker_wake_fd); /* the poller may need to wake sooner */
 }
 
 static void unpark(struct dlock__async *a, struct dlock__aop *op, bool fired)
@@ -195,8 +197,8 @@ static void kick(struct dlock__async *a, struct dlock__aop *op, bool cancel)
     op->kick_pending = true;
     if (op->state == AOP_PARKED && op->polled_fd < 0) {
         /* On a timer alone: nothing in the epoll set can name it, so it is
-         * woken here rather than through the parker (one thread hop less
-         * on every hand-off inside the client). The parker may still wake
+         * woken here rather than through the poller (one thread hop less
+         * on every hand-off inside the client). The poller may still wake
          * for its old timer, and finds nothing due. */
         unpark(a, op, false);
     } else if (op->state == AOP_PARKED && !op->in_kick_list) {
@@ -209,7 +211,92 @@ static void kick(struct dlock__async *a, struct dlock__aop *op, bool cancel)
         signal_fd(op->running_wake_fd);
 }
 
-/* ---- the threads ----------------------------------------------------------------- */
+/* ---- the threads -----------------------------------------------------------------
+ *
+ * Leader and followers: an idle worker that finds no ready operation and
+ * nobody polling becomes the poller and waits in epoll_wait for the parked
+ * operations' descriptors, their timers and kicks; what it wakes it runs
+ * itself, handing the poller's place to an idle worker. So a parked
+ * operation's wake-up reaches a worker without a hop through another
+ * thread. */
+
+/* Runs one step of op (a->mu held, dropped meanwhile) and applies what it
+ * asks for. */
+static void run_one(struct dlock__async *a, struct dlock__aop *op, int wake_fd)
+{
+    op->state = AOP_RUNNING;
+    op->kick_pending = false;
+    op->cancelled_seen = op->cancelled;
+    op->running_wake_fd = wake_fd;
+    pthread_mutex_unlock(&a->mu);
+
+    enum dlock__step step = dlock__aop_step(op, wake_fd);
+
+    pthread_mutex_lock(&a->mu);
+    op->running_wake_fd = -1;
+    switch (step) {
+    case STEP_DONE:
+        push_done(a, op);
+        break;
+    case STEP_AGAIN:
+        push_ready(a, op);
+        break;
+    case STEP_PARK:
+        op->parked_local = !op->contending;
+        if (op->kick_pending) {
+            op->fired = false;
+            push_ready(a, op);
+        } else {
+            park(a, op);
+        }
+        break;
+    }
+}
+
+/* The poller's turn (a->mu held, dropped while it waits): kicks, due
+ * timers, then epoll_wait until the next timer, and what it reports. */
+static void poll_once(struct dlock__async *a)
+{
+    struct epoll_event evs[64];
+    a->polling = true;
+    while (a->kick_head) {
+        struct dlock__aop *op = a->kick_head;
+        a->kick_head = op->kick_next;
+        op->in_kick_list = false;
+        if (op->state == AOP_PARKED)
+            unpark(a, op, false);
+    }
+    int64_t now = dlock__now_ms();
+    struct dlock__timer *t;
+    while ((t = dlock__timer_heap_peek(&a->timers)) && t->due_ms <= now) {
+        struct dlock__aop *op = op_of_timer(t);
+        dlock__timer_heap_pop(&a->timers);
+        if (op->state == AOP_PARKED)
+            unpark(a, op, false);
+    }
+    int n = 0;
+    if (!a->ready_head && !a->stopping) {
+        int timeout = -1;
+        if ((t = dlock__timer_heap_peek(&a->timers)))
+            timeout = t->due_ms - now > INT_MAX ? INT_MAX : (int)(t->due_ms - now);
+        pthread_mutex_unlock(&a->mu);
+        n = epoll_wait(a->epoll_fd, evs, (int)(sizeof evs / sizeof evs[0]), timeout);
+        pthread_mutex_lock(&a->mu);
+    }
+    /* Only the poller takes operations out of the set, and a parked
+     * operation is freed only after that: every event names a live
+     * operation, parked unless an earlier event of this batch woke it. */
+    for (int i = 0; i < n; i++) {
+        struct dlock__aop *op = evs[i].data.ptr;
+        if (!op)
+            dlock__drain(a->parker_wake_fd);
+        else if (op->state == AOP_PARKED && op->polled_fd >= 0)
+            unpark(a, op, true);
+    }
+    a->polling = false;
+    if (a->idle > 0)
+        pthread_cond_signal(&a->work_cv); /* the next poller, while this one runs */
+}
 
 static void *worker_main(void *arg)
 {
@@ -218,81 +305,20 @@ static void *worker_main(void *arg)
     int wake_fd = dlock__thread_wake_fd();
     pthread_mutex_lock(&a->mu);
     for (;;) {
-        while (!a->ready_head && !a->stopping)
-            pthread_cond_wait(&a->work_cv, &a->mu);
         struct dlock__aop *op = pop_ready(a);
-        if (!op)
-            break;
-        op->state = AOP_RUNNING;
-        op->kick_pending = false;
-        op->cancelled_seen = op->cancelled;
-        op->running_wake_fd = wake_fd;
-        pthread_mutex_unlock(&a->mu);
-
-        enum dlock__step step = dlock__aop_step(op, wake_fd);
-
-        pthread_mutex_lock(&a->mu);
-        op->running_wake_fd = -1;
-        switch (step) {
-        case STEP_DONE:
-            push_done(a, op);
-            break;
-        case STEP_AGAIN:
-            push_ready(a, op);
-            break;
-        case STEP_PARK:
-            op->parked_local = !op->contending;
-            if (op->kick_pending) {
-                op->fired = false;
-                push_ready(a, op);
-            } else {
-                park(a, op);
-            }
-            break;
+        if (op) {
+            run_one(a, op, wake_fd);
+            continue;
         }
-    }
-    pthread_mutex_unlock(&a->mu);
-    return NULL;
-}
-
-static void *parker_main(void *arg)
-{
-    dlock_client *c = arg;
-    struct dlock__async *a = &c->async;
-    struct epoll_event evs[64];
-    pthread_mutex_lock(&a->mu);
-    while (!a->stopping) {
-        while (a->kick_head) {
-            struct dlock__aop *op = a->kick_head;
-            a->kick_head = op->kick_next;
-            op->in_kick_list = false;
-            if (op->state == AOP_PARKED)
-                unpark(a, op, false);
+        if (a->stopping)
+            break;
+        if (!a->polling) {
+            poll_once(a);
+            continue;
         }
-        int64_t now = dlock__now_ms();
-        struct dlock__timer *t;
-        while ((t = dlock__timer_heap_peek(&a->timers)) && t->due_ms <= now) {
-            struct dlock__aop *op = op_of_timer(t);
-            dlock__timer_heap_pop(&a->timers);
-            if (op->state == AOP_PARKED)
-                unpark(a, op, false);
-        }
-        int timeout = -1;
-        if ((t = dlock__timer_heap_peek(&a->timers)))
-            timeout = t->due_ms - now > INT_MAX ? INT_MAX : (int)(t->due_ms - now);
-        pthread_mutex_unlock(&a->mu);
-        int n = epoll_wait(a->epoll_fd, evs, (int)(sizeof evs / sizeof evs[0]), timeout);
-        pthread_mutex_lock(&a->mu);
-        /* Only this thread takes operations out of the set, and a parked
-         * operation is freed only after that: every event names a live
-         * operation, parked unless an earlier event of this batch woke it. */
-        for (int i = 0; i < n; i++) {
-            struct dlock__aop *op = evs[i].data.ptr;
-            if (!op)
-                dlock__drain(a->parker_wake_fd);
-            else if (op->state == AOP_PARKED && op->polled_fd >= 0)
-                unpark(a, op, true);
-        }
+        a->idle++;
+        pthread_cond_wait(&a->work_cv, &a->mu);
+        a->idle--;
     }
     pthread_mutex_unlock(&a->mu);
     return NULL;
@@ -338,8 +364,7 @@ static int start(dlock_client *c)
     sigset_t all, old;
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old); /* the application's signals are not ours */
-    int err = pthread_create(&a->parker, NULL, parker_main, c);
-    a->parker_started = err == 0;
+    int err = 0;
     for (unsigned i = 0; err == 0 && i < DLOCK__ASYNC_WORKERS; i++) {
         err = pthread_create(&a->workers[i], NULL, worker_main, c);
         if (err == 0)
@@ -357,7 +382,7 @@ int dlock__async_submit(dlock_client *c, struct dlock__aop *op, bool done)
     struct dlock__async *a = &c->async;
     pthread_mutex_lock(&a->mu);
     int rc = a->stopping ? dlock_seterr(DLOCK_EINVAL, "the client is closing") : start(c);
-    if (rc == DLOCK_OK && (!a->parker_started || a->nworkers == 0))
+    if (rc == DLOCK_OK && a->nworkers == 0)
         rc = dlock_seterr(DLOCK_EINTERNAL, "the threads for non-blocking operations could not be started");
     if (rc == DLOCK_OK) {
         op->park_fd = op->polled_fd = op->running_wake_fd = -1;
@@ -520,8 +545,6 @@ void dlock__async_shutdown(dlock_client *c)
     bool started = a->started;
     pthread_mutex_unlock(&a->mu);
     if (started) {
-        if (a->parker_started)
-            pthread_join(a->parker, NULL);
         for (unsigned i = 0; i < a->nworkers; i++)
             pthread_join(a->workers[i], NULL);
     }

@@ -49,7 +49,8 @@ static enum dlock__step acquire_done(struct dlock__aop *op, int rc)
     dlock_error_save(&saved);
     if (op->armed) {
         op->armed = false;
-        dlock__p_wait_disarm(c, e, false);
+        int64_t none = 0;
+        dlock__p_wait_disarm(c, e, false, &none);
     }
     if (rc != DLOCK_OK && op->was_busy)
         dlock__p_abandon(c, e);
@@ -198,13 +199,19 @@ static enum dlock__step acquire_step(struct dlock__aop *op, int wake_fd)
     struct dlock__entry *e = op->entry;
     dlock_client *c = e->client;
     if (op->armed) {
-        int rc = dlock__p_wait_disarm(c, e, op->fired);
+        int64_t now = dlock__now_ms();
+        int64_t left = op->armed_until - now;
+        int rc = dlock__p_wait_disarm(c, e, op->fired, &left);
         if (rc == DLOCK_EBUSY && op->fired) {
-            /* Nothing that ends the wait: the same wait goes on, unless it
-             * is over or called off, when it is ended properly. */
-            if (!cancelled(op) && dlock__now_ms() < op->armed_until)
+            /* Nothing that ends the wait: the same wait goes on (for as long
+             * as the provider still wants), unless it is over or called
+             * off, when it is ended properly. */
+            if (!cancelled(op) && left > 0) {
+                op->armed_until = now + left;
                 return park_until(op, op->armed_fd, op->armed_until);
-            rc = dlock__p_wait_disarm(c, e, false);
+            }
+            left = 0;
+            rc = dlock__p_wait_disarm(c, e, false, &left);
         }
         op->armed = false;
         if (rc != DLOCK_OK && rc != DLOCK_ETIMEDOUT) {

@@ -177,8 +177,9 @@ bool dlock__p_can_park(const dlock_client *c);
  * DLOCK_ENOTSUP when the provider cannot park this wait; a failure. */
 int dlock__p_wait_arm(dlock_client *c, struct dlock__entry *e, int64_t *timeout_ms, int *fd);
 /* wait_disarm, after each DLOCK_OK of wait_arm until it answers other than
- * DLOCK_EBUSY (still armed; only ever answered when fired). */
-int dlock__p_wait_disarm(dlock_client *c, struct dlock__entry *e, bool fired);
+ * DLOCK_EBUSY (still armed, for *timeout_ms more: it arrives as the time
+ * left, never raised; only ever answered when fired). */
+int dlock__p_wait_disarm(dlock_client *c, struct dlock__entry *e, bool fired, int64_t *timeout_ms);
 void dlock__p_abandon(dlock_client *c, struct dlock__entry *e);
 /* Calls lock_fini once if the provider ever touched e. */
 void dlock__p_lock_fini(dlock_client *c, struct dlock__entry *e);

@@ -247,9 +247,10 @@ void dlock__timer_thread_join(struct dlock__timer_thread *t);
 void dlock__timer_thread_destroy(struct dlock__timer_thread *t);
 
 /* ---- async_engine.c: the non-blocking API's engine ----------------------------- */
-/* Threads that run provider calls for non-blocking operations: a fixed
- * number, whatever the number of operations pending (a waiting operation
- * is parked on a descriptor or a timer, not on a thread). */
+/* Threads that run provider calls for non-blocking operations and take
+ * turns at polling for the waiting ones: a fixed number, whatever the
+ * number of operations pending (a waiting operation is parked on a
+ * descriptor or a timer, not on a thread). */
 #define DLOCK__ASYNC_WORKERS DLOCK_ASYNC_WORKERS
 
 struct dlock__aop;
@@ -259,15 +260,16 @@ struct dlock__async {
     pthread_cond_t work_cv;         /* workers: a ready operation, or stopping */
     pthread_cond_t done_cv;         /* an operation finished its work (lock free, close wait) */
     int done_fd;                    /* eventfd behind dlock_client_fd(), -1 until first needed */
-    int epoll_fd;                   /* the parker's: parked operations' descriptors */
-    int parker_wake_fd;             /* eventfd: kicks, new timers, stopping */
-    bool started, stopping, parker_started;
+    int epoll_fd;                   /* parked operations' descriptors, and parker_wake_fd */
+    int parker_wake_fd;             /* eventfd that wakes the poller: kicks, new timers, work, stopping */
+    bool started, stopping;
+    bool polling;                   /* a worker waits in epoll_wait (the poller) */
+    unsigned idle;                  /* workers waiting on work_cv */
     unsigned nworkers;
     pthread_t workers[DLOCK__ASYNC_WORKERS];
-    pthread_t parker;
     struct dlock__aop *ready_head, *ready_tail;   /* to run on a worker */
     struct dlock__aop *done_head, *done_tail;     /* to deliver in dlock_client_process() */
-    struct dlock__aop *kick_head;                 /* parked, to be woken by the parker */
+    struct dlock__aop *kick_head;                 /* parked, to be woken by the poller */
     struct dlock__timer_heap timers;              /* parked operations' deadlines */
     size_t undelivered;                           /* started and not yet delivered */
 };

@@ -200,11 +200,15 @@ int dlock__p_wait_arm(dlock_client *c, struct dlock__entry *e, int64_t *timeout_
     return rc;
 }
 
-int dlock__p_wait_disarm(dlock_client *c, struct dlock__entry *e, bool fired)
+int dlock__p_wait_disarm(dlock_client *c, struct dlock__entry *e, bool fired, int64_t *timeout_ms)
 {
-    int rc = checked(c->provider, "wait_disarm", c->provider->wait_disarm(c->instance, &e->plock, fired ? 1 : 0));
+    int64_t left = *timeout_ms > 0 ? *timeout_ms : 0;
+    int rc = checked(c->provider, "wait_disarm",
+                     c->provider->wait_disarm(c->instance, &e->plock, fired ? 1 : 0, timeout_ms));
     if (rc == DLOCK_EBUSY && !fired) /* the wait must end: it has, with nothing come */
         rc = DLOCK_ETIMEDOUT;
+    if (*timeout_ms > left || *timeout_ms < 0)
+        *timeout_ms = left; /* it may only lower it */
     return rc;
 }
 

@@ -1,5 +1,5 @@
 #!/bin/sh
-# scripts/bench.sh [--quick] [--shared | --shared-only | --waiting] [--out DIR] [BUILDDIR] - the comparative benchmark:
+# scripts/bench.sh [--quick] [--shared | --shared-only | --waiting | --pending] [--out DIR] [BUILDDIR] - the comparative benchmark:
 # starts throwaway servers on private ports (redis-server, a 3-master Redis
 # Cluster, and PostgreSQL,
 # MariaDB, ZooKeeper and etcd when their backends are built), writes one config per backend and
@@ -12,7 +12,9 @@
 # they are compared with. --waiting runs only the contended scenario at 8
 # workers (hold 1 ms, pause 5 ms), over every backend and then again in fair
 # mode over those that have it: how evenly and how quickly waiters get
-# their turns.
+# their turns. --pending runs the non-blocking API's scenario (10,000
+# acquires pending on the redis family, 1,000 elsewhere, from one loop
+# thread) beside the contended one at 8 workers it is compared with.
 set -eu
 cd "$(dirname "$0")/.."
 quick=no
@@ -25,6 +27,7 @@ while [ $# -gt 0 ]; do
     --shared) shared=yes ;;
     --shared-only) shared=only ;;
     --waiting) shared=waiting ;;
+    --pending) shared=pending ;;
     --out) out=$2; shift ;;
     *) B=$(cd "$1" && pwd) ;;
     esac
@@ -121,6 +124,13 @@ if [ $shared = waiting ]; then
     echo "== fair mode, where the backend has it"
     "$BENCH" "$@" --fair --csv "$out/waiting-fair.csv"
     echo "csv: $out/waiting.csv $out/waiting-fair.csv"
+    exit 0
+fi
+if [ $shared = pending ]; then
+    set -- "$@" --scenario contended --scenario pending --workers 8 --hold-ms 1 --pause-ms 5
+    if [ $quick = yes ]; then set -- "$@" --duration 1 --repeat 1; else set -- "$@" --duration 3 --repeat 3; fi
+    "$BENCH" "$@" --csv "$out/pending.csv"
+    echo "csv: $out/pending.csv"
     exit 0
 fi
 if [ $quick = yes ]; then set -- "$@" --duration 1 --repeat 3 --workers 2,8 --locks 2000

@@ -120,8 +120,9 @@ int line_wait_arm(void *instance, struct dlock_provider_lock *lk, int64_t *timeo
     return ops->arm(instance, lk, p->armed_in_line, timeout_ms, fd);
 }
 
-int line_wait_disarm(void *instance, struct dlock_provider_lock *lk, int fired)
+int line_wait_disarm(void *instance, struct dlock_provider_lock *lk, int fired, int64_t *timeout_ms)
 {
+    (void)timeout_ms;
     const struct line_host *c = instance;
     const struct line_ops *ops = c->ops;
     struct line_place *p = ops->place(lk);

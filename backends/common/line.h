@@ -116,6 +116,6 @@ int line_wait(void *instance, struct dlock_provider_lock *lk, int64_t timeout_ms
  * then the backend's arm; timer_look set as line_wait sets it.
  * DLOCK_ENOTSUP when the backend has no arm. */
 int line_wait_arm(void *instance, struct dlock_provider_lock *lk, int64_t *timeout_ms, int *fd);
-int line_wait_disarm(void *instance, struct dlock_provider_lock *lk, int fired);
+int line_wait_disarm(void *instance, struct dlock_provider_lock *lk, int fired, int64_t *timeout_ms);
 
 #endif

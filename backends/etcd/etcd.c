@@ -448,8 +448,9 @@ static int etcd_wait_arm(void *instance, struct dlock_provider_lock *lk, int64_t
     return DLOCK_OK;
 }
 
-static int etcd_wait_disarm(void *instance, struct dlock_provider_lock *lk, int fired)
+static int etcd_wait_disarm(void *instance, struct dlock_provider_lock *lk, int fired, int64_t *timeout_ms)
 {
+    (void)timeout_ms;
     (void)instance;
     struct etcd_lock *el = lk->priv;
     int rc = fired ? DLOCK_OK : DLOCK_ETIMEDOUT;

@@ -210,22 +210,76 @@ static enum watch_sent send_watch(struct my_line *l, const struct my_line_watch 
  * caller moves on costs the connection. */
 #define SLEEP_GRACE_MS 100
 
+/* At the head: sends the watch; false when the wait ends here (*rc). */
+static bool watch_from_head(struct my_pool *pool, struct my_line *l, const struct my_line_watch *watch,
+                            int64_t sleep_ms, void *log_handle, int *rc)
+{
+    *rc = DLOCK_OK;
+    enum watch_sent sent = send_watch(l, watch, sleep_ms > 0 ? sleep_ms : 0);
+    if (sent == WATCH_LOOK)
+        return false;
+    if (sent == WATCH_FAILED) {
+        dlock_provider_log(log_handle, DLOCK_LOG_WARN, "%s: a waiter's request could not be sent (%s); the next "
+                           "look joins the line again", pool->server->label, dlock_errmsg());
+        drop(pool, l, false);
+        return false;
+    }
+    return true;
+}
+
+/* Takes in the answer that has arrived on the waiter's connection: false
+ * when the wait ends (*rc), true when it goes on (a request sent again, or
+ * the watch sent after the gate came) until deadline. */
+static bool take_answer(struct my_pool *pool, struct my_line *l, const struct my_line_watch *watch, int64_t deadline,
+                        void *log_handle, int *rc)
+{
+    *rc = DLOCK_OK;
+    char err[256] = "no answer";
+    long long v = read_answer(l, err, sizeof err);
+    unsigned e = v == -2 ? mysql_errno(l->conn->db) : 0;
+    /* KILL QUERY: in lease mode the release's way of ending our sleep.
+     * One that comes late, after we moved on, may end the request for
+     * the gate instead (GET_LOCK then answers NULL, or the error), as
+     * may a statement time limit we could not lift: the gate is then
+     * asked for again, a few times in a row at most. */
+    bool cut_off = e == ER_QUERY_INTERRUPTED || e == ER_STATEMENT_TIMEOUT || e == MY_ER_QUERY_TIMEOUT;
+    if ((cut_off || v == -1) && l->place.state == LINE_ASKED && l->reasks < 3) {
+        char sql[96];
+        ask_for_gate(l, sql, sizeof sql, FOREVER_S);
+        l->reasks++;
+        if (send_text(l, sql))
+            return true;
+    }
+    if (cut_off && l->place.state == LINE_WATCHING) {
+        /* Woken by the release, which took the waker; or by a late KILL
+         * meant for an earlier use of this connection, or a time limit,
+         * which did not: disarming stays due (it checks the id). */
+        l->place.state = LINE_HEAD;
+        return false;
+    }
+    if (v < 0) { /* an error, or NULL: GET_LOCK's own error */
+        dlock_provider_log(log_handle, DLOCK_LOG_WARN, "%s: a waiter's request failed (%s); the next look "
+                           "joins the line again", pool->server->label, err);
+        drop(pool, l, false);
+        return false;
+    }
+    if (l->place.state == LINE_ASKED) {
+        l->place.state = LINE_HEAD; /* the gate is ours: watch the holder */
+        l->reasks = 0;
+        return watch_from_head(pool, l, watch, deadline - dlock_provider_now_ms(), log_handle, rc);
+    }
+    l->place.state = LINE_HEAD; /* the holder let go, or the sleep ran out: look */
+    l->armed = watch && v == 2; /* slept out: the waker may still be ours */
+    return false;
+}
+
 int my_line_wait(struct my_pool *pool, struct my_line *l, const struct my_line_watch *watch, int64_t timeout_ms,
                  int wake_fd, void *log_handle)
 {
-    const char *label = pool->server->label;
     int64_t deadline = dlock_provider_now_ms() + timeout_ms;
-    if (l->place.state == LINE_HEAD) {
-        enum watch_sent sent = send_watch(l, watch, timeout_ms);
-        if (sent == WATCH_LOOK)
-            return DLOCK_OK;
-        if (sent == WATCH_FAILED) {
-            dlock_provider_log(log_handle, DLOCK_LOG_WARN, "%s: a waiter's request could not be sent (%s); the next "
-                               "look joins the line again", label, dlock_errmsg());
-            drop(pool, l, false);
-            return DLOCK_OK;
-        }
-    }
+    int rc;
+    if (l->place.state == LINE_HEAD && !watch_from_head(pool, l, watch, timeout_ms, log_handle, &rc))
+        return rc;
     for (;;) {
         int64_t now = dlock_provider_now_ms(), left = deadline - now;
         if (watch && l->place.state == LINE_WATCHING)
@@ -239,52 +293,36 @@ int my_line_wait(struct my_pool *pool, struct my_line *l, const struct my_line_w
             return DLOCK_ETIMEDOUT;
         if (n < 0 || (wake_fd >= 0 && (p[1].revents & POLLIN)))
             return DLOCK_OK;
-        char err[256] = "no answer";
-        long long v = read_answer(l, err, sizeof err);
-        unsigned e = v == -2 ? mysql_errno(l->conn->db) : 0;
-        /* KILL QUERY: in lease mode the release's way of ending our sleep.
-         * One that comes late, after we moved on, may end the request for
-         * the gate instead (GET_LOCK then answers NULL, or the error), as
-         * may a statement time limit we could not lift: the gate is then
-         * asked for again, a few times in a row at most. */
-        bool cut_off = e == ER_QUERY_INTERRUPTED || e == ER_STATEMENT_TIMEOUT || e == MY_ER_QUERY_TIMEOUT;
-        if ((cut_off || v == -1) && l->place.state == LINE_ASKED && l->reasks < 3) {
-            char sql[96];
-            ask_for_gate(l, sql, sizeof sql, FOREVER_S);
-            l->reasks++;
-            if (send_text(l, sql))
-                continue;
-        }
-        if (cut_off && l->place.state == LINE_WATCHING) {
-            /* Woken by the release, which took the waker; or by a late KILL
-             * meant for an earlier use of this connection, or a time limit,
-             * which did not: disarming stays due (it checks the id). */
-            l->place.state = LINE_HEAD;
-            return DLOCK_OK;
-        }
-        if (v < 0) { /* an error, or NULL: GET_LOCK's own error */
-            dlock_provider_log(log_handle, DLOCK_LOG_WARN, "%s: a waiter's request failed (%s); the next look "
-                               "joins the line again", label, err);
-            drop(pool, l, false);
-            return DLOCK_OK;
-        }
-        if (l->place.state == LINE_ASKED) {
-            l->place.state = LINE_HEAD; /* the gate is ours: watch the holder */
-            l->reasks = 0;
-            int64_t sleep_ms = deadline - dlock_provider_now_ms();
-            enum watch_sent sent = send_watch(l, watch, sleep_ms > 0 ? sleep_ms : 0);
-            if (sent == WATCH_LOOK)
-                return DLOCK_OK;
-            if (sent == WATCH_FAILED) {
-                drop(pool, l, false);
-                return DLOCK_OK;
-            }
-            continue;
-        }
-        l->place.state = LINE_HEAD; /* the holder let go, or the sleep ran out: look */
-        l->armed = watch && v == 2; /* slept out: the waker may still be ours */
-        return DLOCK_OK;
+        if (!take_answer(pool, l, watch, deadline, log_handle, &rc))
+            return rc;
     }
+}
+
+int my_line_arm(struct my_pool *pool, struct my_line *l, const struct my_line_watch *watch, int64_t *timeout_ms,
+                int *fd, void *log_handle)
+{
+    int rc;
+    *fd = -1;
+    l->park_deadline = dlock_provider_now_ms() + *timeout_ms;
+    if (l->place.state == LINE_HEAD && !watch_from_head(pool, l, watch, *timeout_ms, log_handle, &rc)) {
+        *timeout_ms = 0; /* over already: look at once */
+        return rc;
+    }
+    *fd = (int)mysql_get_socket(l->conn->db);
+    if (*fd < 0)
+        *timeout_ms = 0;
+    return DLOCK_OK;
+}
+
+int my_line_disarm(struct my_pool *pool, struct my_line *l, const struct my_line_watch *watch, int fired,
+                   void *log_handle)
+{
+    if (!fired)
+        return DLOCK_ETIMEDOUT; /* a sleep in flight is read by the next wait */
+    if (!l->conn)
+        return DLOCK_OK;
+    int rc;
+    return take_answer(pool, l, watch, l->park_deadline, log_handle, &rc) ? DLOCK_EBUSY : rc;
 }
 
 void my_line_leave(struct my_pool *pool, struct my_line *l)

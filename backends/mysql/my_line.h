@@ -39,6 +39,7 @@ struct my_line {
     struct my_pool *ctl;  /* the statement pool, which KILL is sent through */
     bool armed;           /* lease mode: the row may still name thread_id as its waker */
     int reasks;           /* the gate asked for again in a row after its request was cut off */
+    int64_t park_deadline; /* a parked wait's end (my_line_arm) */
 };
 
 /* How the head of a lease-mode line watches the holder. */
@@ -81,6 +82,16 @@ int my_line_enter(struct my_pool *pool, struct my_pool *ctl, struct my_line *l, 
  * caller's next look joins again. */
 int my_line_wait(struct my_pool *pool, struct my_line *l, const struct my_line_watch *watch, int64_t timeout_ms,
                  int wake_fd, void *log_handle);
+
+/* my_line_wait cut in two, for a parked wait: arm sends what the head
+ * sends and hands back the waiter's socket (or a timeout of 0 when the
+ * wait is over already); disarm reads the answer that came and answers as
+ * my_line_wait, or DLOCK_EBUSY when the wait goes on (the gate asked for
+ * again, or the watch sent once the gate came). */
+int my_line_arm(struct my_pool *pool, struct my_line *l, const struct my_line_watch *watch, int64_t *timeout_ms,
+                int *fd, void *log_handle);
+int my_line_disarm(struct my_pool *pool, struct my_line *l, const struct my_line_watch *watch, int fired,
+                   void *log_handle);
 
 /* The caller was granted the lock, or gives up: out of the line, the gate
  * passed on, the connection back to pool (or killed and closed when a

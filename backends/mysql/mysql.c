@@ -187,6 +187,34 @@ static int wait_in_line(void *instance, struct dlock_provider_lock *lk, int64_t 
                         inst->head.mode->lease_rows ? &watch : NULL, timeout_ms, wake_fd, inst->log_handle);
 }
 
+/* The same wait, parked on the waiter's connection. The watch (lease mode)
+ * is used only during each call, as in wait_in_line. */
+static int arm(void *instance, struct dlock_provider_lock *lk, bool in_line, int64_t *timeout_ms, int *fd)
+{
+    struct my_instance *inst = instance;
+    if (!in_line) { /* out of the line: the core's next look joins it again, soon */
+        *fd = -1;
+        if (*timeout_ms > OUT_OF_LINE_MS)
+            *timeout_ms = OUT_OF_LINE_MS;
+        return DLOCK_OK;
+    }
+    struct lease_watch lw = { inst, lk };
+    const struct my_line_watch watch = { lease_arm, lease_sleep_sql, &lw };
+    return my_line_arm(&inst->waiters, &((struct my_lock *)lk->priv)->line,
+                       inst->head.mode->lease_rows ? &watch : NULL, timeout_ms, fd, inst->log_handle);
+}
+
+static int disarm(void *instance, struct dlock_provider_lock *lk, bool in_line, int fired)
+{
+    struct my_instance *inst = instance;
+    if (!in_line)
+        return fired ? DLOCK_OK : DLOCK_ETIMEDOUT;
+    struct lease_watch lw = { inst, lk };
+    const struct my_line_watch watch = { lease_arm, lease_sleep_sql, &lw };
+    return my_line_disarm(&inst->waiters, &((struct my_lock *)lk->priv)->line,
+                          inst->head.mode->lease_rows ? &watch : NULL, fired, inst->log_handle);
+}
+
 /* Every kind waits in the line; out of it, the core's next look joins it
  * again. Granted or failed, the gate goes to the next waiter. */
 static const struct line_ops my_line_ops = {
@@ -200,6 +228,8 @@ static const struct line_ops my_line_ops = {
     .join = join_line,
     .before_wait = before_wait,
     .wait_in_line = wait_in_line,
+    .arm = arm,
+    .disarm = disarm,
 };
 
 static int my_renew_batch(void *instance, struct dlock_provider_lock *const *locks, size_t n, int *results)
@@ -312,7 +342,7 @@ static int my_open(void **instance, const struct dlock_provider_env *env)
 }
 
 static const struct dlock_provider my_provider = {
-    .version = DLOCK_PROVIDER_VERSION_4,
+    .version = DLOCK_PROVIDER_VERSION_5,
     .name = "mysql",
     .capabilities = DLOCK_CAP_RENEW | DLOCK_CAP_FENCE | DLOCK_CAP_SERVER_EXPIRY | DLOCK_CAP_MULTI_HOST |
                     DLOCK_CAP_SHARED | DLOCK_CAP_SEMAPHORE | DLOCK_CAP_DOWNGRADE | DLOCK_CAP_NATIVE_WAIT |
@@ -330,6 +360,8 @@ static const struct dlock_provider my_provider = {
     .ctl = sql_mode_ctl,
     .abandon = my_abandon,
     .wait = line_wait,
+    .wait_arm = line_wait_arm,
+    .wait_disarm = line_wait_disarm,
     .list = sql_mode_list,
     .break_hold = sql_mode_break,
     .downgrade = sql_mode_downgrade,

@@ -485,8 +485,9 @@ static int redis_wait_arm(void *instance, struct dlock_provider_lock *lk, int64_
     return DLOCK_OK;
 }
 
-static int redis_wait_disarm(void *instance, struct dlock_provider_lock *lk, int fired)
+static int redis_wait_disarm(void *instance, struct dlock_provider_lock *lk, int fired, int64_t *timeout_ms)
 {
+    (void)timeout_ms;
     (void)instance;
     struct redis_lock *rl = lk->priv;
     return redis_subscriber_disarm(rl->notify_fd - 1, fired, NULL);

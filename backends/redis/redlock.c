@@ -74,6 +74,7 @@ struct redlock_lock {
     size_t channel_len;
     bool subscribed[REDLOCK_MAX_SERVERS];
     bool registered;            /* a busy answer may have queued the owner on a master */
+    uint64_t gathered;          /* a parked wait: the masters' messages so far */
 };
 
 static const struct dlock_setting_spec redlock_settings[] = {
@@ -373,24 +374,34 @@ static int redlock_wait(void *instance, struct dlock_provider_lock *lk, int64_t 
     return DLOCK_OK;
 }
 
-/* Parked on the subscriptions' eventfd. A parked wait does not gather:
- * the core looks at the first message, and a look that finds the others
- * still held waits again (more attempts per grant than redlock_wait makes,
- * and no thread held meanwhile). */
+/* Parked on the subscriptions' eventfd, gathering as redlock_wait does: the
+ * first message keeps the wait going for GATHER_MS at most, until a
+ * majority's messages have come. */
 static int redlock_wait_arm(void *instance, struct dlock_provider_lock *lk, int64_t *timeout_ms, int *fd)
 {
     (void)instance;
     (void)timeout_ms;
     struct redlock_lock *rl = lk->priv;
+    rl->gathered = 0;
     *fd = rl->notify_fd - 1;
     return DLOCK_OK;
 }
 
-static int redlock_wait_disarm(void *instance, struct dlock_provider_lock *lk, int fired)
+static int redlock_wait_disarm(void *instance, struct dlock_provider_lock *lk, int fired, int64_t *timeout_ms)
 {
-    (void)instance;
+    struct redlock_instance *inst = instance;
     struct redlock_lock *rl = lk->priv;
-    return redis_subscriber_disarm(rl->notify_fd - 1, fired, NULL);
+    uint64_t got = 0;
+    int rc = redis_subscriber_disarm(rl->notify_fd - 1, fired, &got);
+    bool first = rl->gathered == 0;
+    rl->gathered += got;
+    if (!fired)
+        return rl->gathered > 0 ? DLOCK_OK : rc; /* the gathering time is over: look */
+    if (got == 0 || rl->gathered >= (uint64_t)inst->quorum)
+        return DLOCK_OK;
+    if (first && *timeout_ms > GATHER_MS)
+        *timeout_ms = GATHER_MS;
+    return DLOCK_EBUSY;
 }
 
 static int attempt(struct redlock_instance *inst, struct dlock_provider_lock *lk, struct dlock_grant *g);

@@ -398,8 +398,9 @@ static int zk_wait_arm(void *instance, struct dlock_provider_lock *lk, int64_t *
     return DLOCK_OK;
 }
 
-static int zk_wait_disarm(void *instance, struct dlock_provider_lock *lk, int fired)
+static int zk_wait_disarm(void *instance, struct dlock_provider_lock *lk, int fired, int64_t *timeout_ms)
 {
+    (void)timeout_ms;
     watch_end(instance, lk->priv);
     return fired ? DLOCK_OK : DLOCK_ETIMEDOUT;
 }

@@ -366,12 +366,15 @@ struct dlock_provider {
      * and returns what wait would have: DLOCK_OK (look again),
      * DLOCK_ETIMEDOUT (nothing came), or a failure; or, only when fired,
      * DLOCK_EBUSY: what came does not end the wait (a part of a message,
-     * a change that frees nothing), so the wait stays armed and the core
-     * polls the same descriptor again until the same deadline, then calls
-     * wait_disarm again (with fired 0 at the deadline or a cancel, when it
-     * must end the wait). */
+     * a change that frees nothing, one of several messages it gathers), so
+     * the wait stays armed and the core polls the same descriptor again
+     * for *timeout_ms more, then calls wait_disarm again (with fired 0 when
+     * that time is over or the core must end the wait, a cancel: at fired
+     * 0 it ends the wait, and may still answer DLOCK_OK to have the core
+     * look). *timeout_ms arrives as the time left of the armed wait; lower
+     * it to end the continued wait sooner. */
     int (*wait_arm)(void *instance, struct dlock_provider_lock *lk, int64_t *timeout_ms, int *fd);
-    int (*wait_disarm)(void *instance, struct dlock_provider_lock *lk, int fired);
+    int (*wait_disarm)(void *instance, struct dlock_provider_lock *lk, int fired, int64_t *timeout_ms);
 };
 
 /*

@@ -89,11 +89,12 @@ static int dummy_wait_arm(void *i, struct dlock_provider_lock *lk, int64_t *time
     return DLOCK_OK;
 }
 
-static int dummy_wait_disarm(void *i, struct dlock_provider_lock *lk, int fired)
+static int dummy_wait_disarm(void *i, struct dlock_provider_lock *lk, int fired, int64_t *timeout_ms)
 {
     (void)i;
     (void)lk;
     (void)fired;
+    (void)timeout_ms;
     return DLOCK_OK;
 }
 
