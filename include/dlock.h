@@ -362,11 +362,10 @@ int dlock_cancel(dlock_lock *lock);
  * <dlock/adapters/libev.h>.
  *
  * The client does the work on threads of its own: a fixed pool of
- * DLOCK_ASYNC_WORKERS that make the backend's round trips, and one that
- * keeps every waiting operation on the backend's wake-up descriptor (or a
- * timer) without a thread of its own, so thousands may wait at once.
- * Backends that can only wait by blocking (mysql) wait on a pool thread a
- * slice at a time. docs/design.md says which backend waits how.
+ * DLOCK_ASYNC_WORKERS that make the backend's round trips and take turns
+ * at keeping every waiting operation on the backend's wake-up descriptor
+ * (or a timer), so thousands may wait at once without a thread each, on
+ * every backend. docs/design.md says which backend waits on what.
  *
  * A hold taken with dlock_acquire_start() belongs to the handle, not to a
  * thread: any thread may release it (dlock_release_start(),
