@@ -169,6 +169,11 @@ int dlock_acquire(dlock_lock *h, int64_t wait_ms)
     int64_t deadline = dlock__deadline_after(start, wait_ms);
 
     pthread_mutex_lock(&e->mu);
+    /* This thread's hold whose non-blocking release is under way is not
+     * entered again: the release would end it under the new acquire. Its
+     * end is waited for (one round trip), then this is a new hold. */
+    while (e->count > 0 && e->holder == self && e->release_pending)
+        pthread_cond_wait(&e->cv, &e->mu);
     if (e->count > 0 && e->holder == self) {
         if (e->lost) {
             pthread_mutex_unlock(&e->mu);

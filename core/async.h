@@ -52,7 +52,8 @@ struct dlock__aop {
     int64_t park_until;             /* monotonic ms, DLOCK__INFINITE for none */
 
     /* the steps' (async_ops.c), touched by one worker at a time */
-    bool contending;                /* the entry's contender (past the local queue) */
+    bool contending;                /* the entry's contender (past the local queue);
+                                     * written atomically, read so by the engine */
     bool armed;                     /* wait_arm succeeded: wait_disarm is due */
     int armed_fd;                   /* the descriptor and deadline it was armed with */
     int64_t armed_until;

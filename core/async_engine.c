@@ -136,6 +136,8 @@ static void unlink_entry(struct dlock__aop *op)
 
 /* ---- parking (a->mu held) ------------------------------------------------------ */
 
+static void unpark(struct dlock__async *a, struct dlock__aop *op, bool fired);
+
 /* Parks op: its descriptor in the epoll set, its deadline in the heap. A descriptor epoll refuses (a regular file) is looked at on
  * a short timer instead. */
 static void park(struct dlock__async *a, struct dlock__aop *op)
@@ -167,8 +169,10 @@ static void park(struct dlock__async *a, struct dlock__aop *op)
     if (op->park_until != DLOCK__INFINITE) {
         op->timer.due_ms = op->park_until;
         op->timer.early_ms = 0;
-        if (dlock__timer_heap_push(&a->timers, &op->timer) != DLOCK_OK && op->polled_fd < 0) {
-            push_ready(a, op); /* no memory for the timer: look again now rather than never */
+        if (dlock__timer_heap_push(&a->timers, &op->timer) != DLOCK_OK) {
+            /* No memory for the timer: look again now rather than miss the
+             * deadline. */
+            unpark(a, op, false);
             return;
         }
     }
@@ -177,6 +181,16 @@ static void park(struct dlock__async *a, struct dlock__aop *op)
 
 static void unpark(struct dlock__async *a, struct dlock__aop *op, bool fired)
 {
+    if (op->in_kick_list) {
+        /* Woken otherwise (an event, its timer) after it was kicked: off
+         * the list now, or the list would name it after it is freed. */
+        struct dlock__aop **p = &a->kick_head;
+        while (*p && *p != op)
+            p = &(*p)->kick_next;
+        if (*p)
+            *p = op->kick_next;
+        op->in_kick_list = false;
+    }
     if (op->polled_fd >= 0) {
         epoll_ctl(a->epoll_fd, EPOLL_CTL_DEL, op->polled_fd, NULL);
         if (op->polled_fd != op->park_fd)
@@ -242,7 +256,7 @@ static void run_one(struct dlock__async *a, struct dlock__aop *op, int wake_fd)
         push_ready(a, op);
         break;
     case STEP_PARK:
-        op->parked_local = !op->contending;
+        op->parked_local = !__atomic_load_n(&op->contending, __ATOMIC_ACQUIRE);
         if (op->kick_pending) {
             op->fired = false;
             push_ready(a, op);
@@ -381,7 +395,7 @@ int dlock__async_submit(dlock_client *c, struct dlock__aop *op, bool done)
 {
     struct dlock__async *a = &c->async;
     pthread_mutex_lock(&a->mu);
-    int rc = a->stopping ? dlock_seterr(DLOCK_EINVAL, "the client is closing") : start(c);
+    int rc = a->closing ? dlock_seterr(DLOCK_EINVAL, "the client is closing") : start(c);
     if (rc == DLOCK_OK && a->nworkers == 0)
         rc = dlock_seterr(DLOCK_EINTERNAL, "the threads for non-blocking operations could not be started");
     if (rc == DLOCK_OK) {
@@ -411,7 +425,8 @@ void dlock__async_entry_free(dlock_client *c, struct dlock__entry *e)
         if (op->kind != AOP_ACQUIRE)
             continue;
         if (op->state == AOP_RUNNING) {
-            kick(a, op, false);
+            if (!__atomic_load_n(&op->contending, __ATOMIC_ACQUIRE))
+                kick(a, op, false); /* a contender waits for the backend, not for this */
         } else if (op->state == AOP_PARKED && op->parked_local) {
             kick(a, op, false);
             break;
@@ -521,6 +536,9 @@ void dlock__async_shutdown(dlock_client *c)
     struct dlock__async *a = &c->async;
     pthread_mutex_lock(&c->entries_mu);
     pthread_mutex_lock(&a->mu);
+    /* Nothing new from here on (an on_lost of the closing client may try):
+     * what is cancelled below is all there will be. */
+    a->closing = true;
     for (size_t i = 0; i < c->nbuckets; i++)
         for (struct dlock__entry *e = c->buckets[i]; e; e = e->next_in_bucket)
             for (struct dlock__aop *op = e->aops; op; op = op->entry_next)
@@ -555,6 +573,11 @@ void dlock__async_shutdown(dlock_client *c)
         close(a->done_fd);
     a->done_fd = -1;
     dlock__timer_heap_free(&a->timers);
+}
+
+void dlock__async_destroy(dlock_client *c)
+{
+    struct dlock__async *a = &c->async;
     pthread_cond_destroy(&a->work_cv);
     pthread_cond_destroy(&a->done_cv);
     pthread_mutex_destroy(&a->mu);

@@ -56,7 +56,7 @@ static enum dlock__step acquire_done(struct dlock__aop *op, int rc)
         dlock__p_abandon(c, e);
     pthread_mutex_lock(&e->mu);
     if (op->contending) {
-        op->contending = false;
+        __atomic_store_n(&op->contending, false, __ATOMIC_RELEASE);
         e->contending = false;
         e->contender_wake_fd = -1;
     }
@@ -97,7 +97,7 @@ static enum dlock__step queue_locally(struct dlock__aop *op)
         return park_until(op, -1, op->deadline);
     }
     dlock__contender_begin(c, e, op->lock, op->self, -1);
-    op->contending = true;
+    __atomic_store_n(&op->contending, true, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&e->mu);
     return STEP_AGAIN;
 }
@@ -256,17 +256,29 @@ static struct dlock__aop *aop_new(dlock_lock *h, enum dlock__aop_kind kind, dloc
     return op;
 }
 
+/* DLOCK_EINVAL when h is being freed (a callback run by dlock_lock_free). */
+static int not_freeing(const dlock_lock *h, const char *call)
+{
+    if (h->freeing)
+        return dlock_seterr(DLOCK_EINVAL, "%s: the handle is being freed", call);
+    return DLOCK_OK;
+}
+
 int dlock_acquire_start(dlock_lock *h, int64_t wait_ms, dlock_done_fn fn, void *arg)
 {
     struct dlock__entry *e = dlock__entry_of(h);
     if (!e)
+        return DLOCK_EINVAL;
+    if (not_freeing(h, "dlock_acquire_start") != DLOCK_OK)
         return DLOCK_EINVAL;
     if (!fn)
         return dlock_seterr(DLOCK_EINVAL, "dlock_acquire_start: done is NULL");
     dlock_client *c = e->client;
     uint64_t me = dlock__thread_no();
     pthread_mutex_lock(&e->mu);
-    bool mine = e->count > 0 && (e->holder == h->async_no || e->holder == me);
+    /* A hold whose release is under way is not in the way: the start
+     * queues behind it in the client. */
+    bool mine = e->count > 0 && (e->holder == h->async_no || e->holder == me) && !e->release_pending;
     pthread_mutex_unlock(&e->mu);
     if (mine)
         return dlock_seterr(DLOCK_EDEADLK, "lock '%s': this handle (or the calling thread) already holds it; "
@@ -297,6 +309,8 @@ int dlock_release_start(dlock_lock *h, dlock_done_fn fn, void *arg)
 {
     struct dlock__entry *e = dlock__entry_of(h);
     if (!e)
+        return DLOCK_EINVAL;
+    if (not_freeing(h, "dlock_release_start") != DLOCK_OK)
         return DLOCK_EINVAL;
     if (!fn)
         return dlock_seterr(DLOCK_EINVAL, "dlock_release_start: done is NULL");

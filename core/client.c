@@ -144,6 +144,7 @@ void dlock_client_close(dlock_client *c)
     dlock__timer_thread_destroy(&c->expiry);
     dlock__timer_thread_destroy(&c->watchdog);
     dlock__entries_close_all(c);
+    dlock__async_destroy(c);
     dlock__p_close(c);
     pthread_mutex_destroy(&c->entries_mu);
     dlock__metrics_names_free(&c->metrics);

@@ -402,6 +402,9 @@ void dlock_lock_free(dlock_lock *lock)
 {
     if (!lock || dlock__client_usable(lock->entry->client) != DLOCK_OK)
         return;
+    if (lock->freeing)
+        return; /* called again by a callback that its own free runs */
+    lock->freeing = true;
     struct dlock__entry *e = lock->entry;
     dlock_client *c = e->client;
     /* Its non-blocking operations end first, their callbacks called here. */

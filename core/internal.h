@@ -263,6 +263,7 @@ struct dlock__async {
     int epoll_fd;                   /* parked operations' descriptors, and parker_wake_fd */
     int parker_wake_fd;             /* eventfd that wakes the poller: kicks, new timers, work, stopping */
     bool started, stopping;
+    bool closing;                   /* the client is closing: no new operation */
     bool polling;                   /* a worker waits in epoll_wait (the poller) */
     unsigned idle;                  /* workers waiting on work_cv */
     unsigned nworkers;
@@ -276,9 +277,13 @@ struct dlock__async {
 
 /* Sets up an idle engine (no thread, no fd) at client open. */
 void dlock__async_init(dlock_client *client);
-/* At client close: every pending operation is completed (its callback
- * called on the calling thread), the threads stopped, the fds closed. */
+/* At client close: new operations are refused, every pending one is
+ * completed (its callback called on the calling thread), the threads
+ * stopped, the fds closed. */
 void dlock__async_shutdown(dlock_client *client);
+/* Last of all at close, once no thread can call in (the timer threads are
+ * joined): the mutex and condition variables go. */
+void dlock__async_destroy(dlock_client *client);
 /* Before a handle is freed: its pending operations are cancelled, waited
  * for and completed (their callbacks called on the calling thread). */
 void dlock__async_lock_freeing(dlock_client *client, dlock_lock *lock);
@@ -312,6 +317,7 @@ struct dlock_lock {
     dlock_lock_options options;
     unsigned lost_calls_running;    /* on_lost calls in flight with this handle (entry->mu) */
     uint64_t async_no;              /* holder number of this handle's non-blocking holds (constant) */
+    bool freeing;                   /* dlock_lock_free() of it is under way (its thread only) */
     struct dlock_lock *prev, *next; /* in client->handles */
 };
 

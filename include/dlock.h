@@ -383,7 +383,12 @@ int dlock_cancel(dlock_lock *lock);
  * or inside dlock_lock_free() or dlock_client_close() for the operations
  * those end. It may call any libdlock function, including
  * dlock_release_start(), dlock_acquire_start() and dlock_lock_free() on
- * lock, but not dlock_client_close(). */
+ * lock, but not dlock_client_close(); called by lock's own
+ * dlock_lock_free(), a dlock_lock_free() of lock does nothing and a start
+ * on lock is refused (DLOCK_EINVAL), and called by dlock_client_close(),
+ * so is every start. Free a handle with operations pending on the thread
+ * that calls dlock_client_process(), or once their callbacks came: a free
+ * on another thread does not wait for a callback already being called. */
 typedef void (*dlock_done_fn)(dlock_lock *lock, int rc, void *arg);
 
 /* The size of the pool of threads that make non-blocking operations'

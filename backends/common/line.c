@@ -117,7 +117,9 @@ int line_wait_arm(void *instance, struct dlock_provider_lock *lk, int64_t *timeo
     if (*timeout_ms < 0)
         *timeout_ms = 0;
     p->armed_in_line = p->state != LINE_OUT;
-    return ops->arm(instance, lk, p->armed_in_line, timeout_ms, fd);
+    int rc = ops->arm(instance, lk, p->armed_in_line, timeout_ms, fd);
+    p->armed_over = rc == DLOCK_OK && *fd < 0 && *timeout_ms == 0;
+    return rc;
 }
 
 int line_wait_disarm(void *instance, struct dlock_provider_lock *lk, int fired, int64_t *timeout_ms)
@@ -127,6 +129,8 @@ int line_wait_disarm(void *instance, struct dlock_provider_lock *lk, int fired, 
     const struct line_ops *ops = c->ops;
     struct line_place *p = ops->place(lk);
     int rc = ops->disarm(instance, lk, p->armed_in_line, fired);
+    if (!fired && p->armed_over && rc == DLOCK_ETIMEDOUT)
+        rc = DLOCK_OK; /* the line moved while arming: look, as line_wait would */
     if (p->armed_in_line)
         p->timer_look = rc == DLOCK_ETIMEDOUT;
     return rc;

@@ -43,6 +43,7 @@ struct line_place {
     int state;        /* enum line_state */
     bool timer_look;  /* the last wait ran out: the next fair look may be late */
     bool armed_in_line; /* the armed wait (line_wait_arm) waits in the line */
+    bool armed_over;    /* it was over when armed (nothing to poll, no time): a look, not a timeout */
 };
 
 
