@@ -93,6 +93,31 @@ static dlock_lock *handle(dlock_client *c, const char *name, int64_t lease_ms, d
     return l;
 }
 
+/* Two clients of the target, each with a handle of NAME: how most cases
+ * start, and end. */
+struct two {
+    dlock_client *a, *b;
+    dlock_lock *la, *lb;
+};
+
+static struct two two_open(const char *name)
+{
+    struct two t;
+    t.a = conformance_open_client(30000, 100);
+    t.b = conformance_open_client(30000, 100);
+    t.la = handle(t.a, name, 0, NULL, NULL);
+    t.lb = handle(t.b, name, 0, NULL, NULL);
+    return t;
+}
+
+static void two_close(struct two *t)
+{
+    dlock_lock_free(t->la);
+    dlock_lock_free(t->lb);
+    dlock_client_close(t->a);
+    dlock_client_close(t->b);
+}
+
 static int acquire_now(dlock_client *c, dlock_lock *l, int64_t wait_ms)
 {
     struct result r = { 0 };
@@ -116,8 +141,9 @@ static int release_now(dlock_client *c, dlock_lock *l)
 static void async_try_once_and_release(void **state)
 {
     (void)state;
-    dlock_client *a = conformance_open_client(30000, 100), *b = conformance_open_client(30000, 100);
-    dlock_lock *la = handle(a, "async-once", 0, NULL, NULL), *lb = handle(b, "async-once", 0, NULL, NULL);
+    struct two two = two_open("async-once");
+    dlock_client *a = two.a, *b = two.b;
+    dlock_lock *la = two.la, *lb = two.lb;
     assert_int_equal(acquire_now(a, la, 0), DLOCK_OK);
     assert_int_equal(dlock_hold_count(la), 1);
     struct result r = { 0 };
@@ -130,17 +156,15 @@ static void async_try_once_and_release(void **state)
     assert_int_equal(release_now(a, la), DLOCK_ENOTOWNER);
     assert_int_equal(acquire_now(b, lb, 0), DLOCK_OK);
     assert_int_equal(release_now(b, lb), DLOCK_OK);
-    dlock_lock_free(la);
-    dlock_lock_free(lb);
-    dlock_client_close(a);
-    dlock_client_close(b);
+    two_close(&two);
 }
 
 static void async_wait_times_out_no_sooner(void **state)
 {
     (void)state;
-    dlock_client *a = conformance_open_client(30000, 100), *b = conformance_open_client(30000, 100);
-    dlock_lock *la = handle(a, "async-timeout", 0, NULL, NULL), *lb = handle(b, "async-timeout", 0, NULL, NULL);
+    struct two two = two_open("async-timeout");
+    dlock_client *b = two.b;
+    dlock_lock *la = two.la, *lb = two.lb;
     assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
     struct result r = { 0 };
     int64_t t0 = now_ms();
@@ -150,17 +174,15 @@ static void async_wait_times_out_no_sooner(void **state)
     if (r.at_ms - t0 < 300)
         fail_msg("a 300 ms wait ended after %lld ms", (long long)(r.at_ms - t0));
     assert_int_equal(dlock_release(la), DLOCK_OK);
-    dlock_lock_free(la);
-    dlock_lock_free(lb);
-    dlock_client_close(a);
-    dlock_client_close(b);
+    two_close(&two);
 }
 
 static void async_wait_forever_ends_with_cancel_or_release(void **state)
 {
     (void)state;
-    dlock_client *a = conformance_open_client(30000, 100), *b = conformance_open_client(30000, 100);
-    dlock_lock *la = handle(a, "async-forever", 0, NULL, NULL), *lb = handle(b, "async-forever", 0, NULL, NULL);
+    struct two two = two_open("async-forever");
+    dlock_client *b = two.b;
+    dlock_lock *la = two.la, *lb = two.lb;
     assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
     struct result r = { 0 };
     assert_int_equal(dlock_acquire_start(lb, -1, record, &r), DLOCK_OK);
@@ -176,10 +198,7 @@ static void async_wait_forever_ends_with_cancel_or_release(void **state)
     await(b, &r2, slack_ms(5000));
     assert_int_equal(r2.rc, DLOCK_OK);
     assert_int_equal(release_now(b, lb), DLOCK_OK);
-    dlock_lock_free(la);
-    dlock_lock_free(lb);
-    dlock_client_close(a);
-    dlock_client_close(b);
+    two_close(&two);
 }
 
 static void async_reentry_is_refused(void **state)
@@ -239,8 +258,9 @@ static void async_hold_reports_its_loss(void **state)
 static void async_fences_increase(void **state)
 {
     (void)state;
-    dlock_client *a = conformance_open_client(30000, 100), *b = conformance_open_client(30000, 100);
-    dlock_lock *la = handle(a, "async-fence", 0, NULL, NULL), *lb = handle(b, "async-fence", 0, NULL, NULL);
+    struct two two = two_open("async-fence");
+    dlock_client *a = two.a, *b = two.b;
+    dlock_lock *la = two.la, *lb = two.lb;
     bool fences = dlock_client_capabilities(a) & DLOCK_CAP_FENCE;
     uint64_t last = 0;
     for (int i = 0; i < 6; i++) {
@@ -259,10 +279,7 @@ static void async_fences_increase(void **state)
         }
         assert_int_equal(release_now(c, l), DLOCK_OK);
     }
-    dlock_lock_free(la);
-    dlock_lock_free(lb);
-    dlock_client_close(a);
-    dlock_client_close(b);
+    two_close(&two);
 }
 
 /* ---- many waiters on one loop ------------------------------------------------------- */
@@ -400,8 +417,9 @@ static void *release_elsewhere(void *arg)
 static void async_hold_is_the_handles(void **state)
 {
     (void)state;
-    dlock_client *a = conformance_open_client(30000, 100), *b = conformance_open_client(30000, 100);
-    dlock_lock *l = handle(a, "async-owner", 0, NULL, NULL), *lb = handle(b, "async-owner", 0, NULL, NULL);
+    struct two two = two_open("async-owner");
+    dlock_client *a = two.a;
+    dlock_lock *l = two.la, *lb = two.lb;
     assert_int_equal(acquire_now(a, l, 0), DLOCK_OK);
     struct releaser r = { l, -100 };
     pthread_t t;
@@ -410,10 +428,7 @@ static void async_hold_is_the_handles(void **state)
     assert_int_equal(r.rc, DLOCK_OK);
     assert_int_equal(dlock_acquire(lb, 0), DLOCK_OK);
     assert_int_equal(dlock_release(lb), DLOCK_OK);
-    dlock_lock_free(l);
-    dlock_lock_free(lb);
-    dlock_client_close(a);
-    dlock_client_close(b);
+    two_close(&two);
 }
 
 struct thread_hold {
@@ -614,8 +629,9 @@ static void async_free_runs_callbacks_safely(void **state)
 static void async_release_then_acquire_is_a_new_hold(void **state)
 {
     (void)state;
-    dlock_client *a = conformance_open_client(30000, 100), *b = conformance_open_client(30000, 100);
-    dlock_lock *l = handle(a, "async-again", 0, NULL, NULL), *lb = handle(b, "async-again", 0, NULL, NULL);
+    struct two two = two_open("async-again");
+    dlock_client *a = two.a;
+    dlock_lock *l = two.la, *lb = two.lb;
     assert_int_equal(dlock_acquire(l, 0), DLOCK_OK);
     struct result r = { 0 };
     assert_int_equal(dlock_release_start(l, record, &r), DLOCK_OK);
@@ -637,10 +653,7 @@ static void async_release_then_acquire_is_a_new_hold(void **state)
     assert_int_equal(release_now(a, l), DLOCK_OK);
     assert_int_equal(dlock_acquire(lb, 0), DLOCK_OK);
     assert_int_equal(dlock_release(lb), DLOCK_OK);
-    dlock_lock_free(l);
-    dlock_lock_free(lb);
-    dlock_client_close(a);
-    dlock_client_close(b);
+    two_close(&two);
 }
 
 /* ---- one release, one waiter woken --------------------------------------------------- */
