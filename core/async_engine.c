@@ -49,15 +49,25 @@ void dlock__async_init(dlock_client *c)
 
 /* ---- the queues (a->mu held) ------------------------------------------------ */
 
+/* The engine whose poller the calling thread is now, if any. */
+static __thread struct dlock__async *polling_for;
+
 static void push_ready(struct dlock__async *a, struct dlock__aop *op)
 {
     op->state = AOP_READY;
     op->next = NULL;
+    bool was_empty = a->ready_head == NULL;
     if (a->ready_tail)
         a->ready_tail->next = op;
     else
         a->ready_head = op;
     a->ready_tail = op;
+    /* The poller that queues the only ready operation (a wake-up it saw)
+     * runs it itself next: no other worker is woken to race it for it. A
+     * kick from a running step does wake another worker, which then works
+     * beside the step's end rather than after it. */
+    if (was_empty && polling_for == a)
+        return;
     if (a->idle > 0)
         pthread_cond_signal(&a->work_cv);
     else if (a->polling)
@@ -273,6 +283,7 @@ static void poll_once(struct dlock__async *a)
 {
     struct epoll_event evs[64];
     a->polling = true;
+    polling_for = a;
     while (a->kick_head) {
         struct dlock__aop *op = a->kick_head;
         a->kick_head = op->kick_next;
@@ -308,6 +319,7 @@ static void poll_once(struct dlock__async *a)
             unpark(a, op, true);
     }
     a->polling = false;
+    polling_for = NULL;
     if (a->idle > 0)
         pthread_cond_signal(&a->work_cv); /* the next poller, while this one runs */
 }
