@@ -210,9 +210,7 @@ int dlock_acquire(dlock_lock *h, int64_t wait_ms)
         else
             rc = contend(c, e, h, self, wait_ms, deadline, gen, wake_fd);
         pthread_mutex_lock(&e->mu);
-        e->contending = false;
-        e->contender_wake_fd = -1;
-        dlock__async_entry_free(c, e);
+        dlock__contender_end(c, e);
     }
     e->waiters--;
     pthread_cond_broadcast(&e->cv);
@@ -241,6 +239,16 @@ void dlock__contender_begin(dlock_client *c, struct dlock__entry *e, const dlock
     e->plock.flags = h->options.flags;
     if (!e->own_holder) /* a downgrade made the last hold shared */
         e->plock.mode = DLOCK_MODE_EXCLUSIVE;
+}
+
+void dlock__contender_end(dlock_client *c, struct dlock__entry *e)
+{
+    e->contending = false;
+    e->contender_wake_fd = -1;
+    /* The name is free in this client again: the next acquire queued
+     * behind it looks (blocking ones wait on e->cv, which the caller
+     * broadcasts; non-blocking ones are parked in the engine). */
+    dlock__async_entry_free(c, e);
 }
 
 void dlock__acquire_account(dlock_client *c, struct dlock__entry *e, int rc, int64_t start)

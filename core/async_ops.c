@@ -57,12 +57,12 @@ static enum dlock__step acquire_done(struct dlock__aop *op, int rc)
     pthread_mutex_lock(&e->mu);
     if (op->contending) {
         __atomic_store_n(&op->contending, false, __ATOMIC_RELEASE);
-        e->contending = false;
-        e->contender_wake_fd = -1;
+        dlock__contender_end(c, e);
+    } else {
+        /* Given the turn but ending without contending: the next one
+         * queued behind in the client looks instead. */
+        dlock__async_entry_free(c, e);
     }
-    /* The next one queued behind in the client looks: after a contender,
-     * or after one that was itself given the turn and ends without it. */
-    dlock__async_entry_free(c, e);
     e->waiters--;
     pthread_cond_broadcast(&e->cv);
     pthread_mutex_unlock(&e->mu);

@@ -103,6 +103,9 @@ int64_t dlock__pause_after_busy(const dlock_client *c, unsigned attempt, int64_t
  * wake_fd (-1: none), and sets the owner and the request (e->mu held). */
 void dlock__contender_begin(dlock_client *c, struct dlock__entry *e, const dlock_lock *h, uint64_t self,
                             int wake_fd);
+/* Ends the caller's contention for e, whatever its result, and lets the
+ * next acquire queued behind it in the client look (e->mu held). */
+void dlock__contender_end(dlock_client *c, struct dlock__entry *e);
 /* Counts an acquire's end in the metrics: rc, started at start (monotonic). */
 void dlock__acquire_account(dlock_client *c, struct dlock__entry *e, int rc, int64_t start);
 

@@ -17,6 +17,7 @@
 #include <dlock/adapters/libuv.h>
 
 #include "../support/test_client.h"
+#include "../support/temp_dir.h"
 #include "../support/test_time.h"
 
 #include <dirent.h>
@@ -30,26 +31,13 @@ static char dir[64];
 static int make_dir(void **state)
 {
     (void)state;
-    snprintf(dir, sizeof dir, "/tmp/dlock-test-adapters-XXXXXX");
-    return mkdtemp(dir) ? 0 : -1;
+    return temp_dir_make(dir, sizeof dir, "adapters");
 }
 
 static int remove_dir(void **state)
 {
     (void)state;
-    DIR *d = opendir(dir);
-    struct dirent *ent;
-    while (d && (ent = readdir(d))) {
-        char path[512];
-        if (ent->d_name[0] == '.')
-            continue;
-        snprintf(path, sizeof path, "%s/%s", dir, ent->d_name);
-        unlink(path);
-    }
-    if (d)
-        closedir(d);
-    rmdir(dir);
-    return 0;
+    return temp_dir_remove(dir);
 }
 
 static dlock_client *open_local(void)

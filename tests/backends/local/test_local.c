@@ -11,6 +11,7 @@
 
 #include <dlock.h>
 #include "../../conformance/conformance.h"
+#include "../../support/temp_dir.h"
 #include "../../support/test_client.h"
 #include "../../support/test_time.h"
 #include <dirent.h>
@@ -32,27 +33,13 @@ static char dir[256];
 static int make_dir(void **state)
 {
     (void)state;
-    snprintf(dir, sizeof dir, "/tmp/dlock-test-local-XXXXXX");
-    assert_non_null(mkdtemp(dir));
-    return 0;
+    return temp_dir_make(dir, sizeof dir, "local");
 }
 
 static int remove_dir(void **state)
 {
     (void)state;
-    DIR *d = opendir(dir);
-    struct dirent *ent;
-    char path[1024];
-    while (d && (ent = readdir(d))) {
-        if (ent->d_name[0] == '.' && (ent->d_name[1] == 0 || (ent->d_name[1] == '.' && ent->d_name[2] == 0)))
-            continue;
-        snprintf(path, sizeof path, "%s/%s", dir, ent->d_name);
-        unlink(path);
-    }
-    if (d)
-        closedir(d);
-    rmdir(dir);
-    return 0;
+    return temp_dir_remove(dir);
 }
 
 /* retry_base/cap are huge so that a prompt hand-off can only come from the

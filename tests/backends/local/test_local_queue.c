@@ -9,6 +9,7 @@
 #include <cmocka.h>
 
 #include "../../../backends/local/local_queue.h"
+#include "../../support/temp_dir.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -20,15 +21,14 @@
 #include <time.h>
 #include <unistd.h>
 
-static char dir[] = "/tmp/dlock-queue-test-XXXXXX";
+static char dir[64];
 static int dirfd_;
 static const char *const FILE_NAME = "name.lock";
 
 static int make_dir(void **state)
 {
     (void)state;
-    strcpy(dir, "/tmp/dlock-queue-test-XXXXXX");
-    if (!mkdtemp(dir))
+    if (temp_dir_make(dir, sizeof dir, "queue") != 0)
         return -1;
     dirfd_ = open(dir, O_RDONLY | O_DIRECTORY);
     return dirfd_ < 0 ? -1 : 0;
@@ -38,9 +38,7 @@ static int remove_dir(void **state)
 {
     (void)state;
     close(dirfd_);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    return system(cmd) == 0 ? 0 : -1;
+    return temp_dir_remove(dir);
 }
 
 static void join(struct local_waiter *w, bool shared)
