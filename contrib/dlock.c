@@ -42,6 +42,13 @@ static void usage(FILE *f)
             "        watchdog keeps the lock while CMD runs). --shared holds NAME\n"
             "        shared (beside other shared holders; flock -s); --permits N holds\n"
             "        one of N permits of the semaphore NAME.\n"
+            "  elect [--value V] [--wait T] [--kill-after T] NAME -- CMD [ARGS...]\n"
+            "        run CMD while this process leads the election NAME, publishing V;\n"
+            "        a standby waits its turn. CMD gets DLOCK_TERM (and DLOCK_FENCE,\n"
+            "        the same token) and DLOCK_NAME; exit statuses as for run\n"
+            "  leader [--json] [--watch] NAME\n"
+            "                        print the leader's value and term (exit 1: none);\n"
+            "                        --watch prints a line per change until interrupted\n"
             "  status NAME           show whether NAME is held, by whom, and its fence\n"
             "  list [--json] [--prefix P] [--limit N] [--cursor C]\n"
             "                        list the names held or waited for (all, or the\n"
@@ -65,7 +72,7 @@ static void usage(FILE *f)
             "  -h, --help            this text\n"
             "  -V, --version         print the version\n"
             "\n"
-            "Exit status of run: CMD's own; 75 the lock was not had within the wait;\n"
+            "Exit status of run and elect: CMD's own; 75 the lock was not had within the wait;\n"
             "69 the backend is unavailable; 78 configuration error; 70 the lock was\n"
             "lost while CMD ran (CMD got SIGTERM, and SIGKILL after --kill-after);\n"
             "64 usage error. See dlock(1).\n",
@@ -103,6 +110,7 @@ static bool parse_duration(const char *s, bool allow_forever, int64_t *out)
 
 struct run_state {
     dlock_lock *lock;
+    dlock_election *election; /* dlock elect: the candidate, instead of lock */
     pthread_mutex_t mu;
     pid_t child;            /* > 0 while CMD runs */
     int interrupted;        /* signal that arrived before CMD started */
@@ -127,39 +135,64 @@ static void *signal_thread(void *arg)
             kill(run.child, sig);
         } else if (!run.interrupted) {
             run.interrupted = sig;
-            dlock_cancel(run.lock);
+            if (run.election)
+                dlock_election_cancel(run.election);
+            else
+                dlock_cancel(run.lock);
         }
         pthread_mutex_unlock(&run.mu);
     }
     return NULL;
 }
 
-static void on_lost(dlock_lock *lock, void *arg)
+static void note_lost(void)
 {
-    (void)lock;
-    (void)arg;
     __atomic_store_n(&run.lost, 1, __ATOMIC_SEQ_CST);
     char byte = 'L';
     ssize_t ignored = write(run.lost_pipe[1], &byte, 1);
     (void)ignored;
 }
 
-/* A copy of environ with DLOCK_NAME and DLOCK_FENCE set. */
-static char **child_environment(const char *name, const char *fence)
+static void on_lost(dlock_lock *lock, void *arg)
+{
+    (void)lock;
+    (void)arg;
+    note_lost();
+}
+
+static void on_leadership_lost(dlock_election *election, void *arg)
+{
+    (void)election;
+    (void)arg;
+    note_lost();
+}
+
+/* The variables dlock sets in CMD's environment. */
+static bool is_ours(const char *entry)
+{
+    return strncmp(entry, "DLOCK_NAME=", 11) == 0 || strncmp(entry, "DLOCK_FENCE=", 12) == 0 ||
+           strncmp(entry, "DLOCK_TERM=", 11) == 0;
+}
+
+/* A copy of environ with DLOCK_NAME and DLOCK_FENCE set, and DLOCK_TERM
+ * (the same token) for an election. */
+static char **child_environment(const char *name, const char *fence, bool term)
 {
     size_t n = 0;
     while (environ[n])
         n++;
-    char **env = calloc(n + 3, sizeof *env);
+    char **env = calloc(n + 4, sizeof *env);
     if (!env)
         return NULL;
     size_t o = 0;
     for (size_t i = 0; i < n; i++)
-        if (strncmp(environ[i], "DLOCK_NAME=", 11) != 0 && strncmp(environ[i], "DLOCK_FENCE=", 12) != 0)
+        if (!is_ours(environ[i]))
             env[o++] = environ[i];
     if (asprintf(&env[o++], "DLOCK_NAME=%s", name) < 0)
         env[--o] = NULL;
     if (fence && asprintf(&env[o++], "DLOCK_FENCE=%s", fence) < 0)
+        env[--o] = NULL;
+    if (fence && term && asprintf(&env[o++], "DLOCK_TERM=%s", fence) < 0)
         env[--o] = NULL;
     return env;
 }
@@ -290,9 +323,19 @@ static bool parse_permits(const char *text, unsigned *out)
  * --permits N) at argv[*i], for options written after NAME as in
  * `dlock run NAME --wait 5s -- cmd`. */
 static bool run_option_after_name(int argc, char **argv, int *i, int64_t *wait_ms, int64_t *lease_ms,
-                                  int64_t *kill_after_ms, bool *shared, unsigned *permits)
+                                  int64_t *kill_after_ms, bool *shared, unsigned *permits, const char **published)
 {
     const char *arg = argv[*i];
+    if (strcmp(arg, "--value") == 0 && *i + 1 < argc) {
+        *published = argv[*i + 1];
+        *i += 2;
+        return true;
+    }
+    if (strncmp(arg, "--value=", 8) == 0) {
+        *published = arg + 8;
+        *i += 1;
+        return true;
+    }
     if (strcmp(arg, "--shared") == 0) {
         *shared = true;
         *i += 1;
@@ -327,17 +370,23 @@ static bool run_option_after_name(int argc, char **argv, int *i, int64_t *wait_m
         }
         return true;
     }
-    fprintf(stderr, "%s: unexpected '%s' before -- (expected --wait, --lease, --kill-after, --shared or --permits)\n",
-            progname, arg);
+    fprintf(stderr, "%s: unexpected '%s' before -- (expected --wait, --lease, --kill-after, --shared, --permits "
+            "or --value)\n", progname, arg);
     return false;
 }
 
-static int cmd_run(const char *config, int argc, char **argv)
+/* dlock run, and dlock elect (elect: CMD runs while this process leads
+ * the election NAME). */
+static int cmd_run(const char *config, int argc, char **argv, bool elect)
 {
     int64_t wait_ms = -1, lease_ms = 0, kill_after_ms = 5000;
     bool shared = false;
     unsigned permits = 0;
+    const char *value = NULL;
+    const char *what = elect ? "elect" : "run";
+    const char *kind = elect ? "election" : "lock";
     static const struct option opts[] = {
+        { "value", required_argument, NULL, 'v' },
         { "wait", required_argument, NULL, 'w' },
         { "lease", required_argument, NULL, 'l' },
         { "kill-after", required_argument, NULL, 'k' },
@@ -348,8 +397,11 @@ static int cmd_run(const char *config, int argc, char **argv)
     };
     optind = 1;
     int c;
-    while ((c = getopt_long(argc, argv, "+w:l:k:sp:h", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "+w:l:k:sp:v:h", opts, NULL)) != -1) {
         switch (c) {
+        case 'v':
+            value = optarg;
+            break;
         case 's':
             shared = true;
             break;
@@ -378,13 +430,24 @@ static int cmd_run(const char *config, int argc, char **argv)
     }
     /* NAME, then --, then CMD; options may also follow NAME. */
     if (optind >= argc) {
-        fprintf(stderr, "%s: run needs a lock NAME and a command after --\n", progname);
+        fprintf(stderr, "%s: %s needs a%s NAME and a command after --\n", progname, what,
+                elect ? "n election" : " lock");
         return EXIT_USAGE;
     }
     const char *name = argv[optind++];
     while (optind < argc && strcmp(argv[optind], "--") != 0) {
-        if (!run_option_after_name(argc, argv, &optind, &wait_ms, &lease_ms, &kill_after_ms, &shared, &permits))
+        if (!run_option_after_name(argc, argv, &optind, &wait_ms, &lease_ms, &kill_after_ms, &shared, &permits,
+                                   &value))
             return EXIT_USAGE;
+    }
+    if (elect && (shared || permits || lease_ms)) {
+        fprintf(stderr, "%s: elect takes no --shared, --permits or --lease: a leader holds its election "
+                "exclusively, kept by the watchdog\n", progname);
+        return EXIT_USAGE;
+    }
+    if (!elect && value) {
+        fprintf(stderr, "%s: --value is for dlock elect (the value a leader publishes)\n", progname);
+        return EXIT_USAGE;
     }
     if (shared && permits) {
         fprintf(stderr, "%s: --shared and --permits do not go together: a name is a lock or a semaphore\n",
@@ -392,7 +455,7 @@ static int cmd_run(const char *config, int argc, char **argv)
         return EXIT_USAGE;
     }
     if (optind >= argc || strcmp(argv[optind], "--") != 0 || optind + 1 >= argc) {
-        fprintf(stderr, "%s: run needs a command after --\n", progname);
+        fprintf(stderr, "%s: %s needs a command after --\n", progname, what);
         return EXIT_USAGE;
     }
     char **cmd = argv + optind + 1;
@@ -419,25 +482,35 @@ static int cmd_run(const char *config, int argc, char **argv)
     lo.on_lost = on_lost;
     lo.mode = shared ? DLOCK_MODE_SHARED : permits ? DLOCK_MODE_SEMAPHORE : DLOCK_MODE_EXCLUSIVE;
     lo.permits = permits;
-    int rc = dlock_lock_new(client, name, strlen(name), &lo, &run.lock);
+    int rc;
+    if (elect) {
+        rc = dlock_election_new(client, name, strlen(name), value, value ? strlen(value) : 0, &run.election);
+        if (rc == DLOCK_OK)
+            rc = dlock_election_on_lost(run.election, on_leadership_lost, NULL);
+    } else {
+        rc = dlock_lock_new(client, name, strlen(name), &lo, &run.lock);
+    }
     if (rc != DLOCK_OK) {
-        code = fail(rc, "bad lock");
+        code = fail(rc, elect ? "elect" : "bad lock");
+        dlock_election_free(run.election);
         dlock_client_close(client);
         return code;
     }
     pthread_t sig_thread;
     pthread_create(&sig_thread, NULL, signal_thread, &sigs);
 
-    rc = dlock_acquire(run.lock, wait_ms);
+    rc = elect ? dlock_campaign(run.election, wait_ms) : dlock_acquire(run.lock, wait_ms);
     if (rc != DLOCK_OK) {
+        const char *verb = elect ? "not elected" : "not acquired";
         if (rc == DLOCK_EBUSY || rc == DLOCK_ETIMEDOUT)
-            fprintf(stderr, "%s: lock '%s' not acquired: %s\n", progname, name, dlock_strerror(rc));
+            fprintf(stderr, "%s: %s '%s' %s: %s\n", progname, kind, name, verb, dlock_strerror(rc));
         else if (rc == DLOCK_ECANCELLED)
-            fprintf(stderr, "%s: lock '%s' not acquired: interrupted by signal %d\n", progname, name,
+            fprintf(stderr, "%s: %s '%s' %s: interrupted by signal %d\n", progname, kind, name, verb,
                     run.interrupted);
         else
-            fprintf(stderr, "%s: lock '%s' not acquired: %s (%s)\n", progname, name, dlock_strerror(rc),
+            fprintf(stderr, "%s: %s '%s' %s: %s (%s)\n", progname, kind, name, verb, dlock_strerror(rc),
                     dlock_errmsg());
+        dlock_election_free(run.election);
         dlock_client_close(client);
         return rc == DLOCK_ECANCELLED ? 128 + run.interrupted : exit_code_for(rc);
     }
@@ -445,11 +518,11 @@ static int cmd_run(const char *config, int argc, char **argv)
     char fence_text[32];
     uint64_t fence;
     const char *fence_env = NULL;
-    if (dlock_fence(run.lock, &fence) == DLOCK_OK) {
+    if ((elect ? dlock_election_term(run.election, &fence) : dlock_fence(run.lock, &fence)) == DLOCK_OK) {
         snprintf(fence_text, sizeof fence_text, "%llu", (unsigned long long)fence);
         fence_env = fence_text;
     }
-    char **env = child_environment(name, fence_env);
+    char **env = child_environment(name, fence_env, elect);
     pid_t pid = 0;
     pthread_mutex_lock(&run.mu);
     int spawn_rc = run.interrupted ? EINTR : start_command(&pid, cmd, env ? env : environ, &old, &sigs);
@@ -471,20 +544,22 @@ static int cmd_run(const char *config, int argc, char **argv)
         pthread_mutex_unlock(&run.mu);
     }
 
-    rc = dlock_release(run.lock);
+    rc = elect ? dlock_resign(run.election) : dlock_release(run.lock);
     if (rc == DLOCK_ELOST || __atomic_load_n(&run.lost, __ATOMIC_SEQ_CST)) {
-        fprintf(stderr, "%s: lock '%s' was lost while the command ran (%s)\n", progname, name, dlock_errmsg());
+        fprintf(stderr, "%s: %s '%s' was lost while the command ran (%s)\n", progname,
+                elect ? "the leadership of" : "lock", name, dlock_errmsg());
         code = EXIT_SOFTWARE;
     } else if (rc != DLOCK_OK) {
-        fprintf(stderr, "%s: warning: release of '%s' failed: %s (%s); its lease will free it\n", progname,
-                name, dlock_strerror(rc), dlock_errmsg());
+        fprintf(stderr, "%s: warning: %s of '%s' failed: %s (%s); its lease will free it\n", progname,
+                elect ? "resignation" : "release", name, dlock_strerror(rc), dlock_errmsg());
     }
     if (env) {
         for (size_t i = 0; env[i]; i++)
-            if (strncmp(env[i], "DLOCK_NAME=", 11) == 0 || strncmp(env[i], "DLOCK_FENCE=", 12) == 0)
+            if (is_ours(env[i]))
                 free(env[i]);
         free(env);
     }
+    dlock_election_free(run.election);
     dlock_client_close(client);
     return code;
 }
@@ -627,7 +702,11 @@ int main(int argc, char **argv)
     int sub_argc = argc - optind;
     char **sub_argv = argv + optind;
     if (strcmp(command, "run") == 0)
-        return cmd_run(config, sub_argc, sub_argv);
+        return cmd_run(config, sub_argc, sub_argv, false);
+    if (strcmp(command, "elect") == 0)
+        return cmd_run(config, sub_argc, sub_argv, true);
+    if (strcmp(command, "leader") == 0)
+        return cmd_leader(config, sub_argc, sub_argv);
     if (strcmp(command, "status") == 0)
         return cmd_status(config, sub_argc, sub_argv);
     if (strcmp(command, "list") == 0)
@@ -642,7 +721,8 @@ int main(int argc, char **argv)
         return cmd_check_config(sub_argc, sub_argv);
     if (strcmp(command, "metrics") == 0)
         return cmd_metrics(config, sub_argc, sub_argv);
-    fprintf(stderr, "%s: unknown command '%s' (run, status, list, break, serve, top, check-config, metrics)\n",
+    fprintf(stderr, "%s: unknown command '%s' (run, elect, leader, status, list, break, serve, top, "
+            "check-config, metrics)\n",
             progname, command);
     return EXIT_USAGE;
 }

@@ -159,12 +159,16 @@ static int contend_loop(dlock_client *c, struct dlock__entry *e, dlock_lock *h, 
 
 int dlock_acquire(dlock_lock *h, int64_t wait_ms)
 {
+    return dlock__acquire_for(h, wait_ms, dlock__thread_no());
+}
+
+int dlock__acquire_for(dlock_lock *h, int64_t wait_ms, uint64_t self)
+{
     struct dlock__entry *e = dlock__entry_of(h);
     if (!e)
         return DLOCK_EINVAL;
     int rc;
     dlock_client *c = e->client;
-    uint64_t self = dlock__thread_no();
     int64_t start = dlock__now_ms();
     int64_t deadline = dlock__deadline_after(start, wait_ms);
 

@@ -133,6 +133,13 @@ bool dlock__hold_is_callers(const dlock_lock *h, const struct dlock__entry *e);
  * h's name and that no release of it is under way; returns with e->mu held
  * on DLOCK_OK (and on DLOCK_ELOST when allow_lost). */
 int dlock__hold_own(const dlock_lock *h, bool allow_lost);
+/* Stores a leader's value beside h's hold (the caller's or h's own), with
+ * the watchdog kept off it meanwhile; a hold the backend no longer has is
+ * declared lost (on_lost runs) and DLOCK_ELOST returned. */
+int dlock__hold_value_put(dlock_lock *h, uint64_t term, const void *value, size_t len);
+/* dlock_acquire() for holder self: the calling thread's number, or a
+ * handle's own (h->async_no) for a hold that belongs to the handle. */
+int dlock__acquire_for(dlock_lock *h, int64_t wait_ms, uint64_t self);
 /* Applies the answer rc to a renewal sent at t_send (e->mu not held). */
 void dlock__hold_renewed(dlock_client *c, struct dlock__entry *e, int rc, struct dlock__stamp t_send);
 /* Declares e lost at its validity end (e->mu held; returns with it
@@ -192,6 +199,16 @@ int dlock__p_ctl(dlock_client *c, int op, void *arg);
  * provider predates version 3 or does not list. */
 int dlock__p_list(dlock_client *c, struct dlock_provider_list *req);
 int dlock__p_break(dlock_client *c, const char *name, size_t name_len, int *broken, uint64_t *fence);
+/* Elections (DLOCK_CAP_ELECTION; DLOCK_ENOTSUP without). value_put takes
+ * e->op_mu; the caller keeps the watchdog off e meanwhile. leader_get
+ * zeroes *out first and frees what a failure left in it. */
+int dlock__p_value_put(dlock_client *c, struct dlock__entry *e, uint64_t term, const void *value, size_t len);
+int dlock__p_leader_get(dlock_client *c, const char *name, size_t name_len, struct dlock_provider_leader *out);
+/* Observers' watches: can_watch says whether the provider has them. */
+bool dlock__p_can_watch(const dlock_client *c);
+int dlock__p_watch_open(dlock_client *c, const char *name, size_t name_len, void **watch, int *fd);
+int dlock__p_watch_consume(dlock_client *c, void *watch);
+void dlock__p_watch_close(dlock_client *c, void *watch);
 
 /* ---- expiry.c: declares holds lost at their validity end ------------------- */
 /* A thread per client (started with the first hold) that fires at each

@@ -433,6 +433,44 @@ void dlock__entry_on_expiry(dlock_client *c, struct dlock__entry *e)
     dlock__hold_expired(c, e);
 }
 
+/* Gives e back to the watchdog after a call made with it taken out
+ * (dlock__watchdog_cancel gave due): its renewal as it was, or, when the
+ * loss was declared meanwhile, the give-back. */
+static void watchdog_resume(dlock_client *c, struct dlock__entry *e, int64_t due)
+{
+    pthread_mutex_lock(&e->mu);
+    bool lost = e->lost;
+    pthread_mutex_unlock(&e->mu);
+    if (lost)
+        schedule_give_back(c, e);
+    else if (due >= 0)
+        dlock__watchdog_schedule(c, e, due);
+}
+
+int dlock__hold_value_put(dlock_lock *h, uint64_t term, const void *value, size_t len)
+{
+    struct dlock__entry *e = h->entry;
+    dlock_client *c = e->client;
+    int rc = dlock__hold_own(h, false);
+    if (rc != DLOCK_OK)
+        return rc;
+    pthread_mutex_unlock(&e->mu);
+    int64_t due = dlock__watchdog_cancel(c, e); /* no overlap with a renewal */
+    rc = dlock__p_value_put(c, e, term, value, len);
+    if (rc == DLOCK_ELOST || rc == DLOCK_ENOTOWNER) {
+        /* The server says the hold is gone: it is lost now, not at the
+         * next renewal. */
+        pthread_mutex_lock(&e->mu);
+        if (e->count > 0 && !e->lost)
+            declare_lost(c, e, "the backend no longer has it (expired or taken over)");
+        else
+            pthread_mutex_unlock(&e->mu);
+        rc = dlock_seterr(DLOCK_ELOST, "lock '%s': the backend no longer has this hold", dlock__entry_show(e));
+    }
+    watchdog_resume(c, e, due);
+    return rc;
+}
+
 int dlock_fence(dlock_lock *h, uint64_t *out)
 {
     int rc = dlock__handle_usable(h);
@@ -453,13 +491,7 @@ int dlock_fence(dlock_lock *h, uint64_t *out)
     }
     int64_t due = dlock__watchdog_cancel(c, e); /* no overlap with a renewal */
     rc = dlock__p_fence(c, e, &fence);
-    pthread_mutex_lock(&e->mu);
-    bool lost = e->lost; /* declared meanwhile: the watchdog's next job is the give-back */
-    pthread_mutex_unlock(&e->mu);
-    if (lost)
-        schedule_give_back(c, e);
-    else if (due >= 0)
-        dlock__watchdog_schedule(c, e, due);
+    watchdog_resume(c, e, due);
     if (rc == DLOCK_OK) {
         pthread_mutex_lock(&e->mu);
         e->fence = fence;

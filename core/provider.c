@@ -54,6 +54,9 @@ int dlock__p_open(dlock_client *c, const struct dlock_provider_env *env)
      * checked once, at load (dlock__provider_check). */
     if (!(caps & DLOCK_CAP_SHARED))
         caps &= ~(unsigned)DLOCK_CAP_DOWNGRADE;
+    /* A leader's term is its hold's fencing token. */
+    if (p->version < DLOCK_PROVIDER_VERSION_6 || !(caps & DLOCK_CAP_FENCE))
+        caps &= ~(unsigned)DLOCK_CAP_ELECTION;
     c->capabilities = caps;
     return DLOCK_OK;
 }
@@ -251,4 +254,56 @@ int dlock__p_list(dlock_client *c, struct dlock_provider_list *req)
                             c->provider->version < DLOCK_PROVIDER_VERSION_3
                                 ? " (its module predates provider version 3)" : "");
     return checked(c->provider, "list", c->provider->list(c->instance, req));
+}
+
+int dlock__p_value_put(dlock_client *c, struct dlock__entry *e, uint64_t term, const void *value, size_t len)
+{
+    if (!(c->capabilities & DLOCK_CAP_ELECTION))
+        return dlock_seterr(DLOCK_ENOTSUP, "the %s backend cannot hold elections", c->provider->name);
+    pthread_mutex_lock(&e->op_mu);
+    int rc = c->provider->value_put(c->instance, &e->plock, term, value, len);
+    pthread_mutex_unlock(&e->op_mu);
+    return checked(c->provider, "value_put", rc);
+}
+
+int dlock__p_leader_get(dlock_client *c, const char *name, size_t name_len, struct dlock_provider_leader *out)
+{
+    memset(out, 0, sizeof *out);
+    if (!(c->capabilities & DLOCK_CAP_ELECTION))
+        return dlock_seterr(DLOCK_ENOTSUP, "the %s backend cannot hold elections", c->provider->name);
+    int rc = checked(c->provider, "leader_get", c->provider->leader_get(c->instance, name, name_len, out));
+    if (rc != DLOCK_OK) {
+        free(out->value);
+        memset(out, 0, sizeof *out);
+    }
+    return rc;
+}
+
+bool dlock__p_can_watch(const dlock_client *c)
+{
+    return (c->capabilities & DLOCK_CAP_ELECTION) && HAS(c->provider, watch_open, DLOCK_PROVIDER_VERSION_6);
+}
+
+int dlock__p_watch_open(dlock_client *c, const char *name, size_t name_len, void **watch, int *fd)
+{
+    *watch = NULL;
+    *fd = -1;
+    int rc = checked(c->provider, "watch_open", c->provider->watch_open(c->instance, name, name_len, watch, fd));
+    if (rc == DLOCK_OK && *fd < 0) {
+        c->provider->watch_close(c->instance, *watch);
+        *watch = NULL;
+        return dlock_seterr(DLOCK_EINTERNAL, "the %s backend's watch_open gave no descriptor", c->provider->name);
+    }
+    return rc;
+}
+
+int dlock__p_watch_consume(dlock_client *c, void *watch)
+{
+    return checked(c->provider, "watch_consume", c->provider->watch_consume(c->instance, watch));
+}
+
+void dlock__p_watch_close(dlock_client *c, void *watch)
+{
+    if (watch)
+        c->provider->watch_close(c->instance, watch);
 }

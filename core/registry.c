@@ -53,6 +53,12 @@ int dlock__provider_check(const struct dlock_provider *p, const char *origin)
                             ? "downgrade (it claims DLOCK_CAP_DOWNGRADE)"
                         : (p->version >= DLOCK_PROVIDER_VERSION_5 && !p->wait_arm != !p->wait_disarm)
                             ? (p->wait_arm ? "wait_disarm (it has wait_arm)" : "wait_arm (it has wait_disarm)")
+                        : ((p->capabilities & DLOCK_CAP_ELECTION) &&
+                           (p->version < DLOCK_PROVIDER_VERSION_6 || !p->value_put || !p->leader_get))
+                            ? "value_put and leader_get (it claims DLOCK_CAP_ELECTION)"
+                        : (p->version >= DLOCK_PROVIDER_VERSION_6 &&
+                           !(!p->watch_open == !p->watch_consume && !p->watch_open == !p->watch_close))
+                            ? "watch_open, watch_consume and watch_close (all three or none)"
                         : NULL;
     if (missing)
         return dlock_seterr(DLOCK_EINVAL, "%s: provider '%s' lacks the required member %s", origin,

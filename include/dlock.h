@@ -73,6 +73,7 @@ typedef enum dlock_error {
 #define DLOCK_CAP_SHARED             (1u << 7) /* shared holds (DLOCK_MODE_SHARED) beside exclusive ones */
 #define DLOCK_CAP_SEMAPHORE          (1u << 8) /* semaphores (DLOCK_MODE_SEMAPHORE) */
 #define DLOCK_CAP_DOWNGRADE          (1u << 9) /* an exclusive hold turns shared in place (dlock_downgrade) */
+#define DLOCK_CAP_ELECTION           (1u << 10) /* leader election (dlock_campaign): a value beside a hold */
 
 typedef struct dlock_client dlock_client;
 typedef struct dlock_lock dlock_lock;
@@ -445,6 +446,137 @@ int dlock_client_process(dlock_client *client);
  * Other negative values are DLOCK_E* codes. Thread-safe.
  */
 int64_t dlock_client_timeout_ms(dlock_client *client);
+
+/* ---- leader election --------------------------------------------------------- */
+
+/*
+ * An election of one leader among candidates of one name, built on an
+ * exclusive hold of that name: the leader is its holder, with the hold's
+ * lease, watchdog and loss detection, and publishes a value (its address,
+ * say) beside the hold. The leader's term is the hold's fencing token, so
+ * it is strictly greater than every earlier leader's term of the name (as
+ * strong a promise as the backend's fences: DLOCK_CAP_FENCE_LINEARIZABLE)
+ * and a resource that checks it (dlock_fence_admit) refuses a deposed
+ * leader's late writes. Needs DLOCK_CAP_ELECTION (else DLOCK_ENOTSUP).
+ */
+typedef struct dlock_election dlock_election;
+
+/* Called once when this candidate stops being the leader without resigning
+ * (its hold was lost: see dlock_lost_fn, whose path this is): on the
+ * client's watchdog thread, before the lease the backend keeps for it runs
+ * out, so before another candidate can be elected, on backends whose
+ * server frees an expired hold (DLOCK_CAP_SERVER_EXPIRY); libdlock(3) says
+ * where that cannot be promised. It may call dlock_election_term() and
+ * dlock_resign(); not dlock_election_free() or dlock_campaign(). */
+typedef void (*dlock_leadership_lost_fn)(dlock_election *election, void *arg);
+
+/*
+ * Creates a candidate for the election NAME (name_len bytes, as a lock
+ * name) of client, that will publish value (value_len bytes, 0 to
+ * DLOCK_VALUE_MAX, any bytes; copied) when elected. *out owns it; free it
+ * with dlock_election_free(). Errors: DLOCK_EINVAL (bad name, value too
+ * long, NULL out), DLOCK_ENOTSUP (the backend lacks DLOCK_CAP_ELECTION),
+ * DLOCK_ENOMEM. Thread-safe.
+ */
+int dlock_election_new(dlock_client *client, const char *name, size_t name_len, const void *value,
+                       size_t value_len, dlock_election **out);
+
+/* The largest published value, in bytes. */
+#define DLOCK_VALUE_MAX 4096
+
+/* Sets the callback for a leadership lost (NULL for none). Call it before
+ * dlock_campaign(). Returns DLOCK_OK or DLOCK_EINVAL. */
+int dlock_election_on_lost(dlock_election *election, dlock_leadership_lost_fn fn, void *arg);
+
+/*
+ * Resigns if leading, then frees the candidate. NULL is ignored. Not
+ * while another thread campaigns on it, nor from its own on_lost.
+ */
+void dlock_election_free(dlock_election *election);
+
+/*
+ * Campaigns to lead: waits for the election's hold as dlock_acquire() waits
+ * for a lock (wait_ms the same: 0 one attempt, > 0 a budget, < 0 until
+ * elected or cancelled with dlock_election_cancel()), then publishes the
+ * value with the new term. Returns DLOCK_OK (the caller leads: the hold
+ * belongs to the election object, not to the calling thread, so any
+ * thread may resign); DLOCK_OK at once when it already leads;
+ * DLOCK_EBUSY, DLOCK_ETIMEDOUT, DLOCK_ECANCELLED (not elected); DLOCK_ELOST
+ * (elected, but the hold was lost before the value was published: nothing
+ * was published, and the candidate does not lead); backend failures (not
+ * elected; a hold taken was given back). Thread-safe, one campaign per
+ * candidate at a time (another is DLOCK_EINVAL).
+ */
+int dlock_campaign(dlock_election *election, int64_t wait_ms);
+
+/* Ends a dlock_campaign() that waits (it returns DLOCK_ECANCELLED). From
+ * any thread; DLOCK_OK or DLOCK_EINVAL. */
+int dlock_election_cancel(dlock_election *election);
+
+/*
+ * Stores the current term in *term. Returns DLOCK_OK while leading;
+ * DLOCK_ENOTOWNER (not leading); DLOCK_ELOST (the leadership was lost:
+ * resign); DLOCK_EINVAL. Thread-safe.
+ */
+int dlock_election_term(dlock_election *election, uint64_t *term);
+
+/*
+ * Publishes value (value_len bytes, at most DLOCK_VALUE_MAX; copied) as the
+ * leader's, keeping the term: observers see it, and later campaigns of this
+ * candidate publish it. Refused on the server unless this candidate still
+ * holds the election. Returns DLOCK_OK; DLOCK_ENOTOWNER (not leading: the
+ * new value is kept for the next campaign); DLOCK_ELOST (the leadership was
+ * lost); DLOCK_EINVAL; backend failures. Thread-safe.
+ */
+int dlock_proclaim(dlock_election *election, const void *value, size_t value_len);
+
+/*
+ * Gives the leadership up (releases the hold; observers see no leader
+ * until the next one is elected). Returns DLOCK_OK; DLOCK_ENOTOWNER (not
+ * leading); DLOCK_ELOST (it had been lost; now cleared); backend failures
+ * as dlock_release() (the hold then ends at its lease). Thread-safe.
+ */
+int dlock_resign(dlock_election *election);
+
+/*
+ * Who leads the election NAME now, read without taking part: the leader's
+ * term in *term and its value, copied into buf (cap bytes; may be NULL
+ * with cap 0), its full length in *value_len (copied only up to cap: look
+ * at *value_len to see that it fit). *term is 0 and *value_len 0 when
+ * nobody leads (or a new leader has not published its value yet). A
+ * reported leader held the election during the read, with that value.
+ * term and value_len may be NULL. Returns DLOCK_OK; DLOCK_EINVAL;
+ * DLOCK_ENOTSUP; backend failures. Thread-safe.
+ */
+int dlock_leader(dlock_client *client, const char *name, size_t name_len, void *buf, size_t cap,
+                 size_t *value_len, uint64_t *term);
+
+/* Called on each change of the leader or its value: term 0 (value NULL,
+ * len 0) when nobody leads. value is valid during the call. */
+typedef void (*dlock_observe_fn)(const void *value, size_t value_len, uint64_t term, void *arg);
+
+typedef struct dlock_observer dlock_observer;
+
+/*
+ * Watches the election NAME: fn is called on a thread of the observer's
+ * own with the state at the start, then on each change: a new leader (a
+ * greater term), a new value of the same leader, or nobody leading. A
+ * leader older than one already reported is never reported. A backend
+ * that announces changes wakes it at once (redis and local: a new value, a
+ * resignation; local also a leader's death); it also reads the state
+ * every third of the client's default lease, for changes nothing announces
+ * (a redis leader's expiry) and notifications lost on a reconnect. A
+ * backend without announcements is read every retry_cap_ms. Changes
+ * quicker than a read may be seen only in their last state. *out owns the observer: stop it with dlock_observe_stop()
+ * before the client is closed. Returns DLOCK_OK; DLOCK_EINVAL;
+ * DLOCK_ENOTSUP; DLOCK_ENOMEM; DLOCK_EINTERNAL (no thread). Thread-safe.
+ */
+int dlock_observe(dlock_client *client, const char *name, size_t name_len, dlock_observe_fn fn, void *arg,
+                  dlock_observer **out);
+
+/* Stops an observer and frees it: when it returns, fn is not running and
+ * is not called again. Not from fn itself. NULL is ignored. */
+void dlock_observe_stop(dlock_observer *observer);
 
 /* ---- inspection and configuration checks ---------------------------------- */
 

@@ -678,10 +678,12 @@ static int local_release(void *instance, struct dlock_provider_lock *lk)
         /* Closing the descriptor drops the lock whatever went wrong (and
          * tells the watchers with IN_CLOSE_WRITE). */
         local_close_lock_file(ll);
+        local_value_released(inst, ll);
         return DLOCK_OK;
     }
     /* After the unlock: the one woken finds the lock free. */
     wake_next(inst, lk);
+    local_value_released(inst, ll);
     return DLOCK_OK;
 }
 
@@ -768,10 +770,10 @@ static int local_ctl(void *instance, int op, void *arg)
 }
 
 const struct dlock_provider dlock__local_provider = {
-    .version = DLOCK_PROVIDER_VERSION_5,
+    .version = DLOCK_PROVIDER_VERSION_6,
     .name = "local",
     .capabilities = DLOCK_CAP_RENEW | DLOCK_CAP_FENCE | DLOCK_CAP_FENCE_LINEARIZABLE | DLOCK_CAP_NATIVE_WAIT | DLOCK_CAP_FAIR |
-                    DLOCK_CAP_SHARED | DLOCK_CAP_SEMAPHORE | DLOCK_CAP_DOWNGRADE,
+                    DLOCK_CAP_SHARED | DLOCK_CAP_SEMAPHORE | DLOCK_CAP_DOWNGRADE | DLOCK_CAP_ELECTION,
     .lock_priv_size = sizeof(struct local_lock),
     .settings = local_settings,
     .open = local_open,
@@ -788,4 +790,9 @@ const struct dlock_provider dlock__local_provider = {
     .downgrade = local_downgrade,
     .wait_arm = line_wait_arm,
     .wait_disarm = line_wait_disarm,
+    .value_put = local_value_put,
+    .leader_get = local_leader_get,
+    .watch_open = local_watch_open,
+    .watch_consume = local_watch_consume,
+    .watch_close = local_watch_close,
 };

@@ -37,6 +37,7 @@ struct local_lock {
     int parked_fifo, parked_watch; /* the descriptors an armed wait put in it, -1 for none */
     int parked_fifo_was, parked_watch_was; /* the same, kept by a disarm that goes on waiting */
     bool parked_look_again;   /* the armed wait ends at look_again_at, as if called */
+    bool published;           /* this hold stored an election value (local_value.c) */
     struct local_lock *prev, *next; /* in open_files while fd_open */
 };
 
@@ -104,5 +105,14 @@ int local_mode_mismatch(struct lock_file_header *h, const struct dlock_provider_
 
 /* DLOCK_CTL_STATUS: from the kernel's locks and the header (local_list.c). */
 int local_status(struct local_instance *inst, struct dlock_ctl_status *arg);
+/* Elections (local_value.c): the provider's value_put, leader_get and
+ * watch_*; local_value_released tells the name's observers that a hold
+ * that published a value has let go (called after the unlock). */
+int local_value_put(void *instance, struct dlock_provider_lock *lk, uint64_t term, const void *value, size_t len);
+void local_value_released(struct local_instance *inst, struct local_lock *ll);
+int local_leader_get(void *instance, const char *name, size_t name_len, struct dlock_provider_leader *out);
+int local_watch_open(void *instance, const char *name, size_t name_len, void **watch, int *fd);
+int local_watch_consume(void *instance, void *watch);
+void local_watch_close(void *instance, void *watch);
 
 #endif

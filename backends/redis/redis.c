@@ -430,6 +430,7 @@ static int redis_release(void *instance, struct dlock_provider_lock *lk)
     }
     if (rc != DLOCK_OK)
         return rc;
+    redis_value_released(inst, lk);
     /* Sent twice because the connection died with the first in flight: a
      * hold already gone is the first release's work, not a loss. (Only our
      * own field is ever deleted, so nobody else's hold was touched.) */
@@ -627,11 +628,11 @@ static int redis_ctl(void *instance, int op, void *arg)
 }
 
 static const struct dlock_provider redis_provider = {
-    .version = DLOCK_PROVIDER_VERSION_5,
+    .version = DLOCK_PROVIDER_VERSION_6,
     .name = "redis",
     .capabilities = DLOCK_CAP_RENEW | DLOCK_CAP_FENCE | DLOCK_CAP_NATIVE_WAIT | DLOCK_CAP_SERVER_EXPIRY |
                     DLOCK_CAP_MULTI_HOST | DLOCK_CAP_FAIR | DLOCK_CAP_SHARED | DLOCK_CAP_SEMAPHORE |
-                    DLOCK_CAP_DOWNGRADE,
+                    DLOCK_CAP_DOWNGRADE | DLOCK_CAP_ELECTION,
     .lock_priv_size = sizeof(struct redis_lock),
     .settings = redis_settings,
     .open = redis_open,
@@ -649,6 +650,11 @@ static const struct dlock_provider redis_provider = {
     .downgrade = redis_downgrade,
     .wait_arm = redis_wait_arm,
     .wait_disarm = redis_wait_disarm,
+    .value_put = redis_value_put,
+    .leader_get = redis_leader_get,
+    .watch_open = redis_watch_open,
+    .watch_consume = redis_watch_consume,
+    .watch_close = redis_watch_close,
 };
 
 DLOCK_MODULE(redis_provider)

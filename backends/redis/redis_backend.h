@@ -43,6 +43,7 @@ struct redis_lock {
     size_t sub_channel_len;
     int notify_fd;              /* eventfd + 1 while subscribed, else 0 */
     bool registered;            /* the owner is in the waiter queue */
+    bool published;             /* this hold stored an election value (redis_election.c) */
 };
 
 struct redis_route {
@@ -83,6 +84,16 @@ bool redis_is_int_array(const redisReply *r, size_t n);
 
 /* DLOCK_EPROTOCOL: what's script answered something unexpected. */
 int redis_unexpected(struct redis_instance *inst, const char *what);
+
+/* Elections (redis_election.c): the provider's value_put, leader_get and
+ * watch_*; redis_value_released tells the name's observers that a hold
+ * that published a value was released (after the release). */
+int redis_value_put(void *instance, struct dlock_provider_lock *lk, uint64_t term, const void *value, size_t len);
+void redis_value_released(struct redis_instance *inst, struct dlock_provider_lock *lk);
+int redis_leader_get(void *instance, const char *name, size_t name_len, struct dlock_provider_leader *out);
+int redis_watch_open(void *instance, const char *name, size_t name_len, void **watch, int *fd);
+int redis_watch_consume(void *instance, void *watch);
+void redis_watch_close(void *instance, void *watch);
 
 /* True when p may prefix every key: no braces, spaces or control bytes. */
 bool redis_valid_prefix(const char *p);

@@ -391,6 +391,24 @@ static const char *const script_text[SCRIPT_COUNT] = {
     "  head = redis.call('lindex', KEYS[3], 0)\n"
     "end\n"
     "return 1\n",
+
+    /* value put: only by the exclusive holder (its own field, and no ""
+     * field, which marks a name held shared or as a semaphore). */
+    "if redis.call('hexists', KEYS[1], ARGV[1]) == 0 or redis.call('hexists', KEYS[1], '') == 1 then\n"
+    "  return 0\n"
+    "end\n"
+    "redis.call('set', KEYS[2], ARGV[2] .. ':' .. ARGV[3])\n"
+    "redis.call(ARGV[5], ARGV[4], 'value')\n"
+    "return 1\n",
+
+    /* leader get: while the name is held exclusively, the fence counter
+     * is its holder's token (a grant raises it; nothing else does while
+     * the hold lasts). */
+    "local term = '0'\n"
+    "if redis.call('exists', KEYS[1]) == 1 and redis.call('hexists', KEYS[1], '') == 0 then\n"
+    "  term = redis.call('get', KEYS[2]) or '0'\n"
+    "end\n"
+    "return {term, redis.call('get', KEYS[3])}\n",
 };
 
 void redis_scripts_init(struct redis_scripts *s)

@@ -40,6 +40,8 @@ int cmd_list(const char *config, int argc, char **argv);
 int cmd_serve(const char *config, int argc, char **argv);
 int cmd_top(const char *config, int argc, char **argv);
 
+/* dlock leader (leader.c). */
+int cmd_leader(const char *config, int argc, char **argv);
 /* dlock break (break.c). */
 int cmd_break(const char *config, int argc, char **argv);
 

@@ -63,7 +63,11 @@ extern "C" {
  * without them, waits through wait on one of the core's pool threads, a
  * slice at a time. */
 #define DLOCK_PROVIDER_VERSION_5 5
-#define DLOCK_PROVIDER_VERSION DLOCK_PROVIDER_VERSION_5
+/* Version 6: leader election (dlock_provider.value_put and .leader_get,
+ * DLOCK_CAP_ELECTION; .watch_open, .watch_consume and .watch_close for
+ * observers). A provider before it is reported as unable to elect. */
+#define DLOCK_PROVIDER_VERSION_6 6
+#define DLOCK_PROVIDER_VERSION DLOCK_PROVIDER_VERSION_6
 
 /* Name of the function a module exports; see dlock_module_entry_fn. */
 #define DLOCK_MODULE_ENTRY "dlock_module_provider"
@@ -222,6 +226,14 @@ struct dlock_provider_list {
     char *next_cursor;
 };
 
+/* What dlock_provider.leader_get reads: arrives zeroed. */
+struct dlock_provider_leader {
+    uint64_t holder_term;   /* fencing token of the current exclusive hold, 0 if none */
+    uint64_t value_term;    /* term stored with the value, 0 if none */
+    void *value;            /* malloc()ed bytes of the value, NULL if value_len is 0 */
+    size_t value_len;
+};
+
 /* ---- the provider table ---------------------------------------------------- */
 
 struct dlock_provider {
@@ -375,6 +387,46 @@ struct dlock_provider {
      * it to end the continued wait sooner. */
     int (*wait_arm)(void *instance, struct dlock_provider_lock *lk, int64_t *timeout_ms, int *fd);
     int (*wait_disarm)(void *instance, struct dlock_provider_lock *lk, int fired, int64_t *timeout_ms);
+
+    /* --- version 6 --- */
+
+    /* Required with DLOCK_CAP_ELECTION (which also needs DLOCK_CAP_FENCE):
+     * the value a leader publishes beside its exclusive hold.
+     *
+     * value_put stores term and the len bytes of value (len may be 0) as
+     * lk's name's value, replacing the one before, if and only if
+     * lk->owner holds the name exclusively when the server applies it (one
+     * atomic step: a script, a transaction, a conditional write), and
+     * wakes the name's watchers (watch_open). term is the hold's fencing
+     * token. Returns DLOCK_OK; DLOCK_ELOST (lk->owner does not hold the
+     * name: nothing was stored); other failures (it may or may not have
+     * been stored; the core reads the term back before trusting it). */
+    int (*value_put)(void *instance, struct dlock_provider_lock *lk, uint64_t term, const void *value,
+                     size_t len);
+    /* leader_get reads, in one consistent read where the backend has one,
+     * the fencing token of the name's current exclusive hold into
+     * out->holder_term (0 when it is not held exclusively) and its stored
+     * value: out->value_term (0 when there is none), out->value (malloc()ed,
+     * NULL when value_len is 0; the core frees it). The core reports a
+     * leader only when both terms are equal and not 0, so a value left by
+     * an earlier holder is never shown as the current one's. Returns
+     * DLOCK_OK or a failure (out->value then NULL). */
+    int (*leader_get)(void *instance, const char *name, size_t name_len, struct dlock_provider_leader *out);
+
+    /* Optional, all three or none: a descriptor for observers. watch_open
+     * stores in *fd one that becomes readable (POLLIN) when the name's
+     * holder or value may have changed (a grant, a value_put, a release,
+     * a break; an expiry where the server tells of it; a reconnect, when
+     * notifications may have been missed) and in *watch its state. The
+     * core polls *fd, then calls watch_consume, which reads what fired
+     * without blocking (DLOCK_OK, or a failure: the core closes the watch
+     * and opens another), and then reads the state with leader_get; it
+     * also reads it at least once a lease, in case a notification was
+     * lost. watch_close undoes watch_open. Without them the core reads the
+     * state every retry_cap_ms. Any thread, one call per watch at a time. */
+    int (*watch_open)(void *instance, const char *name, size_t name_len, void **watch, int *fd);
+    int (*watch_consume)(void *instance, void *watch);
+    void (*watch_close)(void *instance, void *watch);
 };
 
 /*

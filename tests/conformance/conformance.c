@@ -600,7 +600,7 @@ static const struct {
     { "NATIVE_WAIT", DLOCK_CAP_NATIVE_WAIT }, { "FAIR", DLOCK_CAP_FAIR },
     { "SERVER_EXPIRY", DLOCK_CAP_SERVER_EXPIRY }, { "MULTI_HOST", DLOCK_CAP_MULTI_HOST },
     { "SHARED", DLOCK_CAP_SHARED },         { "SEMAPHORE", DLOCK_CAP_SEMAPHORE },
-    { "DOWNGRADE", DLOCK_CAP_DOWNGRADE },
+    { "DOWNGRADE", DLOCK_CAP_DOWNGRADE },     { "ELECTION", DLOCK_CAP_ELECTION },
 };
 
 /* The words of bits, in the table's order. */
@@ -703,5 +703,5 @@ int conformance_run(const struct conformance_target *t)
     int failed = _cmocka_run_group_tests(t->name, cases, sizeof cases / sizeof cases[0], NULL,
                                          conformance_group_teardown);
     return failed + conformance_run_shared(t) + conformance_run_kinds(t) + conformance_run_model(t) + conformance_run_list(t) + conformance_run_waiting(t) +
-           conformance_run_async(t);
+           conformance_run_async(t) + conformance_run_election(t);
 }

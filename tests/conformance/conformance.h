@@ -63,7 +63,7 @@ int conformance_group_teardown(void **state);
 
 /* Runs every case against target, then conformance_run_shared(),
  * conformance_run_kinds(), conformance_run_model(), conformance_run_list(), conformance_run_waiting() and
- * conformance_run_async(); returns
+ * conformance_run_async() and conformance_run_election(); returns
  * the number of failed cases. */
 int conformance_run(const struct conformance_target *target);
 
@@ -97,5 +97,9 @@ int conformance_run_waiting(const struct conformance_target *target);
  * through dlock_acquire_start() and dlock_release_start(), driven by a
  * poll() loop, on every backend. */
 int conformance_run_async(const struct conformance_target *target);
+/* Leader election (conformance_election.c): run where the backend claims
+ * DLOCK_CAP_ELECTION, and otherwise a check that it refuses elections with
+ * DLOCK_ENOTSUP. */
+int conformance_run_election(const struct conformance_target *target);
 
 #endif
