@@ -562,8 +562,9 @@ typedef struct dlock_observer dlock_observer;
  * own with the state at the start, then on each change: a new leader (a
  * greater term), a new value of the same leader, or nobody leading. A
  * leader older than one already reported is never reported. A backend
- * that announces changes wakes it at once (redis and local: a new value, a
- * resignation; local also a leader's death); it also reads the state
+ * that announces changes wakes it at once (local, redis, zookeeper and
+ * etcd: a new value, a resignation; all but redis also a leader's death,
+ * when its hold is freed); it also reads the state
  * every third of the client's default lease, for changes nothing announces
  * (a redis leader's expiry) and notifications lost on a reconnect. A
  * backend without announcements is read every retry_cap_ms. Changes

@@ -615,11 +615,11 @@ static void etcd_close(void *instance)
 }
 
 static const struct dlock_provider etcd_provider = {
-    .version = DLOCK_PROVIDER_VERSION_5,
+    .version = DLOCK_PROVIDER_VERSION_6,
     .name = "etcd",
     .capabilities = DLOCK_CAP_RENEW | DLOCK_CAP_FENCE | DLOCK_CAP_FENCE_LINEARIZABLE | DLOCK_CAP_NATIVE_WAIT |
                     DLOCK_CAP_FAIR | DLOCK_CAP_SERVER_EXPIRY | DLOCK_CAP_MULTI_HOST | DLOCK_CAP_SHARED |
-                    DLOCK_CAP_SEMAPHORE | DLOCK_CAP_DOWNGRADE,
+                    DLOCK_CAP_SEMAPHORE | DLOCK_CAP_DOWNGRADE | DLOCK_CAP_ELECTION,
     .lock_priv_size = sizeof(struct etcd_lock),
     .settings = etcd_settings,
     .open = etcd_open,
@@ -637,6 +637,11 @@ static const struct dlock_provider etcd_provider = {
     .downgrade = etcd_downgrade,
     .wait_arm = etcd_wait_arm,
     .wait_disarm = etcd_wait_disarm,
+    .value_put = etcd_value_put,
+    .leader_get = etcd_leader_get,
+    .watch_open = etcd_observer_open,
+    .watch_consume = etcd_observer_consume,
+    .watch_close = etcd_observer_close,
 };
 
 DLOCK_MODULE(etcd_provider)

@@ -157,4 +157,12 @@ int etcd_release(void *instance, struct dlock_provider_lock *lk);
 /* The provider's abandon: out of the queue now, not at the lease's end. */
 void etcd_abandon(void *instance, struct dlock_provider_lock *lk);
 
+/* Elections (etcd_election.c): the provider's value_put, leader_get, and
+ * watch_open, watch_consume and watch_close as etcd_observer_*. */
+int etcd_value_put(void *instance, struct dlock_provider_lock *lk, uint64_t term, const void *value, size_t len);
+int etcd_leader_get(void *instance, const char *name, size_t name_len, struct dlock_provider_leader *out);
+int etcd_observer_open(void *instance, const char *name, size_t name_len, void **watch, int *fd);
+int etcd_observer_consume(void *instance, void *watch);
+void etcd_observer_close(void *instance, void *watch);
+
 #endif

@@ -112,8 +112,10 @@ void etcd_watch_close(struct etcd_watch *w)
     free(w);
 }
 
-int etcd_watch_open(struct etcd_http *h, const char *key, size_t key_len, const char *range_end,
-                    size_t range_end_len, int64_t start_revision, struct etcd_watch **out)
+/* etcd_watch_open, and with changes a watch of every put and delete in
+ * [key, range_end) from the server's current revision. */
+static int open_watch(struct etcd_http *h, const char *key, size_t key_len, const char *range_end,
+                      size_t range_end_len, int64_t start_revision, bool changes, struct etcd_watch **out)
 {
     *out = NULL;
     struct etcd_watch *w = calloc(1, sizeof *w);
@@ -143,7 +145,9 @@ int etcd_watch_open(struct etcd_http *h, const char *key, size_t key_len, const 
      * at once it is created (etcd_watch_step). A range (a semaphore's
      * waiters, any of whose predecessors may go): from start_revision, and
      * deletions only. */
-    if (range_end) {
+    if (range_end && changes) {
+        json_object_object_add(create, "range_end", etcd_json_b64(range_end, range_end_len));
+    } else if (range_end) {
         json_object_object_add(create, "range_end", etcd_json_b64(range_end, range_end_len));
         json_object_object_add(create, "start_revision", etcd_json_int_str(start_revision));
         struct json_object *filters = json_object_new_array();
@@ -167,6 +171,18 @@ int etcd_watch_open(struct etcd_http *h, const char *key, size_t key_len, const 
     }
     *out = w;
     return DLOCK_OK;
+}
+
+int etcd_watch_open(struct etcd_http *h, const char *key, size_t key_len, const char *range_end,
+                    size_t range_end_len, int64_t start_revision, struct etcd_watch **out)
+{
+    return open_watch(h, key, key_len, range_end, range_end_len, start_revision, false, out);
+}
+
+int etcd_watch_open_changes(struct etcd_http *h, const char *key, size_t key_len, const char *range_end,
+                            size_t range_end_len, struct etcd_watch **out)
+{
+    return open_watch(h, key, key_len, range_end, range_end_len, 0, true, out);
 }
 
 bool etcd_watch_step(struct etcd_watch *w, int *rc)

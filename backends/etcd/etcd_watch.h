@@ -20,6 +20,11 @@ struct etcd_watch;
 /* DLOCK_OK with *out (nothing sent yet), or DLOCK_ENOMEM. */
 int etcd_watch_open(struct etcd_http *h, const char *key, size_t key_len, const char *range_end,
                     size_t range_end_len, int64_t start_revision, struct etcd_watch **out);
+/* A watch of every put and delete in [key, range_end), from the server's
+ * current revision (an observer's: it reads the state once the watch is
+ * created). DLOCK_OK with *out, or DLOCK_ENOMEM. */
+int etcd_watch_open_changes(struct etcd_http *h, const char *key, size_t key_len, const char *range_end,
+                            size_t range_end_len, struct etcd_watch **out);
 /* Runs the transfer as far as it goes without waiting (and, once the watch
  * is created, the one read of what came before it). True when the wait is
  * over, with *rc: DLOCK_OK (look again) or DLOCK_EUNAVAILABLE. */

@@ -116,4 +116,12 @@ int zk_renew_batch(void *instance, struct dlock_provider_lock *const *locks, siz
 /* renew_batch of one hold. */
 int zk_renew(void *instance, struct dlock_provider_lock *lk);
 
+/* Elections (zk_election.c): the provider's value_put, leader_get and
+ * watch_*. */
+int zk_value_put(void *instance, struct dlock_provider_lock *lk, uint64_t term, const void *value, size_t len);
+int zk_leader_get(void *instance, const char *name, size_t name_len, struct dlock_provider_leader *out);
+int zk_watch_open(void *instance, const char *name, size_t name_len, void **watch, int *fd);
+int zk_watch_consume(void *instance, void *watch);
+void zk_watch_close(void *instance, void *watch);
+
 #endif

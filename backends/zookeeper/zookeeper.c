@@ -564,11 +564,11 @@ static int zk_open(void **instance, const struct dlock_provider_env *env)
 }
 
 static const struct dlock_provider zk_provider = {
-    .version = DLOCK_PROVIDER_VERSION_5,
+    .version = DLOCK_PROVIDER_VERSION_6,
     .name = "zookeeper",
     .capabilities = DLOCK_CAP_RENEW | DLOCK_CAP_FENCE | DLOCK_CAP_FENCE_LINEARIZABLE | DLOCK_CAP_NATIVE_WAIT |
                     DLOCK_CAP_FAIR | DLOCK_CAP_SERVER_EXPIRY | DLOCK_CAP_MULTI_HOST |
-                    DLOCK_CAP_SHARED | DLOCK_CAP_SEMAPHORE | DLOCK_CAP_DOWNGRADE,
+                    DLOCK_CAP_SHARED | DLOCK_CAP_SEMAPHORE | DLOCK_CAP_DOWNGRADE | DLOCK_CAP_ELECTION,
     .lock_priv_size = sizeof(struct zk_lock),
     .settings = zk_settings,
     .open = zk_open,
@@ -586,6 +586,11 @@ static const struct dlock_provider zk_provider = {
     .list = zk_list,
     .break_hold = zk_break,
     .downgrade = zk_downgrade,
+    .value_put = zk_value_put,
+    .leader_get = zk_leader_get,
+    .watch_open = zk_watch_open,
+    .watch_consume = zk_watch_consume,
+    .watch_close = zk_watch_close,
 };
 
 DLOCK_MODULE(zk_provider)

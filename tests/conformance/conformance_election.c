@@ -96,8 +96,9 @@ struct campaigner {
 static void *campaign_thread(void *arg)
 {
     struct campaigner *c = arg;
-    c->rc = dlock_campaign(c->e, c->wait_ms);
+    int rc = dlock_campaign(c->e, c->wait_ms);
     c->done_at = now_ms();
+    __atomic_store_n(&c->rc, rc, __ATOMIC_RELEASE);
     return NULL;
 }
 
@@ -111,7 +112,7 @@ static void standby_is_elected_when_the_leader_resigns(void **state)
     pthread_t t;
     pthread_create(&t, NULL, campaign_thread, &standby);
     sleep_ms(slack_ms(200));
-    assert_int_equal(standby.rc, -99);
+    assert_int_equal(__atomic_load_n(&standby.rc, __ATOMIC_ACQUIRE), -99); /* still waiting */
     /* The leadership is the election object's: resigned from a thread
      * that did not campaign. */
     int64_t resigned_at = now_ms();
@@ -298,14 +299,17 @@ static void a_deposed_leader_learns_it_and_its_term_is_refused(void **state)
     int64_t end = now_ms() + slack_ms(2000);
     for (;;) {
         pthread_mutex_lock(&note.mu);
-        int calls = note.calls;
+        int seen = note.calls;
         pthread_mutex_unlock(&note.mu);
-        if (calls > 0 || now_ms() > end)
+        if (seen > 0 || now_ms() > end)
             break;
         sleep_ms(10);
     }
-    assert_int_equal(note.calls, 1);
-    assert_int_equal(note.term_rc, DLOCK_ELOST);
+    pthread_mutex_lock(&note.mu);
+    int calls = note.calls, term_rc = note.term_rc;
+    pthread_mutex_unlock(&note.mu);
+    assert_int_equal(calls, 1);
+    assert_int_equal(term_rc, DLOCK_ELOST);
     assert_int_equal(dlock_election_term(ea, &ta), DLOCK_ELOST);
     assert_int_equal(dlock_proclaim(ea, "late", 4), DLOCK_ELOST);
     char value[16];
@@ -322,13 +326,13 @@ static void a_deposed_leader_learns_it_and_its_term_is_refused(void **state)
     dlock_client_close(b);
 }
 
-static volatile sig_atomic_t child_lost;
+static int child_lost;
 
 static void child_note_lost(dlock_election *e, void *arg)
 {
     (void)e;
     (void)arg;
-    child_lost = 1;
+    __atomic_store_n(&child_lost, 1, __ATOMIC_RELEASE);
 }
 
 /* The leader stopped (SIGSTOP) past its lease: the server frees the hold,
@@ -354,7 +358,7 @@ static void a_paused_leader_learns_its_loss_on_resuming(void **state)
             dlock_election_term(e, &term) != DLOCK_OK)
             _exit(1);
         (void)!write(ready[1], &term, sizeof term);
-        while (!child_lost)
+        while (!__atomic_load_n(&child_lost, __ATOMIC_ACQUIRE))
             usleep(5000);
         int rc = dlock_proclaim(e, "late", 4);
         (void)!write(told[1], &rc, sizeof rc);
@@ -413,6 +417,17 @@ static void see(const void *value, size_t len, uint64_t term, void *arg)
     pthread_mutex_unlock(&s->mu);
 }
 
+/* How many reports came, and the terms of the last two (0 if none). */
+static int seen_count(struct seen *s, uint64_t *last, uint64_t *before)
+{
+    pthread_mutex_lock(&s->mu);
+    int n = s->n;
+    *last = n > 0 ? s->term[n - 1] : 0;
+    *before = n > 1 ? s->term[n - 2] : 0;
+    pthread_mutex_unlock(&s->mu);
+    return n;
+}
+
 /* Waits until the last thing seen is (term, value); fails after a while. */
 static void await_seen(struct seen *s, uint64_t term, const char *value)
 {
@@ -452,7 +467,8 @@ static void an_observer_sees_each_change_in_order(void **state)
     await_seen(&s, 0, "");
     /* Reads that find the same state report nothing. */
     sleep_ms(350);
-    assert_int_equal(s.n, 1);
+    uint64_t last, before;
+    assert_int_equal(seen_count(&s, &last, &before), 1);
     dlock_election *ea = candidate(a, "conf-observed", "a"), *eb = candidate(b, "conf-observed", "b");
     assert_int_equal(dlock_campaign(ea, 0), DLOCK_OK);
     uint64_t ta = 0, tb = 0;
@@ -463,8 +479,9 @@ static void an_observer_sees_each_change_in_order(void **state)
     assert_int_equal(dlock_resign(ea), DLOCK_OK);
     await_seen(&s, 0, "");
     sleep_ms(350);
-    assert_int_equal(s.term[s.n - 1], 0);
-    assert_int_equal(s.term[s.n - 2], ta); /* nobody once, after the leader */
+    seen_count(&s, &last, &before);
+    assert_int_equal(last, 0);
+    assert_int_equal(before, ta); /* nobody once, after the leader */
     assert_int_equal(dlock_campaign(eb, 0), DLOCK_OK);
     assert_int_equal(dlock_election_term(eb, &tb), DLOCK_OK);
     await_seen(&s, tb, "b");
