@@ -176,6 +176,16 @@ int dlock_election_term(dlock_election *el, uint64_t *term)
     return dlock_fence(el->lock, term);
 }
 
+int64_t dlock_election_validity_ms(dlock_election *el)
+{
+    if (!el)
+        return dlock_seterr(DLOCK_EINVAL, "dlock_election_validity_ms: no election");
+    if (!leading(el))
+        return dlock_seterr(DLOCK_ENOTOWNER, "election '%s': this candidate does not lead",
+                            dlock__entry_show(el->lock->entry));
+    return dlock_validity_ms(el->lock);
+}
+
 int dlock_proclaim(dlock_election *el, const void *value, size_t value_len)
 {
     if (!el)

@@ -521,6 +521,14 @@ int dlock_election_cancel(dlock_election *election);
 int dlock_election_term(dlock_election *election, uint64_t *term);
 
 /*
+ * Milliseconds for which the leadership is still known to be valid, as
+ * dlock_validity_ms() says of the election's hold: act as the leader only
+ * within it. Negative: DLOCK_ENOTOWNER (not leading), DLOCK_ELOST,
+ * DLOCK_EINVAL. Thread-safe.
+ */
+int64_t dlock_election_validity_ms(dlock_election *election);
+
+/*
  * Publishes value (value_len bytes, at most DLOCK_VALUE_MAX; copied) as the
  * leader's, keeping the term: observers see it, and later campaigns of this
  * candidate publish it. Refused on the server unless this candidate still
@@ -562,9 +570,9 @@ typedef struct dlock_observer dlock_observer;
  * own with the state at the start, then on each change: a new leader (a
  * greater term), a new value of the same leader, or nobody leading. A
  * leader older than one already reported is never reported. A backend
- * that announces changes wakes it at once (local, redis, zookeeper and
- * etcd: a new value, a resignation; all but redis also a leader's death,
- * when its hold is freed); it also reads the state
+ * that announces changes wakes it at once (local, redis, zookeeper, etcd
+ * and postgres: a new value, a resignation; local, zookeeper and etcd also
+ * a leader's death, when its hold is freed); it also reads the state
  * every third of the client's default lease, for changes nothing announces
  * (a redis leader's expiry) and notifications lost on a reconnect. A
  * backend without announcements is read every retry_cap_ms. Changes

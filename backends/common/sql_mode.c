@@ -89,6 +89,27 @@ int sql_mode_list(void *instance, struct dlock_provider_list *req)
     return m->list(instance, req);
 }
 
+int sql_mode_value_put(void *instance, struct dlock_provider_lock *lk, uint64_t term, const void *value, size_t len)
+{
+    const struct sql_mode *m = mode_of(instance);
+    if (!m->value_put) /* the instance does not claim elections: not called */
+        return dlock_seterr(DLOCK_ENOTSUP, "%s: %s mode holds no elections", label_of(instance), m->name);
+    return m->value_put(instance, lk, term, value, len);
+}
+
+int sql_mode_leader_get(void *instance, const char *name, size_t name_len, struct dlock_provider_leader *out)
+{
+    const struct sql_mode *m = mode_of(instance);
+    if (!m->leader_get)
+        return dlock_seterr(DLOCK_ENOTSUP, "%s: %s mode holds no elections", label_of(instance), m->name);
+    struct sql_lock_key k;
+    int rc = sql_lock_key_init(&k, prefix_of(instance), name, name_len);
+    if (rc == DLOCK_OK)
+        rc = m->leader_get(instance, &k, out);
+    sql_lock_key_free(&k);
+    return rc;
+}
+
 static int status(void *instance, struct dlock_ctl_status *arg)
 {
     dlock_status_info *out = arg->out;

@@ -42,6 +42,11 @@ struct sql_mode {
     int (*status)(void *instance, const struct sql_lock_key *k, dlock_status_info *out);
     int (*break_hold)(void *instance, const struct sql_lock_key *k, int *broken, uint64_t *fence);
     int (*list)(void *instance, struct dlock_provider_list *req);
+    /* Elections (NULL: the mode has none, and lists DLOCK_CAP_ELECTION in
+     * capabilities_off): the provider members of the same name, k the
+     * name's key. */
+    int (*value_put)(void *instance, struct dlock_provider_lock *lk, uint64_t term, const void *value, size_t len);
+    int (*leader_get)(void *instance, const struct sql_lock_key *k, struct dlock_provider_leader *out);
     const char *why_no_break;    /* when break_hold is NULL: why, and what to do instead */
     const char *why_no_list;     /* when list is NULL: why */
 };
@@ -82,6 +87,8 @@ int sql_mode_downgrade(void *instance, struct dlock_provider_lock *lk);
 int sql_mode_fence(void *instance, struct dlock_provider_lock *lk, uint64_t *out);
 int sql_mode_break(void *instance, const char *name, size_t name_len, int *broken, uint64_t *fence);
 int sql_mode_list(void *instance, struct dlock_provider_list *req);
+int sql_mode_value_put(void *instance, struct dlock_provider_lock *lk, uint64_t term, const void *value, size_t len);
+int sql_mode_leader_get(void *instance, const char *name, size_t name_len, struct dlock_provider_leader *out);
 /* DLOCK_CTL_STATUS: the name's key made, held set to 0, the mode asked.
  * DLOCK_CTL_CAPABILITIES: what the mode and the instance cannot do,
  * cleared. */

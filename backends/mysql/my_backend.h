@@ -80,4 +80,8 @@ bool my_batch_refused(struct my_instance *inst, const struct my_outcome *o);
  * column; sets inst->head.no_shared_columns and inst->no_waker (my_schema.c). */
 int my_prepare_schema(struct my_instance *inst, bool create);
 
+/* Elections (my_election.c): lease mode's value_put and leader_get. */
+int my_lease_value_put(void *instance, struct dlock_provider_lock *lk, uint64_t term, const void *value, size_t len);
+int my_lease_leader_get(void *instance, const struct sql_lock_key *k, struct dlock_provider_leader *out);
+
 #endif

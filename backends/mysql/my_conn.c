@@ -175,8 +175,10 @@ static int prepare(const struct my_server *srv, struct my_conn *c, int which)
     return DLOCK_OK;
 }
 
-int my_run(const struct my_server *srv, struct my_conn *c, int which, const struct my_param *params, int n,
-           int text_column, struct my_outcome *out)
+/* my_run, with the string column into blob (blob_cap bytes) when blob is
+ * not NULL, its length in out->blob_len. */
+static int run(const struct my_server *srv, struct my_conn *c, int which, const struct my_param *params, int n,
+               int text_column, char *blob, unsigned long blob_cap, struct my_outcome *out)
 {
     memset(out, 0, sizeof *out);
     c->last_errno = 0;
@@ -218,7 +220,12 @@ int my_run(const struct my_server *srv, struct my_conn *c, int which, const stru
     unsigned long text_len = 0;
     my_bool nulls[4] = { 0 };
     for (unsigned i = 0; i < columns && i < 4; i++) {
-        if ((int)i == text_column) {
+        if ((int)i == text_column && blob) {
+            result[i].buffer_type = MYSQL_TYPE_BLOB;
+            result[i].buffer = blob;
+            result[i].buffer_length = blob_cap;
+            result[i].length = &out->blob_len;
+        } else if ((int)i == text_column) {
             result[i].buffer_type = MYSQL_TYPE_STRING;
             result[i].buffer = out->text;
             result[i].buffer_length = sizeof out->text - 1;
@@ -325,8 +332,14 @@ bool my_pool_last_resent(void)
     return last_run_resent;
 }
 
-int my_pool_run(struct my_pool *pool, int which, const struct my_param *params, int n, int text_column,
-                struct my_outcome *out)
+int my_run(const struct my_server *srv, struct my_conn *c, int which, const struct my_param *params, int n,
+           int text_column, struct my_outcome *out)
+{
+    return run(srv, c, which, params, n, text_column, NULL, 0, out);
+}
+
+static int pool_run(struct my_pool *pool, int which, const struct my_param *params, int n, int text_column,
+                    char *blob, unsigned long blob_cap, struct my_outcome *out)
 {
     int rc = DLOCK_EUNAVAILABLE;
     last_run_resent = false;
@@ -337,7 +350,7 @@ int my_pool_run(struct my_pool *pool, int which, const struct my_param *params, 
         if ((rc = conn_pool_get(&pool->pool, &c, &was_idle)) != DLOCK_OK)
             return rc;
         int64_t t0 = dlock_provider_now_ms();
-        rc = my_run(pool->server, c, which, params, n, text_column, out);
+        rc = run(pool->server, c, which, params, n, text_column, blob, blob_cap, out);
         if (rc != DLOCK_OK)
             out->server_errno = ((struct my_conn *)c)->last_errno;
         bool broken = my_conn_broken(c);
@@ -348,4 +361,16 @@ int my_pool_run(struct my_pool *pool, int which, const struct my_param *params, 
             break;
     }
     return rc;
+}
+
+int my_pool_run(struct my_pool *pool, int which, const struct my_param *params, int n, int text_column,
+                struct my_outcome *out)
+{
+    return pool_run(pool, which, params, n, text_column, NULL, 0, out);
+}
+
+int my_pool_run_blob(struct my_pool *pool, int which, const struct my_param *params, int n, int blob_column,
+                     char *blob, unsigned long blob_cap, struct my_outcome *out)
+{
+    return pool_run(pool, which, params, n, blob_column, blob, blob_cap, out);
 }

@@ -13,7 +13,7 @@
 #include <stdbool.h>
 
 #define MY_POOL_MAX CONN_POOL_MAX
-#define MY_MAX_STATEMENTS 28
+#define MY_MAX_STATEMENTS 32
 #define MY_MAX_PARAMS 16            /* bound parameters of one statement */
 
 struct my_server {
@@ -60,6 +60,7 @@ struct my_outcome {
     long long ints[4];          /* integer columns of the first row */
     bool nulls[4];
     char text[128];             /* the first row's string column, if asked */
+    unsigned long blob_len;     /* my_pool_run_blob: the bytes its column had */
     unsigned server_errno;      /* on failure: the server's (or client's) error number, else 0 */
 };
 
@@ -95,6 +96,10 @@ int my_pool_try_get(struct my_pool *pool, struct my_conn **out);
  * and the statement sent once more. */
 int my_pool_run(struct my_pool *pool, int which, const struct my_param *params, int n, int text_column,
                 struct my_outcome *out);
+/* my_pool_run, with column blob_column read as bytes into blob (blob_cap
+ * bytes; a longer value is cut), its length in out->blob_len. */
+int my_pool_run_blob(struct my_pool *pool, int which, const struct my_param *params, int n, int blob_column,
+                     char *blob, unsigned long blob_cap, struct my_outcome *out);
 /* True when the calling thread's last my_pool_run sent its statement a
  * second time after the connection died under the first, which may have
  * run: a release that then finds the hold gone did it. */

@@ -390,4 +390,6 @@ const struct sql_mode my_lease_mode = {
     .status = lease_status,
     .break_hold = lease_break,
     .list = lease_list,
+    .value_put = my_lease_value_put,
+    .leader_get = my_lease_leader_get,
 };

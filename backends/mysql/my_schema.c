@@ -65,6 +65,12 @@ int my_prepare_schema(struct my_instance *inst, bool create)
     if (rc == DLOCK_OK && inst->head.mode->lease_rows)
         rc = add_columns(inst, c, create, MY_HAS_WAKER, inst->sql.add_waker_column, "waker column",
                          "waiters poll with backoff instead of waiting in the server", &inst->no_waker);
+    /* Elections' values (IF NOT EXISTS: one statement at open). Without
+     * create_table, elections fail naming the table until it exists. */
+    if (rc == DLOCK_OK && create && inst->head.mode->lease_rows && mysql_query(c->db, inst->sql.create_values) != 0)
+        rc = dlock_seterr(mysql_errno(c->db) == 1142 ? DLOCK_ECONFIG : DLOCK_EUNAVAILABLE,
+                          "%s: CREATE TABLE `%s_values` failed: %s", inst->server.label, inst->sql.table,
+                          mysql_error(c->db));
     my_pool_put(&inst->pool, c);
     return rc;
 }

@@ -115,6 +115,27 @@ int my_sql_init(struct my_sql *sql, const char *table, bool waker)
                                          "  ADD COLUMN writer_fence BIGINT UNSIGNED NULL",
                                          t);
     sql->add_waker_column = sql_format("ALTER TABLE `%s` ADD COLUMN waker BIGINT UNSIGNED NULL", t);
+    /* An election's value, in a table of its own so that the lock table's
+     * rows stay as they are; stored only while the owner holds the row
+     * exclusively (an owner starting with '~' marks shared holds). */
+    sql->create_values = sql_format("CREATE TABLE IF NOT EXISTS `%s_values` (\n"
+                                    "  name VARBINARY(600) NOT NULL PRIMARY KEY,\n"
+                                    "  term BIGINT UNSIGNED NOT NULL,\n"
+                                    "  value BLOB NOT NULL\n"
+                                    ") ENGINE=InnoDB",
+                                    t);
+    sql->text[MY_VALUE_PUT] = sql_format(
+        "INSERT INTO `%s_values` (name, term, value)\n"
+        "SELECT name, ?, ? FROM `%s` WHERE name = ? AND owner = ? AND LEFT(owner, 1) <> '~'\n"
+        "  AND expires_at >= " NOW_MS "\n"
+        "ON DUPLICATE KEY UPDATE term = VALUES(term), value = VALUES(value)",
+        t, t);
+    sql->text[MY_LEADER_GET] = sql_format(
+        "SELECT (SELECT fence FROM `%s` WHERE name = ? AND owner IS NOT NULL AND LEFT(owner, 1) <> '~'\n"
+        "          AND expires_at >= " NOW_MS "),\n"
+        "       v.term, v.value\n"
+        "FROM (SELECT 1) AS one LEFT JOIN `%s_values` AS v ON v.name = ?",
+        t, t);
     /* The waker assignments, or nothing for a table without the column. */
     const char *take = waker ? ",\n  waker = " TAKE_WAKER : "";
     sql->text[MY_ACQUIRE] = acquire_text(t, FREE_OR_EXPIRED, waker);
@@ -249,7 +270,8 @@ int my_sql_init(struct my_sql *sql, const char *table, bool waker)
         "WHERE IS_USED_LOCK(u.n) = CONNECTION_ID()");
     sql->text[MY_SESSION_RELEASE] = sql_format("SELECT RELEASE_LOCK(?)");
     sql->text[MY_SESSION_STATUS] = sql_format("SELECT IS_USED_LOCK(?)");
-    bool ok = sql->create_table != NULL && sql->add_shared_columns != NULL && sql->add_waker_column != NULL;
+    bool ok = sql->create_table != NULL && sql->add_shared_columns != NULL && sql->add_waker_column != NULL &&
+              sql->create_values != NULL;
     for (int i = 0; i < MY_STATEMENT_COUNT; i++)
         ok &= sql->text[i] != NULL;
     if (!ok) {
@@ -264,6 +286,7 @@ void my_sql_free(struct my_sql *sql)
     free(sql->create_table);
     free(sql->add_shared_columns);
     free(sql->add_waker_column);
+    free(sql->create_values);
     for (int i = 0; i < MY_STATEMENT_COUNT; i++)
         free(sql->text[i]);
     memset(sql, 0, sizeof *sql);

@@ -49,6 +49,10 @@ enum my_statement {
     MY_DISARM,           /* key, waker: the waker cleared if it is still that one */
     MY_BREAK_WAKER,      /* -> the waker the last MY_BREAK on this connection took out, 0 none */
     MY_HAS_WAKER,        /* table name -> 1 when the table has the waker column */
+    /* elections (lease mode), beside the lock table in `<table>_values` */
+    MY_VALUE_PUT,        /* term, value, key, owner -> 1 row found when stored ($4 holds $3 exclusively) */
+    MY_LEADER_GET,       /* key, key -> (the exclusive holder's fence or NULL, stored term or NULL,
+                          * stored value or NULL) */
     MY_SESSION_ACQUIRE,  /* lock name -> 1 granted, 0 busy */
     MY_SESSION_FENCE,    /* key, lock name -> rows > 0 while held here; insert id: fence */
     MY_SESSION_CHECK,    /* lock name -> 1 while this connection holds it */
@@ -63,6 +67,7 @@ struct my_sql {
     char *create_table;
     char *add_shared_columns;   /* for a table made before shared holds existed */
     char *add_waker_column;     /* for a table made before lease-mode waiting existed */
+    char *create_values;        /* the table of election values */
     char *text[MY_STATEMENT_COUNT];
 };
 

@@ -342,11 +342,11 @@ static int my_open(void **instance, const struct dlock_provider_env *env)
 }
 
 static const struct dlock_provider my_provider = {
-    .version = DLOCK_PROVIDER_VERSION_5,
+    .version = DLOCK_PROVIDER_VERSION_6,
     .name = "mysql",
     .capabilities = DLOCK_CAP_RENEW | DLOCK_CAP_FENCE | DLOCK_CAP_SERVER_EXPIRY | DLOCK_CAP_MULTI_HOST |
                     DLOCK_CAP_SHARED | DLOCK_CAP_SEMAPHORE | DLOCK_CAP_DOWNGRADE | DLOCK_CAP_NATIVE_WAIT |
-                    DLOCK_CAP_FAIR,
+                    DLOCK_CAP_FAIR | DLOCK_CAP_ELECTION,
     .lock_priv_size = sizeof(struct my_lock),
     .settings = my_settings,
     .open = my_open,
@@ -365,6 +365,8 @@ static const struct dlock_provider my_provider = {
     .list = sql_mode_list,
     .break_hold = sql_mode_break,
     .downgrade = sql_mode_downgrade,
+    .value_put = sql_mode_value_put,
+    .leader_get = sql_mode_leader_get,
 };
 
 DLOCK_MODULE(my_provider)

@@ -57,4 +57,12 @@ extern const struct sql_mode pg_session_mode;
  * draws fences from the sequence (pg_schema.c). */
 int pg_prepare_schema(struct pg_instance *inst, bool create);
 
+/* Elections (pg_election.c): lease mode's value_put and leader_get, and
+ * the provider's watch_* (LISTEN on the name's channel). */
+int pg_lease_value_put(void *instance, struct dlock_provider_lock *lk, uint64_t term, const void *value, size_t len);
+int pg_lease_leader_get(void *instance, const struct sql_lock_key *k, struct dlock_provider_leader *out);
+int pg_watch_open(void *instance, const char *name, size_t name_len, void **watch, int *fd);
+int pg_watch_consume(void *instance, void *watch);
+void pg_watch_close(void *instance, void *watch);
+
 #endif

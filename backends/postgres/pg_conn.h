@@ -13,7 +13,7 @@
 #include <stdbool.h>
 
 #define PG_POOL_MAX CONN_POOL_MAX
-#define PG_MAX_STATEMENTS 24
+#define PG_MAX_STATEMENTS 32
 
 struct pg_server {
     char *conninfo;             /* what PQconnectdb gets: a key=value string or a URI */

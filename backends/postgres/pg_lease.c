@@ -363,4 +363,6 @@ const struct sql_mode pg_lease_mode = {
     .status = lease_status,
     .break_hold = lease_break,
     .list = lease_list,
+    .value_put = pg_lease_value_put,
+    .leader_get = pg_lease_leader_get,
 };

@@ -29,8 +29,35 @@ static int add_shared_columns(struct pg_instance *inst, bool create)
     return rc;
 }
 
-/* Creates the table and sequence when missing (and allowed to). */
+/* The table of election values, when allowed to make it (IF NOT EXISTS:
+ * one statement at open, whether or not it is there). */
+static int prepare_values(struct pg_instance *inst, bool create)
+{
+    if (!create)
+        return DLOCK_OK; /* elections fail, naming the table, until it exists */
+    int rc;
+    PGresult *res = pg_pool_exec(&inst->pool, PG_CREATE_VALUES, 0, NULL, NULL, NULL, &rc);
+    if (!res)
+        return rc;
+    const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+    bool raced = state && (strcmp(state, "23505") == 0 || strcmp(state, "42P07") == 0);
+    if (!raced)
+        rc = pg_result_check(&inst->server, res, "CREATE TABLE (election values)");
+    PQclear(res);
+    return rc;
+}
+
+static int prepare_locks(struct pg_instance *inst, bool create);
+
+/* Creates the tables and sequence when missing (and allowed to). */
 int pg_prepare_schema(struct pg_instance *inst, bool create)
+{
+    int rc = prepare_locks(inst, create);
+    return rc == DLOCK_OK ? prepare_values(inst, create) : rc;
+}
+
+/* The lock table and its sequence. */
+static int prepare_locks(struct pg_instance *inst, bool create)
 {
     char table[PG_TABLE_MAX + 3], sequence[PG_TABLE_MAX + 9];
     snprintf(table, sizeof table, "\"%s\"", inst->sql.table);

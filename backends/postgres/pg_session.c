@@ -179,7 +179,7 @@ static int session_status(void *instance, const struct sql_lock_key *k, dlock_st
  * nothing to downgrade to. */
 const struct sql_mode pg_session_mode = {
     .name = "session",
-    .capabilities_off = DLOCK_CAP_SHARED | DLOCK_CAP_SEMAPHORE | DLOCK_CAP_DOWNGRADE,
+    .capabilities_off = DLOCK_CAP_SHARED | DLOCK_CAP_SEMAPHORE | DLOCK_CAP_DOWNGRADE | DLOCK_CAP_ELECTION,
     .lease_rows = false,
     .attempt = session_attempt,
     .attempt_late = NULL,

@@ -221,6 +221,27 @@ int pg_sql_init(struct pg_sql *sql, const char *table)
         "  WHERE name = $1 AND owner IS NOT NULL AND expires_at >= now() RETURNING fence)\n"
         "SELECT fence, pg_notify($2, '') FROM r",
         t);
+    /* An election's value, in a table of its own so that the lock table's
+     * rows stay as they are. Stored only while $2 holds the row
+     * exclusively (an owner starting with '~' is the mark of shared
+     * holds); FOR SHARE keeps a takeover of the row waiting until this
+     * commits. */
+    q[PG_CREATE_VALUES] = sql_format("CREATE TABLE IF NOT EXISTS \"%s_values\" (\n"
+                                     "  name bytea PRIMARY KEY, term bigint NOT NULL, value bytea NOT NULL)",
+                                     t);
+    q[PG_VALUE_PUT] = sql_format(
+        "WITH h AS (SELECT 1 FROM \"%s\" WHERE name = $1 AND owner = $2 AND left(owner, 1) <> '~'\n"
+        "  AND expires_at >= now() FOR SHARE),\n"
+        "v AS (INSERT INTO \"%s_values\" AS v (name, term, value) SELECT $1, $3::bigint, $4 FROM h\n"
+        "  ON CONFLICT (name) DO UPDATE SET term = excluded.term, value = excluded.value RETURNING 1)\n"
+        "SELECT pg_notify($5, '') FROM v",
+        t, t);
+    q[PG_LEADER_GET] = sql_format(
+        "SELECT (SELECT fence FROM \"%s\" WHERE name = $1 AND owner IS NOT NULL AND left(owner, 1) <> '~'\n"
+        "          AND expires_at >= now()),\n"
+        "       v.term, v.value\n"
+        "FROM (SELECT 1) AS one LEFT JOIN \"%s_values\" AS v ON v.name = $1",
+        t, t);
     q[PG_SESSION_ACQUIRE] = sql_format("SELECT pg_try_advisory_lock($1::bigint)");
     /* Drawn on demand, only while this session holds the lock: the last
      * holder drew its own before unlocking, so with a sequence without

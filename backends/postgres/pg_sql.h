@@ -41,6 +41,12 @@ enum pg_statement {
     PG_BREAK,            /* $1 key, $2 channel -> the new fence when it was held, else no row */
     PG_LIST,             /* $1 key prefix, $2 after this key, $3 limit -> (key, owner, fence, ms left,
                           * shared holders as "owner ms" lines or NULL) of held names */
+    /* elections (lease mode), beside the lock table in "<table>_values" */
+    PG_CREATE_VALUES,
+    PG_VALUE_PUT,        /* $1 key, $2 owner, $3 term, $4 value (bytea), $5 channel -> one row when
+                          * stored ($2 holds $1 exclusively), which also notifies */
+    PG_LEADER_GET,       /* $1 key -> (the exclusive holder's fence or NULL, stored term or NULL,
+                          * stored value or NULL) */
     /* session mode: $1 advisory key (bigint) */
     PG_SESSION_ACQUIRE,  /* -> granted? */
     PG_SESSION_FENCE,    /* -> next fence while this session holds $1, else NULL */

@@ -396,10 +396,11 @@ static int pg_open(void **instance, const struct dlock_provider_env *env)
 }
 
 static const struct dlock_provider pg_provider = {
-    .version = DLOCK_PROVIDER_VERSION_5,
+    .version = DLOCK_PROVIDER_VERSION_6,
     .name = "postgres",
     .capabilities = DLOCK_CAP_RENEW | DLOCK_CAP_FENCE | DLOCK_CAP_NATIVE_WAIT | DLOCK_CAP_FAIR | DLOCK_CAP_SERVER_EXPIRY |
-                    DLOCK_CAP_MULTI_HOST | DLOCK_CAP_SHARED | DLOCK_CAP_SEMAPHORE | DLOCK_CAP_DOWNGRADE,
+                    DLOCK_CAP_MULTI_HOST | DLOCK_CAP_SHARED | DLOCK_CAP_SEMAPHORE | DLOCK_CAP_DOWNGRADE |
+                    DLOCK_CAP_ELECTION,
     .lock_priv_size = sizeof(struct pg_lock),
     .settings = pg_settings,
     .open = pg_open,
@@ -418,6 +419,11 @@ static const struct dlock_provider pg_provider = {
     .wait_arm = line_wait_arm,
     .wait_disarm = line_wait_disarm,
     .downgrade = sql_mode_downgrade,
+    .value_put = sql_mode_value_put,
+    .leader_get = sql_mode_leader_get,
+    .watch_open = pg_watch_open,
+    .watch_consume = pg_watch_consume,
+    .watch_close = pg_watch_close,
 };
 
 DLOCK_MODULE(pg_provider)

@@ -10,6 +10,7 @@
 #include "fenced_counter.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <libgen.h>
 #include <limits.h>
 #include <signal.h>
@@ -75,6 +76,8 @@ void fault_run_rw_writer_paused(const char *scenario, const char *config_text, i
 
 static void start_workers(struct fault_run *run, const char *config_text, int nworkers, int duration_ms,
                           int hold_ms, int permits, int readers, int permit_workers);
+static void start_candidates(struct fault_run *run, const char *config_text, int nworkers, int duration_ms,
+                             int hold_ms);
 
 void fault_run_mixed_kinds_writer_paused(const char *scenario, const char *config_text, int lease_ms)
 {
@@ -86,6 +89,34 @@ void fault_run_mixed_kinds_writer_paused(const char *scenario, const char *confi
     /* Permits may never be granted: where a request in another kind is
      * refused (DLOCK_EINVAL) rather than queued, four lock workers can keep
      * the name busy as a lock throughout; the figure is printed. */
+}
+
+void fault_run_election_leader_paused_then_killed(const char *scenario, const char *config_text, int lease_ms)
+{
+    struct fault_run run;
+    struct history_report r;
+    start_candidates(&run, config_text, 3, 9000 * fault_run_scale(), lease_ms / 2);
+    fault_sleep_ms(1500);
+    pid_t leader = fault_run_pause_holder(&run, 7000);
+    assert_true(leader > 0);
+    int64_t paused_at = fault_now_us();
+    fault_sleep_ms(lease_ms);
+    int while_paused = fault_run_await_grant(&run, paused_at + (int64_t)lease_ms * 1000, 3 * lease_ms);
+    fault_sleep_ms(300); /* the next leader has read */
+    kill(leader, SIGCONT);
+    fault_sleep_ms(500);
+    pid_t next = fault_run_holder(&run, 7000);
+    assert_true(next > 0);
+    int64_t killed_at = fault_now_us();
+    kill(next, SIGKILL);
+    int after_kill = fault_run_await_grant(&run, killed_at, 3 * lease_ms + 2000);
+    fault_run_finish(&run, scenario, &r);
+    assert_true(while_paused >= 1);
+    assert_true(after_kill >= 1);
+    /* The paused leader learnt of its loss, and its late write (or read)
+     * with the old term was refused. */
+    assert_true(r.lost_notes + r.invalid_checks >= 1);
+    assert_true(r.writes_refused + r.reads_refused >= 1);
 }
 
 int64_t fault_now_us(void)
@@ -132,8 +163,25 @@ static void worker_path(char *out, size_t size)
         snprintf(out, size, "%s/../fault_worker", dir);
 }
 
+static void start_as(struct fault_run *run, const char *config_text, int nworkers, int duration_ms, int hold_ms,
+                     int permits, int readers, int permit_workers, bool elect);
+
 static void start_workers(struct fault_run *run, const char *config_text, int nworkers, int duration_ms,
                           int hold_ms, int permits, int readers, int permit_workers)
+{
+    start_as(run, config_text, nworkers, duration_ms, hold_ms, permits, readers, permit_workers, false);
+}
+
+/* Candidates in an election instead of lock workers (fault_worker's
+ * "elect"). */
+static void start_candidates(struct fault_run *run, const char *config_text, int nworkers, int duration_ms,
+                             int hold_ms)
+{
+    start_as(run, config_text, nworkers, duration_ms, hold_ms, 0, 0, 0, true);
+}
+
+static void start_as(struct fault_run *run, const char *config_text, int nworkers, int duration_ms, int hold_ms,
+                     int permits, int readers, int permit_workers, bool elect)
 {
     memset(run, 0, sizeof *run);
     run->permits = permits;
@@ -163,7 +211,10 @@ static void start_workers(struct fault_run *run, const char *config_text, int nw
         pid_t pid = fork();
         assert_true(pid >= 0);
         if (pid == 0) {
-            if (permits > 0 && permit_workers == 0)
+            if (elect)
+                execl(worker, worker, config, "fault-suite-election", run->dir, id, duration, hold, "elect",
+                      (char *)NULL);
+            else if (permits > 0 && permit_workers == 0)
                 execl(worker, worker, config, "fault-suite-semaphore", run->dir, id, duration, hold, n, (char *)NULL);
             else if (i >= nworkers - permit_workers) /* the lock's own name, as a semaphore */
                 execl(worker, worker, config, "fault-suite-lock", run->dir, id, duration, hold, n, (char *)NULL);

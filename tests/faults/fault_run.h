@@ -115,6 +115,12 @@ void fault_run_rw_writer_paused(const char *scenario, const char *config_text, i
 void fault_run_mixed_kinds_writer_paused(const char *scenario, const char *config_text, int lease_ms);
 
 /* CLOCK_MONOTONIC in microseconds (the workers' clock). */
+/* Three candidates in an election, each leading for half a lease at a
+ * time: the leader stopped (SIGSTOP) past its lease, then continued, then
+ * the next leader SIGKILLed. The checker proves of the leaders what it
+ * proves of lock holders: no two leaderships overlap, terms grow, the
+ * paused leader's late write is refused, no increment is lost. */
+void fault_run_election_leader_paused_then_killed(const char *scenario, const char *config_text, int lease_ms);
 int64_t fault_now_us(void);
 void fault_sleep_ms(int64_t ms);
 

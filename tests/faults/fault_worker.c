@@ -1,4 +1,10 @@
-/* tests/faults/fault_worker.c CONFIG NAME DIR WORKER DURATION_MS HOLD_MS [PERMITS|shared]
+/* tests/faults/fault_worker.c CONFIG NAME DIR WORKER DURATION_MS HOLD_MS [PERMITS|shared|exclusive|elect]
+ *
+ * With "elect" the worker is a candidate in the election NAME: it
+ * campaigns instead of acquiring, writes with its term as the token, and
+ * resigns instead of releasing; the log is the same (a grant is an
+ * election, its fence the term), so the checker proves of leaders what it
+ * proves of holders.
  *
  * With PERMITS > 0 the worker holds one permit of the semaphore NAME
  * instead, and makes no increment (several hold at once by design): the
@@ -59,6 +65,44 @@ static void on_lost(dlock_lock *l, void *arg)
     note("lost");
 }
 
+static void on_leadership_lost(dlock_election *e, void *arg)
+{
+    (void)e;
+    (void)arg;
+    note("lost");
+}
+
+/* The hold a worker has: a lock, or a leadership. */
+struct hold {
+    dlock_lock *lock;
+    dlock_election *election;
+};
+
+static int take(struct hold *h, int64_t wait_ms)
+{
+    return h->election ? dlock_campaign(h->election, wait_ms) : dlock_acquire(h->lock, wait_ms);
+}
+
+static uint64_t token_of(struct hold *h)
+{
+    uint64_t token = 0;
+    if (h->election)
+        dlock_election_term(h->election, &token);
+    else
+        dlock_fence(h->lock, &token);
+    return token;
+}
+
+static int64_t validity_of(struct hold *h)
+{
+    return h->election ? dlock_election_validity_ms(h->election) : dlock_validity_ms(h->lock);
+}
+
+static int give_up(struct hold *h)
+{
+    return h->election ? dlock_resign(h->election) : dlock_release(h->lock);
+}
+
 static void sleep_us(int64_t us)
 {
     struct timespec ts = { (time_t)(us / 1000000), (long)(us % 1000000) * 1000 };
@@ -68,10 +112,10 @@ static void sleep_us(int64_t us)
 
 /* Holds for half to all of hold_us, then notes what the library says of
  * the hold's validity (a deadline, or that it is gone). */
-static void hold_then_check(dlock_lock *l, int64_t hold_us)
+static void hold_then_check(struct hold *h, int64_t hold_us)
 {
     sleep_us(hold_us / 2 + rand() % (hold_us / 2 + 1));
-    int64_t now = fenced_now_us(), valid = dlock_validity_ms(l);
+    int64_t now = fenced_now_us(), valid = validity_of(h);
     if (valid > 0)
         note("valid %" PRId64, now + valid * 1000);
     else
@@ -95,12 +139,14 @@ static void set_holder(const char *dir, pid_t pid)
 int main(int argc, char **argv)
 {
     if (argc != 7 && argc != 8) {
-        fprintf(stderr, "usage: fault_worker CONFIG NAME DIR WORKER DURATION_MS HOLD_MS [PERMITS|shared]\n");
+        fprintf(stderr, "usage: fault_worker CONFIG NAME DIR WORKER DURATION_MS HOLD_MS "
+                "[PERMITS|shared|exclusive|elect]\n");
         return 2;
     }
     bool reader = argc == 8 && strcmp(argv[7], "shared") == 0;
     bool writer_among_readers = argc == 8 && strcmp(argv[7], "exclusive") == 0;
-    unsigned permits = argc == 8 && !reader && !writer_among_readers ? (unsigned)atoi(argv[7]) : 0;
+    bool elect = argc == 8 && strcmp(argv[7], "elect") == 0;
+    unsigned permits = argc == 8 && !reader && !writer_among_readers && !elect ? (unsigned)atoi(argv[7]) : 0;
     const char *config = argv[1], *name = argv[2], *dir = argv[3];
     int worker = atoi(argv[4]);
     int64_t duration_us = atoll(argv[5]) * 1000, hold_us = atoll(argv[6]) * 1000;
@@ -123,9 +169,16 @@ int main(int argc, char **argv)
     }
     if (reader)
         o.mode = DLOCK_MODE_SHARED;
-    dlock_lock *l = NULL;
-    if (dlock_lock_new(c, name, strlen(name), &o, &l) != DLOCK_OK)
+    struct hold h = { NULL, NULL };
+    if (elect) {
+        char value[32];
+        int len = snprintf(value, sizeof value, "worker-%d", worker);
+        if (dlock_election_new(c, name, strlen(name), value, (size_t)len, &h.election) != DLOCK_OK ||
+            dlock_election_on_lost(h.election, on_leadership_lost, NULL) != DLOCK_OK)
+            return 1;
+    } else if (dlock_lock_new(c, name, strlen(name), &o, &h.lock) != DLOCK_OK) {
         return 1;
+    }
     srand((unsigned)getpid());
     int64_t end = fenced_now_us() + duration_us;
     /* Beside readers, a writer starts one hold late: until then no writer
@@ -137,15 +190,14 @@ int main(int argc, char **argv)
         sleep_us(hold_us);
     while (fenced_now_us() < end) {
         note("invoke");
-        rc = dlock_acquire(l, 2000);
+        rc = take(&h, 2000);
         if (rc != DLOCK_OK) {
             note("fail %d", rc);
             sleep_us(10000 + rand() % 20000); /* a server down: do not spin */
             continue;
         }
-        uint64_t fence = 0;
-        dlock_fence(l, &fence);
-        int64_t now = fenced_now_us(), valid = dlock_validity_ms(l);
+        uint64_t fence = token_of(&h);
+        int64_t now = fenced_now_us(), valid = validity_of(&h);
         /* The deadline is measured after the call, so it is never later
          * than what the library promised. */
         note("grant %" PRIu64 " %" PRId64, fence, valid > 0 ? now + valid * 1000 : now);
@@ -153,12 +205,12 @@ int main(int argc, char **argv)
             set_holder(dir, getpid());
         int64_t value;
         if (permits > 0) {
-            hold_then_check(l, hold_us);
+            hold_then_check(&h, hold_us);
         } else if (reader) {
             fenced_counter_read_shared(dir, worker, fence, &value);
-            hold_then_check(l, hold_us);
+            hold_then_check(&h, hold_us);
         } else if (fenced_counter_read(dir, worker, fence, &value) == 1) {
-            hold_then_check(l, hold_us);
+            hold_then_check(&h, hold_us);
             /* No longer the one to pause once the write is on its way: a
              * holder paused after its write has nothing left for the guard
              * to refuse, and the scenarios pause a holder to see that. */
@@ -173,13 +225,14 @@ int main(int argc, char **argv)
         /* From here the next holder may be granted (before our release
          * returns): the window this hold claims ends now. */
         note("releasing");
-        note("release %d", dlock_release(l));
+        note("release %d", give_up(&h));
         /* Beside readers, a writer pauses for half a hold: the run is about
          * exclusion and fences, and a backend whose waiters poll would
          * otherwise hardly ever let a reader in between two writers. */
         sleep_us(writer_among_readers ? hold_us / 2 : rand() % 3000);
     }
-    dlock_lock_free(l);
+    dlock_lock_free(h.lock);
+    dlock_election_free(h.election);
     dlock_client_close(c);
     fclose(log_file);
     return 0;

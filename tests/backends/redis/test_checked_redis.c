@@ -107,6 +107,17 @@ static void mixed_kinds_and_a_writer_paused(void **state)
                                         config, LEASE_MS);
 }
 
+/* Three candidates in an election: the leader stopped past its lease,
+ * then the next one killed (see fault_run.h). */
+static void election_leader_paused_then_killed(void **state)
+{
+    (void)state;
+    char config[512];
+    worker_config(config, sizeof config);
+    fault_run_election_leader_paused_then_killed("redis, 3 candidates in an election, the leader stopped past its lease, then the next killed",
+                                                 config, LEASE_MS);
+}
+
 /* A fault held for ms while a holder is inside its (long) hold: begin(),
  * wait, end(), then 2.5 s of service; r gets the checked run, *after the
  * grants made once the fault ended. */
@@ -321,6 +332,7 @@ int main(void)
         cmocka_unit_test(semaphore_holder_killed),
         cmocka_unit_test(readers_and_a_writer_paused),
         cmocka_unit_test(mixed_kinds_and_a_writer_paused),
+        cmocka_unit_test(election_leader_paused_then_killed),
         cmocka_unit_test(holder_paused_past_its_lease),
         cmocka_unit_test(server_paused_half_a_lease),
         cmocka_unit_test(server_paused_past_the_lease),

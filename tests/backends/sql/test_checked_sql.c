@@ -176,6 +176,26 @@ static void mysql_mixed_kinds_and_a_writer_paused(void **state)
                                         config, LEASE_MS);
 }
 
+/* Three candidates in an election: the leader stopped past its lease,
+ * then the next one killed (see fault_run.h). */
+static void postgres_election_leader_paused_then_killed(void **state)
+{
+    (void)state;
+    char config[512];
+    lease_mode_config(config, sizeof config, "postgres");
+    fault_run_election_leader_paused_then_killed("postgres lease mode, 3 candidates in an election, the leader stopped past its lease, then the next killed",
+                                                 config, LEASE_MS);
+}
+
+static void mysql_election_leader_paused_then_killed(void **state)
+{
+    (void)state;
+    char config[512];
+    lease_mode_config(config, sizeof config, "mysql");
+    fault_run_election_leader_paused_then_killed("mysql lease mode, 3 candidates in an election, the leader stopped past its lease, then the next killed",
+                                                 config, LEASE_MS);
+}
+
 int main(void)
 {
     if (test_service_start(&postgres) != 0 || test_service_start(&mariadb) != 0 ||
@@ -195,6 +215,8 @@ int main(void)
         cmocka_unit_test(mysql_readers_and_a_writer_paused),
         cmocka_unit_test(postgres_mixed_kinds_and_a_writer_paused),
         cmocka_unit_test(mysql_mixed_kinds_and_a_writer_paused),
+        cmocka_unit_test(postgres_election_leader_paused_then_killed),
+        cmocka_unit_test(mysql_election_leader_paused_then_killed),
     };
     int failed = cmocka_run_group_tests_name("checked faults (postgres, mysql)", tests, NULL, NULL);
     test_service_stop(&postgres);

@@ -72,6 +72,17 @@ static void mixed_kinds_and_a_writer_paused(void **state)
                                         config, LEASE_MS);
 }
 
+/* Three candidates in an election: the leader stopped past its lease,
+ * then the next one killed (see fault_run.h). */
+static void election_leader_paused_then_killed(void **state)
+{
+    (void)state;
+    char config[512];
+    worker_config(config, sizeof config);
+    fault_run_election_leader_paused_then_killed("zookeeper, 3 candidates in an election, the leader stopped past its lease, then the next killed",
+                                                 config, LEASE_MS);
+}
+
 /* The holder paused for 1.5 sessions: its session expires, its node goes,
  * the next in line is granted; on resuming it learns the loss and its late
  * write is refused. */
@@ -152,6 +163,7 @@ int main(void)
         cmocka_unit_test(semaphore_holder_killed),
         cmocka_unit_test(readers_and_a_writer_paused),
         cmocka_unit_test(mixed_kinds_and_a_writer_paused),
+        cmocka_unit_test(election_leader_paused_then_killed),
         cmocka_unit_test(leader_killed), /* last: leaves two nodes */
     };
     int failed = cmocka_run_group_tests_name("checked faults (zookeeper, 3 nodes)", tests, NULL, NULL);
