@@ -51,7 +51,7 @@ static void json_holder(FILE *f, const dlock_list_holder *h)
     fputs("}", f);
 }
 
-void entry_json(FILE *f, const dlock_list_entry *e)
+void entry_json(FILE *f, const dlock_list_entry *e, const struct entry_election *el)
 {
     fputs("{\"name\":", f);
     if (!escape_json(f, e->name, e->name_len)) {
@@ -75,6 +75,7 @@ void entry_json(FILE *f, const dlock_list_entry *e)
     json_int(f, "lease_left_ms", e->lease_left_ms);
     json_int(f, "age_ms", e->age_ms);
     json_int(f, "waiters", e->waiters);
+    entry_election_json(f, el);
     fputs("}", f);
 }
 

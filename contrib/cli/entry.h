@@ -3,6 +3,8 @@
 #ifndef DLOCK_CLI_ENTRY_H
 #define DLOCK_CLI_ENTRY_H
 
+#include "election_view.h"
+
 #include <dlock.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -12,8 +14,9 @@ const char *entry_kind_name(unsigned kind);
 
 /* The entry as a JSON object: name (and name_hex when the name is not
  * UTF-8), kind, permits, holder_count, holders, fence, lease_left_ms,
- * age_ms, waiters; null where the backend does not know a value. */
-void entry_json(FILE *f, const dlock_list_entry *e);
+ * age_ms, waiters; null where the backend does not know a value; and
+ * election when el (may be NULL) says the name is one. */
+void entry_json(FILE *f, const dlock_list_entry *e, const struct entry_election *el);
 
 /* The table's header and an entry's line (name escaped for a terminal,
  * '-' for what the backend does not know), each ending in a newline. */

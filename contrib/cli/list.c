@@ -15,6 +15,7 @@
 #define PAGE 256
 
 struct printer {
+    dlock_client *reader;   /* a second client for leader reads (elections), or NULL */
     bool json;
     bool started;   /* the header or '[' is out */
     size_t printed;
@@ -37,13 +38,17 @@ static int print_entry(const dlock_list_entry *e, void *arg)
 {
     struct printer *p = arg;
     start(p);
+    struct entry_election el;
+    entry_election_read(p->reader, e, &el);
     if (p->json) {
         fputs(p->printed == 0 ? "\n" : ",\n", stdout);
-        entry_json(stdout, e);
+        entry_json(stdout, e, &el);
     } else {
         entry_row(stdout, e);
         entry_holders(stdout, e);
+        entry_election_line(stdout, &el);
     }
+    entry_election_free(&el);
     p->printed++;
     return DLOCK_OK;
 }
@@ -85,7 +90,12 @@ int cmd_list(const char *config, int argc, char **argv)
     int code = open_client(&client, config);
     if (code != 0)
         return code;
-    struct printer p = { json, false, 0 };
+    /* Leaders are read on a client of their own: the listing's callback
+     * must not use the client that lists. */
+    dlock_client *reader = NULL;
+    if ((dlock_client_capabilities(client) & DLOCK_CAP_ELECTION) && open_client(&reader, config) != 0)
+        reader = NULL; /* reported; the listing goes on without leaders */
+    struct printer p = { reader, json, false, 0 };
     char *held = cursor ? strdup(cursor) : NULL, *next = NULL;
     int rc;
     for (;;) {
@@ -113,6 +123,7 @@ int cmd_list(const char *config, int argc, char **argv)
         fprintf(stderr, "'\n");
     }
     free(next);
+    dlock_client_close(reader);
     dlock_client_close(client);
     return code;
 }

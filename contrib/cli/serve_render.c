@@ -41,7 +41,7 @@ char *serve_render_api(const struct view *v, const char *backend, int64_t stale_
             v->truncated ? "true" : "false", v->n);
     for (size_t i = 0; i < v->n; i++) {
         fputs(i ? ",\n" : "\n", f);
-        entry_json(f, &v->entries[i]);
+        entry_json(f, &v->entries[i], v->elections ? &v->elections[i] : NULL);
     }
     fputs("]}\n", f);
     return finish(f, &buf);

@@ -89,10 +89,15 @@ static int keep_entry(const dlock_list_entry *e, void *arg)
 
 static void clear_entries(struct view *v)
 {
-    for (size_t i = 0; i < v->n; i++)
+    for (size_t i = 0; i < v->n; i++) {
         free_entry(&v->entries[i]);
+        if (v->elections)
+            entry_election_free(&v->elections[i]);
+    }
     free(v->entries);
+    free(v->elections);
     v->entries = NULL;
+    v->elections = NULL;
     v->n = 0;
 }
 
@@ -111,6 +116,11 @@ int view_take(struct view *v, dlock_client *client, const char *prefix, size_t p
     v->generated_ms = wall_ms();
     if (v->truncated && !t.failed)
         rc = DLOCK_OK;
+    /* After the listing (its callback must not use the client). Without
+     * memory for them the names are shown without their leaders. */
+    if (rc == DLOCK_OK && v->n > 0 && (v->elections = calloc(v->n, sizeof *v->elections)))
+        for (size_t i = 0; i < v->n; i++)
+            entry_election_read(client, &v->entries[i], &v->elections[i]);
     v->rc = rc;
     if (rc != DLOCK_OK) {
         if (t.failed)

@@ -3,6 +3,8 @@
 #ifndef DLOCK_CLI_VIEW_H
 #define DLOCK_CLI_VIEW_H
 
+#include "election_view.h"
+
 #include <dlock.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -13,6 +15,7 @@
 
 struct view {
     dlock_list_entry *entries; /* n entries, each with its own copies of name and holders */
+    struct entry_election *elections; /* n: which of them are elections, and their leaders */
     size_t n;
     bool truncated;            /* more names were listed than the limit kept */
     int64_t generated_ms;      /* wall clock when the listing ended */
@@ -30,7 +33,9 @@ struct view_summary {
 };
 
 /* Lists the names under prefix, all pages, keeping at most limit entries
- * (1..VIEW_MAX). Returns v->rc; on a failure v holds no entries and
+ * (1..VIEW_MAX), and reads the leader of each that is an election (one
+ * more read per held exclusive name, on backends that hold elections).
+ * Returns v->rc; on a failure v holds no entries and
  * v->error says what went wrong. */
 int view_take(struct view *v, dlock_client *client, const char *prefix, size_t prefix_len, size_t limit);
 

@@ -50,6 +50,21 @@ grep -q ": term $a_term, value a$" "$T/now" && ok "leader prints the term and va
 grep -qF "{\"name\":\"$name\",\"term\":$a_term,\"value\":\"a\"}" "$T/json" && ok "leader --json" \
     || not_ok "leader --json: $(cat "$T/json")"
 
+# dlock list shows the name as an election: its leader, term and
+# candidates (the leader and the two standbys waiting).
+"$DLOCK" list > "$T/list" 2>&1
+grep -q "^    election: leader term $a_term, value a, 3 candidates$" "$T/list" && ok "list shows the election" \
+    || not_ok "list: $(cat "$T/list")"
+"$DLOCK" list --json > "$T/list.json" 2>&1
+python3 - "$T/list.json" "$name" "$a_term" > "$T/check" 2>&1 <<'PY'
+import json, sys
+locks = {l["name"]: l for l in json.load(open(sys.argv[1]))}
+e = locks[sys.argv[2]]["election"]
+assert e == {"term": int(sys.argv[3]), "value": "a", "candidates": 3}, e
+print("checked")
+PY
+[ $? = 0 ] && ok "list --json has the election" || not_ok "list --json: $(cat "$T/check") $(cat "$T/list.json")"
+
 # The leader killed -9: its command goes with it (the parent-death
 # signal), and a standby is elected with a greater term.
 kill -9 "$a_pid"

@@ -1,6 +1,7 @@
 # dlock serve's page in a real browser (headless Chromium): the table shows
 # the held names once the page's script has fetched them, a name made of
-# markup is shown as text and nothing in it runs, a released name goes away
+# markup is shown as text and nothing in it runs, an election shows its
+# leader's value (as text) and term, a released name goes away
 # on the next load, and a failing backend is reported on the page. Leaves a
 # screenshot in tests/cli/panel.png of the build directory.
 . "${DLOCK_TEST_SRCDIR:-$(dirname "$0")/..}/cli/lib.sh"
@@ -26,13 +27,15 @@ hold "$script"
 hold "$img"
 hold books --shared
 hold books --shared
+leader='<u>node-1</u>'
+hold primary --elect "$leader"
 "$DLOCK" run --wait 60s deploy/prod -- true &
 HOLDERS="$HOLDERS $!"
 api_until 'any(l["waiters"] == 1 for l in d["locks"])' || not_ok "no waiter: $(cat "$T/api")"
 
 browse "$T/dom.html" --dump-dom
 [ $? = 0 ] && ok "chromium loaded the page" || not_ok "chromium: $(tail -5 "$T/chromium.err")"
-/usr/bin/python3 - "$T/dom.html" "$script" "$img" > "$T/check" 2>&1 <<'PY'
+/usr/bin/python3 - "$T/dom.html" "$script" "$img" "$leader" > "$T/check" 2>&1 <<'PY'
 import sys
 from html.parser import HTMLParser
 class Page(HTMLParser):
@@ -55,13 +58,16 @@ class Page(HTMLParser):
 p = Page()
 p.feed(open(sys.argv[1]).read())
 names = {r["cells"][0]: r for r in p.rows if len(r["cells"]) == 7}
-assert set(names) == {"deploy/prod", sys.argv[2], sys.argv[3], "books"}, names.keys()
+assert set(names) == {"deploy/prod", sys.argv[2], sys.argv[3], "books", "primary"}, names.keys()
+# An election shows its leader's value (as text) and term.
+assert names["primary"]["cells"][2].startswith("leader " + sys.argv[4] + " (term "), names["primary"]
 assert names["deploy/prod"]["class"] == "waiting" and names["deploy/prod"]["cells"][6] == "1", names
 assert names["books"]["cells"][1] == "shared" and names["books"]["cells"][2] == "2 holders", names["books"]
-# The markup in the names is text: one script element (the page's own), no image, and the
+# The markup in the names and the leader's value is text: one script element (the page's own), no image or u, and the
 # image's onerror never ran.
 assert p.tags.count("script") == 1, p.tags.count("script")
 assert "img" not in p.tags, "an <img> element was made from a name"
+assert "u" not in p.tags, "a <u> element was made from a leader's value"
 assert "data-pwned" not in p.body, p.body
 assert "error" not in (p.body.get("class") or ""), p.body
 print("checked")

@@ -50,10 +50,12 @@ stop_serve() {
 # hold NAME [RUN OPTIONS...]: holds NAME in the background until $T/go
 # exists (release_all), and returns once it is held.
 hold() {
-    local name=$1 tag
+    local name=$1 tag command=run
     shift
+    # hold NAME --elect VALUE: lead the election NAME instead
+    [ "${1:-}" = --elect ] && { command=elect; set -- --value "$2"; }
     tag=h$(date +%s%N)
-    "$DLOCK" run "$@" "$name" -- sh -c "touch '$T/$tag'; while [ ! -e '$T/go' ]; do sleep 0.02; done" &
+    "$DLOCK" $command "$@" "$name" -- sh -c "touch '$T/$tag'; while [ ! -e '$T/go' ]; do sleep 0.02; done" &
     HOLDERS="$HOLDERS $!"
     for _ in $(seq 1 250); do [ -e "$T/$tag" ] && return 0; sleep 0.02; done
     not_ok "could not hold $name"
