@@ -15,6 +15,7 @@
 #include "../../support/test_time.h"
 
 #include <dlock.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -109,6 +110,80 @@ static void partition_longer_than_the_lease(void **state)
     assert_int_equal(dlock_release(lb), DLOCK_OK);
     dlock_lock_free(la);
     dlock_lock_free(lb);
+    dlock_client_close(a);
+    dlock_client_close(b);
+}
+
+struct candidate {
+    dlock_election *e;
+    int rc; /* -99 while campaigning (atomic) */
+};
+
+static void *campaign_thread(void *arg)
+{
+    struct candidate *c = arg;
+    __atomic_store_n(&c->rc, dlock_campaign(c->e, 10000), __ATOMIC_RELEASE);
+    return NULL;
+}
+
+static int leadership_lost_calls;
+
+static void note_leadership_lost(dlock_election *e, void *arg)
+{
+    (void)e;
+    (void)arg;
+    __atomic_add_fetch(&leadership_lost_calls, 1, __ATOMIC_SEQ_CST);
+}
+
+/* The leader's connections cut twice in quick succession (each time every
+ * connection closed, and new ones refused for 100 ms): its renewals fail
+ * for a moment and get through after the reconnect, so it keeps leading,
+ * with the same term; the standby is not elected meanwhile, and readers
+ * see the same leader throughout. Then a resignation elects the standby. */
+static void the_leaders_connections_cut_twice_keep_one_leader(void **state)
+{
+    (void)state;
+    __atomic_store_n(&leadership_lost_calls, 0, __ATOMIC_SEQ_CST);
+    dlock_client *a = open_at(proxy_port, 1500), *b = open_at(server.port, 1500);
+    dlock_election *ea = NULL, *eb = NULL;
+    assert_int_equal(dlock_election_new(a, "reconnects", 10, "a", 1, &ea), DLOCK_OK);
+    assert_int_equal(dlock_election_new(b, "reconnects", 10, "b", 1, &eb), DLOCK_OK);
+    assert_int_equal(dlock_election_on_lost(ea, note_leadership_lost, NULL), DLOCK_OK);
+    assert_int_equal(dlock_campaign(ea, 0), DLOCK_OK);
+    uint64_t ta = 0, now_term = 0;
+    assert_int_equal(dlock_election_term(ea, &ta), DLOCK_OK);
+    struct candidate cb = { eb, -99 };
+    pthread_t t;
+    pthread_create(&t, NULL, campaign_thread, &cb);
+    for (int i = 0; i < 2; i++) {
+        fault_proxy_set(proxy, FAULT_RESET, 0);
+        sleep_ms(100);
+        fault_proxy_set(proxy, FAULT_PASS, 0);
+        sleep_ms(200);
+    }
+    sleep_ms(1500); /* a lease past the cuts: renewals went on */
+    int standby = __atomic_load_n(&cb.rc, __ATOMIC_ACQUIRE);
+    int lost = __atomic_load_n(&leadership_lost_calls, __ATOMIC_SEQ_CST);
+    int term_rc = dlock_election_term(ea, &now_term);
+    char value[8];
+    size_t len = 0;
+    uint64_t read_term = 0;
+    int read_rc = dlock_leader(b, "reconnects", 10, value, sizeof value, &len, &read_term);
+    int resigned = dlock_resign(ea);
+    pthread_join(t, NULL);
+    assert_int_equal(standby, -99);
+    assert_int_equal(lost, 0);
+    assert_int_equal(term_rc, DLOCK_OK);
+    assert_true(now_term == ta);
+    assert_int_equal(read_rc, DLOCK_OK);
+    assert_true(read_term == ta && len == 1 && value[0] == 'a');
+    assert_int_equal(resigned, DLOCK_OK);
+    assert_int_equal(cb.rc, DLOCK_OK);
+    uint64_t tb = 0;
+    assert_int_equal(dlock_election_term(eb, &tb), DLOCK_OK);
+    assert_true(tb > ta);
+    dlock_election_free(ea);
+    dlock_election_free(eb);
     dlock_client_close(a);
     dlock_client_close(b);
 }
@@ -240,6 +315,7 @@ int main(void)
         cmocka_unit_test_setup(latency_below_the_renewal_interval_loses_nothing, proxy_passes),
         cmocka_unit_test_setup(partition_longer_than_the_lease, proxy_passes),
         cmocka_unit_test_setup(cut_connections_give_clear_errors_then_recovery, proxy_passes),
+        cmocka_unit_test_setup(the_leaders_connections_cut_twice_keep_one_leader, proxy_passes),
         cmocka_unit_test_setup(acquire_resent_after_a_lost_answer_holds_once, proxy_passes),
         cmocka_unit_test_setup(release_resent_after_a_lost_answer_is_ok, proxy_passes),
         cmocka_unit_test_setup(reacquire_after_a_declared_loss_is_a_new_hold, proxy_passes),

@@ -21,6 +21,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -540,6 +541,84 @@ static void hold_declared_lost_is_given_back_when_the_session_survives(void **st
     fault_proxy_stop(proxy);
 }
 
+/* A candidate in an election, campaigning on a thread of its own. */
+struct candidate {
+    dlock_election *e;
+    int rc;          /* -99 while campaigning (atomic) */
+};
+
+static void *campaign_thread(void *arg)
+{
+    struct candidate *c = arg;
+    __atomic_store_n(&c->rc, dlock_campaign(c->e, 10000), __ATOMIC_RELEASE);
+    return NULL;
+}
+
+static uint64_t leader_term(dlock_client *c, const char *name, char *value, size_t cap)
+{
+    size_t len = 0;
+    uint64_t term = 0;
+    assert_int_equal(dlock_leader(c, name, strlen(name), value, cap - 1, &len, &term), DLOCK_OK);
+    value[len < cap ? len : cap - 1] = 0;
+    return term;
+}
+
+/* A candidate whose session expires while its campaign waits (its node
+ * goes with it) is no phantom leader: when the leader resigns, the next
+ * live candidate is elected, and the one cut off is not, neither then nor
+ * once it is back; it leads only after that one, with a greater term. */
+static void a_waiting_candidate_whose_session_expired_is_no_phantom_leader(void **state)
+{
+    (void)state;
+    struct fault_proxy *proxy;
+    dlock_client *a = open_ok("", 30000), *c = open_ok("", 30000), *reader = open_ok("", 30000);
+    dlock_client *b = open_through_proxy(&proxy, 1500, "session_timeout_ms = 1000;");
+    dlock_election *ea = NULL, *eb = NULL, *ec = NULL;
+    assert_int_equal(dlock_election_new(a, "phantom", 7, "a", 1, &ea), DLOCK_OK);
+    assert_int_equal(dlock_election_new(b, "phantom", 7, "b", 1, &eb), DLOCK_OK);
+    assert_int_equal(dlock_election_new(c, "phantom", 7, "c", 1, &ec), DLOCK_OK);
+    assert_int_equal(dlock_campaign(ea, 0), DLOCK_OK);
+    struct candidate cb = { eb, -99 }, cc = { ec, -99 };
+    pthread_t tb, tc;
+    pthread_create(&tb, NULL, campaign_thread, &cb);
+    sleep_ms(300); /* b queued first */
+    pthread_create(&tc, NULL, campaign_thread, &cc);
+    sleep_ms(300);
+    fault_proxy_set(proxy, FAULT_BLACKHOLE, 0);
+    sleep_ms(slack_ms(2500)); /* b's 1 s session expires on the server, and its node */
+    assert_int_equal(dlock_resign(ea), DLOCK_OK);
+    pthread_join(tc, NULL);
+    int b_while_cut = __atomic_load_n(&cb.rc, __ATOMIC_ACQUIRE);
+    fault_proxy_set(proxy, FAULT_PASS, 0);
+    sleep_ms(slack_ms(1500)); /* b back, with a new session */
+    int b_after = __atomic_load_n(&cb.rc, __ATOMIC_ACQUIRE);
+    char value[8];
+    uint64_t tc_term = leader_term(reader, "phantom", value, sizeof value);
+    bool c_leads = strcmp(value, "c") == 0;
+    assert_int_equal(dlock_resign(ec), DLOCK_OK);
+    pthread_join(tb, NULL);
+    assert_int_equal(cc.rc, DLOCK_OK);
+    assert_true(c_leads);
+    /* b never believed it led while c did: still waiting, or its campaign
+     * failed (the session ended under it); never DLOCK_OK. */
+    assert_int_not_equal(b_while_cut, DLOCK_OK);
+    assert_int_not_equal(b_after, DLOCK_OK);
+    if (cb.rc == DLOCK_OK) {
+        uint64_t tb_term = 0;
+        assert_int_equal(dlock_election_term(eb, &tb_term), DLOCK_OK);
+        assert_true(tb_term > tc_term);
+        assert_true(leader_term(reader, "phantom", value, sizeof value) == tb_term);
+    }
+    dlock_election_free(ea);
+    dlock_election_free(eb);
+    dlock_election_free(ec);
+    dlock_client_close(a);
+    dlock_client_close(b);
+    dlock_client_close(c);
+    dlock_client_close(reader);
+    fault_proxy_stop(proxy);
+}
+
 /* The holder is stopped past its session timeout: the server expires the
  * session and deletes its node, the waiter gets the lock, and when the
  * holder runs again it is told (on_lost) within a second. */
@@ -787,6 +866,7 @@ int main(void)
         cmocka_unit_test(a_downgrade_of_a_deleted_node_is_lost),
         cmocka_unit_test(a_downgrade_without_an_answer_leaves_no_node_behind),
         cmocka_unit_test(hold_declared_lost_is_given_back_when_the_session_survives),
+        cmocka_unit_test(a_waiting_candidate_whose_session_expired_is_no_phantom_leader),
         cmocka_unit_test(validity_follows_the_negotiated_session),
         cmocka_unit_test(names_never_leave_their_parent),
         cmocka_unit_test(empty_parents_and_foreign_nodes_are_not_listed),
