@@ -137,7 +137,7 @@ static void *signal_thread(void *arg)
             run.interrupted = sig;
             if (run.election)
                 dlock_election_cancel(run.election);
-            else
+            else if (run.lock)
                 dlock_cancel(run.lock);
         }
         pthread_mutex_unlock(&run.mu);
@@ -195,6 +195,18 @@ static char **child_environment(const char *name, const char *fence, bool term)
     if (fence && term && asprintf(&env[o++], "DLOCK_TERM=%s", fence) < 0)
         env[--o] = NULL;
     return env;
+}
+
+/* Frees the election (the lock goes with the client) once the signal
+ * thread can no longer reach either. */
+static void forget_hold(void)
+{
+    pthread_mutex_lock(&run.mu);
+    dlock_election *election = run.election;
+    run.election = NULL;
+    run.lock = NULL;
+    pthread_mutex_unlock(&run.mu);
+    dlock_election_free(election);
 }
 
 static int open_pidfd(pid_t pid)
@@ -492,7 +504,7 @@ static int cmd_run(const char *config, int argc, char **argv, bool elect)
     }
     if (rc != DLOCK_OK) {
         code = fail(rc, elect ? "elect" : "bad lock");
-        dlock_election_free(run.election);
+        forget_hold();
         dlock_client_close(client);
         return code;
     }
@@ -510,7 +522,7 @@ static int cmd_run(const char *config, int argc, char **argv, bool elect)
         else
             fprintf(stderr, "%s: %s '%s' %s: %s (%s)\n", progname, kind, name, verb, dlock_strerror(rc),
                     dlock_errmsg());
-        dlock_election_free(run.election);
+        forget_hold();
         dlock_client_close(client);
         return rc == DLOCK_ECANCELLED ? 128 + run.interrupted : exit_code_for(rc);
     }
@@ -559,7 +571,7 @@ static int cmd_run(const char *config, int argc, char **argv, bool elect)
                 free(env[i]);
         free(env);
     }
-    dlock_election_free(run.election);
+    forget_hold();
     dlock_client_close(client);
     return code;
 }

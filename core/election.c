@@ -17,6 +17,11 @@
 struct dlock_election {
     dlock_client *client;
     dlock_lock *lock;               /* exclusive; its hold is the leadership */
+    /* Taken by the publication after a grant, dlock_proclaim and
+     * dlock_resign (never while a campaign waits): one of them at a time,
+     * so two resignations cannot both release, and the value stored last
+     * is the one kept. */
+    pthread_mutex_t publish_mu;
     pthread_mutex_t mu;             /* guards what follows */
     void *value;                    /* what the next publication stores (malloc()ed or NULL) */
     size_t value_len;
@@ -77,10 +82,12 @@ int dlock_election_new(dlock_client *client, const char *name, size_t name_len, 
     el->value_len = value_len;
     el->client = client;
     pthread_mutex_init(&el->mu, NULL);
+    pthread_mutex_init(&el->publish_mu, NULL);
     dlock_lock_options opts = DLOCK_LOCK_OPTIONS_INIT;
     opts.on_lost = hold_lost;
     opts.on_lost_arg = el;
     if ((rc = dlock_lock_new(client, name, name_len, &opts, &el->lock)) != DLOCK_OK) {
+        pthread_mutex_destroy(&el->publish_mu);
         pthread_mutex_destroy(&el->mu);
         free(el->value);
         free(el);
@@ -101,17 +108,25 @@ int dlock_election_on_lost(dlock_election *el, dlock_leadership_lost_fn fn, void
     return DLOCK_OK;
 }
 
-/* True when the election's own hold is in place (lost or not). */
-static bool leading(const dlock_election *el)
+/* True when the election's own hold is in place (lost or not); *lost
+ * (may be NULL) says whether it was lost. */
+static bool holding(const dlock_election *el, bool *lost)
 {
     struct dlock__entry *e = el->lock->entry;
     pthread_mutex_lock(&e->mu);
     bool yes = e->count > 0 && e->holder == el->lock->async_no;
+    if (lost)
+        *lost = yes && e->lost;
     pthread_mutex_unlock(&e->mu);
     return yes;
 }
 
-/* Stores the candidate's value with the hold's term. */
+static bool leading(const dlock_election *el)
+{
+    return holding(el, NULL);
+}
+
+/* Stores the candidate's value with the hold's term (publish_mu held). */
 static int publish(dlock_election *el)
 {
     uint64_t term;
@@ -142,15 +157,27 @@ int dlock_campaign(dlock_election *el, int64_t wait_ms)
     el->campaigning = true;
     pthread_mutex_unlock(&el->mu);
     int rc = DLOCK_OK;
-    if (!leading(el)) {
+    bool lost = false;
+    if (holding(el, &lost)) {
+        /* Leading already; but a leadership that was lost is not one (a
+         * successor may lead now), whatever the hold's count says. */
+        if (lost)
+            rc = dlock_seterr(DLOCK_ELOST, "election '%s': this candidate's leadership was lost; resign before "
+                              "campaigning again", dlock__entry_show(el->lock->entry));
+    } else {
         rc = dlock__acquire_for(el->lock, wait_ms, el->lock->async_no);
-        if (rc == DLOCK_OK && (rc = publish(el)) != DLOCK_OK) {
-            /* Elected but not published: not a leader anyone can see, so
-             * the hold goes back. */
-            struct dlock_saved_error saved;
-            dlock_error_save(&saved);
-            dlock_release(el->lock);
-            dlock_error_restore(&saved, rc);
+        if (rc == DLOCK_OK) {
+            pthread_mutex_lock(&el->publish_mu);
+            if ((rc = publish(el)) != DLOCK_OK && leading(el)) {
+                /* Elected but not published: not a leader anyone can see,
+                 * so the hold goes back (unless another thread resigned
+                 * it meanwhile). */
+                struct dlock_saved_error saved;
+                dlock_error_save(&saved);
+                dlock_release(el->lock);
+                dlock_error_restore(&saved, rc);
+            }
+            pthread_mutex_unlock(&el->publish_mu);
         }
     }
     pthread_mutex_lock(&el->mu);
@@ -194,25 +221,29 @@ int dlock_proclaim(dlock_election *el, const void *value, size_t value_len)
     int rc = copy_value(value, value_len, &copy);
     if (rc != DLOCK_OK)
         return rc;
+    pthread_mutex_lock(&el->publish_mu);
     pthread_mutex_lock(&el->mu);
     free(el->value);
     el->value = copy;
     el->value_len = value_len;
     pthread_mutex_unlock(&el->mu);
-    if (!leading(el))
-        return dlock_seterr(DLOCK_ENOTOWNER, "election '%s': this candidate does not lead (the value is kept "
-                            "for its next campaign)", dlock__entry_show(el->lock->entry));
-    return publish(el);
+    rc = leading(el) ? publish(el)
+                     : dlock_seterr(DLOCK_ENOTOWNER, "election '%s': this candidate does not lead (the value is kept "
+                                    "for its next campaign)", dlock__entry_show(el->lock->entry));
+    pthread_mutex_unlock(&el->publish_mu);
+    return rc;
 }
 
 int dlock_resign(dlock_election *el)
 {
     if (!el)
         return dlock_seterr(DLOCK_EINVAL, "dlock_resign: no election");
-    if (!leading(el))
-        return dlock_seterr(DLOCK_ENOTOWNER, "election '%s': this candidate does not lead",
-                            dlock__entry_show(el->lock->entry));
-    return dlock_release(el->lock);
+    pthread_mutex_lock(&el->publish_mu);
+    int rc = leading(el) ? dlock_release(el->lock)
+                         : dlock_seterr(DLOCK_ENOTOWNER, "election '%s': this candidate does not lead",
+                                        dlock__entry_show(el->lock->entry));
+    pthread_mutex_unlock(&el->publish_mu);
+    return rc;
 }
 
 void dlock_election_free(dlock_election *el)
@@ -222,6 +253,7 @@ void dlock_election_free(dlock_election *el)
     if (leading(el))
         dlock_release(el->lock);
     dlock_lock_free(el->lock);
+    pthread_mutex_destroy(&el->publish_mu);
     pthread_mutex_destroy(&el->mu);
     free(el->value);
     free(el);

@@ -200,10 +200,27 @@ int dlock__p_ctl(dlock_client *c, int op, void *arg);
 int dlock__p_list(dlock_client *c, struct dlock_provider_list *req);
 int dlock__p_break(dlock_client *c, const char *name, size_t name_len, int *broken, uint64_t *fence);
 /* Elections (DLOCK_CAP_ELECTION; DLOCK_ENOTSUP without). value_put takes
- * e->op_mu; the caller keeps the watchdog off e meanwhile. leader_get
+ * e->op_mu and sends nothing (DLOCK_ENOTOWNER) unless e is still holder's
+ * hold of fence term, not lost nor being released; the caller keeps the
+ * watchdog off e meanwhile. leader_get
  * zeroes *out first and frees what a failure left in it. */
-int dlock__p_value_put(dlock_client *c, struct dlock__entry *e, uint64_t term, const void *value, size_t len);
+int dlock__p_value_put(dlock_client *c, struct dlock__entry *e, uint64_t holder, uint64_t term, const void *value,
+                       size_t len);
 int dlock__p_leader_get(dlock_client *c, const char *name, size_t name_len, struct dlock_provider_leader *out);
+/* What an observer reported last (core/leader.c), zeroed at the start. */
+struct dlock__leader_seen {
+    bool reported;
+    uint64_t term;                  /* of the last report, 0 for nobody */
+    uint64_t highest;               /* the greatest term ever reported */
+    uint64_t ended;                 /* the greatest term seen to end (nobody read after it) */
+    void *value;                    /* the last report's value (owned) */
+    size_t value_len;
+};
+/* Whether a read (term, value: malloc()ed, taken) is news to report: a
+ * change, and neither older than a term reported nor a term seen to end.
+ * Updates s when it is; frees value when not. */
+bool dlock__leader_news(struct dlock__leader_seen *s, uint64_t term, void *value, size_t len);
+void dlock__leader_seen_free(struct dlock__leader_seen *s);
 /* Observers' watches: can_watch says whether the provider has them. */
 bool dlock__p_can_watch(const dlock_client *c);
 int dlock__p_watch_open(dlock_client *c, const char *name, size_t name_len, void **watch, int *fd);

@@ -82,6 +82,9 @@ int dlock__hold_release(dlock_client *c, struct dlock__entry *e)
     dlock__expiry_disarm(c, e);
     dlock__watchdog_cancel(c, e);
     pthread_mutex_lock(&e->mu);
+    /* From here the hold is on its way out: a second release of it, or a
+     * value put for it, is refused rather than sent beside this one. */
+    e->release_pending = true;
     bool lost = e->lost;
     /* A loss the client declared whose give-back the watchdog has not sent
      * yet: send it here, owner-checked, so the server forgets the hold now
@@ -454,18 +457,22 @@ int dlock__hold_value_put(dlock_lock *h, uint64_t term, const void *value, size_
     int rc = dlock__hold_own(h, false);
     if (rc != DLOCK_OK)
         return rc;
+    uint64_t holder = e->holder;
     pthread_mutex_unlock(&e->mu);
     int64_t due = dlock__watchdog_cancel(c, e); /* no overlap with a renewal */
-    rc = dlock__p_value_put(c, e, term, value, len);
-    if (rc == DLOCK_ELOST || rc == DLOCK_ENOTOWNER) {
-        /* The server says the hold is gone: it is lost now, not at the
-         * next renewal. */
-        pthread_mutex_lock(&e->mu);
-        if (e->count > 0 && !e->lost)
-            declare_lost(c, e, "the backend no longer has it (expired or taken over)");
-        else
-            pthread_mutex_unlock(&e->mu);
-        rc = dlock_seterr(DLOCK_ELOST, "lock '%s': the backend no longer has this hold", dlock__entry_show(e));
+    rc = dlock__p_value_put(c, e, holder, term, value, len);
+    if (rc == DLOCK_ENOTOWNER) {
+        /* Released (or lost) meanwhile, by another thread: nothing sent. */
+        watchdog_resume(c, e, due);
+        return rc;
+    }
+    if (rc == DLOCK_ELOST) {
+        /* The server says the hold is gone. The loss is declared by the
+         * watchdog's renewal, sent now, so that on_lost runs on its thread
+         * as for any loss, never on a caller's that may hold the
+         * election's locks. */
+        watchdog_resume(c, e, dlock__now_ms());
+        return dlock_seterr(DLOCK_ELOST, "lock '%s': the backend no longer has this hold", dlock__entry_show(e));
     }
     watchdog_resume(c, e, due);
     return rc;

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <time.h>
 #include <unistd.h>
 
 /* The leader now: *term 0 when nobody leads; the value (malloc()ed) in
@@ -83,34 +84,36 @@ struct dlock_observer {
     void *arg;
     int stop_fd;                    /* eventfd: dlock_observe_stop() */
     pthread_t thread;
-    /* The last state reported (the thread's own). */
-    bool reported;
-    uint64_t term;                  /* of the last report, 0 for nobody */
-    uint64_t highest;               /* the greatest term ever reported */
-    void *value;
-    size_t value_len;
+    struct dlock__leader_seen seen; /* the last state reported (the thread's own) */
 };
 
-/* Reports the state read if it is a change and not older than what was
- * reported: a smaller non-zero term is a stale read and is dropped;
- * "nobody" after a leader is a real change (a resignation, a loss). */
-static void report(struct dlock_observer *o, uint64_t term, void *value, size_t len)
+bool dlock__leader_news(struct dlock__leader_seen *s, uint64_t term, void *value, size_t len)
 {
-    bool same = o->reported && term == o->term && len == o->value_len &&
-                (len == 0 || memcmp(value, o->value, len) == 0);
-    bool older = term != 0 && term < o->highest;
+    bool same = s->reported && term == s->term && len == s->value_len &&
+                (len == 0 || memcmp(value, s->value, len) == 0);
+    /* A smaller term is a stale read; so is a term seen to end, read again
+     * after "nobody" (a grant caught before its fence moved). */
+    bool older = term != 0 && (term < s->highest || term <= s->ended);
     if (same || older) {
         free(value);
-        return;
+        return false;
     }
-    free(o->value);
-    o->value = value;
-    o->value_len = len;
-    o->term = term;
-    if (term > o->highest)
-        o->highest = term;
-    o->reported = true;
-    o->fn(value, len, term, o->arg);
+    free(s->value);
+    s->value = value;
+    s->value_len = len;
+    if (term == 0 && s->term != 0)
+        s->ended = s->highest;
+    s->term = term;
+    if (term > s->highest)
+        s->highest = term;
+    s->reported = true;
+    return true;
+}
+
+void dlock__leader_seen_free(struct dlock__leader_seen *s)
+{
+    free(s->value);
+    memset(s, 0, sizeof *s);
 }
 
 /* How long to sleep between reads: with a watch, a read at least once a
@@ -138,16 +141,21 @@ static void *observe_thread(void *arg)
         void *value;
         size_t len;
         if (read_leader(c, o->name, o->name_len, &term, &value, &len) == DLOCK_OK) {
-            report(o, term, value, len);
+            if (dlock__leader_news(&o->seen, term, value, len))
+                o->fn(o->seen.value, o->seen.value_len, o->seen.term, o->arg);
             pause = 0;
         } else {
             pause = dlock__backoff_ceiling_ms(pause > 0 ? 3 : 0, c->config.retry_base_ms, c->config.retry_cap_ms);
         }
         struct pollfd fds[2] = { { o->stop_fd, POLLIN, 0 }, { watch_fd, POLLIN, 0 } };
         int64_t wait = pause > 0 ? pause : read_interval_ms(c, watch != NULL);
-        int n = poll(fds, watch ? 2 : 1, (int)wait);
-        if (n < 0 && errno != EINTR)
-            break;
+        if (poll(fds, watch ? 2 : 1, (int)wait) < 0 && errno != EINTR) {
+            /* Not expected of a poll on our own descriptors; wait a
+             * moment without it rather than end the observer. */
+            struct timespec ts = { 0, 100 * 1000000L };
+            nanosleep(&ts, NULL);
+            continue;
+        }
         if (fds[0].revents)
             break;
         if (watch && fds[1].revents && dlock__p_watch_consume(c, watch) != DLOCK_OK) {
@@ -208,7 +216,7 @@ void dlock_observe_stop(dlock_observer *o)
     (void)ignored;
     pthread_join(o->thread, NULL);
     close(o->stop_fd);
-    free(o->value);
+    dlock__leader_seen_free(&o->seen);
     free(o->name);
     free(o);
 }

@@ -256,14 +256,25 @@ int dlock__p_list(dlock_client *c, struct dlock_provider_list *req)
     return checked(c->provider, "list", c->provider->list(c->instance, req));
 }
 
-int dlock__p_value_put(dlock_client *c, struct dlock__entry *e, uint64_t term, const void *value, size_t len)
+int dlock__p_value_put(dlock_client *c, struct dlock__entry *e, uint64_t holder, uint64_t term, const void *value,
+                       size_t len)
 {
     if (!(c->capabilities & DLOCK_CAP_ELECTION))
         return dlock_seterr(DLOCK_ENOTSUP, "the %s backend cannot hold elections", c->provider->name);
     pthread_mutex_lock(&e->op_mu);
-    int rc = c->provider->value_put(c->instance, &e->plock, term, value, len);
+    /* Still the hold whose term this is, with op_mu held: a release takes
+     * op_mu for its provider call after it marks itself pending, and the
+     * next acquire takes it too, so the provider never sees this put
+     * beside either, nor on a lock that is contended for again. */
+    pthread_mutex_lock(&e->mu);
+    bool same = e->count > 0 && e->holder == holder && e->has_fence && e->fence == term && !e->release_pending &&
+                !e->lost;
+    pthread_mutex_unlock(&e->mu);
+    int rc = same ? c->provider->value_put(c->instance, &e->plock, term, value, len)
+                  : dlock_seterr(DLOCK_ENOTOWNER, "lock '%s': the hold of term %llu ended before its value was stored",
+                                 dlock__entry_show(e), (unsigned long long)term);
     pthread_mutex_unlock(&e->op_mu);
-    return checked(c->provider, "value_put", rc);
+    return same ? checked(c->provider, "value_put", rc) : rc;
 }
 
 int dlock__p_leader_get(dlock_client *c, const char *name, size_t name_len, struct dlock_provider_leader *out)

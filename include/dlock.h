@@ -462,8 +462,10 @@ int64_t dlock_client_timeout_ms(dlock_client *client);
 typedef struct dlock_election dlock_election;
 
 /* Called once when this candidate stops being the leader without resigning
- * (its hold was lost: see dlock_lost_fn, whose path this is): on the
- * client's watchdog thread, before the lease the backend keeps for it runs
+ * (its hold was lost: see dlock_lost_fn, whose path this is): on one of the
+ * client's own threads (the watchdog's when a renewal or a publication
+ * finds the hold gone, the expiry thread's at the validity end), before
+ * the lease the backend keeps for it runs
  * out, so before another candidate can be elected, on backends whose
  * server frees an expired hold (DLOCK_CAP_SERVER_EXPIRY); libdlock(3) says
  * where that cannot be promised. It may call dlock_election_term() and
@@ -500,12 +502,14 @@ void dlock_election_free(dlock_election *election);
  * elected or cancelled with dlock_election_cancel()), then publishes the
  * value with the new term. Returns DLOCK_OK (the caller leads: the hold
  * belongs to the election object, not to the calling thread, so any
- * thread may resign); DLOCK_OK at once when it already leads;
+ * thread may resign); DLOCK_OK at once when it already leads, but
+ * DLOCK_ELOST when that leadership was lost (resign first);
  * DLOCK_EBUSY, DLOCK_ETIMEDOUT, DLOCK_ECANCELLED (not elected); DLOCK_ELOST
  * (elected, but the hold was lost before the value was published: nothing
- * was published, and the candidate does not lead); backend failures (not
- * elected; a hold taken was given back). Thread-safe, one campaign per
- * candidate at a time (another is DLOCK_EINVAL).
+ * was published, and the candidate does not lead); DLOCK_ENOTOWNER
+ * (another thread resigned it before its value was published); backend
+ * failures (not elected; a hold taken was given back). Thread-safe, one
+ * campaign per candidate at a time (another is DLOCK_EINVAL).
  */
 int dlock_campaign(dlock_election *election, int64_t wait_ms);
 

@@ -47,8 +47,9 @@ int etcd_value_put(void *instance, struct dlock_provider_lock *lk, uint64_t term
 {
     struct etcd_instance *inst = instance;
     struct etcd_lock *el = lk->priv;
-    if (!el->key || !el->create_rev)
-        return dlock_seterr(DLOCK_ELOST, "%s: this owner has no key for the election", inst->http.label);
+    if (!el->key || !el->create_rev || (uint64_t)el->create_rev != term)
+        return dlock_seterr(DLOCK_ELOST, "%s: this owner has no key of term %" PRIu64 " for the election",
+                            inst->http.label, term);
     size_t key_len;
     char *key = name_key(inst, lk->name, lk->name_len, VALUE_SUFFIX, &key_len);
     char *data = malloc(24 + len);
@@ -102,7 +103,7 @@ static struct json_object *range_op(const char *key, size_t key_len, const char 
  * dir_len bytes), 0 when it is a shared or permit key. */
 static uint64_t exclusive_term(struct json_object *kv, size_t dir_len)
 {
-    char key[1024], value[64];
+    char key[2304], value[64]; /* the prefix, 3 bytes per name byte, a kind mark, an owner */
     int klen = etcd_json_unb64(kv, "key", key, sizeof key);
     int vlen = etcd_json_unb64(kv, "value", value, sizeof value);
     if (klen < (int)dir_len + 3)

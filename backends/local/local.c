@@ -671,6 +671,7 @@ static int local_release(void *instance, struct dlock_provider_lock *lk)
      * them only while the kernel says the file is locked, and not rewriting
      * them saves a read and a write per release. */
     ll->held = false;
+    local_value_withdraw(inst, ll);
     int unlocked = lk->mode == DLOCK_MODE_SHARED      ? local_set_range(ll->fd, F_UNLCK, HOLD_BYTE, 1, NULL)
                    : lk->mode == DLOCK_MODE_SEMAPHORE ? local_set_range(ll->fd, F_UNLCK, SLOT_BASE + ll->slot, 1, NULL)
                                                       : local_set_lock(ll->fd, F_UNLCK, NULL);
@@ -678,12 +679,10 @@ static int local_release(void *instance, struct dlock_provider_lock *lk)
         /* Closing the descriptor drops the lock whatever went wrong (and
          * tells the watchers with IN_CLOSE_WRITE). */
         local_close_lock_file(ll);
-        local_value_released(inst, ll);
         return DLOCK_OK;
     }
     /* After the unlock: the one woken finds the lock free. */
     wake_next(inst, lk);
-    local_value_released(inst, ll);
     return DLOCK_OK;
 }
 

@@ -106,10 +106,10 @@ int local_mode_mismatch(struct lock_file_header *h, const struct dlock_provider_
 /* DLOCK_CTL_STATUS: from the kernel's locks and the header (local_list.c). */
 int local_status(struct local_instance *inst, struct dlock_ctl_status *arg);
 /* Elections (local_value.c): the provider's value_put, leader_get and
- * watch_*; local_value_released tells the name's observers that a hold
- * that published a value has let go (called after the unlock). */
+ * watch_*; local_value_withdraw deletes the value a hold published, just
+ * before the hold lets go (which also tells the name's observers). */
 int local_value_put(void *instance, struct dlock_provider_lock *lk, uint64_t term, const void *value, size_t len);
-void local_value_released(struct local_instance *inst, struct local_lock *ll);
+void local_value_withdraw(struct local_instance *inst, struct local_lock *ll);
 int local_leader_get(void *instance, const char *name, size_t name_len, struct dlock_provider_leader *out);
 int local_watch_open(void *instance, const char *name, size_t name_len, void **watch, int *fd);
 int local_watch_consume(void *instance, void *watch);

@@ -9,9 +9,9 @@
  * while it does, so no deposed leader can (a local holder keeps its lock
  * until it lets go or dies).
  *
- * Observers get inotify events: a rename into ".v" (a new value), a touch
- * of the value file (the leader's release, which says nothing to the file
- * otherwise), and the lock file closed by a writer (a holder that died). */
+ * Observers get inotify events: a rename into ".v" (a new value), the
+ * value file's deletion (the leader's release deletes it before it
+ * unlocks), and the lock file closed by a writer (a holder that died). */
 #include "config.h"
 
 #include "local.h"
@@ -42,6 +42,20 @@ int local_value_put(void *instance, struct dlock_provider_lock *lk, uint64_t ter
     struct local_lock *ll = lk->priv;
     if (!ll->held || !ll->fd_open || lk->mode != DLOCK_MODE_EXCLUSIVE)
         return dlock_seterr(DLOCK_ELOST, "local: the lock is not held exclusively through this handle");
+    /* The hold of that term: the fence in the header is the current
+     * hold's (raised at each grant, and we hold the kernel lock). */
+    uint64_t fence;
+    if (ll->map) {
+        fence = __atomic_load_n(&ll->map->fence, __ATOMIC_ACQUIRE);
+    } else {
+        struct lock_file_header h;
+        int hrc = local_read_header(ll->fd, &h, inst->dir, lk->name);
+        if (hrc != DLOCK_OK)
+            return hrc;
+        fence = h.fence;
+    }
+    if (fence != term)
+        return dlock_seterr(DLOCK_ELOST, "local: this hold is not the one of term %llu", (unsigned long long)term);
     int rc = values_dir(inst);
     if (rc != DLOCK_OK)
         return rc;
@@ -71,15 +85,18 @@ int local_value_put(void *instance, struct dlock_provider_lock *lk, uint64_t ter
     return DLOCK_OK;
 }
 
-void local_value_released(struct local_instance *inst, struct local_lock *ll)
+void local_value_withdraw(struct local_instance *inst, struct local_lock *ll)
 {
     if (!ll->published)
         return;
     ll->published = false;
-    /* Observers hear of it only this way: an unlock makes no event. */
+    /* Before the unlock: a reader between the next grant's lock and its
+     * fence's raise would otherwise pair the new hold with this value
+     * (whose term is the fence still in the header). The deletion is
+     * also the observers' event: an unlock makes none. */
     char path[NAME_MAX + 8];
     snprintf(path, sizeof path, "%s/%s", VALUES_DIR, ll->file);
-    (void)utimensat(inst->dirfd, path, NULL, 0);
+    (void)unlinkat(inst->dirfd, path, 0);
 }
 
 /* The fence of the exclusive hold on file, 0 if none (or no file). */
@@ -182,7 +199,7 @@ int local_watch_open(void *instance, const char *name, size_t name_len, void **w
     char values[PATH_MAX];
     snprintf(values, sizeof values, "%s/%s", inst->dir, VALUES_DIR);
     if (inotify_add_watch(w->fd, path, IN_CLOSE_WRITE | IN_ATTRIB) < 0 ||
-        inotify_add_watch(w->fd, values, IN_MOVED_TO | IN_ATTRIB) < 0) {
+        inotify_add_watch(w->fd, values, IN_MOVED_TO | IN_DELETE) < 0) {
         int saved = errno;
         close(w->fd);
         free(w);

@@ -16,10 +16,11 @@ int my_lease_value_put(void *instance, struct dlock_provider_lock *lk, uint64_t 
 {
     struct my_instance *inst = instance;
     struct my_lock *ml = lk->priv;
-    struct my_param p[4] = { my_integer((long long)term), my_bytes(len ? value : "", len),
-                             my_bytes(ml->k.key, ml->k.key_len), my_bytes(lk->owner, strlen(lk->owner)) };
+    struct my_param p[5] = { my_integer((long long)term), my_bytes(len ? value : "", len),
+                             my_bytes(ml->k.key, ml->k.key_len), my_bytes(lk->owner, strlen(lk->owner)),
+                             my_integer((long long)term) };
     struct my_outcome o = { .affected = 0 };
-    int rc = my_pool_run(&inst->pool, MY_VALUE_PUT, p, 4, -1, &o);
+    int rc = my_pool_run(&inst->pool, MY_VALUE_PUT, p, 5, -1, &o);
     /* Found rows (CLIENT_FOUND_ROWS): a value stored again as it was
      * counts, so 0 means the owner's hold was not there. */
     if (rc == DLOCK_OK && o.affected == 0)

@@ -127,7 +127,7 @@ int my_sql_init(struct my_sql *sql, const char *table, bool waker)
     sql->text[MY_VALUE_PUT] = sql_format(
         "INSERT INTO `%s_values` (name, term, value)\n"
         "SELECT name, ?, ? FROM `%s` WHERE name = ? AND owner = ? AND LEFT(owner, 1) <> '~'\n"
-        "  AND expires_at >= " NOW_MS "\n"
+        "  AND fence = ? AND expires_at >= " NOW_MS " LOCK IN SHARE MODE\n"
         "ON DUPLICATE KEY UPDATE term = VALUES(term), value = VALUES(value)",
         t, t);
     sql->text[MY_LEADER_GET] = sql_format(

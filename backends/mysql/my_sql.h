@@ -50,7 +50,8 @@ enum my_statement {
     MY_BREAK_WAKER,      /* -> the waker the last MY_BREAK on this connection took out, 0 none */
     MY_HAS_WAKER,        /* table name -> 1 when the table has the waker column */
     /* elections (lease mode), beside the lock table in `<table>_values` */
-    MY_VALUE_PUT,        /* term, value, key, owner -> 1 row found when stored ($4 holds $3 exclusively) */
+    MY_VALUE_PUT,        /* term, value, key, owner, term -> 1 row found when stored (owner holds key
+                          * exclusively, with that fence) */
     MY_LEADER_GET,       /* key, key -> (the exclusive holder's fence or NULL, stored term or NULL,
                           * stored value or NULL) */
     MY_SESSION_ACQUIRE,  /* lock name -> 1 granted, 0 busy */

@@ -231,7 +231,7 @@ int pg_sql_init(struct pg_sql *sql, const char *table)
                                      t);
     q[PG_VALUE_PUT] = sql_format(
         "WITH h AS (SELECT 1 FROM \"%s\" WHERE name = $1 AND owner = $2 AND left(owner, 1) <> '~'\n"
-        "  AND expires_at >= now() FOR SHARE),\n"
+        "  AND fence = $3::bigint AND expires_at >= now() FOR SHARE),\n"
         "v AS (INSERT INTO \"%s_values\" AS v (name, term, value) SELECT $1, $3::bigint, $4 FROM h\n"
         "  ON CONFLICT (name) DO UPDATE SET term = excluded.term, value = excluded.value RETURNING 1)\n"
         "SELECT pg_notify($5, '') FROM v",

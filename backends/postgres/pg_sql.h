@@ -44,7 +44,7 @@ enum pg_statement {
     /* elections (lease mode), beside the lock table in "<table>_values" */
     PG_CREATE_VALUES,
     PG_VALUE_PUT,        /* $1 key, $2 owner, $3 term, $4 value (bytea), $5 channel -> one row when
-                          * stored ($2 holds $1 exclusively), which also notifies */
+                          * stored ($2 holds $1 exclusively, with fence $3), which also notifies */
     PG_LEADER_GET,       /* $1 key -> (the exclusive holder's fence or NULL, stored term or NULL,
                           * stored value or NULL) */
     /* session mode: $1 advisory key (bigint) */

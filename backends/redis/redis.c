@@ -110,7 +110,7 @@ static void unsubscribe(struct redis_lock *rl)
 {
     if (!rl->notify_fd)
         return;
-    redis_subscriber_remove(rl->sub, rl->sub_channel, rl->sub_channel_len);
+    redis_subscriber_remove(rl->sub, rl->sub_channel, rl->sub_channel_len, rl->notify_fd - 1);
     close(rl->notify_fd - 1);
     rl->notify_fd = 0;
     free(rl->sub_channel);

@@ -2,9 +2,10 @@
  * cluster): the leader's value and the observers' channel.
  *
  * The value is the string "<term>:<bytes>" at <prefix>{NAME}:value, in the
- * name's slot. Only the name's exclusive holder may set it (a script
- * checks its field in the hold's hash first), so a deposed leader whose
- * hold expired or was broken cannot. The leader's term is its fence,
+ * name's slot. Only the name's exclusive holder may set it, for its
+ * current hold (a script checks its field in the hold's hash and that the
+ * fence counter is the term), so neither a deposed leader whose hold
+ * expired or was broken nor a late put of an earlier hold can. The leader's term is its fence,
  * which the fence counter equals while the hold lasts; a reader gets both
  * in one script, so it never pairs one leader's term with another's
  * value.
@@ -43,10 +44,11 @@ int redis_value_put(void *instance, struct dlock_provider_lock *lk, uint64_t ter
     if (!value_key || !watch || !rl->k.key) {
         rc = dlock_seterr(DLOCK_ENOMEM, "redis: out of memory");
     } else {
-        const char *args[7] = { rl->k.key, value_key, lk->owner, term_text, len ? value : "", watch, inst->publish };
-        size_t lens[7] = { rl->k.key_len, value_key_len, strlen(lk->owner), (size_t)term_len, len, watch_len,
-                           strlen(inst->publish) };
-        redisReply *r = inst->route->script(inst, SCRIPT_VALUE_PUT, 2, 7, args, lens, &rc, NULL);
+        const char *args[8] = { rl->k.key, value_key, rl->k.fence_key, lk->owner, term_text, len ? value : "", watch,
+                                inst->publish };
+        size_t lens[8] = { rl->k.key_len, value_key_len, rl->k.fence_key_len, strlen(lk->owner), (size_t)term_len, len,
+                           watch_len, strlen(inst->publish) };
+        redisReply *r = inst->route->script(inst, SCRIPT_VALUE_PUT, 3, 8, args, lens, &rc, NULL);
         if (r) {
             if (r->type != REDIS_REPLY_INTEGER)
                 rc = redis_unexpected(inst, "storing an election value");
@@ -190,7 +192,7 @@ void redis_watch_close(void *instance, void *watch)
 {
     (void)instance;
     struct redis_watch *w = watch;
-    redis_subscriber_remove(w->sub, w->channel, w->channel_len);
+    redis_subscriber_remove(w->sub, w->channel, w->channel_len, w->fd);
     close(w->fd);
     free(w->channel);
     free(w);

@@ -393,8 +393,11 @@ static const char *const script_text[SCRIPT_COUNT] = {
     "return 1\n",
 
     /* value put: only by the exclusive holder (its own field, and no ""
-     * field, which marks a name held shared or as a semaphore). */
-    "if redis.call('hexists', KEYS[1], ARGV[1]) == 0 or redis.call('hexists', KEYS[1], '') == 1 then\n"
+     * field, which marks a name held shared or as a semaphore), and only
+     * for the hold of that term: the fence counter is the current hold's
+     * token, so a late put of an earlier hold of the same owner fails. */
+    "if redis.call('hexists', KEYS[1], ARGV[1]) == 0 or redis.call('hexists', KEYS[1], '') == 1 or\n"
+    "   redis.call('get', KEYS[3]) ~= ARGV[2] then\n"
     "  return 0\n"
     "end\n"
     "redis.call('set', KEYS[2], ARGV[2] .. ':' .. ARGV[3])\n"

@@ -48,9 +48,10 @@ enum redis_script {
      * prefix, publish command -> 1 (the owner's exclusive hold is now
      * shared, or already was) | 0 (the owner does not hold it) */
     SCRIPT_DOWNGRADE,
-    /* Elections. KEYS: lock, value; ARGV: owner, term, value, watch
+    /* Elections. KEYS: lock, value, fence; ARGV: owner, term, value, watch
      * channel, publish command -> 1 (stored, watchers told) | 0 (the owner
-     * does not hold the name exclusively: nothing stored) */
+     * does not hold the name exclusively, or its hold is not the one of
+     * that term: nothing stored) */
     SCRIPT_VALUE_PUT,
     /* KEYS: lock, fence, value -> {the fence counter while the name is
      * held exclusively, else "0"; the stored "term:value" or nil} */

@@ -25,11 +25,17 @@ enum sub_state {
     SUB_DROPPED      /* removed by its lock; UNSUBSCRIBE to be sent */
 };
 
+/* Eventfds one channel may notify: the channels of lock waiters are their
+ * owners' own (one each), but observers of one election share its
+ * channel. */
+#define SUB_FDS_MAX 16
+
 struct subscription {
     struct subscription *next;
     char *channel;
     size_t len;
-    int notify_fd;   /* -1 once dropped */
+    int fds[SUB_FDS_MAX]; /* written on each message; none once dropped */
+    int nfds;
     enum sub_state state;
     enum sub_state before_drop;  /* where the server stood when it was dropped */
     uint64_t conn_gen;   /* connection it was confirmed on */
@@ -71,8 +77,29 @@ static void drop(struct redis_subscriber *sub, struct subscription *s)
 {
     s->before_drop = s->state;
     s->state = SUB_DROPPED;
-    s->notify_fd = -1;
+    s->nfds = 0;
     poke(sub);
+}
+
+/* Takes fd out of s; drops s when it notifies nobody any more. */
+static void remove_fd(struct redis_subscriber *sub, struct subscription *s, int fd)
+{
+    for (int i = 0; i < s->nfds; i++)
+        if (s->fds[i] == fd) {
+            s->fds[i] = s->fds[--s->nfds];
+            break;
+        }
+    if (s->nfds == 0)
+        drop(sub, s);
+}
+
+static void notify(const struct subscription *s)
+{
+    uint64_t one = 1;
+    for (int i = 0; i < s->nfds; i++) {
+        ssize_t ignored = write(s->fds[i], &one, sizeof one);
+        (void)ignored;
+    }
 }
 
 static void poke(struct redis_subscriber *sub)
@@ -131,9 +158,7 @@ static void handle_reply(struct redis_subscriber *sub, redisReply *r)
     if (sub->sharded && kind[0] == 's')
         kind++;
     if (strcmp(kind, "message") == 0) {
-        uint64_t one = 1;
-        ssize_t ignored = write(s->notify_fd, &one, sizeof one);
-        (void)ignored;
+        notify(s);
     } else if (strcmp(kind, "subscribe") == 0 && s->state == SUB_SENT) {
         /* Confirmed again on a new connection: a release published while
          * the old one was down reached nobody. Wake the waiter so that it
@@ -142,19 +167,14 @@ static void handle_reply(struct redis_subscriber *sub, redisReply *r)
         s->state = SUB_ACTIVE;
         s->active_before = true;
         s->conn_gen = sub->conn_gen;
-        if (again) {
-            uint64_t one = 1;
-            ssize_t ignored = write(s->notify_fd, &one, sizeof one);
-            (void)ignored;
-        }
+        if (again)
+            notify(s);
         pthread_cond_broadcast(&sub->cv);
     } else if (strcmp(kind, "unsubscribe") == 0 && sub->sharded && s->state == SUB_ACTIVE) {
         /* The node gave the slot away (resharding, or it became a replica)
          * and dropped the subscription. The waiter falls back on the
          * holder's TTL; wake it now so that it tries at once. */
-        uint64_t one = 1;
-        ssize_t ignored = write(s->notify_fd, &one, sizeof one);
-        (void)ignored;
+        notify(s);
     }
 }
 
@@ -313,14 +333,20 @@ int redis_subscriber_add(struct redis_subscriber *sub, const char *channel, size
                          int64_t timeout_ms)
 {
     pthread_mutex_lock(&sub->mu);
+    /* A subscription of this channel in place: one more fd to notify. */
+    struct subscription *s = find(sub, channel, len);
+    if (s && s->nfds == SUB_FDS_MAX) {
+        pthread_mutex_unlock(&sub->mu);
+        return dlock_seterr(DLOCK_EUNAVAILABLE, "redis: more than %d watches of one channel in one client",
+                            SUB_FDS_MAX);
+    }
     /* A subscription of this channel dropped but not yet unsubscribed is
      * taken back as it stood on the server: a new entry would have its
      * SUBSCRIBE undone by the old one's UNSUBSCRIBE. */
-    struct subscription *s = find_in(sub, channel, len, true);
-    if (s) {
+    if (!s && (s = find_in(sub, channel, len, true)) != NULL) {
         s->state = s->before_drop == SUB_ACTIVE && s->conn_gen == sub->conn_gen && sub->connected ? SUB_ACTIVE
                  : s->before_drop == SUB_SENT ? SUB_SENT : SUB_WANTED;
-    } else {
+    } else if (!s) {
         s = calloc(1, sizeof *s);
         char *copy = malloc(len + 1);
         if (!s || !copy) {
@@ -337,7 +363,7 @@ int redis_subscriber_add(struct redis_subscriber *sub, const char *channel, size
         s->next = sub->subs;
         sub->subs = s;
     }
-    s->notify_fd = notify_fd;
+    s->fds[s->nfds++] = notify_fd;
     poke(sub);
     int64_t deadline = dlock_provider_now_ms() + timeout_ms;
     uint64_t failures_before = sub->connect_failures;
@@ -360,18 +386,18 @@ int redis_subscriber_add(struct redis_subscriber *sub, const char *channel, size
     if (s->state != SUB_ACTIVE) {
         rc = dlock_seterr(DLOCK_EUNAVAILABLE, "%s", sub->last_error[0] ? sub->last_error
                                                                         : "redis: subscription not confirmed in time");
-        drop(sub, s);
+        remove_fd(sub, s, notify_fd);
     }
     pthread_mutex_unlock(&sub->mu);
     return rc;
 }
 
-void redis_subscriber_remove(struct redis_subscriber *sub, const char *channel, size_t len)
+void redis_subscriber_remove(struct redis_subscriber *sub, const char *channel, size_t len, int notify_fd)
 {
     pthread_mutex_lock(&sub->mu);
     struct subscription *s = find(sub, channel, len);
     if (s)
-        drop(sub, s);
+        remove_fd(sub, s, notify_fd);
     pthread_mutex_unlock(&sub->mu);
 }
 

@@ -19,13 +19,15 @@ int redis_subscriber_start(struct redis_subscriber **out, const struct redis_ser
 void redis_subscriber_stop(struct redis_subscriber *sub);
 
 /* Subscribes channel (len bytes) and arranges for notify_fd (an eventfd) to
- * be written on each message. Blocks until confirmed or timeout_ms passes.
+ * be written on each message; up to 16 fds may share one channel (each is
+ * written). Blocks until confirmed or timeout_ms passes.
  * DLOCK_OK or DLOCK_EUNAVAILABLE (then nothing is registered). */
 int redis_subscriber_add(struct redis_subscriber *sub, const char *channel, size_t len, int notify_fd,
                          int64_t timeout_ms);
-/* Stops notifying notify_fd for channel; after it returns the fd is no
- * longer written to and may be closed. */
-void redis_subscriber_remove(struct redis_subscriber *sub, const char *channel, size_t len);
+/* Stops notifying notify_fd for channel (the channel is unsubscribed when
+ * no fd is left for it); after it returns the fd is no longer written to
+ * and may be closed. */
+void redis_subscriber_remove(struct redis_subscriber *sub, const char *channel, size_t len, int notify_fd);
 
 /* A provider's wait on a subscription: blocks until notify_fd (as given to
  * redis_subscriber_add; -1 when not subscribed) is signalled, wake_fd

@@ -311,7 +311,7 @@ static void unsubscribe(struct redlock_instance *inst, struct redlock_lock *rl)
         return;
     for (int i = 0; i < inst->n; i++)
         if (rl->subscribed[i]) {
-            redis_subscriber_remove(inst->subscribers[i], rl->channel, rl->channel_len);
+            redis_subscriber_remove(inst->subscribers[i], rl->channel, rl->channel_len, rl->notify_fd - 1);
             rl->subscribed[i] = false;
         }
     close(rl->notify_fd - 1);

@@ -42,8 +42,9 @@ int zk_value_put(void *instance, struct dlock_provider_lock *lk, uint64_t term, 
 {
     struct zk_instance *inst = instance;
     struct zk_lock *zl = lk->priv;
-    if (!zl->node || !zl->parent)
-        return dlock_seterr(DLOCK_ELOST, "zookeeper: this owner has no node for the election");
+    if (!zl->node || !zl->parent || (uint64_t)zl->czxid != term)
+        return dlock_seterr(DLOCK_ELOST, "zookeeper: this owner has no node of term %" PRIu64 " for the election",
+                            term);
     char *path = value_path(zl->parent);
     char *data = malloc(24 + len);
     if (!path || !data) {

@@ -312,6 +312,8 @@ static void a_deposed_leader_learns_it_and_its_term_is_refused(void **state)
     assert_int_equal(term_rc, DLOCK_ELOST);
     assert_int_equal(dlock_election_term(ea, &ta), DLOCK_ELOST);
     assert_int_equal(dlock_proclaim(ea, "late", 4), DLOCK_ELOST);
+    /* A lost leadership is no leadership to campaign on. */
+    assert_int_equal(dlock_campaign(ea, 0), DLOCK_ELOST);
     char value[16];
     assert_int_equal(leader_of(a, "conf-deposed", value, sizeof value), tb);
     assert_string_equal(value, "b");
@@ -509,6 +511,43 @@ static void an_observer_sees_each_change_in_order(void **state)
     dlock_client_close(o);
 }
 
+/* Two observers of one name in one client: each sees each change. */
+static void two_observers_in_one_client_both_see_changes(void **state)
+{
+    (void)state;
+    dlock_client *a = conformance_open_client(30000, 100), *o = conformance_open_client(30000, 100);
+    struct seen s1, s2;
+    memset(&s1, 0, sizeof s1);
+    memset(&s2, 0, sizeof s2);
+    pthread_mutex_init(&s1.mu, NULL);
+    pthread_cond_init(&s1.cv, NULL);
+    pthread_mutex_init(&s2.mu, NULL);
+    pthread_cond_init(&s2.cv, NULL);
+    dlock_observer *o1 = NULL, *o2 = NULL;
+    assert_int_equal(dlock_observe(o, "conf-two-obs", 12, see, &s1, &o1), DLOCK_OK);
+    assert_int_equal(dlock_observe(o, "conf-two-obs", 12, see, &s2, &o2), DLOCK_OK);
+    await_seen(&s1, 0, "");
+    await_seen(&s2, 0, "");
+    dlock_election *ea = candidate(a, "conf-two-obs", "a");
+    assert_int_equal(dlock_campaign(ea, 0), DLOCK_OK);
+    uint64_t ta = 0;
+    assert_int_equal(dlock_election_term(ea, &ta), DLOCK_OK);
+    await_seen(&s1, ta, "a");
+    await_seen(&s2, ta, "a");
+    /* One stops: the other still hears. */
+    dlock_observe_stop(o1);
+    assert_int_equal(dlock_proclaim(ea, "a2", 2), DLOCK_OK);
+    await_seen(&s2, ta, "a2");
+    dlock_observe_stop(o2);
+    dlock_election_free(ea);
+    pthread_cond_destroy(&s1.cv);
+    pthread_mutex_destroy(&s1.mu);
+    pthread_cond_destroy(&s2.cv);
+    pthread_mutex_destroy(&s2.mu);
+    dlock_client_close(a);
+    dlock_client_close(o);
+}
+
 static void bad_election_input_is_refused(void **state)
 {
     (void)state;
@@ -573,6 +612,7 @@ int conformance_run_election(const struct conformance_target *t)
         cmocka_unit_test_setup(a_waiting_campaign_is_cancelled, conformance_before_each),
         cmocka_unit_test_setup(a_killed_leader_is_replaced_within_its_lease, conformance_before_each),
         cmocka_unit_test_setup(an_observer_sees_each_change_in_order, conformance_before_each),
+        cmocka_unit_test_setup(two_observers_in_one_client_both_see_changes, conformance_before_each),
         cmocka_unit_test_setup(bad_election_input_is_refused, conformance_before_each),
     };
     /* Where the server frees an expired hold, and where a hold can be taken

@@ -3,7 +3,7 @@
 # script starts on a private port (and stops by PID): exactly 200.
 . "${DLOCK_TEST_SRCDIR:-$(dirname "$0")/../..}/cli/lib.sh"
 . "${DLOCK_TEST_SRCDIR:-$(dirname "$0")/../..}/support/redis_single.sh"
-port=$(( 20000 + $$ % 12000 )) # below the ephemeral port range
+port=$(free_port)
 start_redis $port
 printf 'backend = "redis";\nredis = { port = %d; };\n' $port > "$T/dlock.conf"
 

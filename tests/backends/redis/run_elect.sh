@@ -7,7 +7,7 @@
 # dlock leader --watch prints each leader in turn, terms only growing.
 . "${DLOCK_TEST_SRCDIR:-$(dirname "$0")/../..}/cli/lib.sh"
 . "${DLOCK_TEST_SRCDIR:-$(dirname "$0")/../..}/support/redis_single.sh"
-port=$(( 20000 + ($$ + 11) % 12000 ))
+port=$(free_port)
 start_redis $port
 printf 'backend = "redis";\nlease_ms = 900;\nredis = { port = %d; };\n' $port > "$T/dlock.conf"
 export DLOCK_CONFIG="$T/dlock.conf"

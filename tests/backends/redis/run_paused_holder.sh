@@ -6,7 +6,7 @@
 # fence guard (DLOCK_FENCE_REDIS_SET_SCRIPT, dlock/fence.h).
 . "${DLOCK_TEST_SRCDIR:-$(dirname "$0")/../..}/cli/lib.sh"
 . "${DLOCK_TEST_SRCDIR:-$(dirname "$0")/../..}/support/redis_single.sh"
-port=$(( 20000 + ($$ * 3) % 12000 )) # below the ephemeral port range
+port=$(free_port)
 start_redis $port
 printf 'backend = "redis";\nlease_ms = 1000;\nredis = { port = %d; };\n' $port > "$T/dlock.conf"
 export DLOCK_CONFIG=$T/dlock.conf
