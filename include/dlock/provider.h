@@ -395,10 +395,12 @@ struct dlock_provider {
      *
      * value_put stores term and the len bytes of value (len may be 0) as
      * lk's name's value, replacing the one before, if and only if
-     * lk->owner holds the name exclusively when the server applies it (one
-     * atomic step: a script, a transaction, a conditional write), and
-     * wakes the name's watchers (watch_open). term is the hold's fencing
-     * token. Returns DLOCK_OK; DLOCK_ELOST (lk->owner does not hold the
+     * lk->owner holds the name exclusively, with the hold whose fencing
+     * token is term, when the server applies it (one atomic step: a
+     * script, a transaction, a conditional write; a late put of an
+     * earlier hold of the same owner must fail), and wakes the name's
+     * watchers (watch_open). The core calls it only while that hold is in
+     * place, with op_mu held. Returns DLOCK_OK; DLOCK_ELOST (lk->owner does not hold the
      * name: nothing was stored); other failures (it may or may not have
      * been stored; the core reads the term back before trusting it). */
     int (*value_put)(void *instance, struct dlock_provider_lock *lk, uint64_t term, const void *value,
