@@ -27,9 +27,9 @@
 extern "C" {
 #endif
 
-#define DLOCK_VERSION_MAJOR 0
-#define DLOCK_VERSION_MINOR 1
-#define DLOCK_VERSION_PATCH 0
+/* DLOCK_VERSION_MAJOR, _MINOR and _PATCH: the version these headers
+ * are of (generated from configure.ac; dlock_version() is the library's). */
+#include <dlock/version.h>
 
 /* Longest lock name in bytes (names are byte strings without NUL). */
 #define DLOCK_NAME_MAX 512

@@ -15,7 +15,7 @@ seed=${3:-1}
 out=$build/tests/fuzz
 mkdir -p "$out"
 command -v clang > /dev/null || { echo "fuzz: clang is missing (Debian: clang, libclang-rt-14-dev)"; exit 1; }
-cflags="-g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -I$build -I$top/include \
+cflags="-g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -I$build -I$build/include -I$top/include \
 -DDLOCK_MODULE_DIR=\"/nonexistent\" $(pkg-config --cflags libconfig)"
 libs="$(pkg-config --libs libconfig) -lpthread -ldl"
 core=$(ls "$top"/core/*.c)

@@ -12,6 +12,17 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The headers' version (generated from configure.ac) is the library's. */
+static void the_version_macros_are_the_librarys_version(void **state)
+{
+    (void)state;
+    char want[32];
+    snprintf(want, sizeof want, "%d.%d.%d", DLOCK_VERSION_MAJOR, DLOCK_VERSION_MINOR, DLOCK_VERSION_PATCH);
+    assert_string_equal(dlock_version(), want);
+    assert_int_equal(DLOCK_VERSION_NUMBER, DLOCK_VERSION_MAJOR * 10000 + DLOCK_VERSION_MINOR * 100 +
+                                               DLOCK_VERSION_PATCH);
+}
+
 static void every_error_has_a_name_and_text(void **state)
 {
     (void)state;
@@ -219,6 +230,7 @@ static void a_saved_error_comes_back_after_a_cleanup(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(the_version_macros_are_the_librarys_version),
         cmocka_unit_test(every_error_has_a_name_and_text),
         cmocka_unit_test(a_saved_error_comes_back_after_a_cleanup),
         cmocka_unit_test(backoff_stays_within_full_jitter_bounds),
