@@ -27,6 +27,14 @@ wait_until_held() {
     done
     return 1
 }
+# wait_for_file FILE: until FILE has something in it, up to 5 s
+wait_for_file() {
+    for _ in $(seq 1 200); do
+        [ -s "$1" ] && return 0
+        sleep 0.025
+    done
+    return 1
+}
 finish() {
     echo "$PASSED passed, $FAILED failed"
     [ "$FAILED" = 0 ]

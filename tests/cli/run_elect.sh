@@ -13,14 +13,6 @@ candidate() {
     "$DLOCK" elect --value "$1" "$name" -- sh -c 'echo "$DLOCK_TERM $DLOCK_FENCE $DLOCK_NAME $$" > "$0"; exec sleep 60' \
         "$T/$1.env" > "$T/$1.out" 2>&1 &
 }
-# wait_for_file FILE: up to 5 s
-wait_for_file() {
-    for _ in $(seq 1 100); do
-        [ -s "$1" ] && return 0
-        sleep 0.05
-    done
-    return 1
-}
 leaders() { ls "$T"/*.env 2>/dev/null | wc -l; }
 
 "$DLOCK" leader "$name" > "$T/none" 2>&1

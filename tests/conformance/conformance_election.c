@@ -12,6 +12,7 @@
 #include <cmocka.h>
 
 #include "conformance.h"
+#include "../support/campaigner.h"
 #include "../support/test_time.h"
 
 #include <poll.h>
@@ -86,22 +87,6 @@ static void one_leader_with_growing_terms(void **state)
     dlock_client_close(reader);
 }
 
-struct campaigner {
-    dlock_election *e;
-    int64_t wait_ms;
-    int rc;
-    int64_t done_at;
-};
-
-static void *campaign_thread(void *arg)
-{
-    struct campaigner *c = arg;
-    int rc = dlock_campaign(c->e, c->wait_ms);
-    c->done_at = now_ms();
-    __atomic_store_n(&c->rc, rc, __ATOMIC_RELEASE);
-    return NULL;
-}
-
 static void standby_is_elected_when_the_leader_resigns(void **state)
 {
     (void)state;
@@ -110,7 +95,7 @@ static void standby_is_elected_when_the_leader_resigns(void **state)
     assert_int_equal(dlock_campaign(ea, 0), DLOCK_OK);
     struct campaigner standby = { eb, -1, -99, 0 };
     pthread_t t;
-    pthread_create(&t, NULL, campaign_thread, &standby);
+    pthread_create(&t, NULL, campaigner_run, &standby);
     sleep_ms(slack_ms(200));
     assert_int_equal(__atomic_load_n(&standby.rc, __ATOMIC_ACQUIRE), -99); /* still waiting */
     /* The leadership is the election object's: resigned from a thread
@@ -195,7 +180,7 @@ static void a_waiting_campaign_is_cancelled(void **state)
     assert_int_equal(dlock_campaign(ea, 0), DLOCK_OK);
     struct campaigner standby = { eb, -1, -99, 0 };
     pthread_t t;
-    pthread_create(&t, NULL, campaign_thread, &standby);
+    pthread_create(&t, NULL, campaigner_run, &standby);
     sleep_ms(slack_ms(200));
     int64_t cancelled_at = now_ms();
     assert_int_equal(dlock_election_cancel(eb), DLOCK_OK);

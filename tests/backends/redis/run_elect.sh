@@ -18,13 +18,6 @@ candidate() {
     "$DLOCK" elect --value "$1" --kill-after 500 "$name" -- \
         sh -c 'echo "$DLOCK_TERM $$" > "$0"; exec sleep 60' "$T/$1.env" > "$T/$1.out" 2>&1 &
 }
-wait_for_file() {
-    for _ in $(seq 1 200); do
-        [ -s "$1" ] && return 0
-        sleep 0.025
-    done
-    return 1
-}
 leaders() { ls "$T"/*.env 2>/dev/null | wc -l; }
 
 "$DLOCK" leader --watch "$name" > "$T/watch" 2>&1 &

@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "../../support/campaigner.h"
 #include "../../support/fault_proxy.h"
 #include "../../support/redis_server.h"
 #include "../../support/test_time.h"
@@ -114,18 +115,6 @@ static void partition_longer_than_the_lease(void **state)
     dlock_client_close(b);
 }
 
-struct candidate {
-    dlock_election *e;
-    int rc; /* -99 while campaigning (atomic) */
-};
-
-static void *campaign_thread(void *arg)
-{
-    struct candidate *c = arg;
-    __atomic_store_n(&c->rc, dlock_campaign(c->e, 10000), __ATOMIC_RELEASE);
-    return NULL;
-}
-
 static int leadership_lost_calls;
 
 static void note_leadership_lost(dlock_election *e, void *arg)
@@ -152,9 +141,9 @@ static void the_leaders_connections_cut_twice_keep_one_leader(void **state)
     assert_int_equal(dlock_campaign(ea, 0), DLOCK_OK);
     uint64_t ta = 0, now_term = 0;
     assert_int_equal(dlock_election_term(ea, &ta), DLOCK_OK);
-    struct candidate cb = { eb, -99 };
+    struct campaigner cb = { eb, 10000, -99, 0 };
     pthread_t t;
-    pthread_create(&t, NULL, campaign_thread, &cb);
+    pthread_create(&t, NULL, campaigner_run, &cb);
     for (int i = 0; i < 2; i++) {
         fault_proxy_set(proxy, FAULT_RESET, 0);
         sleep_ms(100);

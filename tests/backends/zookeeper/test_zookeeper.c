@@ -10,6 +10,7 @@
 
 #include "../../conformance/conformance.h"
 #include "../../support/service.h"
+#include "../../support/campaigner.h"
 #include "../../support/fault_proxy.h"
 #include "../../support/test_time.h"
 #include "../../support/test_client.h"
@@ -541,19 +542,6 @@ static void hold_declared_lost_is_given_back_when_the_session_survives(void **st
     fault_proxy_stop(proxy);
 }
 
-/* A candidate in an election, campaigning on a thread of its own. */
-struct candidate {
-    dlock_election *e;
-    int rc;          /* -99 while campaigning (atomic) */
-};
-
-static void *campaign_thread(void *arg)
-{
-    struct candidate *c = arg;
-    __atomic_store_n(&c->rc, dlock_campaign(c->e, 10000), __ATOMIC_RELEASE);
-    return NULL;
-}
-
 static uint64_t leader_term(dlock_client *c, const char *name, char *value, size_t cap)
 {
     size_t len = 0;
@@ -578,11 +566,11 @@ static void a_waiting_candidate_whose_session_expired_is_no_phantom_leader(void 
     assert_int_equal(dlock_election_new(b, "phantom", 7, "b", 1, &eb), DLOCK_OK);
     assert_int_equal(dlock_election_new(c, "phantom", 7, "c", 1, &ec), DLOCK_OK);
     assert_int_equal(dlock_campaign(ea, 0), DLOCK_OK);
-    struct candidate cb = { eb, -99 }, cc = { ec, -99 };
+    struct campaigner cb = { eb, 10000, -99, 0 }, cc = { ec, 10000, -99, 0 };
     pthread_t tb, tc;
-    pthread_create(&tb, NULL, campaign_thread, &cb);
+    pthread_create(&tb, NULL, campaigner_run, &cb);
     sleep_ms(300); /* b queued first */
-    pthread_create(&tc, NULL, campaign_thread, &cc);
+    pthread_create(&tc, NULL, campaigner_run, &cc);
     sleep_ms(300);
     fault_proxy_set(proxy, FAULT_BLACKHOLE, 0);
     sleep_ms(slack_ms(2500)); /* b's 1 s session expires on the server, and its node */
