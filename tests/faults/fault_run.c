@@ -83,7 +83,9 @@ void fault_run_mixed_kinds_writer_paused(const char *scenario, const char *confi
 {
     struct fault_run run;
     struct history_report r;
-    start_workers(&run, config_text, 6, 9000 * fault_run_scale(), lease_ms / 2, 2, 2, 2);
+    /* Holds of a quarter lease: six workers in one line of three kinds get
+     * several turns each in the run's length, even on a loaded machine. */
+    start_workers(&run, config_text, 6, 9000 * fault_run_scale(), lease_ms / 4, 2, 2, 2);
     assert_true(writer_paused_past_its_lease(&run, scenario, lease_ms, &r) >= 1);
     assert_true(r.writes_admitted >= 1);
     /* Permits may never be granted: where a request in another kind is
@@ -203,6 +205,7 @@ static void start_as(struct fault_run *run, const char *config_text, int nworker
         fail_msg("cannot find the fault_worker program (looked for %s)", worker);
     run->nworkers = nworkers;
     run->duration_ms = duration_ms;
+    run->hold_ms = hold_ms;
     snprintf(duration, sizeof duration, "%d", duration_ms);
     snprintf(hold, sizeof hold, "%d", hold_ms);
     run->started_us = fault_now_us();
@@ -305,7 +308,7 @@ static void reap(struct fault_run *run)
 {
     /* Every worker ends on its own after its duration plus one acquire
      * wait; give them that and a margin, then stop the rest. */
-    int64_t deadline = run->started_us + ((int64_t)run->duration_ms + 8000) * 1000;
+    int64_t deadline = run->started_us + ((int64_t)run->duration_ms + fault_worker_wait_ms(run->hold_ms) + 6000) * 1000;
     for (int i = 0; i < run->nworkers; i++) {
         if (run->pids[i] <= 0)
             continue;

@@ -24,6 +24,7 @@ struct fault_run {
     char dir[128];          /* logs, the fenced counter, the config */
     int nworkers;
     int duration_ms;
+    int hold_ms;            /* each worker's hold */
     pid_t pids[FAULT_RUN_MAX_WORKERS];
     int64_t started_us;
     int permits;            /* > 0: the workers hold permits of a semaphore of this many */
@@ -31,6 +32,13 @@ struct fault_run {
     int permit_workers;     /* > 0: a mixed run: after the readers, this many more ask for the
                              * lock's name as a semaphore of `permits` */
 };
+
+/* How long a worker holding for hold_ms waits for each acquire: 2 s
+ * plus four holds. */
+static inline int64_t fault_worker_wait_ms(int64_t hold_ms)
+{
+    return 2000 + 4 * hold_ms;
+}
 
 /* The DLOCK_FAULTS_LONG factor (>= 1). */
 int fault_run_scale(void);

@@ -30,6 +30,7 @@
  * Read and write outcomes are in the resource's own log. A worker stopped
  * mid-hold resumes and carries on as a real process would: its late write is
  * what the fence guard must refuse. */
+#include "fault_run.h"
 #include "fenced_counter.h"
 
 #include <dlock.h>
@@ -188,9 +189,14 @@ int main(int argc, char **argv)
      * readers no overlap at all on a slow build. */
     if (writer_among_readers)
         sleep_us(hold_us);
+    /* Lines are fair on most backends: a waiter that gives up goes to the
+     * back. A wait shorter than the holds that can stand ahead of it (the
+     * other workers' turns, in a line of several kinds) could then time out
+     * on every turn under load and never hold at all. */
+    int64_t wait_ms = fault_worker_wait_ms(hold_us / 1000);
     while (fenced_now_us() < end) {
         note("invoke");
-        rc = take(&h, 2000);
+        rc = take(&h, wait_ms);
         if (rc != DLOCK_OK) {
             note("fail %d", rc);
             sleep_us(10000 + rand() % 20000); /* a server down: do not spin */
