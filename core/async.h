@@ -58,6 +58,10 @@ struct dlock__aop {
     int armed_fd;                   /* the descriptor and deadline it was armed with */
     int64_t armed_until;
     bool slicing;                   /* waiting through a blocking wait, slice by slice */
+    bool in_flight;                 /* an attempt sent (acquire_send), its answer not read */
+    struct dlock_provider_io io;    /* that attempt's descriptor and deadline */
+    int64_t in_flight_until;        /* monotonic ms: no answer by then, it is dropped */
+    struct dlock__stamp t_send;     /* when that attempt was sent */
     bool was_busy;
     unsigned attempt;
     uint64_t self;                  /* the holder number: the handle's */

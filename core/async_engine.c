@@ -186,7 +186,12 @@ static void park(struct dlock__async *a, struct dlock__aop *op)
             return;
         }
     }
-    signal_fd(a->parker_wake_fd); /* the poller may need to wake sooner */
+    /* A descriptor added to the set reaches an epoll_wait already under
+     * way: the poller is woken only for a deadline sooner than the one it
+     * sleeps until (a wake-up for nothing costs every native round trip a
+     * context switch). */
+    if (a->polling && op->park_until < a->poll_until)
+        signal_fd(a->parker_wake_fd);
 }
 
 static void unpark(struct dlock__async *a, struct dlock__aop *op, bool fired)
@@ -302,8 +307,11 @@ static void poll_once(struct dlock__async *a)
     int n = 0;
     if (!a->ready_head && !a->stopping) {
         int timeout = -1;
-        if ((t = dlock__timer_heap_peek(&a->timers)))
+        a->poll_until = DLOCK__INFINITE;
+        if ((t = dlock__timer_heap_peek(&a->timers))) {
             timeout = t->due_ms - now > INT_MAX ? INT_MAX : (int)(t->due_ms - now);
+            a->poll_until = t->due_ms;
+        }
         pthread_mutex_unlock(&a->mu);
         n = epoll_wait(a->epoll_fd, evs, (int)(sizeof evs / sizeof evs[0]), timeout);
         pthread_mutex_lock(&a->mu);

@@ -153,27 +153,25 @@ static enum dlock__step wait_after_busy(struct dlock__aop *op, int64_t pause, in
     return wait_slice(op, wake_fd);
 }
 
-/* One attempt, and what follows its answer. */
-static enum dlock__step attempt(struct dlock__aop *op, int wake_fd)
+/* What follows an attempt's answer rc (with *g), sent at t_send. */
+static enum dlock__step answered(struct dlock__aop *op, int rc, const struct dlock_grant *g, struct dlock__stamp t_send,
+                                 int wake_fd)
 {
     struct dlock__entry *e = op->entry;
     dlock_client *c = e->client;
-    struct dlock_grant g = { .fence = 0, .has_fence = 0, .retry_hint_ms = -1 };
-    struct dlock__stamp t_send = dlock__stamp_now();
-    int rc = dlock__p_acquire(c, e, &g);
     dlock__metric_inc(&c->metrics.attempts);
     unsigned attempt_no = op->attempt++;
     if (rc == DLOCK_OK)
-        return acquire_done(op, dlock__hold_grant(c, e, op->lock, op->self, t_send, &g));
+        return acquire_done(op, dlock__hold_grant(c, e, op->lock, op->self, t_send, g));
     int64_t now = dlock__now_ms();
     if (rc != DLOCK_EBUSY) {
         dlock__metric_inc(&c->metrics.backend_errors);
         /* A passing failure is tried again within the budget, as the
          * blocking call does; any other ends the operation. */
-        if (rc != DLOCK_EUNAVAILABLE || g.retry_hint_ms < 0 || op->wait_ms == 0 ||
-            now + g.retry_hint_ms >= op->deadline)
+        if (rc != DLOCK_EUNAVAILABLE || g->retry_hint_ms < 0 || op->wait_ms == 0 ||
+            now + g->retry_hint_ms >= op->deadline)
             return acquire_done(op, rc);
-        int64_t pause = g.retry_hint_ms;
+        int64_t pause = g->retry_hint_ms;
         int64_t floor = dlock__backoff_ms(attempt_no, c->config.retry_base_ms, c->config.retry_cap_ms);
         if (pause < floor)
             pause = floor;
@@ -187,17 +185,69 @@ static enum dlock__step attempt(struct dlock__aop *op, int wake_fd)
     if (now >= op->deadline)
         return acquire_done(op, dlock_seterr(DLOCK_ETIMEDOUT, "lock '%s': not granted within %lld ms",
                                              dlock__entry_show(e), (long long)op->wait_ms));
-    (void)wake_fd;
-    int64_t pause = dlock__pause_after_busy(c, attempt_no, g.retry_hint_ms);
+    int64_t pause = dlock__pause_after_busy(c, attempt_no, g->retry_hint_ms);
     if (op->deadline != DLOCK__INFINITE && pause > op->deadline - now)
         pause = op->deadline - now;
     return wait_after_busy(op, pause, wake_fd);
+}
+
+/* One attempt: its round trip parked on the provider's descriptor where
+ * the provider can send it so, else made on this worker. */
+static enum dlock__step attempt(struct dlock__aop *op, int wake_fd)
+{
+    struct dlock__entry *e = op->entry;
+    dlock_client *c = e->client;
+    struct dlock_grant g = { .fence = 0, .has_fence = 0, .retry_hint_ms = -1 };
+    struct dlock__stamp t_send = dlock__stamp_now();
+    if (dlock__p_can_send(c)) {
+        int rc = dlock__p_acquire_send(c, e, &op->io);
+        if (rc == DLOCK_OK) {
+            dlock__metric_inc(&c->metrics.attempts_parked);
+            op->in_flight = true;
+            op->t_send = t_send;
+            op->in_flight_until = dlock__now_ms() + op->io.timeout_ms;
+            return park_until(op, op->io.fd, op->in_flight_until);
+        }
+        if (rc != DLOCK_ENOTSUP)
+            return answered(op, rc, &g, t_send, wake_fd);
+    }
+    return answered(op, dlock__p_acquire(c, e, &g), &g, t_send, wake_fd);
+}
+
+/* An attempt in flight: its answer once the descriptor fired, else more
+ * waiting until its deadline. A kick or a cancel does not end it: a grant
+ * may be on its way, and must be read to be kept or given back. */
+static enum dlock__step in_flight(struct dlock__aop *op, int wake_fd)
+{
+    struct dlock__entry *e = op->entry;
+    dlock_client *c = e->client;
+    struct dlock_grant g = { .fence = 0, .has_fence = 0, .retry_hint_ms = -1 };
+    if (op->fired) {
+        int rc = dlock__p_acquire_recv(c, e, &op->io, &g);
+        if (rc == DLOCK_PROVIDER_AGAIN)
+            return park_until(op, op->io.fd, op->in_flight_until);
+        op->in_flight = false;
+        /* Validity counts from the first sending, which the attempt made
+         * again here may only repeat. */
+        if (rc == DLOCK_ENOTSUP)
+            rc = dlock__p_acquire(c, e, &g);
+        return answered(op, rc, &g, op->t_send, wake_fd);
+    }
+    if (dlock__now_ms() < op->in_flight_until)
+        return park_until(op, op->io.fd, op->in_flight_until);
+    dlock__p_acquire_drop(c, e, &op->io);
+    op->in_flight = false;
+    int rc = dlock_seterr(DLOCK_EUNAVAILABLE, "lock '%s': the %s backend did not answer an attempt within %lld ms",
+                          dlock__entry_show(e), c->provider->name, (long long)op->io.timeout_ms);
+    return answered(op, rc, &g, op->t_send, wake_fd);
 }
 
 static enum dlock__step acquire_step(struct dlock__aop *op, int wake_fd)
 {
     struct dlock__entry *e = op->entry;
     dlock_client *c = e->client;
+    if (op->in_flight)
+        return in_flight(op, wake_fd);
     if (op->armed) {
         int64_t now = dlock__now_ms();
         int64_t left = op->armed_until - now;

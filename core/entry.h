@@ -190,6 +190,19 @@ int dlock__p_wait_arm(dlock_client *c, struct dlock__entry *e, int64_t *timeout_
  * DLOCK_EBUSY (still armed, for *timeout_ms more: it arrives as the time
  * left, never raised; only ever answered when fired). */
 int dlock__p_wait_disarm(dlock_client *c, struct dlock__entry *e, bool fired, int64_t *timeout_ms);
+/* Whether an attempt's round trip can be parked (acquire_send,
+ * acquire_recv and acquire_drop, version 6). */
+bool dlock__p_can_send(const dlock_client *c);
+/* acquire_send: DLOCK_OK (in flight, io filled); DLOCK_ENOTSUP (use
+ * dlock__p_acquire for this attempt); a failure, as acquire's. */
+int dlock__p_acquire_send(dlock_client *c, struct dlock__entry *e, struct dlock_provider_io *io);
+/* acquire_recv: DLOCK_PROVIDER_AGAIN (not whole yet), DLOCK_ENOTSUP (nothing
+ * in flight: use dlock__p_acquire), or the attempt's result with *g, as
+ * dlock__p_acquire's. */
+int dlock__p_acquire_recv(dlock_client *c, struct dlock__entry *e, struct dlock_provider_io *io,
+                          struct dlock_grant *g);
+/* acquire_drop, after the answer did not come in io->timeout_ms. */
+void dlock__p_acquire_drop(dlock_client *c, struct dlock__entry *e, struct dlock_provider_io *io);
 void dlock__p_abandon(dlock_client *c, struct dlock__entry *e);
 /* Calls lock_fini once if the provider ever touched e. */
 void dlock__p_lock_fini(dlock_client *c, struct dlock__entry *e);

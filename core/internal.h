@@ -181,6 +181,7 @@ struct dlock__name_metrics {
 struct dlock__metrics {
     uint64_t attempts, grants, reentries, busy, timeouts, cancels, releases, release_failures;
     uint64_t renewals, renewal_failures, losses, backend_errors;
+    uint64_t attempts_parked;                   /* round trips parked on a descriptor (acquire_send) */
     uint64_t renewal_rounds, renewal_round_us;  /* watchdog rounds that renewed, and their time */
     struct dlock__histogram wait_ms, hold_ms;
     struct dlock__name_metrics *names;          /* fixed once the client is open */
@@ -265,6 +266,7 @@ struct dlock__async {
     bool started, stopping;
     bool closing;                   /* the client is closing: no new operation */
     bool polling;                   /* a worker waits in epoll_wait (the poller) */
+    int64_t poll_until;             /* while polling: when its epoll_wait ends at the latest */
     unsigned idle;                  /* workers waiting on work_cv */
     unsigned nworkers;
     pthread_t workers[DLOCK__ASYNC_WORKERS];

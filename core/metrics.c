@@ -166,6 +166,9 @@ int dlock__metrics_format(const struct dlock__metrics *m, const char *backend, c
         const uint64_t *value;
     } counters[] = {
         { "dlock_acquire_attempts_total", "Single acquire attempts sent to the backend.", &m->attempts },
+        { "dlock_acquire_attempts_parked_total",
+          "Attempts whose round trip waited on a descriptor, holding no thread (non-blocking API).",
+          &m->attempts_parked },
         { "dlock_grants_total", "First grants of a hold (not reentries).", &m->grants },
         { "dlock_reentries_total", "Reentrant acquires served by the client.", &m->reentries },
         { "dlock_busy_total", "Attempts answered busy.", &m->busy },

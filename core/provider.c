@@ -80,6 +80,58 @@ int dlock__p_acquire(dlock_client *c, struct dlock__entry *e, struct dlock_grant
     return rc;
 }
 
+bool dlock__p_can_send(const dlock_client *c)
+{
+    return HAS(c->provider, acquire_send, DLOCK_PROVIDER_VERSION_6) &&
+           HAS(c->provider, acquire_recv, DLOCK_PROVIDER_VERSION_6) &&
+           HAS(c->provider, acquire_drop, DLOCK_PROVIDER_VERSION_6);
+}
+
+int dlock__p_acquire_send(dlock_client *c, struct dlock__entry *e, struct dlock_provider_io *io)
+{
+    if (!dlock__p_can_send(c))
+        return DLOCK_ENOTSUP;
+    io->fd = -1;
+    io->timeout_ms = 0;
+    io->priv = NULL;
+    pthread_mutex_lock(&e->op_mu);
+    e->provider_touched = true;
+    int rc = c->provider->acquire_send(c->instance, &e->plock, io);
+    pthread_mutex_unlock(&e->op_mu);
+    rc = checked(c->provider, "acquire_send", rc);
+    if (rc == DLOCK_OK && (io->fd < 0 || io->timeout_ms <= 0)) {
+        /* In flight with nothing to watch or no deadline: the core could
+         * neither hear the answer nor give up on it. */
+        c->provider->acquire_drop(c->instance, &e->plock, io);
+        rc = dlock_seterr(DLOCK_EINTERNAL, "the %s backend's acquire_send gave no descriptor or no timeout",
+                          c->provider->name);
+    }
+    return rc;
+}
+
+int dlock__p_acquire_recv(dlock_client *c, struct dlock__entry *e, struct dlock_provider_io *io,
+                          struct dlock_grant *g)
+{
+    pthread_mutex_lock(&e->op_mu);
+    int rc = c->provider->acquire_recv(c->instance, &e->plock, io, g);
+    pthread_mutex_unlock(&e->op_mu);
+    if (rc == DLOCK_PROVIDER_AGAIN)
+        return rc;
+    rc = checked(c->provider, "acquire_recv", rc);
+    if (rc == DLOCK_OK && g->lease_ms < 0)
+        g->lease_ms = 0;
+    if (rc == DLOCK_OK && g->valid_ms < 0)
+        g->valid_ms = 1;
+    return rc;
+}
+
+void dlock__p_acquire_drop(dlock_client *c, struct dlock__entry *e, struct dlock_provider_io *io)
+{
+    pthread_mutex_lock(&e->op_mu);
+    c->provider->acquire_drop(c->instance, &e->plock, io);
+    pthread_mutex_unlock(&e->op_mu);
+}
+
 int dlock__p_release(dlock_client *c, struct dlock__entry *e)
 {
     pthread_mutex_lock(&e->op_mu);

@@ -59,6 +59,9 @@ int dlock__provider_check(const struct dlock_provider *p, const char *origin)
                         : (p->version >= DLOCK_PROVIDER_VERSION_6 &&
                            !(!p->watch_open == !p->watch_consume && !p->watch_open == !p->watch_close))
                             ? "watch_open, watch_consume and watch_close (all three or none)"
+                        : (p->version >= DLOCK_PROVIDER_VERSION_6 &&
+                           !(!p->acquire_send == !p->acquire_recv && !p->acquire_send == !p->acquire_drop))
+                            ? "acquire_send, acquire_recv and acquire_drop (all three or none)"
                         : NULL;
     if (missing)
         return dlock_seterr(DLOCK_EINVAL, "%s: provider '%s' lacks the required member %s", origin,

@@ -276,52 +276,47 @@ static int script_integer(struct redis_instance *inst, enum redis_script which, 
 
 static int redis_release(void *instance, struct dlock_provider_lock *lk);
 
-/* One run of the acquire script: DLOCK_OK (granted), DLOCK_EBUSY, or a failure. */
-static int attempt(struct redis_instance *inst, struct dlock_provider_lock *lk, struct dlock_grant *g)
+void redis_attempt_args(struct redis_instance *inst, struct dlock_provider_lock *lk, struct redis_attempt_args *a)
 {
     struct redis_lock *rl = lk->priv;
-    char lease[24], queue_timeout[24], kind[16], permits[16];
-    int lease_len = snprintf(lease, sizeof lease, "%lld", (long long)lk->lease_ms);
-    int qt_len = snprintf(queue_timeout, sizeof queue_timeout, "%lld", (long long)inst->waiter_timeout_ms);
+    int lease_len = snprintf(a->lease, sizeof a->lease, "%lld", (long long)lk->lease_ms);
+    int qt_len = snprintf(a->queue_timeout, sizeof a->queue_timeout, "%lld", (long long)inst->waiter_timeout_ms);
     const char *registered = rl->registered ? "1" : "0";
     bool shared = kind_is_shared(lk);
     unsigned limit = lk->mode == DLOCK_MODE_SEMAPHORE ? lk->permits : 0;
-    int kind_len = limit ? snprintf(kind, sizeof kind, "p%u", limit) : snprintf(kind, sizeof kind, "s");
-    int permits_len = snprintf(permits, sizeof permits, "%u", limit);
-    const char *args[13];
-    size_t lens[13];
-    int nkeys = 4, nargs = 0;
-    enum redis_script which = is_fair(lk) ? SCRIPT_ACQUIRE_FAIR : SCRIPT_ACQUIRE;
-#define ARG(text, len) (args[nargs] = (text), lens[nargs++] = (size_t)(len))
+    int kind_len = limit ? snprintf(a->kind, sizeof a->kind, "p%u", limit) : snprintf(a->kind, sizeof a->kind, "s");
+    int permits_len = snprintf(a->permits, sizeof a->permits, "%u", limit);
+    a->nkeys = 4;
+    a->nargs = 0;
+    a->which = is_fair(lk) ? SCRIPT_ACQUIRE_FAIR : SCRIPT_ACQUIRE;
+#define ARG(text, len) (a->args[a->nargs] = (text), a->lens[a->nargs++] = (size_t)(len))
     ARG(rl->k.key, rl->k.key_len);
     ARG(rl->k.fence_key, rl->k.fence_key_len);
     ARG(rl->k.queue_key, rl->k.queue_key_len);
     ARG(rl->k.timeouts_key, rl->k.timeouts_key_len);
     if (shared) {
-        which = SCRIPT_ACQUIRE_SHARED;
-        nkeys = 5;
+        a->which = SCRIPT_ACQUIRE_SHARED;
+        a->nkeys = 5;
         ARG(rl->k.holders_key, rl->k.holders_key_len);
     }
     ARG(lk->owner, strlen(lk->owner));
-    ARG(lease, lease_len);
-    ARG(queue_timeout, qt_len);
+    ARG(a->lease, lease_len);
+    ARG(a->queue_timeout, qt_len);
     if (shared || !is_fair(lk))
         ARG(registered, 1);
     if (shared) {
-        ARG(kind, kind_len);
-        ARG(permits, permits_len);
+        ARG(a->kind, kind_len);
+        ARG(a->permits, permits_len);
         ARG(rl->k.channel_prefix, rl->k.channel_prefix_len);
         ARG(inst->publish, strlen(inst->publish));
     }
 #undef ARG
-    int rc;
-    long long acked = -1;
-    g->retry_hint_ms = -1; /* set again only by a busy answer or a passing cluster state */
-    redisReply *r = inst->wait_replicas > 0
-                        ? acquire_and_wait(inst, which, nkeys, nargs, args, lens, &acked, &rc)
-                        : inst->route->script(inst, which, nkeys, nargs, args, lens, &rc, &g->retry_hint_ms);
-    if (!r)
-        return rc;
+}
+
+int redis_attempt_answer(struct redis_instance *inst, struct dlock_provider_lock *lk, redisReply *r, long long acked,
+                         struct dlock_grant *g)
+{
+    struct redis_lock *rl = lk->priv;
     if (!redis_is_int_array(r, 2)) {
         freeReplyObject(r);
         return redis_unexpected(inst, "acquire");
@@ -351,6 +346,23 @@ static int attempt(struct redis_instance *inst, struct dlock_provider_lock *lk, 
     return DLOCK_EBUSY;
 }
 
+/* One run of the acquire script: DLOCK_OK (granted), DLOCK_EBUSY, or a failure. */
+static int attempt(struct redis_instance *inst, struct dlock_provider_lock *lk, struct dlock_grant *g)
+{
+    struct redis_attempt_args a;
+    redis_attempt_args(inst, lk, &a);
+    int rc;
+    long long acked = -1;
+    g->retry_hint_ms = -1; /* set again only by a busy answer or a passing cluster state */
+    redisReply *r = inst->wait_replicas > 0
+                        ? acquire_and_wait(inst, a.which, a.nkeys, a.nargs, a.args, a.lens, &acked, &rc)
+                        : inst->route->script(inst, a.which, a.nkeys, a.nargs, a.args, a.lens, &rc,
+                                              &g->retry_hint_ms);
+    if (!r)
+        return rc;
+    return redis_attempt_answer(inst, lk, r, acked, g);
+}
+
 /* True when rl is subscribed to the channel of lk's current owner (which
  * changes with the contending thread). */
 static bool subscribed_for(const struct redis_lock *rl, const struct dlock_provider_lock *lk)
@@ -371,9 +383,8 @@ static void drain_notifications(struct redis_lock *rl)
             ;
 }
 
-static int redis_acquire(void *instance, struct dlock_provider_lock *lk, struct dlock_grant *g)
+int redis_attempt_prepare(struct redis_instance *inst, struct dlock_provider_lock *lk)
 {
-    struct redis_instance *inst = instance;
     struct redis_lock *rl = lk->priv;
     int rc = ensure_keys(inst, lk);
     if (rc != DLOCK_OK)
@@ -387,17 +398,33 @@ static int redis_acquire(void *instance, struct dlock_provider_lock *lk, struct 
     /* A message from before this attempt says nothing about after it; one
      * that arrives from now on will wake the wait. */
     drain_notifications(rl);
+    return DLOCK_OK;
+}
+
+/* Subscribes for lk's turn after a busy answer; on failure the waiter
+ * waits on the holder's TTL, said in the log. */
+static int subscribe_after_busy(struct redis_instance *inst, struct dlock_provider_lock *lk)
+{
+    int rc = subscribe(inst, lk);
+    if (rc != DLOCK_OK)
+        dlock_provider_log(inst->log_handle, DLOCK_LOG_WARN,
+                           "%s: cannot subscribe (%s); waiting on the holder's TTL instead",
+                           inst->route->label(inst), dlock_errmsg());
+    return rc;
+}
+
+static int redis_acquire(void *instance, struct dlock_provider_lock *lk, struct dlock_grant *g)
+{
+    struct redis_instance *inst = instance;
+    struct redis_lock *rl = lk->priv;
+    int rc = redis_attempt_prepare(inst, lk);
+    if (rc != DLOCK_OK)
+        return rc;
     rc = attempt(inst, lk, g);
-    if (rc == DLOCK_EBUSY && !rl->notify_fd) {
-        /* Subscribe, then look again: a release between the busy answer and
-         * the subscription would otherwise go unheard until the TTL. */
-        if (subscribe(inst, lk) == DLOCK_OK)
-            rc = attempt(inst, lk, g);
-        else
-            dlock_provider_log(inst->log_handle, DLOCK_LOG_WARN,
-                               "%s: cannot subscribe (%s); waiting on the holder's TTL instead",
-                               inst->route->label(inst), dlock_errmsg());
-    }
+    /* Subscribe, then look again: a release between the busy answer and
+     * the subscription would otherwise go unheard until the TTL. */
+    if (rc == DLOCK_EBUSY && !rl->notify_fd && subscribe_after_busy(inst, lk) == DLOCK_OK)
+        rc = attempt(inst, lk, g);
     /* A subscription is kept after a grant: a lock that was contended will
      * most likely be again, and re-subscribing costs two round trips each
      * time. It goes when the waiter gives up (abandon) or the lock handle
@@ -476,12 +503,20 @@ static int redis_wait(void *instance, struct dlock_provider_lock *lk, int64_t ti
 }
 
 /* Parked on the subscription's eventfd; not subscribed, on the timeout
- * alone, as redis_wait. */
+ * alone, as redis_wait. A busy answer read by acquire_recv left the
+ * subscription to here: it is made now, and the eventfd signalled so that
+ * the core looks again at once, as acquire does after subscribing (a
+ * release between the answer and the subscription went unheard). */
 static int redis_wait_arm(void *instance, struct dlock_provider_lock *lk, int64_t *timeout_ms, int *fd)
 {
-    (void)instance;
+    struct redis_instance *inst = instance;
     (void)timeout_ms;
     struct redis_lock *rl = lk->priv;
+    if (!rl->notify_fd && rl->k.key && subscribe_after_busy(inst, lk) == DLOCK_OK) {
+        uint64_t one = 1;
+        if (write(rl->notify_fd - 1, &one, sizeof one) != (ssize_t)sizeof one)
+            return dlock_seterr(DLOCK_EUNAVAILABLE, "redis: cannot signal an eventfd: %s", strerror(errno));
+    }
     *fd = rl->notify_fd - 1;
     return DLOCK_OK;
 }
@@ -655,6 +690,9 @@ static const struct dlock_provider redis_provider = {
     .watch_open = redis_watch_open,
     .watch_consume = redis_watch_consume,
     .watch_close = redis_watch_close,
+    .acquire_send = redis_acquire_send,
+    .acquire_recv = redis_acquire_recv,
+    .acquire_drop = redis_acquire_drop,
 };
 
 DLOCK_MODULE(redis_provider)

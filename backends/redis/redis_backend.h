@@ -79,6 +79,38 @@ struct redis_route {
 extern const struct redis_route redis_single_route;
 extern const struct redis_route redis_cluster_route;
 
+/* The acquire script's arguments for lk (keys ready): which script, its
+ * keys, then its arguments. args may point into the struct: do not copy
+ * it. */
+struct redis_attempt_args {
+    enum redis_script which;
+    int nkeys, nargs;
+    const char *args[13];
+    size_t lens[13];
+    char lease[24], queue_timeout[24], kind[16], permits[16];
+};
+void redis_attempt_args(struct redis_instance *inst, struct dlock_provider_lock *lk, struct redis_attempt_args *a);
+
+/* Reads the acquire script's answer r (freed here; acked: WAIT's count,
+ * -1 without WAIT) into *g: DLOCK_OK (granted), DLOCK_EBUSY (retry hint
+ * set), or a failure. */
+int redis_attempt_answer(struct redis_instance *inst, struct dlock_provider_lock *lk, redisReply *r, long long acked,
+                         struct dlock_grant *g);
+
+/* An attempt's round trip without a thread, for the non-blocking API
+ * (redis_native.c): the provider's acquire_send, acquire_recv and
+ * acquire_drop. One server only, without WAIT; anything else answers
+ * DLOCK_ENOTSUP and goes through acquire. */
+int redis_acquire_send(void *instance, struct dlock_provider_lock *lk, struct dlock_provider_io *io);
+int redis_acquire_recv(void *instance, struct dlock_provider_lock *lk, struct dlock_provider_io *io,
+                       struct dlock_grant *g);
+void redis_acquire_drop(void *instance, struct dlock_provider_lock *lk, struct dlock_provider_io *io);
+
+/* Readies lk for an attempt, as acquire does first: its keys made, a
+ * subscription for another owner dropped, the notifications from before
+ * it drained. */
+int redis_attempt_prepare(struct redis_instance *inst, struct dlock_provider_lock *lk);
+
 /* True when r is an array of at least n integers. */
 bool redis_is_int_array(const redisReply *r, size_t n);
 

@@ -258,6 +258,14 @@ int redis_pool_get(struct redis_pool *pool, redisContext **out)
     return rc;
 }
 
+int redis_pool_try_get(struct redis_pool *pool, redisContext **out)
+{
+    void *ctx = NULL;
+    int rc = conn_pool_try_get(&pool->conns, &ctx);
+    *out = ctx;
+    return rc;
+}
+
 void redis_pool_put(struct redis_pool *pool, redisContext *ctx)
 {
     conn_pool_put(&pool->conns, ctx);

@@ -65,7 +65,9 @@ extern "C" {
 #define DLOCK_PROVIDER_VERSION_5 5
 /* Version 6: leader election (dlock_provider.value_put and .leader_get,
  * DLOCK_CAP_ELECTION; .watch_open, .watch_consume and .watch_close for
- * observers). A provider before it is reported as unable to elect. */
+ * observers), and an attempt's round trip without a thread
+ * (.acquire_send, .acquire_recv and .acquire_drop). A provider before it
+ * is reported as unable to elect, and its attempts take a pool thread. */
 #define DLOCK_PROVIDER_VERSION_6 6
 #define DLOCK_PROVIDER_VERSION DLOCK_PROVIDER_VERSION_6
 
@@ -232,6 +234,18 @@ struct dlock_provider_leader {
     uint64_t value_term;    /* term stored with the value, 0 if none */
     void *value;            /* malloc()ed bytes of the value, NULL if value_len is 0 */
     size_t value_len;
+};
+
+/* What acquire_recv answers while an attempt's answer is not whole yet:
+ * not an error code (those are negative), never returned to a caller. */
+#define DLOCK_PROVIDER_AGAIN 1
+
+/* An attempt in flight (dlock_provider.acquire_send): filled by the
+ * provider, kept by the core until acquire_recv or acquire_drop. */
+struct dlock_provider_io {
+    int fd;                 /* readable when the answer may have come */
+    int64_t timeout_ms;     /* how long to wait for it, > 0 */
+    void *priv;             /* the provider's, for the calls that follow */
 };
 
 /* ---- the provider table ---------------------------------------------------- */
@@ -429,6 +443,38 @@ struct dlock_provider {
     int (*watch_open)(void *instance, const char *name, size_t name_len, void **watch, int *fd);
     int (*watch_consume)(void *instance, void *watch);
     void (*watch_close)(void *instance, void *watch);
+
+    /* Optional, all three or none: acquire cut in two around its round
+     * trip, so that the non-blocking API parks an attempt in flight on a
+     * descriptor instead of a thread. Called where acquire would be, by
+     * the name's contender only, with the same guarantees.
+     *
+     * acquire_send does what acquire does up to the answer: it sends the
+     * attempt without waiting for it (a write that fits the socket's
+     * buffer may block for as long as the command timeout allows, as any
+     * send does), and fills *io: io->fd becomes readable (POLLIN, or
+     * POLLHUP/POLLERR) when the answer may have come; io->timeout_ms is how
+     * long the core waits for it. Returns DLOCK_OK (in flight: acquire_recv
+     * or acquire_drop follows), DLOCK_ENOTSUP (this attempt cannot go so
+     * now: nothing was sent, the core calls acquire instead), or a failure
+     * as acquire's (nothing in flight).
+     *
+     * acquire_recv reads what has come without blocking and returns
+     * DLOCK_PROVIDER_AGAIN when the answer is not whole yet (the core polls
+     * io->fd again), or acquire's own result for the attempt, with *g filled as
+     * acquire fills it; DLOCK_ENOTSUP when the answer cannot be had this way
+     * (the connection failed, the server forgot a script): nothing is in
+     * flight any more and the core makes the attempt again with acquire,
+     * which sends it again as acquire does after a lost connection.
+     *
+     * acquire_drop gives up an attempt whose answer did not come within
+     * io->timeout_ms: it closes what carried it (the attempt may have run:
+     * a grant it made runs out with its lease, as after a command timeout
+     * in acquire). The core then reports DLOCK_EUNAVAILABLE. */
+    int (*acquire_send)(void *instance, struct dlock_provider_lock *lk, struct dlock_provider_io *io);
+    int (*acquire_recv)(void *instance, struct dlock_provider_lock *lk, struct dlock_provider_io *io,
+                        struct dlock_grant *g);
+    void (*acquire_drop)(void *instance, struct dlock_provider_lock *lk, struct dlock_provider_io *io);
 };
 
 /*

@@ -809,6 +809,44 @@ static void async_bad_input_is_refused(void **state)
     dlock_client_close(b);
 }
 
+/* Attempts started together on several names go out together: where the
+ * backend sends them natively each is counted as parked (no thread held
+ * for its round trip), elsewhere none is. */
+static void async_attempts_go_out_natively_where_the_backend_can(void **state)
+{
+    (void)state;
+    enum { N = 6 };
+    dlock_client *c = conformance_open_client(30000, 100);
+    /* One blocking cycle first: a backend may load what its attempts
+     * need (redis: the scripts) on the first one. */
+    dlock_lock *warm = handle(c, "native-warm", 0, NULL, NULL);
+    assert_int_equal(dlock_acquire(warm, 0), DLOCK_OK);
+    assert_int_equal(dlock_release(warm), DLOCK_OK);
+    long long before = test_client_metric(c, "dlock_acquire_attempts_parked_total");
+    dlock_lock *l[N];
+    struct result r[N];
+    memset(r, 0, sizeof r);
+    for (int i = 0; i < N; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "native-%d", i);
+        l[i] = handle(c, name, 0, NULL, NULL);
+        assert_int_equal(dlock_acquire_start(l[i], 0, record, &r[i]), DLOCK_OK);
+    }
+    for (int i = 0; i < N; i++) {
+        await(c, &r[i], slack_ms(5000));
+        if (r[i].rc != DLOCK_OK)
+            fail_msg("%s: native-%d: %s: %s", target->name, i, dlock_strerror(r[i].rc), r[i].detail);
+    }
+    long long parked = test_client_metric(c, "dlock_acquire_attempts_parked_total") - before;
+    assert_int_equal(parked, target->native_round_trips ? N : 0);
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(release_now(c, l[i]), DLOCK_OK);
+        dlock_lock_free(l[i]);
+    }
+    dlock_lock_free(warm);
+    dlock_client_close(c);
+}
+
 int conformance_run_async(const struct conformance_target *t)
 {
     target = t;
@@ -828,6 +866,7 @@ int conformance_run_async(const struct conformance_target *t)
         cmocka_unit_test_setup(async_bad_input_is_refused, conformance_before_each),
         cmocka_unit_test_setup(async_release_then_acquire_is_a_new_hold, conformance_before_each),
         cmocka_unit_test_setup(async_free_runs_callbacks_safely, conformance_before_each),
+        cmocka_unit_test_setup(async_attempts_go_out_natively_where_the_backend_can, conformance_before_each),
     };
     char group[128];
     snprintf(group, sizeof group, "%s: non-blocking", t->name);

@@ -4,14 +4,19 @@
 
 #include <poll.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 struct fake_server fake = { .mu = PTHREAD_MUTEX_INITIALIZER };
 
 void fake_reset(void)
 {
     pthread_mutex_lock(&fake.mu);
+    for (int i = 0; i < fake.nanswer_fds; i++)
+        close(fake.answer_fds[i]);
     pthread_mutex_t mu = fake.mu;
     memset(&fake, 0, sizeof fake);
     fake.mu = mu;
@@ -232,6 +237,85 @@ static void fake_lock_fini(void *instance, struct dlock_provider_lock *lk)
     pthread_mutex_unlock(&fake.mu);
 }
 
+/* ---- fakesend: an attempt's round trip over a socket pair ---------------------- */
+
+struct fake_io {
+    int fd;                   /* ours; the test's end is in fake.answer_fds */
+};
+
+static int fake_acquire_send(void *instance, struct dlock_provider_lock *lk, struct dlock_provider_io *io)
+{
+    (void)instance;
+    (void)lk;
+    int fds[2];
+    struct fake_io *f = malloc(sizeof *f);
+    if (!f || socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, fds) != 0) {
+        free(f);
+        return dlock_seterr(DLOCK_EUNAVAILABLE, "fakesend: no socket pair");
+    }
+    pthread_mutex_lock(&fake.mu);
+    if (fake.nanswer_fds == (int)(sizeof fake.answer_fds / sizeof fake.answer_fds[0])) {
+        pthread_mutex_unlock(&fake.mu);
+        close(fds[0]);
+        close(fds[1]);
+        free(f);
+        return DLOCK_ENOTSUP;
+    }
+    fake.answer_fds[fake.nanswer_fds++] = fds[1];
+    fake.sends++;
+    if (++fake.in_flight > fake.most_in_flight)
+        fake.most_in_flight = fake.in_flight;
+    io->timeout_ms = fake.send_timeout_ms > 0 ? fake.send_timeout_ms : 5000;
+    pthread_mutex_unlock(&fake.mu);
+    f->fd = fds[0];
+    io->fd = f->fd;
+    io->priv = f;
+    return DLOCK_OK;
+}
+
+static void io_end(struct dlock_provider_io *io, bool dropped)
+{
+    struct fake_io *f = io->priv;
+    close(f->fd);
+    free(f);
+    io->priv = NULL;
+    pthread_mutex_lock(&fake.mu);
+    fake.in_flight--;
+    if (dropped)
+        fake.drops++;
+    pthread_mutex_unlock(&fake.mu);
+}
+
+static int fake_acquire_recv(void *instance, struct dlock_provider_lock *lk, struct dlock_provider_io *io,
+                             struct dlock_grant *g)
+{
+    struct fake_io *f = io->priv;
+    char b;
+    if (read(f->fd, &b, 1) != 1)
+        return DLOCK_PROVIDER_AGAIN; /* woken with nothing to read: not yet */
+    io_end(io, false);
+    return fake_acquire(instance, lk, g);
+}
+
+static void fake_acquire_drop(void *instance, struct dlock_provider_lock *lk, struct dlock_provider_io *io)
+{
+    (void)instance;
+    (void)lk;
+    io_end(io, true);
+}
+
+void fake_answer_all(void)
+{
+    pthread_mutex_lock(&fake.mu);
+    for (int i = 0; i < fake.nanswer_fds; i++) {
+        ssize_t ignored = send(fake.answer_fds[i], "a", 1, MSG_NOSIGNAL); /* fails once dropped */
+        (void)ignored;
+        close(fake.answer_fds[i]);
+    }
+    fake.nanswer_fds = 0;
+    pthread_mutex_unlock(&fake.mu);
+}
+
 const struct dlock_provider fake_provider = {
     .version = DLOCK_PROVIDER_VERSION,
     .name = "fake",
@@ -260,4 +344,20 @@ const struct dlock_provider fake_wait_provider = {
     .renew = fake_renew,
     .wait = fake_wait,
     .lock_fini = fake_lock_fini,
+};
+
+const struct dlock_provider fake_send_provider = {
+    .version = DLOCK_PROVIDER_VERSION,
+    .name = "fakesend",
+    .capabilities = DLOCK_CAP_RENEW | DLOCK_CAP_FENCE,
+    .settings = fake_settings,
+    .open = fake_open,
+    .close = fake_close,
+    .acquire = fake_acquire,
+    .release = fake_release,
+    .renew = fake_renew,
+    .lock_fini = fake_lock_fini,
+    .acquire_send = fake_acquire_send,
+    .acquire_recv = fake_acquire_recv,
+    .acquire_drop = fake_acquire_drop,
 };

@@ -1,7 +1,8 @@
 /* tests/unit/fake_provider.h - an in-process provider that keeps its "server"
  * state in memory and counts every call, so the core's loop, watchdog and
- * lost path can be checked exactly. Registered as "fake" (backoff waiting)
- * and "fakewait" (native wait). */
+ * lost path can be checked exactly. Registered as "fake" (backoff waiting),
+ * "fakewait" (native wait) and "fakesend" (attempts sent with acquire_send,
+ * answered when the test says: fake_answer_all). */
 #ifndef FAKE_PROVIDER_H
 #define FAKE_PROVIDER_H
 
@@ -32,6 +33,10 @@ struct fake_server {
     int64_t granted_valid_ms; /* if non-zero, acquire reports this as what is left of the lease */
     int passing_failures;     /* acquire answers this many DLOCK_EUNAVAILABLE with a 20 ms retry hint */
     unsigned caps_lacking;    /* DLOCK_CTL_CAPABILITIES clears these bits (an instance lacking them) */
+    int sends, in_flight, most_in_flight, drops; /* fakesend's attempts */
+    int64_t send_timeout_ms;  /* fakesend's io->timeout_ms (0: 5000) */
+    int answer_fds[FAKE_SLOTS * 4]; /* fakesend: the test's ends of the attempts in flight */
+    int nanswer_fds;
     int64_t renew_at[FAKE_TIMES];
     int nrenew_at;
     int64_t last_batch_n;
@@ -40,6 +45,10 @@ struct fake_server {
 extern struct fake_server fake;
 extern const struct dlock_provider fake_provider;
 extern const struct dlock_provider fake_wait_provider;
+extern const struct dlock_provider fake_send_provider;
+/* fakesend: answers every attempt in flight (the answer is then read by
+ * acquire_recv, which runs the fake's acquire). */
+void fake_answer_all(void);
 
 void fake_reset(void);
 /* Makes NAME held by an owner that is not any client, or frees it. */

@@ -13,9 +13,11 @@
 #include "../../support/campaigner.h"
 #include "../../support/fault_proxy.h"
 #include "../../support/redis_server.h"
+#include "../../support/test_client.h"
 #include "../../support/test_time.h"
 
 #include <dlock.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -285,6 +287,109 @@ static void reacquire_after_a_declared_loss_is_a_new_hold(void **state)
     dlock_client_close(b);
 }
 
+/* ---- the non-blocking API's attempts, sent without a thread --------------------- */
+
+struct async_result {
+    int calls, rc;
+};
+
+static void async_done(dlock_lock *l, int rc, void *arg)
+{
+    (void)l;
+    struct async_result *r = arg;
+    r->calls++;
+    r->rc = rc;
+}
+
+/* dlock_acquire_start, then the caller's loop until its callback. */
+static int acquire_async(dlock_client *c, dlock_lock *l, int64_t wait_ms)
+{
+    struct async_result r = { 0, 0 };
+    assert_int_equal(dlock_acquire_start(l, wait_ms, async_done, &r), DLOCK_OK);
+    int64_t end = now_ms() + slack_ms(10000);
+    while (r.calls == 0 && now_ms() < end) {
+        struct pollfd p = { .fd = dlock_client_fd(c), .events = POLLIN };
+        poll(&p, 1, 20);
+        assert_true(dlock_client_process(c) >= 0);
+    }
+    assert_int_equal(r.calls, 1);
+    return r.rc;
+}
+
+/* The attempt sent without a thread runs on the server, and its answer is
+ * lost with the connection: it is sent again on a new one, as a blocking
+ * attempt is, and holds once. */
+static void native_attempt_whose_answer_is_lost_holds_once(void **state)
+{
+    (void)state;
+    dlock_client *a = open_at(proxy_port, 30000);
+    dlock_client *b = open_at(server.port, 30000);
+    dlock_lock *la = NULL, *lb = NULL;
+    assert_int_equal(dlock_lock_new(a, "native-resend", 13, NULL, &la), DLOCK_OK);
+    assert_int_equal(dlock_lock_new(b, "native-resend", 13, NULL, &lb), DLOCK_OK);
+    assert_int_equal(dlock_acquire(la, 0), DLOCK_OK); /* loads the scripts */
+    assert_int_equal(dlock_release(la), DLOCK_OK);
+    long long parked = test_client_metric(a, "dlock_acquire_attempts_parked_total");
+    fault_proxy_set(proxy, FAULT_DROP_REPLY_RESET, 0);
+    assert_int_equal(acquire_async(a, la, 0), DLOCK_OK);
+    assert_int_equal(test_client_metric(a, "dlock_acquire_attempts_parked_total"), parked + 1);
+    assert_int_equal(dlock_acquire(lb, 0), DLOCK_EBUSY);
+    assert_int_equal(dlock_release(la), DLOCK_OK);
+    assert_int_equal(dlock_acquire(lb, 0), DLOCK_OK); /* not held on by a count of 2 */
+    assert_int_equal(dlock_release(lb), DLOCK_OK);
+    dlock_lock_free(la);
+    dlock_lock_free(lb);
+    dlock_client_close(a);
+    dlock_client_close(b);
+}
+
+/* Requests lost on the way (the answer never comes): the attempt ends at
+ * the command timeout with DLOCK_EUNAVAILABLE, its connection closed, and
+ * the next one goes through once the way is open again. */
+static void native_attempt_without_an_answer_ends_at_the_command_timeout(void **state)
+{
+    (void)state;
+    dlock_client *a = open_at(proxy_port, 30000);
+    dlock_lock *la = NULL;
+    assert_int_equal(dlock_lock_new(a, "native-silent", 13, NULL, &la), DLOCK_OK);
+    assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
+    assert_int_equal(dlock_release(la), DLOCK_OK);
+    fault_proxy_set(proxy, FAULT_DROP, 0);
+    int64_t t0 = now_ms();
+    assert_int_equal(acquire_async(a, la, 0), DLOCK_EUNAVAILABLE);
+    int64_t took = now_ms() - t0;
+    assert_true(took >= 200);            /* command_timeout_ms */
+    assert_true(took < slack_ms(1500));
+    fault_proxy_set(proxy, FAULT_PASS, 0);
+    int64_t end = now_ms() + 3000;
+    int rc;
+    while ((rc = acquire_async(a, la, 0)) != DLOCK_OK && now_ms() < end)
+        sleep_ms(50);
+    assert_int_equal(rc, DLOCK_OK);
+    assert_int_equal(dlock_release(la), DLOCK_OK);
+    dlock_lock_free(la);
+    dlock_client_close(a);
+}
+
+/* Idle connections cut (a server restart, as TCP sees it): the attempt
+ * written on one finds it dead and is sent again on a fresh one. */
+static void native_attempt_on_a_dead_idle_connection_is_sent_again(void **state)
+{
+    (void)state;
+    dlock_client *a = open_at(proxy_port, 30000);
+    dlock_lock *la = NULL;
+    assert_int_equal(dlock_lock_new(a, "native-dead", 11, NULL, &la), DLOCK_OK);
+    assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
+    assert_int_equal(dlock_release(la), DLOCK_OK);
+    fault_proxy_set(proxy, FAULT_RESET, 0);
+    sleep_ms(100);
+    fault_proxy_set(proxy, FAULT_PASS, 0);
+    assert_int_equal(acquire_async(a, la, 0), DLOCK_OK);
+    assert_int_equal(dlock_release(la), DLOCK_OK);
+    dlock_lock_free(la);
+    dlock_client_close(a);
+}
+
 /* Every case starts with the proxy passing: one that failed half-way must
  * not leave the next one behind a black hole. */
 static int proxy_passes(void **state)
@@ -308,6 +413,9 @@ int main(void)
         cmocka_unit_test_setup(acquire_resent_after_a_lost_answer_holds_once, proxy_passes),
         cmocka_unit_test_setup(release_resent_after_a_lost_answer_is_ok, proxy_passes),
         cmocka_unit_test_setup(reacquire_after_a_declared_loss_is_a_new_hold, proxy_passes),
+        cmocka_unit_test_setup(native_attempt_whose_answer_is_lost_holds_once, proxy_passes),
+        cmocka_unit_test_setup(native_attempt_without_an_answer_ends_at_the_command_timeout, proxy_passes),
+        cmocka_unit_test_setup(native_attempt_on_a_dead_idle_connection_is_sent_again, proxy_passes),
     };
     int failed = cmocka_run_group_tests_name("faults through the proxy (redis)", tests, NULL, NULL);
     fault_proxy_stop(proxy);

@@ -1,0 +1,210 @@
+/* tests/unit/test_async_native.c - the non-blocking API's native round
+ * trips, in the core: a provider that sends its attempts (acquire_send)
+ * has them parked on descriptors, so many are in flight at once on the
+ * engine's few threads; an answer that never comes is dropped at its
+ * deadline; a cancel does not lose a grant that is on its way. The
+ * provider is the in-process fake ("fakesend"), whose answers the test
+ * gives. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "fake_provider.h"
+#include "../support/test_client.h"
+#include "../support/test_time.h"
+
+#include <dlock.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define HANDLES 32 /* eight times the engine's threads */
+
+struct result {
+    int calls;
+    int rc;
+    int64_t at_ms;
+};
+
+static void record(dlock_lock *lock, int rc, void *arg)
+{
+    (void)lock;
+    struct result *r = arg;
+    r->calls++;
+    r->rc = rc;
+    r->at_ms = now_ms();
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    fake_reset();
+    return 0;
+}
+
+static dlock_client *open_client(void)
+{
+    dlock_client *c = NULL;
+    int rc = dlock_client_open_string(&c, "backend = \"fakesend\"; lease_ms = 3000; retry_base_ms = 5; "
+                                          "retry_cap_ms = 20;");
+    if (rc != DLOCK_OK)
+        fail_msg("open: %s (%s)", dlock_strerror(rc), dlock_errmsg());
+    return c;
+}
+
+/* One turn of the caller's loop. */
+static void turn(dlock_client *c)
+{
+    struct pollfd p = { .fd = dlock_client_fd(c), .events = POLLIN };
+    assert_true(p.fd >= 0);
+    poll(&p, 1, 20);
+    assert_true(dlock_client_process(c) >= 0);
+}
+
+static int callbacks(const struct result *r, int n)
+{
+    int calls = 0;
+    for (int i = 0; i < n; i++)
+        calls += r[i].calls;
+    return calls;
+}
+
+static void attempts_in_flight_hold_no_thread(void **state)
+{
+    (void)state;
+    dlock_client *c = open_client();
+    dlock_lock *l[HANDLES];
+    struct result r[HANDLES];
+    memset(r, 0, sizeof r);
+    for (int i = 0; i < HANDLES; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "n%d", i);
+        dlock_lock_options o = DLOCK_LOCK_OPTIONS_INIT;
+        assert_int_equal(dlock_lock_new(c, name, strlen(name), &o, &l[i]), DLOCK_OK);
+        assert_int_equal(dlock_acquire_start(l[i], 0, record, &r[i]), DLOCK_OK);
+    }
+    /* No answer is given until every attempt is out: on a thread each, at
+     * most four could be, and the rest would wait behind them forever. */
+    int64_t end = now_ms() + slack_ms(5000);
+    while (fake_get(&fake.in_flight) < HANDLES && now_ms() < end)
+        turn(c);
+    assert_int_equal(fake_get(&fake.most_in_flight), HANDLES);
+    assert_int_equal(callbacks(r, HANDLES), 0);
+    fake_answer_all();
+    end = now_ms() + slack_ms(5000);
+    while (callbacks(r, HANDLES) < HANDLES && now_ms() < end)
+        turn(c);
+    for (int i = 0; i < HANDLES; i++) {
+        assert_int_equal(r[i].calls, 1);
+        assert_int_equal(r[i].rc, DLOCK_OK);
+    }
+    assert_int_equal(fake_get(&fake.acquires), HANDLES); /* each answer read once */
+    assert_int_equal(test_client_metric(c, "dlock_acquire_attempts_parked_total"), HANDLES);
+    for (int i = 0; i < HANDLES; i++) {
+        assert_int_equal(dlock_release(l[i]), DLOCK_OK);
+        dlock_lock_free(l[i]);
+    }
+    dlock_client_close(c);
+}
+
+static void an_answer_that_never_comes_is_dropped(void **state)
+{
+    (void)state;
+    FAKE_SET(send_timeout_ms, 200);
+    dlock_client *c = open_client();
+    dlock_lock *l;
+    dlock_lock_options o = DLOCK_LOCK_OPTIONS_INIT;
+    assert_int_equal(dlock_lock_new(c, "silent", 6, &o, &l), DLOCK_OK);
+    struct result r = { 0 };
+    int64_t start = now_ms();
+    assert_int_equal(dlock_acquire_start(l, 0, record, &r), DLOCK_OK);
+    int64_t end = now_ms() + slack_ms(5000);
+    while (r.calls == 0 && now_ms() < end)
+        turn(c);
+    assert_int_equal(r.calls, 1);
+    assert_int_equal(r.rc, DLOCK_EUNAVAILABLE);
+    assert_true(r.at_ms - start >= 200);
+    assert_int_equal(fake_get(&fake.drops), 1);
+    assert_int_equal(fake_get(&fake.in_flight), 0);
+    assert_int_equal(fake_get(&fake.acquires), 0);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+}
+
+static void a_cancel_keeps_a_grant_in_flight(void **state)
+{
+    (void)state;
+    dlock_client *c = open_client();
+    dlock_lock *l;
+    dlock_lock_options o = DLOCK_LOCK_OPTIONS_INIT;
+    assert_int_equal(dlock_lock_new(c, "racing", 6, &o, &l), DLOCK_OK);
+    struct result r = { 0 };
+    assert_int_equal(dlock_acquire_start(l, -1, record, &r), DLOCK_OK);
+    int64_t end = now_ms() + slack_ms(5000);
+    while (fake_get(&fake.in_flight) < 1 && now_ms() < end)
+        turn(c);
+    assert_int_equal(dlock_cancel(l), DLOCK_OK);
+    for (int i = 0; i < 5; i++)
+        turn(c); /* the cancel does not end the round trip */
+    assert_int_equal(r.calls, 0);
+    assert_int_equal(fake_get(&fake.in_flight), 1);
+    fake_answer_all();
+    end = now_ms() + slack_ms(5000);
+    while (r.calls == 0 && now_ms() < end)
+        turn(c);
+    /* The server granted it: the grant is reported, and held, not lost
+     * on the server until its lease ran out. */
+    assert_int_equal(r.calls, 1);
+    assert_int_equal(r.rc, DLOCK_OK);
+    assert_int_equal(dlock_release(l), DLOCK_OK);
+    assert_int_equal(fake_get(&fake.releases), 1);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+}
+
+static void close_waits_for_the_answers_in_flight(void **state)
+{
+    (void)state;
+    FAKE_SET(send_timeout_ms, 300);
+    dlock_client *c = open_client();
+    dlock_lock *l[4];
+    struct result r[4];
+    memset(r, 0, sizeof r);
+    for (int i = 0; i < 4; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "c%d", i);
+        dlock_lock_options o = DLOCK_LOCK_OPTIONS_INIT;
+        assert_int_equal(dlock_lock_new(c, name, strlen(name), &o, &l[i]), DLOCK_OK);
+        assert_int_equal(dlock_acquire_start(l[i], 0, record, &r[i]), DLOCK_OK);
+    }
+    int64_t end = now_ms() + slack_ms(5000);
+    while (fake_get(&fake.in_flight) < 4 && now_ms() < end)
+        turn(c);
+    assert_int_equal(fake_get(&fake.in_flight), 4);
+    /* Nobody answers: the close ends them at their deadline, each with a
+     * callback, and nothing is left in flight. */
+    dlock_client_close(c);
+    assert_int_equal(callbacks(r, 4), 4);
+    for (int i = 0; i < 4; i++)
+        assert_true(r[i].rc == DLOCK_EUNAVAILABLE || r[i].rc == DLOCK_ECANCELLED);
+    assert_int_equal(fake_get(&fake.in_flight), 0);
+    assert_int_equal(fake_get(&fake.drops), 4);
+}
+
+int main(void)
+{
+    if (dlock_provider_register(&fake_send_provider) != DLOCK_OK) {
+        fprintf(stderr, "cannot register the fake provider: %s\n", dlock_errmsg());
+        return 1;
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup(attempts_in_flight_hold_no_thread, setup),
+        cmocka_unit_test_setup(an_answer_that_never_comes_is_dropped, setup),
+        cmocka_unit_test_setup(a_cancel_keeps_a_grant_in_flight, setup),
+        cmocka_unit_test_setup(close_waits_for_the_answers_in_flight, setup),
+    };
+    return cmocka_run_group_tests_name("async_native", tests, NULL, NULL);
+}
