@@ -5,9 +5,13 @@
  * An operation is in one place at a time, all under client->async.mu:
  *   READY    in the ready queue, for the next free worker;
  *   RUNNING  a worker runs one step of it, with no core mutex held;
- *   PARKED   in the epoll set or the timer heap, until its descriptor is
+ *   PARKED   in an epoll set or the timer heap, until its descriptor is
  *            readable, its timer is due, or it is kicked (a cancel, its
- *            name set free in the client);
+ *            name set free in the client). The set is the workers' own,
+ *            or, for a step that can be taken without blocking (reading
+ *            an attempt's answer), the caller's loop's (loop_fd): then
+ *            dlock_client_process() takes that step on the caller's
+ *            thread, and the result needs no hop from a worker;
  *   DONE     its result is in the done queue, for dlock_client_process().
  * It is on its entry's list (e->aops) from start until it is delivered, so
  * a cancel, a free or a close can find it. A step runs on a worker only, so
@@ -47,6 +51,8 @@ struct dlock__aop {
     bool cancelled;                 /* its handle is being freed or the client closed */
     bool cancelled_seen;            /* cancelled, as the running step was told */
     bool fired;                     /* the last park ended with its descriptor readable */
+    bool on_loop;                   /* parked in the loop's set (loop_fd), not the workers' */
+    bool loop_ok;                   /* the step parking it may be taken on the loop (set by the step) */
     int park_fd;                    /* parked on it (the step's), -1: timer only */
     int polled_fd;                  /* the descriptor in the epoll set: park_fd or a dup */
     int64_t park_until;             /* monotonic ms, DLOCK__INFINITE for none */
@@ -62,6 +68,12 @@ struct dlock__aop {
     struct dlock_provider_io io;    /* that attempt's descriptor and deadline */
     int64_t in_flight_until;        /* monotonic ms: no answer by then, it is dropped */
     struct dlock__stamp t_send;     /* when that attempt was sent */
+    bool on_loop_step;              /* this step runs on the caller's loop: it must not block */
+    bool deferred;                  /* ended on the loop with deferred_rc; a worker ends it */
+    int deferred_rc;
+    bool answer_kept;               /* read on the loop, to be acted on by a worker: */
+    int answer_rc;                  /* acquire_recv's answer (DLOCK_ENOTSUP: send it again) */
+    struct dlock_grant answer;
     bool was_busy;
     unsigned attempt;
     uint64_t self;                  /* the holder number: the handle's */
@@ -73,7 +85,9 @@ struct dlock__aop {
 
 /* ---- async_ops.c ---------------------------------------------------------- */
 /* Runs one step of op on a worker thread; wake_fd is the worker's cancel
- * signal for a blocking provider wait. */
+ * signal for a blocking provider wait. wake_fd -1: on the caller's loop
+ * (dlock_client_process), where the step must not block: what would is
+ * left to a worker (STEP_AGAIN). */
 enum dlock__step dlock__aop_step(struct dlock__aop *op, int wake_fd);
 
 /* ---- async_engine.c ---------------------------------------------------------- */

@@ -43,7 +43,7 @@ void dlock__async_init(dlock_client *c)
     pthread_mutex_init(&a->mu, NULL);
     pthread_cond_init(&a->work_cv, NULL);
     pthread_cond_init(&a->done_cv, NULL);
-    a->done_fd = a->epoll_fd = a->parker_wake_fd = -1;
+    a->done_fd = a->loop_fd = a->epoll_fd = a->parker_wake_fd = -1;
     dlock__timer_heap_init(&a->timers);
 }
 
@@ -148,23 +148,27 @@ static void unlink_entry(struct dlock__aop *op)
 
 static void unpark(struct dlock__async *a, struct dlock__aop *op, bool fired);
 
-/* Parks op: its descriptor in the epoll set, its deadline in the heap. A descriptor epoll refuses (a regular file) is looked at on
- * a short timer instead. */
+/* Parks op: its descriptor in the workers' epoll set (or the loop's, when
+ * its step asked for it and the loop's set exists), its deadline in the
+ * heap, which the workers keep for both. A descriptor epoll refuses (a
+ * regular file) is looked at on a short timer instead. */
 static void park(struct dlock__async *a, struct dlock__aop *op)
 {
     op->state = AOP_PARKED;
     op->polled_fd = -1;
     op->fired = false;
+    op->on_loop = op->loop_ok && a->loop_fd >= 0;
+    int set = op->on_loop ? a->loop_fd : a->epoll_fd;
     if (op->park_fd >= 0) {
         struct epoll_event ev = { .events = EPOLLIN, .data.ptr = op };
         int fd = op->park_fd;
-        int rc = epoll_ctl(a->epoll_fd, EPOLL_CTL_ADD, fd, &ev);
+        int rc = epoll_ctl(set, EPOLL_CTL_ADD, fd, &ev);
         if (rc < 0 && errno == EEXIST) {
             /* Another parked operation watches the same descriptor: epoll
              * keeps one entry per descriptor number, so this one gets a
              * number of its own for the same file. */
             fd = dup(op->park_fd);
-            rc = fd < 0 ? -1 : epoll_ctl(a->epoll_fd, EPOLL_CTL_ADD, fd, &ev);
+            rc = fd < 0 ? -1 : epoll_ctl(set, EPOLL_CTL_ADD, fd, &ev);
             if (rc < 0 && fd >= 0)
                 close(fd);
         }
@@ -194,6 +198,21 @@ static void park(struct dlock__async *a, struct dlock__aop *op)
         signal_fd(a->parker_wake_fd);
 }
 
+/* Takes op out of the place it is parked in (a->mu held), unless it is
+ * in the kick list, which unpark sees to. */
+static void unpark_quietly(struct dlock__async *a, struct dlock__aop *op)
+{
+    if (op->polled_fd >= 0) {
+        epoll_ctl(op->on_loop ? a->loop_fd : a->epoll_fd, EPOLL_CTL_DEL, op->polled_fd, NULL);
+        if (op->polled_fd != op->park_fd)
+            close(op->polled_fd);
+        op->polled_fd = -1;
+    }
+    op->on_loop = false;
+    if (dlock__timer_in_heap(&op->timer))
+        dlock__timer_heap_remove(&a->timers, &op->timer);
+}
+
 static void unpark(struct dlock__async *a, struct dlock__aop *op, bool fired)
 {
     if (op->in_kick_list) {
@@ -206,14 +225,7 @@ static void unpark(struct dlock__async *a, struct dlock__aop *op, bool fired)
             *p = op->kick_next;
         op->in_kick_list = false;
     }
-    if (op->polled_fd >= 0) {
-        epoll_ctl(a->epoll_fd, EPOLL_CTL_DEL, op->polled_fd, NULL);
-        if (op->polled_fd != op->park_fd)
-            close(op->polled_fd);
-        op->polled_fd = -1;
-    }
-    if (dlock__timer_in_heap(&op->timer))
-        dlock__timer_heap_remove(&a->timers, &op->timer);
+    unpark_quietly(a, op);
     op->fired = fired;
     push_ready(a, op);
 }
@@ -323,7 +335,7 @@ static void poll_once(struct dlock__async *a)
         struct dlock__aop *op = evs[i].data.ptr;
         if (!op)
             dlock__drain(a->parker_wake_fd);
-        else if (op->state == AOP_PARKED && op->polled_fd >= 0)
+        else if (op->state == AOP_PARKED && op->polled_fd >= 0 && !op->on_loop)
             unpark(a, op, true);
     }
     a->polling = false;
@@ -367,13 +379,24 @@ static void close_fds(struct dlock__async *a)
     a->epoll_fd = a->parker_wake_fd = -1;
 }
 
+/* The done eventfd and the loop's set around it, made once (a->mu held):
+ * the descriptor dlock_client_fd() hands out never changes. */
 static int make_done_fd(struct dlock__async *a)
 {
+    if (a->loop_fd >= 0)
+        return DLOCK_OK;
     if (a->done_fd < 0)
         a->done_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    return a->done_fd < 0 ? dlock_seterr(DLOCK_EINTERNAL, "cannot create an eventfd for completions: %s",
-                                         strerror(errno))
-                          : DLOCK_OK;
+    int loop = a->done_fd < 0 ? -1 : epoll_create1(EPOLL_CLOEXEC);
+    struct epoll_event ev = { .events = EPOLLIN, .data.ptr = NULL };
+    if (loop < 0 || epoll_ctl(loop, EPOLL_CTL_ADD, a->done_fd, &ev) < 0) {
+        int rc = dlock_seterr(DLOCK_EINTERNAL, "cannot create the descriptor for completions: %s", strerror(errno));
+        if (loop >= 0)
+            close(loop);
+        return rc;
+    }
+    a->loop_fd = loop;
+    return DLOCK_OK;
 }
 
 /* Starts the threads with the first operation (a->mu held). */
@@ -589,9 +612,11 @@ void dlock__async_shutdown(dlock_client *c)
     for (struct dlock__aop *op; (op = take_done(a));)
         deliver_cancelled(op, "the client was closed");
     close_fds(a);
+    if (a->loop_fd >= 0)
+        close(a->loop_fd);
     if (a->done_fd >= 0)
         close(a->done_fd);
-    a->done_fd = -1;
+    a->done_fd = a->loop_fd = -1;
     dlock__timer_heap_free(&a->timers);
 }
 
@@ -612,9 +637,34 @@ int dlock_client_fd(dlock_client *c)
         return rc;
     pthread_mutex_lock(&c->async.mu);
     rc = make_done_fd(&c->async);
-    int fd = c->async.done_fd;
+    int fd = c->async.loop_fd;
     pthread_mutex_unlock(&c->async.mu);
     return rc == DLOCK_OK ? fd : rc;
+}
+
+/* The steps waiting in the loop's set whose descriptor fired, taken here,
+ * on the caller's thread (a->mu held, dropped while a step runs): one
+ * event per epoll_wait, under the mutex, so that every event names an
+ * operation still parked there (one that left the set took its events
+ * with it). At most a batch, so that answers arriving meanwhile do not
+ * keep the call from returning. */
+static void step_fired_on_loop(struct dlock__async *a)
+{
+    for (int i = 0; i < 64 && a->loop_fd >= 0; i++) {
+        struct epoll_event ev;
+        if (epoll_wait(a->loop_fd, &ev, 1, 0) != 1)
+            return;
+        struct dlock__aop *op = ev.data.ptr;
+        if (!op) {
+            dlock__drain(a->done_fd);
+            continue;
+        }
+        if (op->state != AOP_PARKED || !op->on_loop || op->in_kick_list)
+            continue;
+        unpark_quietly(a, op);
+        op->fired = true;
+        run_one(a, op, -1);
+    }
 }
 
 int dlock_client_process(dlock_client *c)
@@ -626,6 +676,7 @@ int dlock_client_process(dlock_client *c)
     pthread_mutex_lock(&a->mu);
     if (a->done_fd >= 0)
         dlock__drain(a->done_fd);
+    step_fired_on_loop(a);
     /* Only what is done now: callbacks that start operations which finish
      * at once must not keep this call from returning. */
     size_t budget = 0;

@@ -45,6 +45,13 @@ static enum dlock__step acquire_done(struct dlock__aop *op, int rc)
 {
     struct dlock__entry *e = op->entry;
     dlock_client *c = e->client;
+    if (op->on_loop_step && rc != DLOCK_OK && op->was_busy) {
+        /* Leaving the backend's line is a round trip: a worker ends it. */
+        op->deferred = true;
+        op->deferred_rc = rc;
+        dlock_error_save(&op->error);
+        return STEP_AGAIN;
+    }
     struct dlock_saved_error saved;
     dlock_error_save(&saved);
     if (op->armed) {
@@ -75,7 +82,28 @@ static enum dlock__step park_until(struct dlock__aop *op, int fd, int64_t until)
 {
     op->park_fd = fd;
     op->park_until = until;
+    op->loop_ok = false;
     return STEP_PARK;
+}
+
+/* Parked on its armed wait, in the caller's loop's set when what follows
+ * a wake-up (wait_disarm, then sending the attempt) needs no thread. */
+static enum dlock__step park_armed(struct dlock__aop *op)
+{
+    enum dlock__step step = park_until(op, op->armed_fd, op->armed_until);
+    op->loop_ok = dlock__p_can_send(op->entry->client) && !op->cancelled_seen;
+    return step;
+}
+
+/* Parked on its attempt's socket, in the caller's loop's set unless the
+ * operation is being cancelled: then a worker reads the answer, since
+ * the thread that cancels (a free, a close) may be the loop's, waiting
+ * for it. */
+static enum dlock__step park_in_flight(struct dlock__aop *op)
+{
+    enum dlock__step step = park_until(op, op->io.fd, op->in_flight_until);
+    op->loop_ok = !op->cancelled_seen;
+    return step;
 }
 
 /* Behind this client's own hold or contender: becomes the contender when
@@ -107,6 +135,8 @@ static enum dlock__step wait_slice(struct dlock__aop *op, int wake_fd)
 {
     struct dlock__entry *e = op->entry;
     dlock_client *c = e->client;
+    if (op->on_loop_step)
+        return STEP_AGAIN;
     int64_t left = op->wait_until - dlock__now_ms();
     if (left < 0)
         left = 0;
@@ -142,7 +172,7 @@ static enum dlock__step wait_after_busy(struct dlock__aop *op, int64_t pause, in
         op->armed = true;
         op->armed_fd = fd;
         op->armed_until = now + timeout;
-        return park_until(op, fd, op->armed_until);
+        return park_armed(op);
     }
     if (rc != DLOCK_ENOTSUP) {
         dlock__metric_inc(&c->metrics.backend_errors);
@@ -159,6 +189,17 @@ static enum dlock__step answered(struct dlock__aop *op, int rc, const struct dlo
 {
     struct dlock__entry *e = op->entry;
     dlock_client *c = e->client;
+    if (op->on_loop_step && rc != DLOCK_OK) {
+        /* On the loop a grant is kept here (no round trip); anything else
+         * may need one (sending again, leaving the line, arming a wait):
+         * a worker takes it from here. */
+        op->answer_kept = true;
+        op->answer_rc = rc;
+        op->answer = *g;
+        op->t_send = t_send;
+        dlock_error_save(&op->error);
+        return STEP_AGAIN;
+    }
     dlock__metric_inc(&c->metrics.attempts);
     unsigned attempt_no = op->attempt++;
     if (rc == DLOCK_OK)
@@ -206,11 +247,13 @@ static enum dlock__step attempt(struct dlock__aop *op, int wake_fd)
             op->in_flight = true;
             op->t_send = t_send;
             op->in_flight_until = dlock__now_ms() + op->io.timeout_ms;
-            return park_until(op, op->io.fd, op->in_flight_until);
+            return park_in_flight(op);
         }
         if (rc != DLOCK_ENOTSUP)
             return answered(op, rc, &g, t_send, wake_fd);
     }
+    if (op->on_loop_step)
+        return STEP_AGAIN; /* a round trip on a thread: a worker makes it */
     return answered(op, dlock__p_acquire(c, e, &g), &g, t_send, wake_fd);
 }
 
@@ -225,16 +268,16 @@ static enum dlock__step in_flight(struct dlock__aop *op, int wake_fd)
     if (op->fired) {
         int rc = dlock__p_acquire_recv(c, e, &op->io, &g);
         if (rc == DLOCK_PROVIDER_AGAIN)
-            return park_until(op, op->io.fd, op->in_flight_until);
+            return park_in_flight(op);
         op->in_flight = false;
         /* Validity counts from the first sending, which the attempt made
          * again here may only repeat. */
-        if (rc == DLOCK_ENOTSUP)
+        if (rc == DLOCK_ENOTSUP && !op->on_loop_step)
             rc = dlock__p_acquire(c, e, &g);
         return answered(op, rc, &g, op->t_send, wake_fd);
     }
     if (dlock__now_ms() < op->in_flight_until)
-        return park_until(op, op->io.fd, op->in_flight_until);
+        return park_in_flight(op);
     dlock__p_acquire_drop(c, e, &op->io);
     op->in_flight = false;
     int rc = dlock_seterr(DLOCK_EUNAVAILABLE, "lock '%s': the %s backend did not answer an attempt within %lld ms",
@@ -248,6 +291,21 @@ static enum dlock__step acquire_step(struct dlock__aop *op, int wake_fd)
     dlock_client *c = e->client;
     if (op->in_flight)
         return in_flight(op, wake_fd);
+    if (op->deferred) {
+        op->deferred = false;
+        dlock_error_restore(&op->error, op->deferred_rc);
+        return acquire_done(op, op->deferred_rc);
+    }
+    if (op->answer_kept) {
+        op->answer_kept = false;
+        struct dlock_grant g = op->answer;
+        int rc = op->answer_rc;
+        if (rc == DLOCK_ENOTSUP)
+            rc = dlock__p_acquire(c, e, &g); /* the answer could not be read: send it again */
+        else
+            dlock_error_restore(&op->error, rc);
+        return answered(op, rc, &g, op->t_send, wake_fd);
+    }
     if (op->armed) {
         int64_t now = dlock__now_ms();
         int64_t left = op->armed_until - now;
@@ -258,7 +316,7 @@ static enum dlock__step acquire_step(struct dlock__aop *op, int wake_fd)
              * off, when it is ended properly. */
             if (!cancelled(op) && left > 0) {
                 op->armed_until = now + left;
-                return park_until(op, op->armed_fd, op->armed_until);
+                return park_armed(op);
             }
             left = 0;
             rc = dlock__p_wait_disarm(c, e, false, &left);
@@ -287,7 +345,10 @@ static enum dlock__step release_step(struct dlock__aop *op)
 
 enum dlock__step dlock__aop_step(struct dlock__aop *op, int wake_fd)
 {
-    return op->kind == AOP_ACQUIRE ? acquire_step(op, wake_fd) : release_step(op);
+    op->on_loop_step = wake_fd < 0;
+    if (op->kind == AOP_RELEASE)
+        return op->on_loop_step ? STEP_AGAIN : release_step(op);
+    return acquire_step(op, wake_fd);
 }
 
 /* ---- the public calls ---------------------------------------------------------- */

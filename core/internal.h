@@ -260,7 +260,10 @@ struct dlock__async {
     pthread_mutex_t mu;             /* guards everything here and every operation's state */
     pthread_cond_t work_cv;         /* workers: a ready operation, or stopping */
     pthread_cond_t done_cv;         /* an operation finished its work (lock free, close wait) */
-    int done_fd;                    /* eventfd behind dlock_client_fd(), -1 until first needed */
+    int done_fd;                    /* eventfd: results wait in the done queue, -1 until first needed */
+    int loop_fd;                    /* epoll set behind dlock_client_fd(): done_fd and the descriptors
+                                     * of the operations parked for the caller's loop (an attempt in
+                                     * flight, whose answer dlock_client_process() reads) */
     int epoll_fd;                   /* parked operations' descriptors, and parker_wake_fd */
     int parker_wake_fd;             /* eventfd that wakes the poller: kicks, new timers, work, stopping */
     bool started, stopping;

@@ -424,15 +424,19 @@ int dlock_release_start(dlock_lock *lock, dlock_done_fn done, void *arg);
 
 /*
  * A descriptor that is readable while results wait for
- * dlock_client_process(). Owned by the client (do not close or read it);
- * the same for the client's life. Returns it, or a negative DLOCK_E* code.
+ * dlock_client_process(), or an answer from the backend that it reads
+ * itself on the caller's thread (an epoll descriptor: poll it for
+ * reading). Owned by the client (do not close or read it); the same for
+ * the client's life. Returns it, or a negative DLOCK_E* code.
  * Thread-safe.
  */
 int dlock_client_fd(dlock_client *client);
 
 /*
- * Calls the callbacks of the operations that have finished, on the calling
- * thread, in the order they finished, and never blocks. Results that come
+ * Reads the answers that have come for attempts sent without a thread
+ * (see libdlock(3)), then calls the callbacks of the operations that have
+ * finished, on the calling thread, in the order they finished, and never
+ * blocks. Results that come
  * while it runs are left for the next call (the descriptor stays
  * readable). Returns how many callbacks it called, or a negative DLOCK_E*
  * code. Call it from one thread at a time.

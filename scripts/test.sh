@@ -72,7 +72,7 @@ wait
 # cores. The fuzzers take the other core meanwhile.
 if built build-valgrind; then
     echo "== build-valgrind: cmocka programs under valgrind"
-    (cd build-valgrind && make -j1 check TESTS="tests/unit/test_basics tests/unit/test_config tests/unit/test_core tests/unit/test_modules tests/metrics/test_metrics tests/backends/local/test_local tests/backends/local/test_local_queue" \
+    (cd build-valgrind && make -j1 check TESTS="tests/unit/test_basics tests/unit/test_config tests/unit/test_core tests/unit/test_async_native tests/unit/test_modules tests/metrics/test_metrics tests/backends/local/test_local tests/backends/local/test_local_queue" \
         LOG_COMPILER="$top/tests/valgrind.sh" > check.log 2>&1; echo $? > check.status) &
 fi
 if built build; then

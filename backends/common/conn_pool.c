@@ -94,6 +94,14 @@ int conn_pool_try_get(struct conn_pool *pool, void **out)
     return get(pool, out, NULL, false);
 }
 
+int conn_pool_take_idle(struct conn_pool *pool, void **out)
+{
+    pthread_mutex_lock(&pool->mu);
+    *out = pool->nidle > 0 ? pool->idle[--pool->nidle] : NULL;
+    pthread_mutex_unlock(&pool->mu);
+    return *out ? DLOCK_OK : DLOCK_EBUSY;
+}
+
 void conn_pool_put(struct conn_pool *pool, void *conn)
 {
     bool keep = conn && pool->ops->reusable(conn);

@@ -49,6 +49,9 @@ int conn_pool_get(struct conn_pool *pool, void **out, bool *was_idle);
  * waiting when every connection is in use: for a caller that has another
  * way (a waiter that can poll). */
 int conn_pool_try_get(struct conn_pool *pool, void **out);
+/* An idle connection, or DLOCK_EBUSY at once: never connects, never
+ * waits (for a caller that must not block). */
+int conn_pool_take_idle(struct conn_pool *pool, void **out);
 /* Gives a connection back: kept if reusable, else closed. NULL is allowed
  * (a connection the caller closed itself). */
 void conn_pool_put(struct conn_pool *pool, void *conn);

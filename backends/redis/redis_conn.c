@@ -258,10 +258,10 @@ int redis_pool_get(struct redis_pool *pool, redisContext **out)
     return rc;
 }
 
-int redis_pool_try_get(struct redis_pool *pool, redisContext **out)
+int redis_pool_take_idle(struct redis_pool *pool, redisContext **out)
 {
     void *ctx = NULL;
-    int rc = conn_pool_try_get(&pool->conns, &ctx);
+    int rc = conn_pool_take_idle(&pool->conns, &ctx);
     *out = ctx;
     return rc;
 }

@@ -60,9 +60,9 @@ void redis_pool_destroy(struct redis_pool *pool);
  * (DLOCK_EUNAVAILABLE while the server cannot be reached; the detail says
  * which server, why, and when the next attempt is due). */
 int redis_pool_get(struct redis_pool *pool, redisContext **out);
-/* As redis_pool_get, but DLOCK_EBUSY at once when every connection is in
- * use. */
-int redis_pool_try_get(struct redis_pool *pool, redisContext **out);
+/* An idle connection, or DLOCK_EBUSY at once: never connects, never
+ * waits. */
+int redis_pool_take_idle(struct redis_pool *pool, redisContext **out);
 /* Gives a connection back; broken ones (ctx->err set) are closed. */
 void redis_pool_put(struct redis_pool *pool, redisContext *ctx);
 

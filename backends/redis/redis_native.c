@@ -6,8 +6,8 @@
  * whose answer never came.
  *
  * Only what the plain path does in one round trip goes this way: one
- * server (or the sentinels' master), no WAIT, the script already loaded, a
- * connection free in the pool. Anything else (a cluster's redirections, a
+ * server (or the sentinels' master), no WAIT, the script already loaded, an
+ * idle connection in the pool (sending never connects or waits). Anything else (a cluster's redirections, a
  * script the server forgot, a connection that died, a READONLY master
  * after a failover) answers DLOCK_ENOTSUP, and the core makes the attempt
  * with acquire, which knows how to recover. The subscription a waiter
@@ -43,9 +43,10 @@ int redis_acquire_send(void *instance, struct dlock_provider_lock *lk, struct dl
     if ((rc = redis_evalsha_build(&e, &inst->scripts, a.which, a.nkeys, a.nargs, a.args, a.lens)) != DLOCK_OK)
         return rc;
     redisContext *ctx = NULL;
-    /* Not loaded yet, or every connection busy: acquire loads the script,
-     * or waits for a connection, on the worker. */
-    if (!e.sha[0] || redis_pool_try_get(&inst->pool, &ctx) != DLOCK_OK) {
+    /* Not loaded yet, or no idle connection: acquire loads the script, or
+     * connects or waits for a connection, on a worker (this call must not
+     * block: the core may make it on the caller's loop). */
+    if (!e.sha[0] || redis_pool_take_idle(&inst->pool, &ctx) != DLOCK_OK) {
         redis_evalsha_free(&e);
         return DLOCK_ENOTSUP;
     }

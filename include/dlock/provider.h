@@ -450,9 +450,10 @@ struct dlock_provider {
      * the name's contender only, with the same guarantees.
      *
      * acquire_send does what acquire does up to the answer: it sends the
-     * attempt without waiting for it (a write that fits the socket's
-     * buffer may block for as long as the command timeout allows, as any
-     * send does), and fills *io: io->fd becomes readable (POLLIN, or
+     * attempt without waiting for it, and without connecting or waiting
+     * for a connection (the core may call it on the application's event
+     * loop: answer DLOCK_ENOTSUP rather than block; only the write of a
+     * request that fits the socket's buffer is allowed), and fills *io: io->fd becomes readable (POLLIN, or
      * POLLHUP/POLLERR) when the answer may have come; io->timeout_ms is how
      * long the core waits for it. Returns DLOCK_OK (in flight: acquire_recv
      * or acquire_drop follows), DLOCK_ENOTSUP (this attempt cannot go so

@@ -809,41 +809,54 @@ static void async_bad_input_is_refused(void **state)
     dlock_client_close(b);
 }
 
-/* Attempts started together on several names go out together: where the
- * backend sends them natively each is counted as parked (no thread held
- * for its round trip), elsewhere none is. */
-static void async_attempts_go_out_natively_where_the_backend_can(void **state)
+/* One round: N acquires started together on N names, all granted, then
+ * released; returns how many went out without a thread (counted as parked). */
+static long long native_round(dlock_client *c, dlock_lock **l, int n)
 {
-    (void)state;
-    enum { N = 6 };
-    dlock_client *c = conformance_open_client(30000, 100);
-    /* One blocking cycle first: a backend may load what its attempts
-     * need (redis: the scripts) on the first one. */
-    dlock_lock *warm = handle(c, "native-warm", 0, NULL, NULL);
-    assert_int_equal(dlock_acquire(warm, 0), DLOCK_OK);
-    assert_int_equal(dlock_release(warm), DLOCK_OK);
     long long before = test_client_metric(c, "dlock_acquire_attempts_parked_total");
-    dlock_lock *l[N];
-    struct result r[N];
+    struct result r[8];
+    assert_true(n <= 8);
     memset(r, 0, sizeof r);
-    for (int i = 0; i < N; i++) {
-        char name[32];
-        snprintf(name, sizeof name, "native-%d", i);
-        l[i] = handle(c, name, 0, NULL, NULL);
+    for (int i = 0; i < n; i++)
         assert_int_equal(dlock_acquire_start(l[i], 0, record, &r[i]), DLOCK_OK);
-    }
-    for (int i = 0; i < N; i++) {
+    for (int i = 0; i < n; i++) {
         await(c, &r[i], slack_ms(5000));
         if (r[i].rc != DLOCK_OK)
             fail_msg("%s: native-%d: %s: %s", target->name, i, dlock_strerror(r[i].rc), r[i].detail);
     }
-    long long parked = test_client_metric(c, "dlock_acquire_attempts_parked_total") - before;
-    assert_int_equal(parked, target->native_round_trips ? N : 0);
-    for (int i = 0; i < N; i++) {
+    for (int i = 0; i < n; i++)
         assert_int_equal(release_now(c, l[i]), DLOCK_OK);
-        dlock_lock_free(l[i]);
+    return test_client_metric(c, "dlock_acquire_attempts_parked_total") - before;
+}
+
+/* Attempts started together on several names go out together: where the
+ * backend sends them natively each is counted as parked (no thread held
+ * for its round trip), elsewhere none is. A native send takes an idle
+ * connection only (it never connects), so the first rounds may make some
+ * attempts on a thread, which leaves their connections idle for the next:
+ * within a few rounds every attempt of a round goes out natively. */
+static void async_attempts_go_out_natively_where_the_backend_can(void **state)
+{
+    (void)state;
+    enum { N = 6, ROUNDS = 5 };
+    dlock_client *c = conformance_open_client(30000, 100);
+    dlock_lock *l[N];
+    for (int i = 0; i < N; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "native-%d", i);
+        l[i] = handle(c, name, 0, NULL, NULL);
     }
-    dlock_lock_free(warm);
+    long long most = 0;
+    for (int round = 0; round < ROUNDS && most < N; round++) {
+        long long parked = native_round(c, l, N);
+        if (!target->native_round_trips)
+            assert_int_equal(parked, 0);
+        if (parked > most)
+            most = parked;
+    }
+    assert_int_equal(most, target->native_round_trips ? N : 0);
+    for (int i = 0; i < N; i++)
+        dlock_lock_free(l[i]);
     dlock_client_close(c);
 }
 

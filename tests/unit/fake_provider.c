@@ -293,6 +293,9 @@ static int fake_acquire_recv(void *instance, struct dlock_provider_lock *lk, str
     char b;
     if (read(f->fd, &b, 1) != 1)
         return DLOCK_PROVIDER_AGAIN; /* woken with nothing to read: not yet */
+    pthread_mutex_lock(&fake.mu);
+    fake.recv_thread = pthread_self();
+    pthread_mutex_unlock(&fake.mu);
     io_end(io, false);
     return fake_acquire(instance, lk, g);
 }

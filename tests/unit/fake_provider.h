@@ -34,6 +34,7 @@ struct fake_server {
     int passing_failures;     /* acquire answers this many DLOCK_EUNAVAILABLE with a 20 ms retry hint */
     unsigned caps_lacking;    /* DLOCK_CTL_CAPABILITIES clears these bits (an instance lacking them) */
     int sends, in_flight, most_in_flight, drops; /* fakesend's attempts */
+    pthread_t recv_thread;    /* fakesend: the thread of the last answer read */
     int64_t send_timeout_ms;  /* fakesend's io->timeout_ms (0: 5000) */
     int answer_fds[FAKE_SLOTS * 4]; /* fakesend: the test's ends of the attempts in flight */
     int nanswer_fds;

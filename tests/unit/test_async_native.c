@@ -17,6 +17,8 @@
 
 #include <dlock.h>
 #include <poll.h>
+#include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -107,6 +109,37 @@ static void attempts_in_flight_hold_no_thread(void **state)
         assert_int_equal(dlock_release(l[i]), DLOCK_OK);
         dlock_lock_free(l[i]);
     }
+    dlock_client_close(c);
+}
+
+/* The answer is read, and the grant delivered, by the caller's own
+ * dlock_client_process(): no worker is between the socket and the
+ * callback. */
+static void the_answer_is_read_on_the_callers_thread(void **state)
+{
+    (void)state;
+    dlock_client *c = open_client();
+    dlock_lock *l;
+    dlock_lock_options o = DLOCK_LOCK_OPTIONS_INIT;
+    assert_int_equal(dlock_lock_new(c, "mine", 4, &o, &l), DLOCK_OK);
+    struct result r = { 0 };
+    assert_int_equal(dlock_acquire_start(l, 0, record, &r), DLOCK_OK);
+    int64_t end = now_ms() + slack_ms(5000);
+    while (fake_get(&fake.in_flight) < 1 && now_ms() < end)
+        turn(c);
+    assert_int_equal(r.calls, 0);
+    fake_answer_all();
+    struct pollfd p = { .fd = dlock_client_fd(c), .events = POLLIN };
+    assert_int_equal(poll(&p, 1, (int)slack_ms(5000)), 1); /* the answer itself makes it readable */
+    assert_int_equal(dlock_client_process(c), 1);          /* read and delivered in this call */
+    assert_int_equal(r.calls, 1);
+    assert_int_equal(r.rc, DLOCK_OK);
+    pthread_mutex_lock(&fake.mu);
+    bool here = pthread_equal(fake.recv_thread, pthread_self());
+    pthread_mutex_unlock(&fake.mu);
+    assert_true(here);
+    assert_int_equal(dlock_release(l), DLOCK_OK);
+    dlock_lock_free(l);
     dlock_client_close(c);
 }
 
@@ -202,6 +235,7 @@ int main(void)
     }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup(attempts_in_flight_hold_no_thread, setup),
+        cmocka_unit_test_setup(the_answer_is_read_on_the_callers_thread, setup),
         cmocka_unit_test_setup(an_answer_that_never_comes_is_dropped, setup),
         cmocka_unit_test_setup(a_cancel_keeps_a_grant_in_flight, setup),
         cmocka_unit_test_setup(close_waits_for_the_answers_in_flight, setup),
