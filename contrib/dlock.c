@@ -589,7 +589,7 @@ static int cmd_status(const char *config, int argc, char **argv)
     int code = open_client(&client, config);
     if (code != 0)
         return code;
-    dlock_status_info info;
+    dlock_status_info info = DLOCK_STATUS_INFO_INIT;
     int rc = dlock_status(client, name, strlen(name), &info);
     if (rc != DLOCK_OK) {
         code = fail(rc, "status");

@@ -6,6 +6,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <stddef.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -173,6 +174,13 @@ int dlock_client_metrics(dlock_client *c, char **out)
     return dlock__metrics_format(&c->metrics, c->provider->name, out);
 }
 
+/* How much of dlock_status_info a caller of that version has. */
+static size_t status_info_size(unsigned version)
+{
+    (void)version; /* version 1 is the whole struct; later ones add a case */
+    return offsetof(dlock_status_info, holder) + sizeof ((dlock_status_info *)0)->holder;
+}
+
 int dlock_status(dlock_client *c, const char *name, size_t name_len, dlock_status_info *out)
 {
     int rc = dlock__client_usable(c);
@@ -181,14 +189,25 @@ int dlock_status(dlock_client *c, const char *name, size_t name_len, dlock_statu
     if (!name || name_len == 0 || name_len > DLOCK_NAME_MAX || memchr(name, 0, name_len) || !out)
         return dlock_seterr(DLOCK_EINVAL, "dlock_status: need a name of 1..%d bytes without NUL and an out pointer",
                             DLOCK_NAME_MAX);
-    memset(out, 0, sizeof *out);
-    out->held = -1;
-    out->holder_pid = -1;
-    out->ttl_ms = -1;
-    struct dlock_ctl_status arg = { name, name_len, out };
+    if (out->version < 1 || out->version > DLOCK_STATUS_INFO_VERSION)
+        return dlock_seterr(DLOCK_EINVAL, "dlock_status: out->version is %u; initialise the struct with "
+                            "DLOCK_STATUS_INFO_INIT (this library knows versions 1..%d)",
+                            out->version, DLOCK_STATUS_INFO_VERSION);
+    /* The provider fills the whole struct of this library's version; the
+     * caller gets the fields of its own. */
+    dlock_status_info full;
+    memset(&full, 0, sizeof full);
+    full.version = DLOCK_STATUS_INFO_VERSION;
+    full.held = -1;
+    full.holder_pid = -1;
+    full.ttl_ms = -1;
+    struct dlock_ctl_status arg = { name, name_len, &full };
     rc = dlock__p_ctl(c, DLOCK_CTL_STATUS, &arg);
     if (rc == DLOCK_ENOTSUP)
         dlock_seterr(rc, "the %s backend cannot report a lock's status", c->provider->name);
+    unsigned version = out->version;
+    memcpy(out, &full, status_info_size(version));
+    out->version = version;
     return rc;
 }
 

@@ -597,8 +597,13 @@ void dlock_observe_stop(dlock_observer *observer);
 
 /* ---- inspection and configuration checks ---------------------------------- */
 
-/* What dlock_status() reports about a name. */
+/* What dlock_status() reports about a name. The caller sets version
+ * (DLOCK_STATUS_INFO_INIT does), and the library fills the fields that
+ * version has, no more: later versions only append fields, so a program
+ * built against an older header keeps working with a newer library. */
+#define DLOCK_STATUS_INFO_VERSION 1
 typedef struct dlock_status_info {
+    unsigned version;       /* DLOCK_STATUS_INFO_VERSION, set by the caller */
     int held;               /* 1 held by someone, 0 free, -1 unknown */
     uint64_t fence;         /* last fencing token granted, 0 if unknown */
     int64_t holder_pid;     /* holder process id where the backend knows it, else -1 */
@@ -606,9 +611,14 @@ typedef struct dlock_status_info {
     char holder[96];        /* holder description (owner id), "" if unknown */
 } dlock_status_info;
 
+#define DLOCK_STATUS_INFO_INIT { DLOCK_STATUS_INFO_VERSION, 0, 0, 0, 0, { 0 } }
+
 /*
- * Looks at the lock NAME on the backend without taking it. Returns DLOCK_OK,
- * DLOCK_ENOTSUP (the backend cannot tell), backend errors, DLOCK_EINVAL.
+ * Looks at the lock NAME on the backend without taking it, into *out,
+ * whose version the caller set (DLOCK_STATUS_INFO_INIT). Returns DLOCK_OK,
+ * DLOCK_ENOTSUP (the backend cannot tell), backend errors, DLOCK_EINVAL
+ * (a bad name, out NULL, or a version this library does not know: 0 is
+ * refused, so an uninitialised struct is caught). Thread-safe.
  */
 int dlock_status(dlock_client *client, const char *name, size_t name_len,
                  dlock_status_info *out);

@@ -12,12 +12,13 @@ top=$(pwd)
 # libmicrohttpd serves metrics.listen; tests/metrics scrapes it with curl and
 # reads the text with python3-prometheus-client's parser. The operator's
 # view is tested in a real browser (chromium, headless), and its alert rules
-# with promtool (from prometheus).
+# with promtool (from prometheus). abigail-tools (abidw, abidiff) checks
+# the frozen ABI against the release's dump (tests/abi).
 PACKAGES="build-essential pkg-config autoconf automake libtool libconfig-dev libcmocka-dev
 libhiredis-dev libpq-dev libmariadb-dev libzookeeper-mt-dev valgrind clang libclang-rt-14-dev redis-server
 redis-sentinel redis-tools postgresql mariadb-server libzookeeper-java openjdk-17-jre-headless gnuplot-nox
 libcurl4-openssl-dev libjson-c-dev libssl-dev etcd-server etcd-client curl python3
-libmicrohttpd-dev python3-prometheus-client chromium prometheus libuv1-dev libevent-dev libev-dev"
+libmicrohttpd-dev python3-prometheus-client chromium prometheus libuv1-dev libevent-dev libev-dev abigail-tools"
 
 missing=""
 for p in $PACKAGES; do

@@ -84,5 +84,13 @@ for dir in build build-asan build-tsan build-valgrind; do
     built "$dir" || continue
     [ "$(cat "$dir/check.status" 2> /dev/null)" = 0 ] || status=1
 done
-tests/summary.sh build build-asan build-tsan build-valgrind || status=1
+# The Debian packages, once the suites are done (it builds the tree again
+# in a copy, and installs and purges the packages).
+logs=""
+if built build; then
+    echo "== packages: build, lintian, install, use, purge"
+    scripts/packages.sh > packages.log 2>&1 || status=1
+    logs=packages.log
+fi
+tests/summary.sh build build-asan build-tsan build-valgrind $logs || status=1
 exit $status

@@ -1,10 +1,24 @@
 #!/bin/sh
-# tests/summary.sh BUILDDIR... - reads the test logs of each build and prints
-# what passed and failed, then one closing "N passed, N failed" line. A test
-# program that crashed before printing its summary counts as one failure.
+# tests/summary.sh BUILDDIR... [LOGFILE...] - reads the test logs of each
+# build and prints what passed and failed, then one closing "N passed, N
+# failed" line. A test program that crashed before printing its summary
+# counts as one failure. A LOGFILE (a step of scripts/test.sh outside the
+# builds, such as the packages) counts by its last "N passed, N failed"
+# line, or as one failure without one.
 total_pass=0
 total_fail=0
 for dir in "$@"; do
+    if [ -f "$dir" ]; then
+        line=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$dir" | tail -1)
+        p=${line%% passed*}
+        f=$(echo "$line" | sed -n 's/.* \([0-9]*\) failed$/\1/p')
+        [ -z "$line" ] && p=0 && f=1
+        [ "$f" != 0 ] && grep -E '^FAIL' "$dir" | head -20
+        echo "$(basename "$dir" .log): $p passed, $f failed"
+        total_pass=$((total_pass + p))
+        total_fail=$((total_fail + f))
+        continue
+    fi
     pass=0
     fail=0
     for trs in $(find "$dir/tests" -name '*.trs' 2>/dev/null | sort); do

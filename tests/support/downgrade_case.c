@@ -84,7 +84,7 @@ void a_downgrade_makes_the_row_shared_in_place(void **state)
     /* The row is shared, with the hold's own expiry, and the writer keeps
      * its place (the fence it registered for did not move). */
     assert_string_equal(t->admin(t->row_sql), "~s 1 1");
-    dlock_status_info st;
+    dlock_status_info st = DLOCK_STATUS_INFO_INIT;
     assert_int_equal(dlock_status(c, "dg", 2, &st), DLOCK_OK);
     assert_int_equal(st.held, 1);
     assert_string_equal(st.holder, "1 shared holder");
@@ -154,7 +154,7 @@ void downgrade_resent_after_a_lost_answer_is_ok(void **state)
     if (rc != DLOCK_OK)
         fail_msg("downgrade: %s: %s", dlock_strerror(rc), why);
     assert_int_equal(fence_of(x), exclusive_fence);
-    dlock_status_info st;
+    dlock_status_info st = DLOCK_STATUS_INFO_INIT;
     assert_int_equal(dlock_status(other, "resent-dg", 9, &st), DLOCK_OK);
     assert_string_equal(st.holder, "1 shared holder");
     assert_int_equal(dlock_acquire(reader, 0), DLOCK_OK);

@@ -20,7 +20,7 @@ static inline void test_shared_kinds_hold(dlock_client *a, dlock_client *b, dloc
     out[2] = test_lock_of_kind(a, "sem", DLOCK_MODE_SEMAPHORE, 3);
     for (int i = 0; i < 3; i++)
         assert_int_equal(dlock_acquire(out[i], 0), DLOCK_OK);
-    dlock_status_info st;
+    dlock_status_info st = DLOCK_STATUS_INFO_INIT;
     assert_int_equal(dlock_status(a, "rw", 2, &st), DLOCK_OK);
     assert_int_equal(st.held, 1);
     assert_string_equal(st.holder, "2 shared holders");

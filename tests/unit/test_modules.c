@@ -31,7 +31,7 @@ static void module_is_loaded_by_config(void **state)
     /* No DLOCK_CAP_RENEW: the default lease is kept without renewal. */
     assert_int_equal(dlock_renew(l), DLOCK_ENOTSUP);
     assert_int_equal(dlock_release(l), DLOCK_OK);
-    dlock_status_info info;
+    dlock_status_info info = DLOCK_STATUS_INFO_INIT;
     assert_int_equal(dlock_status(c, "m", 1, &info), DLOCK_ENOTSUP);
     dlock_lock_free(l);
     dlock_client_close(c);

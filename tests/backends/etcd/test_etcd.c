@@ -128,7 +128,7 @@ static void waiters_are_granted_in_arrival_order(void **state)
         pthread_create(&t[i], NULL, queue_and_take, &q[i]);
         sleep_ms(150); /* each queues before the next arrives */
     }
-    dlock_status_info st;
+    dlock_status_info st = DLOCK_STATUS_INFO_INIT;
     assert_int_equal(dlock_status(holder, "fifo", 4, &st), DLOCK_OK);
     assert_int_equal(st.held, 1);
     assert_non_null(strstr(st.holder, "(5 waiting)"));
@@ -190,7 +190,7 @@ static void names_with_slashes_stay_apart(void **state)
     assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
     assert_int_equal(dlock_acquire(lb, 0), DLOCK_OK);
     assert_int_equal(dlock_acquire(lc, 0), DLOCK_OK);
-    dlock_status_info st;
+    dlock_status_info st = DLOCK_STATUS_INFO_INIT;
     assert_int_equal(dlock_status(a, "dir", 3, &st), DLOCK_OK);
     assert_non_null(strstr(st.holder, "(0 waiting)"));
     dlock_release(la);
@@ -504,7 +504,7 @@ static void a_downgraded_key_keeps_its_place_and_shows_as_shared(void **state)
     char value[256];
     etcdctl(value, sizeof value, "get --prefix 'dlock:down-key/' --print-value-only");
     assert_memory_equal(value, "~s~", 3);
-    dlock_status_info st;
+    dlock_status_info st = DLOCK_STATUS_INFO_INIT;
     assert_int_equal(dlock_status(a, "down-key", 8, &st), DLOCK_OK);
     assert_int_equal(st.held, 1);
     assert_string_equal(st.holder, "1 shared holder (0 waiting)");

@@ -141,8 +141,19 @@ static void killed_holder_frees_the_lock_at_once(void **state)
     dlock_client *c = open_local();
     dlock_lock *l = lock_of(c, "victim", 0);
     assert_int_equal(dlock_acquire(l, 100), DLOCK_ETIMEDOUT);
-    dlock_status_info info;
+    /* A struct left uninitialised (version 0), or of a version this
+     * library does not know, is refused and left as it was. */
+    dlock_status_info bad;
+    memset(&bad, 0x5a, sizeof bad);
+    bad.version = 0;
+    assert_int_equal(dlock_status(c, "victim", 6, &bad), DLOCK_EINVAL);
+    assert_non_null(strstr(dlock_errmsg(), "DLOCK_STATUS_INFO_INIT"));
+    bad.version = DLOCK_STATUS_INFO_VERSION + 1;
+    assert_int_equal(dlock_status(c, "victim", 6, &bad), DLOCK_EINVAL);
+    assert_int_equal(bad.held, 0x5a5a5a5a);
+    dlock_status_info info = DLOCK_STATUS_INFO_INIT;
     assert_int_equal(dlock_status(c, "victim", 6, &info), DLOCK_OK);
+    assert_int_equal(info.version, DLOCK_STATUS_INFO_VERSION);
     assert_int_equal(info.held, 1);
     assert_int_equal(info.holder_pid, pid);
     struct sigaction on_child = { .sa_handler = note_child_death, .sa_flags = SA_RESTART }, before;

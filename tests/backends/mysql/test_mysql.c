@@ -144,7 +144,7 @@ static void the_row_holds_owner_fence_and_server_expiry(void **state)
     /* A renewal in the same millisecond changes no value and is still ours. */
     assert_int_equal(dlock_renew(l), DLOCK_OK);
     assert_int_equal(dlock_renew(l), DLOCK_OK);
-    dlock_status_info st;
+    dlock_status_info st = DLOCK_STATUS_INFO_INIT;
     assert_int_equal(dlock_status(a, "layout", 6, &st), DLOCK_OK);
     assert_int_equal(st.held, 1);
     assert_int_equal(st.fence, 2);
@@ -672,7 +672,7 @@ static void session_hold_is_lost_with_its_connection(void **state)
     dlock_client *a = open_ok("mode = \"session\";"), *b = open_ok("mode = \"session\";");
     dlock_lock *la = test_lock_named(a, "sess"), *lb = test_lock_named(b, "sess");
     assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
-    dlock_status_info st;
+    dlock_status_info st = DLOCK_STATUS_INFO_INIT;
     assert_int_equal(dlock_status(b, "sess", 4, &st), DLOCK_OK);
     assert_int_equal(st.held, 1);
     assert_int_equal(dlock_acquire(lb, 0), DLOCK_EBUSY);

@@ -135,7 +135,7 @@ static void the_row_holds_owner_fence_and_server_expiry(void **state)
     uint64_t f;
     assert_int_equal(dlock_fence(l, &f), DLOCK_OK);
     assert_int_equal(f, 2);
-    dlock_status_info st;
+    dlock_status_info st = DLOCK_STATUS_INFO_INIT;
     assert_int_equal(dlock_status(a, "layout", 6, &st), DLOCK_OK);
     assert_int_equal(st.held, 1);
     assert_int_equal(st.fence, 2);
@@ -169,7 +169,7 @@ static void session_hold_is_lost_with_its_session(void **state)
     dlock_client *a = open_ok("mode = \"session\";"), *b = open_ok("mode = \"session\";");
     dlock_lock *la = test_lock_named(a, "sess"), *lb = test_lock_named(b, "sess");
     assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
-    dlock_status_info st;
+    dlock_status_info st = DLOCK_STATUS_INFO_INIT;
     assert_int_equal(dlock_status(b, "sess", 4, &st), DLOCK_OK);
     assert_int_equal(st.held, 1);
     assert_int_equal(dlock_acquire(lb, 0), DLOCK_EBUSY);

@@ -323,7 +323,7 @@ static void a_held_lock_follows_its_slot_to_another_master(void **state)
      * until the migration ends: a clear "unavailable", in bounded time. */
     char other[64];
     name_in_slot(slot, "neighbour-", other);
-    dlock_status_info info;
+    dlock_status_info info = DLOCK_STATUS_INFO_INIT;
     assert_int_equal(dlock_status(c, other, strlen(other), &info), DLOCK_OK);
     assert_false(info.held);
     dlock_lock *fresh = test_lock_named(c, other);

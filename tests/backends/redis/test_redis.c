@@ -324,7 +324,7 @@ static void names_keep_one_hash_tag(void **state)
     assert_int_equal(dlock_acquire(l, 0), DLOCK_OK);
     assert_int_equal(redis_int("EXISTS %s", "dlock:{a%7Bb%7Dc%25d}"), 1);
     assert_int_equal(redis_int("EXISTS %s", "dlock:{a%7Bb%7Dc%25d}:fence"), 1);
-    dlock_status_info info;
+    dlock_status_info info = DLOCK_STATUS_INFO_INIT;
     assert_int_equal(dlock_status(a, name, strlen(name), &info), DLOCK_OK);
     assert_int_equal(info.held, 1);
     uint64_t fence;
@@ -425,7 +425,7 @@ static void least_privilege_acl_user_is_enough(void **state)
     pthread_t t;
     pthread_create(&t, NULL, wait_forever, &w);
     sleep_ms(450); /* two renewals at 200 ms */
-    dlock_status_info info;
+    dlock_status_info info = DLOCK_STATUS_INFO_INIT;
     assert_int_equal(dlock_status(a, "acl", 3, &info), DLOCK_OK);
     assert_int_equal(info.held, 1);
     assert_int_equal(dlock_release(la), DLOCK_OK);

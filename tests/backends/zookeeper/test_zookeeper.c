@@ -166,7 +166,7 @@ static void waiters_are_granted_in_arrival_order(void **state)
         pthread_create(&t[i], NULL, queue_and_take, &q[i]);
         sleep_ms(100); /* each queues before the next arrives */
     }
-    dlock_status_info st;
+    dlock_status_info st = DLOCK_STATUS_INFO_INIT;
     assert_int_equal(dlock_status(holder, "fifo", 4, &st), DLOCK_OK);
     assert_int_equal(st.held, 1);
     assert_non_null(strstr(st.holder, "(5 waiting)"));
@@ -322,7 +322,7 @@ static void a_downgraded_node_keeps_its_place_and_fences_stay_in_order(void **st
     assert_true(st.ephemeralOwner != 0);
     snprintf(path, sizeof path, "/dlock-test/zdown/%s", held);
     assert_int_equal(zoo_exists(zh, path, 0, &st), ZNONODE);
-    dlock_status_info info;
+    dlock_status_info info = DLOCK_STATUS_INFO_INIT;
     assert_int_equal(dlock_status(a, "zdown", 5, &info), DLOCK_OK);
     assert_int_equal(info.held, 1);
     assert_string_equal(info.holder, "1 shared holder (2 waiting)");
