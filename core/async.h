@@ -70,6 +70,7 @@ struct dlock__aop {
     struct dlock__stamp t_send;     /* when that attempt was sent */
     bool on_loop_step;              /* this step runs on the caller's loop: it must not block */
     bool deferred;                  /* ended on the loop with deferred_rc; a worker ends it */
+    bool deferred_give_back;        /* ... after giving back a grant that could not be kept */
     int deferred_rc;
     bool answer_kept;               /* read on the loop, to be acted on by a worker: */
     int answer_rc;                  /* acquire_recv's answer (DLOCK_ENOTSUP: send it again) */

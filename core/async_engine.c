@@ -213,18 +213,23 @@ static void unpark_quietly(struct dlock__async *a, struct dlock__aop *op)
         dlock__timer_heap_remove(&a->timers, &op->timer);
 }
 
+/* Woken otherwise (an event, its timer) after it was kicked: off the
+ * list now, or the list would name it after it is freed. */
+static void take_off_kick_list(struct dlock__async *a, struct dlock__aop *op)
+{
+    if (!op->in_kick_list)
+        return;
+    struct dlock__aop **p = &a->kick_head;
+    while (*p && *p != op)
+        p = &(*p)->kick_next;
+    if (*p)
+        *p = op->kick_next;
+    op->in_kick_list = false;
+}
+
 static void unpark(struct dlock__async *a, struct dlock__aop *op, bool fired)
 {
-    if (op->in_kick_list) {
-        /* Woken otherwise (an event, its timer) after it was kicked: off
-         * the list now, or the list would name it after it is freed. */
-        struct dlock__aop **p = &a->kick_head;
-        while (*p && *p != op)
-            p = &(*p)->kick_next;
-        if (*p)
-            *p = op->kick_next;
-        op->in_kick_list = false;
-    }
+    take_off_kick_list(a, op);
     unpark_quietly(a, op);
     op->fired = fired;
     push_ready(a, op);
@@ -659,12 +664,19 @@ static void step_fired_on_loop(struct dlock__async *a)
             dlock__drain(a->done_fd);
             continue;
         }
-        if (op->state != AOP_PARKED || !op->on_loop || op->in_kick_list)
+        if (op->state != AOP_PARKED || !op->on_loop)
             continue;
+        /* Kicked too (a cancel, a free, a close): reading what came never
+         * blocks, so it is read here rather than left for a worker, which
+         * may be waiting for the very connection this answer frees. */
+        take_off_kick_list(a, op);
         unpark_quietly(a, op);
         op->fired = true;
         run_one(a, op, -1);
     }
+    /* More than a batch came: the descriptor stays readable for a caller
+     * that watches it edge-triggered too. */
+    signal_fd(a->done_fd);
 }
 
 int dlock_client_process(dlock_client *c)
@@ -708,6 +720,11 @@ int64_t dlock_client_timeout_ms(dlock_client *c)
         return rc;
     pthread_mutex_lock(&c->async.mu);
     bool ready = c->async.done_head != NULL;
+    if (!ready && c->async.loop_fd >= 0) {
+        /* An answer waiting in the loop's set is work for the caller too. */
+        struct epoll_event ev;
+        ready = epoll_wait(c->async.loop_fd, &ev, 1, 0) == 1;
+    }
     pthread_mutex_unlock(&c->async.mu);
     /* The engine's own threads keep every wait's deadline and post its end
      * through the fd: a caller need only come back when results wait. */

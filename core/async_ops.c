@@ -14,6 +14,7 @@
 
 #include "async.h"
 
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -202,8 +203,26 @@ static enum dlock__step answered(struct dlock__aop *op, int rc, const struct dlo
     }
     dlock__metric_inc(&c->metrics.attempts);
     unsigned attempt_no = op->attempt++;
+    if (rc == DLOCK_OK && op->on_loop_step) {
+        /* Giving back a grant that cannot be looked after is a round trip:
+         * a worker makes it. */
+        rc = dlock__hold_grant_kept(c, e, op->lock, op->self, t_send, g);
+        if (rc != DLOCK_OK) {
+            op->deferred = op->deferred_give_back = true;
+            op->deferred_rc = rc;
+            dlock_error_save(&op->error);
+            return STEP_AGAIN;
+        }
+        return acquire_done(op, DLOCK_OK);
+    }
     if (rc == DLOCK_OK)
         return acquire_done(op, dlock__hold_grant(c, e, op->lock, op->self, t_send, g));
+    /* A cancel that came while the attempt was in flight (its kick was
+     * spent on waiting for the answer) ends the acquire now rather than
+     * after the pause that follows a busy answer. */
+    if (cancelled(op))
+        return acquire_done(op, dlock_seterr(DLOCK_ECANCELLED, "lock '%s': acquire cancelled",
+                                             dlock__entry_show(e)));
     int64_t now = dlock__now_ms();
     if (rc != DLOCK_EBUSY) {
         dlock__metric_inc(&c->metrics.backend_errors);
@@ -278,6 +297,13 @@ static enum dlock__step in_flight(struct dlock__aop *op, int wake_fd)
     }
     if (dlock__now_ms() < op->in_flight_until)
         return park_in_flight(op);
+    /* Due, but the answer may have come meanwhile (the loop that was to
+     * read it was busy): a grant is read, never dropped unread. */
+    struct pollfd ready = { .fd = op->io.fd, .events = POLLIN };
+    if (poll(&ready, 1, 0) == 1) {
+        op->fired = true;
+        return in_flight(op, wake_fd);
+    }
     dlock__p_acquire_drop(c, e, &op->io);
     op->in_flight = false;
     int rc = dlock_seterr(DLOCK_EUNAVAILABLE, "lock '%s': the %s backend did not answer an attempt within %lld ms",
@@ -293,6 +319,10 @@ static enum dlock__step acquire_step(struct dlock__aop *op, int wake_fd)
         return in_flight(op, wake_fd);
     if (op->deferred) {
         op->deferred = false;
+        if (op->deferred_give_back) {
+            op->deferred_give_back = false;
+            dlock__hold_release(c, e);
+        }
         dlock_error_restore(&op->error, op->deferred_rc);
         return acquire_done(op, op->deferred_rc);
     }

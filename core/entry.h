@@ -124,6 +124,11 @@ bool dlock__hold_renewed_by_watchdog(const dlock_client *c, const dlock_lock *h)
  * expiry and first renewal. DLOCK_OK, or an error after giving it back. */
 int dlock__hold_grant(dlock_client *c, struct dlock__entry *e, dlock_lock *h, uint64_t self,
                       struct dlock__stamp t_send, const struct dlock_grant *g);
+/* The same without the round trip: on an error the hold is recorded but
+ * not looked after, and the caller gives it back (dlock__hold_release) on
+ * a thread that may block. */
+int dlock__hold_grant_kept(dlock_client *c, struct dlock__entry *e, dlock_lock *h, uint64_t self,
+                           struct dlock__stamp t_send, const struct dlock_grant *g);
 /* Lets go of the calling thread's whole hold on e, on the backend too. */
 int dlock__hold_release(dlock_client *c, struct dlock__entry *e);
 /* Whether h's entry is held by the calling thread or by h's own

@@ -30,11 +30,21 @@ static int64_t granted_validity(int64_t lease, const struct dlock_grant *g)
     return g->valid_ms > 0 && g->valid_ms < lease ? g->valid_ms : lease;
 }
 
-/* Records a grant of a request sent at t_send; called by the contender.
- * Returns DLOCK_OK, or an error if the hold cannot be looked after (then it
- * has been given back). */
 int dlock__hold_grant(dlock_client *c, struct dlock__entry *e, dlock_lock *h, uint64_t self,
                         struct dlock__stamp t_send, const struct dlock_grant *g)
+{
+    int rc = dlock__hold_grant_kept(c, e, h, self, t_send, g);
+    if (rc != DLOCK_OK) {
+        struct dlock_saved_error saved;
+        dlock_error_save(&saved);
+        dlock__hold_release(c, e);
+        dlock_error_restore(&saved, rc);
+    }
+    return rc;
+}
+
+int dlock__hold_grant_kept(dlock_client *c, struct dlock__entry *e, dlock_lock *h, uint64_t self,
+                           struct dlock__stamp t_send, const struct dlock_grant *g)
 {
     int64_t lease = granted_lease(e, g);
     int64_t valid = granted_validity(lease, g);
@@ -64,7 +74,6 @@ int dlock__hold_grant(dlock_client *c, struct dlock__entry *e, dlock_lock *h, ui
     if (rc != DLOCK_OK) {
         struct dlock_saved_error saved;
         dlock_error_save(&saved);
-        dlock__hold_release(c, e);
         return dlock_seterr(rc, "lock '%s': granted but not kept, since %s", dlock__entry_show(e), saved.text);
     }
     dlock__metric_inc(&c->metrics.grants);

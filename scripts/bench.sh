@@ -116,6 +116,10 @@ if [ -f "$B/backends/etcd/.libs/dlock_etcd.so" ]; then
     set -- "$@" -c "$work/etcd.conf"
 fi
 
+# The plots carry the commit they were measured at.
+DLOCK_BENCH_COMMIT=$( (git rev-parse --short HEAD && { git diff --quiet HEAD || echo +changes; }) 2> /dev/null | tr -d '\n' || true)
+export DLOCK_BENCH_COMMIT
+
 if [ $shared = waiting ]; then
     set -- "$@" --scenario contended --workers 8 --hold-ms 1 --pause-ms 5
     if [ $quick = yes ]; then set -- "$@" --duration 1 --repeat 1; else set -- "$@" --duration 3 --repeat 3; fi

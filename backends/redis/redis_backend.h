@@ -34,6 +34,7 @@ struct redis_instance {
     int64_t wait_replicas;      /* after a grant, WAIT for this many replicas (0: do not) */
     int64_t wait_timeout_ms;
     void *log_handle;
+    int native_in_flight;       /* attempts sent by acquire_send, not yet read (atomic) */
 };
 
 struct redis_lock {

@@ -67,6 +67,10 @@ bool run_zk_baseline_uncontended(const struct bench_config *cfg, int64_t *sample
 /* The etcd loop over the JSON gateway (bench_etcd_baseline.c), likewise;
  * false also for an https endpoint. */
 bool run_etcd_baseline_uncontended(const struct bench_config *cfg, int64_t *samples);
+/* The plain Redlock loop over the same masters (bench_redlock_baseline.c):
+ * SET NX PX and compare-and-delete sent to all masters at once, a majority
+ * counted; false for other backends. */
+bool run_redlock_baseline_uncontended(const struct bench_config *cfg, int64_t *samples);
 /* Commands the Redis server of cfg has been sent so far, -1 if not Redis. */
 long long redis_commands_sent(const struct bench_config *cfg);
 

@@ -3,10 +3,12 @@
  * the same run as libdlock: the limit the library is compared with.
  *
  *   redis  SET k token NX PX 30000 + EVALSHA compare-and-delete, one
- *          connection; K single-lock EVALSHA renewals in one pipeline
+ *          connection (in a cluster, to the master of the key's slot); K
+ *          single-lock EVALSHA renewals in one pipeline
  *   local  fcntl(F_OFD_SETLK) write lock + unlock on one file
- * and those of the SQL backends, ZooKeeper and etcd in bench_sql_baselines.c,
- * bench_zk_baseline.c and bench_etcd_baseline.c. */
+ * and those of redlock, the SQL backends, ZooKeeper and etcd in
+ * bench_redlock_baseline.c, bench_sql_baselines.c, bench_zk_baseline.c and
+ * bench_etcd_baseline.c. */
 #include "config.h"
 
 #include "bench.h"
@@ -126,9 +128,55 @@ static void set_nx_cycle(void *arg)
     }
 }
 
+/* In a cluster, the master that serves the baseline's key: the first seed,
+ * or the node its MOVED answer names (what a cluster-aware client does
+ * once, then keeps). NULL when cfg is not a redis cluster. */
+static redisContext *redis_cluster_node_for(const struct bench_config *cfg)
+{
+    if (strcmp(cfg->backend, "redis") != 0)
+        return NULL;
+    config_t c;
+    config_init(&c);
+    const char *seed = NULL;
+    config_setting_t *seeds = config_read_file(&c, cfg->path) == CONFIG_TRUE ? config_lookup(&c, "redis.cluster") : NULL;
+    if (seeds)
+        seed = config_setting_get_string_elem(seeds, 0);
+    char where[300] = "";
+    if (seed)
+        snprintf(where, sizeof where, "%s", seed);
+    config_destroy(&c);
+    struct timeval tv = { 2, 0 };
+    redisContext *r = NULL;
+    for (int hop = 0; hop < 2 && where[0]; hop++) {
+        char *colon = strrchr(where, ':');
+        if (!colon)
+            break;
+        *colon = 0;
+        if (r)
+            redisFree(r);
+        r = redisConnectWithTimeout(where, atoi(colon + 1), tv);
+        where[0] = 0;
+        redisReply *rep = r && !r->err ? redisCommand(r, "GET bench-baseline") : NULL;
+        if (rep && rep->type == REDIS_REPLY_ERROR && strncmp(rep->str, "MOVED ", 6) == 0) {
+            const char *node = strchr(rep->str + 6, ' ');
+            if (node)
+                snprintf(where, sizeof where, "%s", node + 1);
+        }
+        if (rep)
+            freeReplyObject(rep);
+    }
+    if (r && r->err) {
+        redisFree(r);
+        r = NULL;
+    }
+    return r;
+}
+
 static bool redis_set_nx_loop(const struct bench_config *cfg, int64_t *samples)
 {
     redisContext *c = redis_connect_for(cfg);
+    if (!c)
+        c = redis_cluster_node_for(cfg);
     if (!c)
         return false;
     char *cad = redis_load(c, "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) "
@@ -185,6 +233,8 @@ bool run_baseline_uncontended(const struct bench_config *cfg, int64_t *samples)
         return redis_set_nx_loop(cfg, samples);
     if (!strcmp(cfg->backend, "local"))
         return local_fcntl_loop(cfg, samples);
+    if (!strcmp(cfg->backend, "redlock"))
+        return run_redlock_baseline_uncontended(cfg, samples);
     if (!strcmp(cfg->backend, "zookeeper"))
         return run_zk_baseline_uncontended(cfg, samples);
     if (!strcmp(cfg->backend, "etcd"))

@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
 
 struct figure {
     char label[64], scenario[40], metric[48], unit[16];
@@ -185,18 +187,68 @@ static FILE *open_in(const char *dir, const char *name)
     return f;
 }
 
-/* Writes NAME.gp that draws into NAME.png and NAME.svg. */
+/* What a plot was measured on, printed under it: the machine (host, CPU
+ * model, cores), the date (UTC), the library's version and the commit
+ * (DLOCK_BENCH_COMMIT, which scripts/bench.sh sets from git). Quotes are
+ * dropped: the text goes inside a gnuplot string. */
+static void plot_stamp(char *out, size_t size)
+{
+    char host[128] = "?", cpu[160] = "?", line[512];
+    FILE *f = fopen("/proc/sys/kernel/hostname", "r");
+    if (f && fgets(host, sizeof host, f))
+        host[strcspn(host, "\n")] = 0;
+    if (f)
+        fclose(f);
+    f = fopen("/proc/cpuinfo", "r");
+    while (f && fgets(line, sizeof line, f))
+        if (strncmp(line, "model name", 10) == 0 && strchr(line, ':')) {
+            snprintf(cpu, sizeof cpu, "%s", strchr(line, ':') + 2);
+            cpu[strcspn(cpu, "\n")] = 0;
+            break;
+        }
+    if (f)
+        fclose(f);
+    time_t now = time(NULL);
+    struct tm tm;
+    char date[32];
+    strftime(date, sizeof date, "%Y-%m-%d %H:%M UTC", gmtime_r(&now, &tm));
+    const char *commit = getenv("DLOCK_BENCH_COMMIT");
+    snprintf(out, size, "%s, %s, %ld cores; %s; libdlock %s, commit %s", host, cpu, sysconf(_SC_NPROCESSORS_ONLN),
+             date, dlock_version(), commit && *commit ? commit : "unknown");
+    for (char *p = out; *p; p++)
+        if (*p == '\'' || *p == '"' || *p == '\\')
+            *p = ' ';
+}
+
+/* Writes NAME.gp that draws into NAME.png and NAME.svg, with the stamp
+ * under the plot. */
 static void write_plot(const char *dir, const char *name, const char *body)
 {
-    char gp[128];
+    char gp[128], stamp[512];
     snprintf(gp, sizeof gp, "%s.gp", name);
     FILE *f = open_in(dir, gp);
     if (!f)
         return;
-    fprintf(f, "set terminal pngcairo size 900,640 noenhanced\nset output '%s.png'\n%s\n"
+    plot_stamp(stamp, sizeof stamp);
+    fprintf(f, "set terminal pngcairo size 900,640 noenhanced\nset output '%s.png'\n"
+               "set label 1001 '%s' at screen 0.01, screen 0.015 font ',8' tc rgb '#555555'\n%s\n"
                "set terminal svg size 900,640 noenhanced\nset output '%s.svg'\nreplot\n",
-            name, body, name);
+            name, stamp, body, name);
     fclose(f);
+}
+
+/* The worker count the hand-off plot shows: 8 if the run had it, else the
+ * largest it had. */
+static int handoff_workers(void)
+{
+    int best = 0;
+    for (int w = 0; w < opt.nworker_counts; w++) {
+        if (opt.worker_counts[w] == 8)
+            return 8;
+        if (opt.worker_counts[w] > best)
+            best = opt.worker_counts[w];
+    }
+    return best;
 }
 
 int report_plots(const char *dir, const struct bench_config *configs, int nconfigs)
@@ -245,45 +297,34 @@ int report_plots(const char *dir, const struct bench_config *configs, int nconfi
     if (nlatencies)
         write_plot(dir, "latency", plot);
 
-    /* 3. hand-off vs workers */
+    /* 3. hand-off per backend at one worker count: p50 and p99 bars side
+     * by side, on a log axis (hand-offs span decades: a notified backend's
+     * 100 us beside a polling one's 100 ms). */
     f = open_in(dir, "handoff.dat");
     if (!f)
         return -1;
-    fprintf(f, "# workers then, per backend, hand-off p50 and p99 (us)\n");
-    /* Hand-offs span decades (a polling backend's 100 ms tail beside a
-     * notified one's 300 us): a log scale, and ticks at the worker counts
-     * this run used. */
-    char plot3[4096] = "set title 'Hand-off from release to the next grant'\nset xlabel 'workers'\n"
-                       "set ylabel 'microseconds (log scale)'\nset logscale y\nset key below\nset xtics (";
-    for (int w = 0; w < opt.nworker_counts; w++) {
-        size_t used = strlen(plot3);
-        snprintf(plot3 + used, sizeof plot3 - used, "%s%d", w ? ", " : "", opt.worker_counts[w]);
-    }
-    size_t used3 = strlen(plot3);
-    snprintf(plot3 + used3, sizeof plot3 - used3, ")\nset offsets 0.5, 0.5, 0, 0\nplot ");
+    int workers = handoff_workers();
+    char scenario[40];
+    snprintf(scenario, sizeof scenario, "contended-%dw", workers);
+    fprintf(f, "# backend, hand-off p50 and p99 (us) at %d workers (medians)\n", workers);
     bool any_handoff = false;
-    for (int w = 0; w < opt.nworker_counts; w++) {
-        fprintf(f, "%d", opt.worker_counts[w]);
-        for (int c = 0; c < nconfigs; c++) {
-            char scenario[40];
-            snprintf(scenario, sizeof scenario, "contended-%dw", opt.worker_counts[w]);
-            double p50 = figure_median(configs[c].label, scenario, "handoff p50");
-            double p99 = figure_median(configs[c].label, scenario, "handoff p99");
-            /* NaN, not 0: a figure the run did not take is left out, and a
-             * log scale has no 0. */
-            fprintf(f, " %.1f %.1f", isnan(p50) || p50 <= 0 ? NAN : p50, isnan(p99) || p99 <= 0 ? NAN : p99);
-            any_handoff |= !isnan(p50) && p50 > 0;
-        }
-        fprintf(f, "\n");
+    for (int c = 0; c < nconfigs; c++) {
+        double p50 = figure_median(configs[c].label, scenario, "handoff p50");
+        double p99 = figure_median(configs[c].label, scenario, "handoff p99");
+        if (isnan(p50) || p50 <= 0)
+            continue; /* not measured here: no empty slot */
+        fprintf(f, "%s %.1f %.1f\n", configs[c].label, p50, isnan(p99) || p99 <= 0 ? p50 : p99);
+        any_handoff = true;
     }
     fclose(f);
-    for (int c = 0; c < nconfigs; c++) {
-        size_t used = strlen(plot3);
-        snprintf(plot3 + used, sizeof plot3 - used,
-                 "%s'handoff.dat' using 1:%d with linespoints lw 2 title '%s p50', "
-                 "'handoff.dat' using 1:%d with linespoints dt 2 title '%s p99'",
-                 c ? ", " : "", 2 + 2 * c, configs[c].label, 3 + 2 * c, configs[c].label);
-    }
+    char plot3[1024];
+    snprintf(plot3, sizeof plot3,
+             "set title 'Hand-off from release to the next grant, %d workers (median of runs)'\n"
+             "set style data histogram\nset style histogram cluster gap 1\nset style fill solid 0.8\n"
+             "set boxwidth 0.9\nset ylabel 'microseconds (log scale)'\nset logscale y\nset yrange [10:*]\n"
+             "set key top left\nset xtics rotate by 30 right nomirror\nset bmargin 10\n"
+             "plot 'handoff.dat' using 2:xtic(1) title 'p50', '' using 3 title 'p99'",
+             workers);
     if (any_handoff)
         write_plot(dir, "handoff", plot3);
 

@@ -34,6 +34,23 @@ if command -v gnuplot > /dev/null; then
     expect_status 0 $? "dlock-bench --plot with only the contended scenario"
     [ -f "$T/plots/handoff.png" ] && [ ! -f "$T/plots/throughput.png" ] && ok "the hand-off plot, no throughput plot" \
         || not_ok "plots: $(ls "$T/plots" | tr '\n' ' ')"
+    # A full run: the three plots are drawn at their size and are not blank
+    # (decoded and counted by png_check.py), the hand-off one has a bar
+    # group per backend at 8 workers, and each carries its stamp.
+    DLOCK_BENCH_COMMIT=test-commit "$BENCH" -c "$T/with,comma.conf" --scenario uncontended --scenario baseline \
+        --scenario contended --workers 2,8 --duration 0.2 --repeat 1 --plot "$T/full" > "$T/full.out" 2>&1
+    expect_status 0 $? "dlock-bench --plot with the uncontended, baseline and contended scenarios"
+    if python3 "$DLOCK_TEST_SRCDIR/cli/png_check.py" 900 640 "$T/full/throughput.png" "$T/full/latency.png" \
+        "$T/full/handoff.png" > "$T/png.out" 2>&1; then
+        ok "the PNGs are 900x640 and drawn: $(tr '\n' ';' < "$T/png.out")"
+    else
+        not_ok "the PNGs: $(cat "$T/png.out")"
+    fi
+    rows=$(grep -vc '^#' "$T/full/handoff.dat")
+    [ "$rows" = 1 ] && grep -q '^with,comma ' "$T/full/handoff.dat" && grep -q 'at 8 workers' "$T/full/handoff.dat" &&
+        ok "handoff.dat: one row per backend, at 8 workers" || not_ok "handoff.dat: $(cat "$T/full/handoff.dat")"
+    grep -q "commit test-commit" "$T/full/handoff.gp" && grep -q "libdlock " "$T/full/throughput.gp" &&
+        ok "the plots carry the machine, the date and the commit" || not_ok "no stamp in the plots' scripts"
 else
     not_ok "gnuplot not found (Debian: gnuplot-nox)"
 fi

@@ -66,6 +66,21 @@ static void turn(dlock_client *c)
     assert_true(dlock_client_process(c) >= 0);
 }
 
+/* A handle of NAME in c whose acquire (wait_ms) has been started and is
+ * now in flight, its answer not given yet. */
+static dlock_lock *start_in_flight(dlock_client *c, const char *name, int64_t wait_ms, struct result *r)
+{
+    dlock_lock *l;
+    dlock_lock_options o = DLOCK_LOCK_OPTIONS_INIT;
+    assert_int_equal(dlock_lock_new(c, name, strlen(name), &o, &l), DLOCK_OK);
+    assert_int_equal(dlock_acquire_start(l, wait_ms, record, r), DLOCK_OK);
+    int64_t end = now_ms() + slack_ms(5000);
+    while (fake_get(&fake.in_flight) < 1 && now_ms() < end)
+        turn(c);
+    assert_int_equal(fake_get(&fake.in_flight), 1);
+    return l;
+}
+
 static int callbacks(const struct result *r, int n)
 {
     int calls = 0;
@@ -119,14 +134,8 @@ static void the_answer_is_read_on_the_callers_thread(void **state)
 {
     (void)state;
     dlock_client *c = open_client();
-    dlock_lock *l;
-    dlock_lock_options o = DLOCK_LOCK_OPTIONS_INIT;
-    assert_int_equal(dlock_lock_new(c, "mine", 4, &o, &l), DLOCK_OK);
     struct result r = { 0 };
-    assert_int_equal(dlock_acquire_start(l, 0, record, &r), DLOCK_OK);
-    int64_t end = now_ms() + slack_ms(5000);
-    while (fake_get(&fake.in_flight) < 1 && now_ms() < end)
-        turn(c);
+    dlock_lock *l = start_in_flight(c, "mine", 0, &r);
     assert_int_equal(r.calls, 0);
     fake_answer_all();
     struct pollfd p = { .fd = dlock_client_fd(c), .events = POLLIN };
@@ -141,6 +150,81 @@ static void the_answer_is_read_on_the_callers_thread(void **state)
     assert_int_equal(dlock_release(l), DLOCK_OK);
     dlock_lock_free(l);
     dlock_client_close(c);
+}
+
+/* An answer that waits to be read is work for the caller: the timeout
+ * says so, for a loop that goes by it rather than by the descriptor. */
+static void an_answer_waiting_makes_the_timeout_zero(void **state)
+{
+    (void)state;
+    dlock_client *c = open_client();
+    struct result r = { 0 };
+    dlock_lock *l = start_in_flight(c, "timeout", 0, &r);
+    assert_int_equal(dlock_client_timeout_ms(c), -1); /* nothing to do yet */
+    fake_answer_all();
+    struct pollfd p = { .fd = dlock_client_fd(c), .events = POLLIN };
+    assert_int_equal(poll(&p, 1, (int)slack_ms(5000)), 1);
+    assert_int_equal(dlock_client_timeout_ms(c), 0);
+    assert_int_equal(dlock_client_process(c), 1);
+    assert_int_equal(r.rc, DLOCK_OK);
+    assert_int_equal(dlock_release(l), DLOCK_OK);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+}
+
+/* The answer came in time, but the loop did not read it before the
+ * attempt's deadline (a long callback): the grant is read, not dropped
+ * unread and left on the server for its lease. */
+static void an_answer_unread_at_the_deadline_is_read_not_dropped(void **state)
+{
+    (void)state;
+    FAKE_SET(send_timeout_ms, 200);
+    dlock_client *c = open_client();
+    struct result r = { 0 };
+    dlock_lock *l = start_in_flight(c, "late", 0, &r);
+    int64_t end;
+    fake_answer_all();
+    sleep_ms(400); /* the loop busy past the deadline */
+    end = now_ms() + slack_ms(5000);
+    while (r.calls == 0 && now_ms() < end)
+        turn(c);
+    assert_int_equal(r.calls, 1);
+    assert_int_equal(r.rc, DLOCK_OK);
+    assert_int_equal(fake_get(&fake.drops), 0);
+    assert_int_equal(dlock_release(l), DLOCK_OK);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+}
+
+/* A cancel that comes while the attempt is in flight, whose answer is
+ * busy: the acquire ends with DLOCK_ECANCELLED at once, not after the
+ * pause a busy answer is followed by. */
+static void a_cancel_in_flight_ends_a_busy_acquire_at_once(void **state)
+{
+    (void)state;
+    dlock_client *c = NULL;
+    int rc = dlock_client_open_string(&c, "backend = \"fakesend\"; lease_ms = 3000; retry_base_ms = 5000; "
+                                          "retry_cap_ms = 5000;");
+    assert_int_equal(rc, DLOCK_OK);
+    fake_hold_externally("busy", true);
+    FAKE_SET(busy_hint_ms, 5000);
+    struct result r = { 0 };
+    dlock_lock *l = start_in_flight(c, "busy", -1, &r);
+    int64_t end;
+    assert_int_equal(dlock_cancel(l), DLOCK_OK);
+    for (int i = 0; i < 3; i++)
+        turn(c);
+    int64_t answered_at = now_ms();
+    fake_answer_all();
+    end = now_ms() + 4000;
+    while (r.calls == 0 && now_ms() < end)
+        turn(c);
+    assert_int_equal(r.calls, 1);
+    assert_int_equal(r.rc, DLOCK_ECANCELLED);
+    assert_true(r.at_ms - answered_at < slack_ms(1000));
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    fake_hold_externally("busy", false);
 }
 
 static void an_answer_that_never_comes_is_dropped(void **state)
@@ -171,14 +255,9 @@ static void a_cancel_keeps_a_grant_in_flight(void **state)
 {
     (void)state;
     dlock_client *c = open_client();
-    dlock_lock *l;
-    dlock_lock_options o = DLOCK_LOCK_OPTIONS_INIT;
-    assert_int_equal(dlock_lock_new(c, "racing", 6, &o, &l), DLOCK_OK);
     struct result r = { 0 };
-    assert_int_equal(dlock_acquire_start(l, -1, record, &r), DLOCK_OK);
-    int64_t end = now_ms() + slack_ms(5000);
-    while (fake_get(&fake.in_flight) < 1 && now_ms() < end)
-        turn(c);
+    dlock_lock *l = start_in_flight(c, "racing", -1, &r);
+    int64_t end;
     assert_int_equal(dlock_cancel(l), DLOCK_OK);
     for (int i = 0; i < 5; i++)
         turn(c); /* the cancel does not end the round trip */
@@ -236,6 +315,9 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup(attempts_in_flight_hold_no_thread, setup),
         cmocka_unit_test_setup(the_answer_is_read_on_the_callers_thread, setup),
+        cmocka_unit_test_setup(an_answer_waiting_makes_the_timeout_zero, setup),
+        cmocka_unit_test_setup(an_answer_unread_at_the_deadline_is_read_not_dropped, setup),
+        cmocka_unit_test_setup(a_cancel_in_flight_ends_a_busy_acquire_at_once, setup),
         cmocka_unit_test_setup(an_answer_that_never_comes_is_dropped, setup),
         cmocka_unit_test_setup(a_cancel_keeps_a_grant_in_flight, setup),
         cmocka_unit_test_setup(close_waits_for_the_answers_in_flight, setup),

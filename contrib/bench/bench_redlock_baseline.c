@@ -1,0 +1,145 @@
+/* contrib/bench/bench_redlock_baseline.c - the plain Redlock loop that the
+ * redlock backend is measured against: what a careful user of hiredis
+ * writes from the algorithm's description. One cycle is
+ *   SET key token NX PX 30000 to every master, written to all before any
+ *   answer is read (the masters work in parallel), a grant when a majority
+ *   answered OK; then compare-and-delete (one EVALSHA) to every master the
+ *   same way.
+ * One connection per master, one process thread: the round trips of the N
+ * masters overlap, so a cycle costs about two round trips of the slowest
+ * master, as the backend's does. */
+#include "config.h"
+
+#include "bench.h"
+
+#include <hiredis/hiredis.h>
+#include <libconfig.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_MASTERS 16
+
+struct redlock_loop {
+    redisContext *masters[MAX_MASTERS];
+    char *cad_sha[MAX_MASTERS];
+    int n;
+};
+
+/* Sends the command already formatted in each master's output buffer to
+ * all of them, then reads one answer from each; returns how many answered
+ * as ok() says. Exits on a connection failure (the loop must not count a
+ * master that is gone). */
+static int round_trip_all(struct redlock_loop *l, bool (*ok)(const redisReply *r))
+{
+    for (int i = 0; i < l->n; i++) {
+        int done = 0;
+        while (!done)
+            if (redisBufferWrite(l->masters[i], &done) != REDIS_OK)
+                goto failed;
+    }
+    int yes = 0;
+    for (int i = 0; i < l->n; i++) {
+        void *r;
+        if (redisGetReply(l->masters[i], &r) != REDIS_OK)
+            goto failed;
+        yes += ok(r);
+        freeReplyObject(r);
+    }
+    return yes;
+failed:
+    fprintf(stderr, "dlock-bench: the redlock baseline lost a master\n");
+    exit(1);
+}
+
+static bool set_ok(const redisReply *r)
+{
+    return r->type == REDIS_REPLY_STATUS;
+}
+
+static bool deleted(const redisReply *r)
+{
+    return r->type == REDIS_REPLY_INTEGER && r->integer == 1;
+}
+
+static void redlock_cycle(void *arg)
+{
+    struct redlock_loop *l = arg;
+    const char *token = "0123456789abcdef0123456789abcdef:1";
+    for (int i = 0; i < l->n; i++)
+        redisAppendCommand(l->masters[i], "SET bench-redlock-baseline %s NX PX 30000", token);
+    int majority = l->n / 2 + 1;
+    if (round_trip_all(l, set_ok) < majority) {
+        fprintf(stderr, "dlock-bench: the redlock baseline was not granted by a majority\n");
+        exit(1);
+    }
+    for (int i = 0; i < l->n; i++)
+        redisAppendCommand(l->masters[i], "EVALSHA %s 1 bench-redlock-baseline %s", l->cad_sha[i], token);
+    if (round_trip_all(l, deleted) < majority) {
+        fprintf(stderr, "dlock-bench: the redlock baseline's release missed a majority\n");
+        exit(1);
+    }
+}
+
+/* Connects to "host:port" (no password: the benchmark's masters have none). */
+static redisContext *connect_master(const char *server)
+{
+    char host[256];
+    int port = 6379;
+    const char *colon = strrchr(server, ':');
+    size_t len = colon ? (size_t)(colon - server) : strlen(server);
+    if (len >= sizeof host)
+        return NULL;
+    memcpy(host, server, len);
+    host[len] = 0;
+    if (colon)
+        port = atoi(colon + 1);
+    struct timeval tv = { 2, 0 };
+    redisContext *c = redisConnectWithTimeout(host, port, tv);
+    if (c && c->err) {
+        redisFree(c);
+        c = NULL;
+    }
+    return c;
+}
+
+static char *load_cad(redisContext *c)
+{
+    redisReply *r = redisCommand(c, "SCRIPT LOAD %s", "if redis.call('get', KEYS[1]) == ARGV[1] then "
+                                                      "return redis.call('del', KEYS[1]) else return 0 end");
+    char *sha = r && r->type == REDIS_REPLY_STRING ? strdup(r->str) : NULL;
+    if (r)
+        freeReplyObject(r);
+    return sha;
+}
+
+bool run_redlock_baseline_uncontended(const struct bench_config *cfg, int64_t *samples)
+{
+    if (strcmp(cfg->backend, "redlock") != 0)
+        return false;
+    config_t c;
+    config_init(&c);
+    struct redlock_loop l = { .n = 0 };
+    bool ok = config_read_file(&c, cfg->path) == CONFIG_TRUE;
+    config_setting_t *servers = ok ? config_lookup(&c, "redlock.servers") : NULL;
+    int n = servers ? config_setting_length(servers) : 0;
+    for (int i = 0; ok && i < n && i < MAX_MASTERS; i++) {
+        const char *s = config_setting_get_string_elem(servers, i);
+        l.masters[i] = s ? connect_master(s) : NULL;
+        l.cad_sha[i] = l.masters[i] ? load_cad(l.masters[i]) : NULL;
+        ok = l.masters[i] && l.cad_sha[i];
+        l.n = i + 1;
+    }
+    config_destroy(&c);
+    if (ok && l.n > 0) {
+        double secs;
+        size_t cycles = bench_timed_cycles(redlock_cycle, &l, samples, &secs);
+        bench_record_cycles(cfg->label, "baseline-uncontended", samples, cycles, secs);
+    }
+    for (int i = 0; i < l.n; i++) {
+        free(l.cad_sha[i]);
+        if (l.masters[i])
+            redisFree(l.masters[i]);
+    }
+    return ok && l.n > 0;
+}
