@@ -66,18 +66,25 @@ void dlock__p_close(dlock_client *c)
     c->provider->close(c->instance);
 }
 
+/* An attempt's answer (acquire's, acquire_recv's), checked, with a grant's
+ * optional figures brought into range. */
+static int attempt_answer(dlock_client *c, const char *op, int rc, struct dlock_grant *g)
+{
+    rc = checked(c->provider, op, rc);
+    if (rc == DLOCK_OK && g->lease_ms < 0)
+        g->lease_ms = 0;
+    if (rc == DLOCK_OK && g->valid_ms < 0)
+        g->valid_ms = 1; /* nothing left: valid until now, so lost at once */
+    return rc;
+}
+
 int dlock__p_acquire(dlock_client *c, struct dlock__entry *e, struct dlock_grant *g)
 {
     pthread_mutex_lock(&e->op_mu);
     e->provider_touched = true;
     int rc = c->provider->acquire(c->instance, &e->plock, g);
     pthread_mutex_unlock(&e->op_mu);
-    rc = checked(c->provider, "acquire", rc);
-    if (rc == DLOCK_OK && g->lease_ms < 0)
-        g->lease_ms = 0;
-    if (rc == DLOCK_OK && g->valid_ms < 0)
-        g->valid_ms = 1; /* nothing left: valid until now, so lost at once */
-    return rc;
+    return attempt_answer(c, "acquire", rc, g);
 }
 
 bool dlock__p_can_send(const dlock_client *c)
@@ -115,14 +122,7 @@ int dlock__p_acquire_recv(dlock_client *c, struct dlock__entry *e, struct dlock_
     pthread_mutex_lock(&e->op_mu);
     int rc = c->provider->acquire_recv(c->instance, &e->plock, io, g);
     pthread_mutex_unlock(&e->op_mu);
-    if (rc == DLOCK_PROVIDER_AGAIN)
-        return rc;
-    rc = checked(c->provider, "acquire_recv", rc);
-    if (rc == DLOCK_OK && g->lease_ms < 0)
-        g->lease_ms = 0;
-    if (rc == DLOCK_OK && g->valid_ms < 0)
-        g->valid_ms = 1;
-    return rc;
+    return rc == DLOCK_PROVIDER_AGAIN ? rc : attempt_answer(c, "acquire_recv", rc, g);
 }
 
 void dlock__p_acquire_drop(dlock_client *c, struct dlock__entry *e, struct dlock_provider_io *io)

@@ -67,6 +67,9 @@ bool run_zk_baseline_uncontended(const struct bench_config *cfg, int64_t *sample
 /* The etcd loop over the JSON gateway (bench_etcd_baseline.c), likewise;
  * false also for an https endpoint. */
 bool run_etcd_baseline_uncontended(const struct bench_config *cfg, int64_t *samples);
+/* A hiredis connection to "host:port" (2 s timeouts, no AUTH), or NULL. */
+struct redisContext;
+struct redisContext *bench_redis_connect_to(const char *host_port);
 /* The plain Redlock loop over the same masters (bench_redlock_baseline.c):
  * SET NX PX and compare-and-delete sent to all masters at once, a majority
  * counted; false for other backends. */

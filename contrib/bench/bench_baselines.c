@@ -128,6 +128,24 @@ static void set_nx_cycle(void *arg)
     }
 }
 
+struct redisContext *bench_redis_connect_to(const char *host_port)
+{
+    char host[256];
+    const char *colon = strrchr(host_port, ':');
+    size_t len = colon ? (size_t)(colon - host_port) : strlen(host_port);
+    if (len >= sizeof host)
+        return NULL;
+    memcpy(host, host_port, len);
+    host[len] = 0;
+    struct timeval tv = { 2, 0 };
+    redisContext *c = redisConnectWithTimeout(host, colon ? atoi(colon + 1) : 6379, tv);
+    if (c && c->err) {
+        redisFree(c);
+        c = NULL;
+    }
+    return c;
+}
+
 /* In a cluster, the master that serves the baseline's key: the first seed,
  * or the node its MOVED answer names (what a cluster-aware client does
  * once, then keeps). NULL when cfg is not a redis cluster. */
@@ -145,18 +163,13 @@ static redisContext *redis_cluster_node_for(const struct bench_config *cfg)
     if (seed)
         snprintf(where, sizeof where, "%s", seed);
     config_destroy(&c);
-    struct timeval tv = { 2, 0 };
     redisContext *r = NULL;
     for (int hop = 0; hop < 2 && where[0]; hop++) {
-        char *colon = strrchr(where, ':');
-        if (!colon)
-            break;
-        *colon = 0;
         if (r)
             redisFree(r);
-        r = redisConnectWithTimeout(where, atoi(colon + 1), tv);
+        r = bench_redis_connect_to(where);
         where[0] = 0;
-        redisReply *rep = r && !r->err ? redisCommand(r, "GET bench-baseline") : NULL;
+        redisReply *rep = r ? redisCommand(r, "GET bench-baseline") : NULL;
         if (rep && rep->type == REDIS_REPLY_ERROR && strncmp(rep->str, "MOVED ", 6) == 0) {
             const char *node = strchr(rep->str + 6, ' ');
             if (node)
@@ -164,10 +177,6 @@ static redisContext *redis_cluster_node_for(const struct bench_config *cfg)
         }
         if (rep)
             freeReplyObject(rep);
-    }
-    if (r && r->err) {
-        redisFree(r);
-        r = NULL;
     }
     return r;
 }

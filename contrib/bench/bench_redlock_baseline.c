@@ -81,28 +81,6 @@ static void redlock_cycle(void *arg)
     }
 }
 
-/* Connects to "host:port" (no password: the benchmark's masters have none). */
-static redisContext *connect_master(const char *server)
-{
-    char host[256];
-    int port = 6379;
-    const char *colon = strrchr(server, ':');
-    size_t len = colon ? (size_t)(colon - server) : strlen(server);
-    if (len >= sizeof host)
-        return NULL;
-    memcpy(host, server, len);
-    host[len] = 0;
-    if (colon)
-        port = atoi(colon + 1);
-    struct timeval tv = { 2, 0 };
-    redisContext *c = redisConnectWithTimeout(host, port, tv);
-    if (c && c->err) {
-        redisFree(c);
-        c = NULL;
-    }
-    return c;
-}
-
 static char *load_cad(redisContext *c)
 {
     redisReply *r = redisCommand(c, "SCRIPT LOAD %s", "if redis.call('get', KEYS[1]) == ARGV[1] then "
@@ -125,7 +103,7 @@ bool run_redlock_baseline_uncontended(const struct bench_config *cfg, int64_t *s
     int n = servers ? config_setting_length(servers) : 0;
     for (int i = 0; ok && i < n && i < MAX_MASTERS; i++) {
         const char *s = config_setting_get_string_elem(servers, i);
-        l.masters[i] = s ? connect_master(s) : NULL;
+        l.masters[i] = s ? bench_redis_connect_to(s) : NULL;
         l.cad_sha[i] = l.masters[i] ? load_cad(l.masters[i]) : NULL;
         ok = l.masters[i] && l.cad_sha[i];
         l.n = i + 1;

@@ -453,7 +453,11 @@ struct dlock_provider {
      * attempt without waiting for it, and without connecting or waiting
      * for a connection (the core may call it on the application's event
      * loop: answer DLOCK_ENOTSUP rather than block; only the write of a
-     * request that fits the socket's buffer is allowed), and fills *io: io->fd becomes readable (POLLIN, or
+     * request that fits the socket's buffer is allowed). What an attempt in
+     * flight holds (a connection) may come back only when the application's
+     * loop reads the answer: leave the blocking calls room (redis sends
+     * from at most half its pool), or a loop that blocks in one of them
+     * waits for good. It fills *io: io->fd becomes readable (POLLIN, or
      * POLLHUP/POLLERR) when the answer may have come; io->timeout_ms is how
      * long the core waits for it. Returns DLOCK_OK (in flight: acquire_recv
      * or acquire_drop follows), DLOCK_ENOTSUP (this attempt cannot go so

@@ -17,6 +17,12 @@ not_ok() { FAILED=$((FAILED + 1)); echo "not ok - $1"; }
 expect_status() {
     if [ "$2" = "$1" ]; then ok "$3 (exit $2)"; else not_ok "$3: exit $2, wanted $1"; fi
 }
+# A port nothing listens on now (the kernel's pick), for a throwaway
+# server: ports derived from $$ collide when two tests' PIDs differ by the
+# offsets they add.
+free_port() {
+    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
 now_ms() { local t=${EPOCHREALTIME/./}; echo $((t / 1000)); }
 # wait_until_held NAME: polls `dlock status` (exit 1 = held) for up to 5 s
 wait_until_held() {

@@ -14,6 +14,7 @@
 
 #include "conformance.h"
 #include "../support/test_client.h"
+#include "../support/async_result.h"
 #include "../support/test_time.h"
 
 #include <dirent.h>
@@ -25,24 +26,6 @@
 #include <string.h>
 
 static const struct conformance_target *target;
-
-/* One operation's result, as its callback saw it. */
-struct result {
-    int calls;
-    int rc;
-    int64_t at_ms;
-    char detail[256];
-};
-
-static void record(dlock_lock *lock, int rc, void *arg)
-{
-    (void)lock;
-    struct result *r = arg;
-    r->calls++;
-    r->rc = rc;
-    r->at_ms = now_ms();
-    snprintf(r->detail, sizeof r->detail, "%s", dlock_errmsg());
-}
 
 /* Runs the clients' loop until *until says stop or ms pass; returns
  * whether it stopped because of *until. */
@@ -68,11 +51,11 @@ static bool loop_until(dlock_client **clients, int n, bool (*until)(void *), voi
 
 static bool called(void *arg)
 {
-    return ((struct result *)arg)->calls > 0;
+    return ((struct async_result *)arg)->calls > 0;
 }
 
 /* Waits for r's callback on client c; fails the case after ms. */
-static void await(dlock_client *c, struct result *r, int64_t ms)
+static void await(dlock_client *c, struct async_result *r, int64_t ms)
 {
     if (!loop_until(&c, 1, called, r, ms))
         fail_msg("%s: no callback within %lld ms", target->name, (long long)ms);
@@ -120,16 +103,16 @@ static void two_close(struct two *t)
 
 static int acquire_now(dlock_client *c, dlock_lock *l, int64_t wait_ms)
 {
-    struct result r = { 0 };
-    assert_int_equal(dlock_acquire_start(l, wait_ms, record, &r), DLOCK_OK);
+    struct async_result r = { 0 };
+    assert_int_equal(dlock_acquire_start(l, wait_ms, async_record, &r), DLOCK_OK);
     await(c, &r, wait_ms >= 0 ? wait_ms + slack_ms(5000) : slack_ms(10000));
     return r.rc;
 }
 
 static int release_now(dlock_client *c, dlock_lock *l)
 {
-    struct result r = { 0 };
-    int rc = dlock_release_start(l, record, &r);
+    struct async_result r = { 0 };
+    int rc = dlock_release_start(l, async_record, &r);
     if (rc != DLOCK_OK)
         return rc;
     await(c, &r, slack_ms(5000));
@@ -146,8 +129,8 @@ static void async_try_once_and_release(void **state)
     dlock_lock *la = two.la, *lb = two.lb;
     assert_int_equal(acquire_now(a, la, 0), DLOCK_OK);
     assert_int_equal(dlock_hold_count(la), 1);
-    struct result r = { 0 };
-    assert_int_equal(dlock_acquire_start(lb, 0, record, &r), DLOCK_OK);
+    struct async_result r = { 0 };
+    assert_int_equal(dlock_acquire_start(lb, 0, async_record, &r), DLOCK_OK);
     await(b, &r, slack_ms(5000));
     assert_int_equal(r.rc, DLOCK_EBUSY);
     assert_true(strstr(r.detail, "async-once") != NULL); /* the detail travels with the result */
@@ -166,9 +149,9 @@ static void async_wait_times_out_no_sooner(void **state)
     dlock_client *b = two.b;
     dlock_lock *la = two.la, *lb = two.lb;
     assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
-    struct result r = { 0 };
+    struct async_result r = { 0 };
     int64_t t0 = now_ms();
-    assert_int_equal(dlock_acquire_start(lb, 300, record, &r), DLOCK_OK);
+    assert_int_equal(dlock_acquire_start(lb, 300, async_record, &r), DLOCK_OK);
     await(b, &r, slack_ms(5000));
     assert_int_equal(r.rc, DLOCK_ETIMEDOUT);
     if (r.at_ms - t0 < 300)
@@ -184,15 +167,15 @@ static void async_wait_forever_ends_with_cancel_or_release(void **state)
     dlock_client *b = two.b;
     dlock_lock *la = two.la, *lb = two.lb;
     assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
-    struct result r = { 0 };
-    assert_int_equal(dlock_acquire_start(lb, -1, record, &r), DLOCK_OK);
+    struct async_result r = { 0 };
+    assert_int_equal(dlock_acquire_start(lb, -1, async_record, &r), DLOCK_OK);
     assert_false(loop_until(&b, 1, called, &r, 300)); /* still waiting */
     assert_int_equal(dlock_cancel(lb), DLOCK_OK);
     await(b, &r, slack_ms(2000));
     assert_int_equal(r.rc, DLOCK_ECANCELLED);
     /* A new wait forever ends with the release. */
-    struct result r2 = { 0 };
-    assert_int_equal(dlock_acquire_start(lb, -1, record, &r2), DLOCK_OK);
+    struct async_result r2 = { 0 };
+    assert_int_equal(dlock_acquire_start(lb, -1, async_record, &r2), DLOCK_OK);
     assert_false(loop_until(&b, 1, called, &r2, 200));
     assert_int_equal(dlock_release(la), DLOCK_OK);
     await(b, &r2, slack_ms(5000));
@@ -207,14 +190,14 @@ static void async_reentry_is_refused(void **state)
     dlock_client *a = conformance_open_client(30000, 100);
     dlock_lock *l = handle(a, "async-reentry", 0, NULL, NULL);
     assert_int_equal(acquire_now(a, l, 0), DLOCK_OK);
-    struct result r = { 0 };
-    assert_int_equal(dlock_acquire_start(l, 0, record, &r), DLOCK_EDEADLK);
-    assert_int_equal(dlock_acquire_start(l, -1, record, &r), DLOCK_EDEADLK);
+    struct async_result r = { 0 };
+    assert_int_equal(dlock_acquire_start(l, 0, async_record, &r), DLOCK_EDEADLK);
+    assert_int_equal(dlock_acquire_start(l, -1, async_record, &r), DLOCK_EDEADLK);
     assert_false(loop_until(&a, 1, called, &r, 50)); /* a refused start has no callback */
     /* A blocking hold of the calling thread is not re-entered either. */
     assert_int_equal(release_now(a, l), DLOCK_OK);
     assert_int_equal(dlock_acquire(l, 0), DLOCK_OK);
-    assert_int_equal(dlock_acquire_start(l, 0, record, &r), DLOCK_EDEADLK);
+    assert_int_equal(dlock_acquire_start(l, 0, async_record, &r), DLOCK_EDEADLK);
     assert_int_equal(dlock_release(l), DLOCK_OK);
     dlock_lock_free(l);
     dlock_client_close(a);
@@ -358,14 +341,14 @@ static void async_many_waiters_one_loop(void **state)
     dlock_lock *lh = handle(h, "async-chain", 0, NULL, NULL);
     assert_int_equal(dlock_acquire(lh, 0), DLOCK_OK);
     struct chain ch = { 0 };
-    struct result first = { 0 };
+    struct async_result first = { 0 };
     /* One pending acquire starts the engine's threads; the rest must not
      * add any. */
     ch.locks[0] = handle(w[0], "async-chain", 0, NULL, NULL);
-    assert_int_equal(dlock_acquire_start(ch.locks[0], -1, record, &first), DLOCK_OK);
+    assert_int_equal(dlock_acquire_start(ch.locks[0], -1, async_record, &first), DLOCK_OK);
     dlock_lock *other = handle(w[1], "async-chain", 0, NULL, NULL);
-    struct result second = { 0 };
-    assert_int_equal(dlock_acquire_start(other, -1, record, &second), DLOCK_OK);
+    struct async_result second = { 0 };
+    assert_int_equal(dlock_acquire_start(other, -1, async_record, &second), DLOCK_OK);
     sleep_ms(100);
     int threads = count_threads();
     dlock_cancel(ch.locks[0]);
@@ -466,11 +449,11 @@ static void async_and_blocking_share_a_name(void **state)
     while (!__atomic_load_n(&th.holding, __ATOMIC_SEQ_CST) && __atomic_load_n(&th.acquired, __ATOMIC_SEQ_CST) == -100)
         sleep_ms(5);
     assert_int_equal(th.acquired, DLOCK_OK);
-    struct result r = { 0 }, r2 = { 0 };
-    assert_int_equal(dlock_acquire_start(async, 0, record, &r), DLOCK_OK);
+    struct async_result r = { 0 }, r2 = { 0 };
+    assert_int_equal(dlock_acquire_start(async, 0, async_record, &r), DLOCK_OK);
     await(a, &r, slack_ms(5000));
     assert_int_equal(r.rc, DLOCK_EBUSY);
-    assert_int_equal(dlock_acquire_start(async, slack_ms(5000), record, &r2), DLOCK_OK);
+    assert_int_equal(dlock_acquire_start(async, slack_ms(5000), async_record, &r2), DLOCK_OK);
     await(a, &r2, slack_ms(6000));
     assert_int_equal(r2.rc, DLOCK_OK);
     assert_false(__atomic_load_n(&th.holding, __ATOMIC_SEQ_CST));
@@ -487,23 +470,23 @@ static void async_and_blocking_share_a_name(void **state)
     assert_int_equal(th2.released, DLOCK_OK);
     /* The calling thread's own blocking hold is not entered again. */
     assert_int_equal(dlock_acquire(blocking, 0), DLOCK_OK);
-    assert_int_equal(dlock_acquire_start(async, 0, record, &r), DLOCK_EDEADLK);
+    assert_int_equal(dlock_acquire_start(async, 0, async_record, &r), DLOCK_EDEADLK);
     assert_int_equal(dlock_release(blocking), DLOCK_OK);
     dlock_lock_free(blocking);
     dlock_lock_free(async);
     dlock_client_close(a);
 }
 
-static struct result release_in_free;
+static struct async_result release_in_free;
 
 static void free_in_callback(dlock_lock *lock, int rc, void *arg)
 {
-    struct result *r = arg;
+    struct async_result *r = arg;
     r->calls++;
     r->rc = rc;
     /* Releases, then frees at once: the free waits for the release and
      * calls its callback here, before the handle is gone. */
-    assert_int_equal(dlock_release_start(lock, record, &release_in_free), DLOCK_OK);
+    assert_int_equal(dlock_release_start(lock, async_record, &release_in_free), DLOCK_OK);
     dlock_lock_free(lock);
     assert_int_equal(release_in_free.calls, 1);
 }
@@ -513,7 +496,7 @@ static void async_callback_frees_its_handle(void **state)
     (void)state;
     dlock_client *a = conformance_open_client(30000, 100), *b = conformance_open_client(30000, 100);
     dlock_lock *l = handle(a, "async-free", 0, NULL, NULL), *lb = handle(b, "async-free", 0, NULL, NULL);
-    struct result r = { 0 };
+    struct async_result r = { 0 };
     memset(&release_in_free, 0, sizeof release_in_free);
     assert_int_equal(dlock_acquire_start(l, 0, free_in_callback, &r), DLOCK_OK);
     await(a, &r, slack_ms(5000));
@@ -529,8 +512,8 @@ static void async_callback_frees_its_handle(void **state)
     /* A handle freed with an acquire pending: its callback comes from
      * dlock_lock_free, cancelled. */
     dlock_lock *l2 = handle(a, "async-free", 0, NULL, NULL);
-    struct result r2 = { 0 };
-    assert_int_equal(dlock_acquire_start(l2, -1, record, &r2), DLOCK_OK);
+    struct async_result r2 = { 0 };
+    assert_int_equal(dlock_acquire_start(l2, -1, async_record, &r2), DLOCK_OK);
     sleep_ms(50);
     dlock_lock_free(l2);
     assert_int_equal(r2.calls, 1);
@@ -549,13 +532,13 @@ static void async_close_completes_everything(void **state)
     assert_int_equal(dlock_acquire(held, 0), DLOCK_OK);
     enum { N = 8 };
     dlock_lock *l[N];
-    struct result r[N];
+    struct async_result r[N];
     memset(r, 0, sizeof r);
     for (int i = 0; i < N; i++) {
         char name[32];
         snprintf(name, sizeof name, "async-close%s", i < N - 1 ? "" : "-free");
         l[i] = handle(b, name, 0, NULL, NULL);
-        assert_int_equal(dlock_acquire_start(l[i], -1, record, &r[i]), DLOCK_OK);
+        assert_int_equal(dlock_acquire_start(l[i], -1, async_record, &r[i]), DLOCK_OK);
     }
     sleep_ms(200); /* the last one, on a free name, is granted by now */
     dlock_client_close(b); /* without a dlock_client_process() */
@@ -596,8 +579,8 @@ static void retry_on_failure(dlock_lock *lock, int rc, void *arg)
     struct nested *n = arg;
     n->calls++;
     n->rc = rc;
-    struct result never = { 0 };
-    n->retried = dlock_acquire_start(lock, -1, record, &never);
+    struct async_result never = { 0 };
+    n->retried = dlock_acquire_start(lock, -1, async_record, &never);
 }
 
 static void async_free_runs_callbacks_safely(void **state)
@@ -633,8 +616,8 @@ static void async_release_then_acquire_is_a_new_hold(void **state)
     dlock_client *a = two.a;
     dlock_lock *l = two.la, *lb = two.lb;
     assert_int_equal(dlock_acquire(l, 0), DLOCK_OK);
-    struct result r = { 0 };
-    assert_int_equal(dlock_release_start(l, record, &r), DLOCK_OK);
+    struct async_result r = { 0 };
+    assert_int_equal(dlock_release_start(l, async_record, &r), DLOCK_OK);
     assert_int_equal(dlock_acquire(l, 5000), DLOCK_OK);
     await(a, &r, slack_ms(5000));
     assert_int_equal(r.rc, DLOCK_OK);
@@ -642,9 +625,9 @@ static void async_release_then_acquire_is_a_new_hold(void **state)
     assert_int_equal(dlock_acquire(lb, 0), DLOCK_EBUSY); /* still ours */
     /* The same through the non-blocking calls: the start queues behind the
      * release instead of being refused as a reentry. */
-    struct result r2 = { 0 }, r3 = { 0 };
-    assert_int_equal(dlock_release_start(l, record, &r2), DLOCK_OK);
-    assert_int_equal(dlock_acquire_start(l, 5000, record, &r3), DLOCK_OK);
+    struct async_result r2 = { 0 }, r3 = { 0 };
+    assert_int_equal(dlock_release_start(l, async_record, &r2), DLOCK_OK);
+    assert_int_equal(dlock_acquire_start(l, 5000, async_record, &r3), DLOCK_OK);
     await(a, &r2, slack_ms(5000));
     await(a, &r3, slack_ms(5000));
     assert_int_equal(r2.rc, DLOCK_OK);
@@ -755,12 +738,12 @@ static void async_release_wakes_one_waiter(void **state)
 
 static void start_while_closing(dlock_lock *lock, int rc, void *arg)
 {
-    struct result *r = arg;
+    struct async_result *r = arg;
     r->calls++;
     r->rc = rc;
     /* Called inside dlock_client_close: nothing new may start. */
-    struct result never = { 0 };
-    int again = dlock_acquire_start(lock, 0, record, &never);
+    struct async_result never = { 0 };
+    int again = dlock_acquire_start(lock, 0, async_record, &never);
     r->at_ms = again;
     snprintf(r->detail, sizeof r->detail, "%s", dlock_errmsg());
 }
@@ -768,9 +751,9 @@ static void start_while_closing(dlock_lock *lock, int rc, void *arg)
 static void async_bad_input_is_refused(void **state)
 {
     (void)state;
-    struct result r = { 0 };
-    assert_int_equal(dlock_acquire_start(NULL, 0, record, &r), DLOCK_EINVAL);
-    assert_int_equal(dlock_release_start(NULL, record, &r), DLOCK_EINVAL);
+    struct async_result r = { 0 };
+    assert_int_equal(dlock_acquire_start(NULL, 0, async_record, &r), DLOCK_EINVAL);
+    assert_int_equal(dlock_release_start(NULL, async_record, &r), DLOCK_EINVAL);
     assert_int_equal(dlock_client_fd(NULL), DLOCK_EINVAL);
     assert_int_equal(dlock_client_process(NULL), DLOCK_EINVAL);
     assert_int_equal(dlock_client_timeout_ms(NULL), DLOCK_EINVAL);
@@ -779,7 +762,7 @@ static void async_bad_input_is_refused(void **state)
     assert_int_equal(dlock_acquire_start(l, 0, NULL, NULL), DLOCK_EINVAL);
     assert_true(strstr(dlock_errmsg(), "done is NULL") != NULL);
     assert_int_equal(dlock_release_start(l, NULL, NULL), DLOCK_EINVAL);
-    assert_int_equal(dlock_release_start(l, record, &r), DLOCK_ENOTOWNER); /* nothing held */
+    assert_int_equal(dlock_release_start(l, async_record, &r), DLOCK_ENOTOWNER); /* nothing held */
     assert_int_equal(dlock_client_timeout_ms(a), -1);
     assert_int_equal(dlock_client_process(a), 0);
     int fd = dlock_client_fd(a);
@@ -787,9 +770,9 @@ static void async_bad_input_is_refused(void **state)
     assert_int_equal(dlock_client_fd(a), fd); /* the same for the client's life */
     /* A release already under way is not sent twice. */
     assert_int_equal(acquire_now(a, l, 0), DLOCK_OK);
-    struct result r2 = { 0 };
-    assert_int_equal(dlock_release_start(l, record, &r2), DLOCK_OK);
-    assert_int_equal(dlock_release_start(l, record, &r), DLOCK_ENOTOWNER);
+    struct async_result r2 = { 0 };
+    assert_int_equal(dlock_release_start(l, async_record, &r2), DLOCK_OK);
+    assert_int_equal(dlock_release_start(l, async_record, &r), DLOCK_ENOTOWNER);
     assert_int_equal(dlock_release(l), DLOCK_ENOTOWNER);
     await(a, &r2, slack_ms(5000));
     assert_int_equal(r2.rc, DLOCK_OK);
@@ -797,7 +780,7 @@ static void async_bad_input_is_refused(void **state)
     dlock_client *b = conformance_open_client(30000, 100);
     dlock_lock *held = handle(b, "async-bad", 0, NULL, NULL);
     assert_int_equal(dlock_acquire(held, 0), DLOCK_OK);
-    struct result closing = { 0 };
+    struct async_result closing = { 0 };
     assert_int_equal(dlock_acquire_start(l, -1, start_while_closing, &closing), DLOCK_OK);
     dlock_client_close(a);
     assert_int_equal(closing.calls, 1);
@@ -814,11 +797,11 @@ static void async_bad_input_is_refused(void **state)
 static long long native_round(dlock_client *c, dlock_lock **l, int n)
 {
     long long before = test_client_metric(c, "dlock_acquire_attempts_parked_total");
-    struct result r[8];
+    struct async_result r[8];
     assert_true(n <= 8);
     memset(r, 0, sizeof r);
     for (int i = 0; i < n; i++)
-        assert_int_equal(dlock_acquire_start(l[i], 0, record, &r[i]), DLOCK_OK);
+        assert_int_equal(dlock_acquire_start(l[i], 0, async_record, &r[i]), DLOCK_OK);
     for (int i = 0; i < n; i++) {
         await(c, &r[i], slack_ms(5000));
         if (r[i].rc != DLOCK_OK)

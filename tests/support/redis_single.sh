@@ -3,12 +3,6 @@
 # 127.0.0.1:PORT with its files in $T (no persistence), waits until it
 # answers, and arranges for it to be stopped by its PID (and $T removed) on
 # exit. A missing or failing server is a test failure, never a skip.
-# free_port: a port nothing listens on now (the kernel's pick), for
-# start_redis: ports derived from $$ collide when two tests' PIDs differ by
-# the offsets they add.
-free_port() {
-    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
 start_redis() {
     command -v redis-server > /dev/null || { not_ok "redis-server is not installed"; finish; exit 1; }
     redis-server --port "$1" --bind 127.0.0.1 --dir "$T" --save '' --appendonly no --daemonize yes \

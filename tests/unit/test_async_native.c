@@ -13,6 +13,7 @@
 
 #include "fake_provider.h"
 #include "../support/test_client.h"
+#include "../support/async_result.h"
 #include "../support/test_time.h"
 
 #include <dlock.h>
@@ -24,21 +25,6 @@
 #include <string.h>
 
 #define HANDLES 32 /* eight times the engine's threads */
-
-struct result {
-    int calls;
-    int rc;
-    int64_t at_ms;
-};
-
-static void record(dlock_lock *lock, int rc, void *arg)
-{
-    (void)lock;
-    struct result *r = arg;
-    r->calls++;
-    r->rc = rc;
-    r->at_ms = now_ms();
-}
 
 static int setup(void **state)
 {
@@ -68,12 +54,12 @@ static void turn(dlock_client *c)
 
 /* A handle of NAME in c whose acquire (wait_ms) has been started and is
  * now in flight, its answer not given yet. */
-static dlock_lock *start_in_flight(dlock_client *c, const char *name, int64_t wait_ms, struct result *r)
+static dlock_lock *start_in_flight(dlock_client *c, const char *name, int64_t wait_ms, struct async_result *r)
 {
     dlock_lock *l;
     dlock_lock_options o = DLOCK_LOCK_OPTIONS_INIT;
     assert_int_equal(dlock_lock_new(c, name, strlen(name), &o, &l), DLOCK_OK);
-    assert_int_equal(dlock_acquire_start(l, wait_ms, record, r), DLOCK_OK);
+    assert_int_equal(dlock_acquire_start(l, wait_ms, async_record, r), DLOCK_OK);
     int64_t end = now_ms() + slack_ms(5000);
     while (fake_get(&fake.in_flight) < 1 && now_ms() < end)
         turn(c);
@@ -81,7 +67,7 @@ static dlock_lock *start_in_flight(dlock_client *c, const char *name, int64_t wa
     return l;
 }
 
-static int callbacks(const struct result *r, int n)
+static int callbacks(const struct async_result *r, int n)
 {
     int calls = 0;
     for (int i = 0; i < n; i++)
@@ -94,14 +80,14 @@ static void attempts_in_flight_hold_no_thread(void **state)
     (void)state;
     dlock_client *c = open_client();
     dlock_lock *l[HANDLES];
-    struct result r[HANDLES];
+    struct async_result r[HANDLES];
     memset(r, 0, sizeof r);
     for (int i = 0; i < HANDLES; i++) {
         char name[16];
         snprintf(name, sizeof name, "n%d", i);
         dlock_lock_options o = DLOCK_LOCK_OPTIONS_INIT;
         assert_int_equal(dlock_lock_new(c, name, strlen(name), &o, &l[i]), DLOCK_OK);
-        assert_int_equal(dlock_acquire_start(l[i], 0, record, &r[i]), DLOCK_OK);
+        assert_int_equal(dlock_acquire_start(l[i], 0, async_record, &r[i]), DLOCK_OK);
     }
     /* No answer is given until every attempt is out: on a thread each, at
      * most four could be, and the rest would wait behind them forever. */
@@ -134,7 +120,7 @@ static void the_answer_is_read_on_the_callers_thread(void **state)
 {
     (void)state;
     dlock_client *c = open_client();
-    struct result r = { 0 };
+    struct async_result r = { 0 };
     dlock_lock *l = start_in_flight(c, "mine", 0, &r);
     assert_int_equal(r.calls, 0);
     fake_answer_all();
@@ -158,7 +144,7 @@ static void an_answer_waiting_makes_the_timeout_zero(void **state)
 {
     (void)state;
     dlock_client *c = open_client();
-    struct result r = { 0 };
+    struct async_result r = { 0 };
     dlock_lock *l = start_in_flight(c, "timeout", 0, &r);
     assert_int_equal(dlock_client_timeout_ms(c), -1); /* nothing to do yet */
     fake_answer_all();
@@ -180,7 +166,7 @@ static void an_answer_unread_at_the_deadline_is_read_not_dropped(void **state)
     (void)state;
     FAKE_SET(send_timeout_ms, 200);
     dlock_client *c = open_client();
-    struct result r = { 0 };
+    struct async_result r = { 0 };
     dlock_lock *l = start_in_flight(c, "late", 0, &r);
     int64_t end;
     fake_answer_all();
@@ -208,7 +194,7 @@ static void a_cancel_in_flight_ends_a_busy_acquire_at_once(void **state)
     assert_int_equal(rc, DLOCK_OK);
     fake_hold_externally("busy", true);
     FAKE_SET(busy_hint_ms, 5000);
-    struct result r = { 0 };
+    struct async_result r = { 0 };
     dlock_lock *l = start_in_flight(c, "busy", -1, &r);
     int64_t end;
     assert_int_equal(dlock_cancel(l), DLOCK_OK);
@@ -235,9 +221,9 @@ static void an_answer_that_never_comes_is_dropped(void **state)
     dlock_lock *l;
     dlock_lock_options o = DLOCK_LOCK_OPTIONS_INIT;
     assert_int_equal(dlock_lock_new(c, "silent", 6, &o, &l), DLOCK_OK);
-    struct result r = { 0 };
+    struct async_result r = { 0 };
     int64_t start = now_ms();
-    assert_int_equal(dlock_acquire_start(l, 0, record, &r), DLOCK_OK);
+    assert_int_equal(dlock_acquire_start(l, 0, async_record, &r), DLOCK_OK);
     int64_t end = now_ms() + slack_ms(5000);
     while (r.calls == 0 && now_ms() < end)
         turn(c);
@@ -255,7 +241,7 @@ static void a_cancel_keeps_a_grant_in_flight(void **state)
 {
     (void)state;
     dlock_client *c = open_client();
-    struct result r = { 0 };
+    struct async_result r = { 0 };
     dlock_lock *l = start_in_flight(c, "racing", -1, &r);
     int64_t end;
     assert_int_equal(dlock_cancel(l), DLOCK_OK);
@@ -283,14 +269,14 @@ static void close_waits_for_the_answers_in_flight(void **state)
     FAKE_SET(send_timeout_ms, 300);
     dlock_client *c = open_client();
     dlock_lock *l[4];
-    struct result r[4];
+    struct async_result r[4];
     memset(r, 0, sizeof r);
     for (int i = 0; i < 4; i++) {
         char name[16];
         snprintf(name, sizeof name, "c%d", i);
         dlock_lock_options o = DLOCK_LOCK_OPTIONS_INIT;
         assert_int_equal(dlock_lock_new(c, name, strlen(name), &o, &l[i]), DLOCK_OK);
-        assert_int_equal(dlock_acquire_start(l[i], 0, record, &r[i]), DLOCK_OK);
+        assert_int_equal(dlock_acquire_start(l[i], 0, async_record, &r[i]), DLOCK_OK);
     }
     int64_t end = now_ms() + slack_ms(5000);
     while (fake_get(&fake.in_flight) < 4 && now_ms() < end)

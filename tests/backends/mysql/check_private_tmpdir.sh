@@ -7,7 +7,6 @@
 # '/tmp/#sql-temptable-...'"), which once failed a conformance case.
 . "${DLOCK_TEST_SRCDIR:-$(dirname "$0")/../..}/cli/lib.sh"
 SUPPORT=${DLOCK_TEST_SRCDIR:-$(dirname "$0")/../..}/support
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 pa=$(free_port)
 pb=$(free_port)
 sh "$SUPPORT/mariadb.sh" start "$T/a" "$pa" > /dev/null || { not_ok "the first mariadb did not start"; finish; exit 1; }

@@ -3,7 +3,7 @@
 # script starts on a private port (and stops by PID).
 . "${DLOCK_TEST_SRCDIR:-$(dirname "$0")/../..}/cli/lib.sh"
 SUPPORT=${DLOCK_TEST_SRCDIR:-$(dirname "$0")/../..}/support
-port=$(( 20000 + $$ % 12000 )) # below the ephemeral port range
+port=$(free_port)
 sh "$SUPPORT/mariadb.sh" start "$T/my" $port > /dev/null || { not_ok "mariadb did not start"; finish; exit 1; }
 stop_my() { sh "$SUPPORT/mariadb.sh" stop "$T/my"; rm -rf "$T"; }
 trap stop_my EXIT

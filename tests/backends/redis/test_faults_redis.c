@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "../../support/async_result.h"
 #include "../../support/campaigner.h"
 #include "../../support/fault_proxy.h"
 #include "../../support/redis_server.h"
@@ -289,23 +290,11 @@ static void reacquire_after_a_declared_loss_is_a_new_hold(void **state)
 
 /* ---- the non-blocking API's attempts, sent without a thread --------------------- */
 
-struct async_result {
-    int calls, rc;
-};
-
-static void async_done(dlock_lock *l, int rc, void *arg)
-{
-    (void)l;
-    struct async_result *r = arg;
-    r->calls++;
-    r->rc = rc;
-}
-
 /* dlock_acquire_start, then the caller's loop until its callback. */
 static int acquire_async(dlock_client *c, dlock_lock *l, int64_t wait_ms)
 {
-    struct async_result r = { 0, 0 };
-    assert_int_equal(dlock_acquire_start(l, wait_ms, async_done, &r), DLOCK_OK);
+    struct async_result r = { 0 };
+    assert_int_equal(dlock_acquire_start(l, wait_ms, async_record, &r), DLOCK_OK);
     int64_t end = now_ms() + slack_ms(10000);
     while (r.calls == 0 && now_ms() < end) {
         struct pollfd p = { .fd = dlock_client_fd(c), .events = POLLIN };
