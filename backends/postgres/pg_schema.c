@@ -29,6 +29,18 @@ static int add_shared_columns(struct pg_instance *inst, bool create)
     return rc;
 }
 
+/* Two processes creating one object at once: the loser's IF NOT EXISTS
+ * does not save it, and it sees a duplicate of the row in pg_type (23505),
+ * of the relation (42P07) or of the table's type (42710). The winner made
+ * what we wanted. */
+static bool lost_create_race(const PGresult *res)
+{
+    const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+    return state && (strcmp(state, "23505") == 0 || strcmp(state, "42P07") == 0 || strcmp(state, "42710") == 0);
+}
+
+static int prepare_locks(struct pg_instance *inst, bool create);
+
 /* The table of election values, when allowed to make it (IF NOT EXISTS:
  * one statement at open, whether or not it is there). */
 static int prepare_values(struct pg_instance *inst, bool create)
@@ -39,15 +51,12 @@ static int prepare_values(struct pg_instance *inst, bool create)
     PGresult *res = pg_pool_exec(&inst->pool, PG_CREATE_VALUES, 0, NULL, NULL, NULL, &rc);
     if (!res)
         return rc;
-    const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
-    bool raced = state && (strcmp(state, "23505") == 0 || strcmp(state, "42P07") == 0);
-    if (!raced)
+    if (!lost_create_race(res))
         rc = pg_result_check(&inst->server, res, "CREATE TABLE (election values)");
     PQclear(res);
     return rc;
 }
 
-static int prepare_locks(struct pg_instance *inst, bool create);
 
 /* Creates the tables and sequence when missing (and allowed to). */
 int pg_prepare_schema(struct pg_instance *inst, bool create)
@@ -89,12 +98,7 @@ static int prepare_locks(struct pg_instance *inst, bool create)
         res = pg_pool_exec(&inst->pool, ddl[i], 0, NULL, NULL, NULL, &rc);
         if (!res)
             break;
-        const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
-        /* Two processes creating it at once: the loser sees a duplicate
-         * (of the row in pg_type, of the relation, or of the type). */
-        bool raced = state && (strcmp(state, "23505") == 0 || strcmp(state, "42P07") == 0 ||
-                               strcmp(state, "42710") == 0);
-        if (!raced)
+        if (!lost_create_race(res))
             rc = pg_result_check(&inst->server, res, i == 0 ? "CREATE TABLE" : "CREATE SEQUENCE");
         PQclear(res);
     }
