@@ -36,6 +36,24 @@ static int fair_turn(void *instance, struct dlock_provider_lock *lk, struct dloc
     return DLOCK_OK;
 }
 
+/* What follows an attempt's answer rc; looked: the attempt was made
+ * (a failure before it has nothing for busy to follow). */
+static int after_attempt(void *instance, struct dlock_provider_lock *lk, struct dlock_grant *g, int rc,
+                         bool looked)
+{
+    const struct line_host *c = instance;
+    const struct line_ops *ops = c->ops;
+    if (rc == DLOCK_OK) {
+        if (ops->granted)
+            ops->granted(instance, lk);
+    } else if (rc != DLOCK_EBUSY) {
+        ops->leave(instance, lk); /* no abandon follows a failure */
+    } else if (looked && ops->busy && !kind_in_line(ops, lk)) {
+        rc = ops->busy(instance, lk, g, rc);
+    }
+    return rc;
+}
+
 int line_acquire(void *instance, struct dlock_provider_lock *lk, struct dlock_grant *g)
 {
     const struct line_host *c = instance;
@@ -50,15 +68,22 @@ int line_acquire(void *instance, struct dlock_provider_lock *lk, struct dlock_gr
         rc = late ? ops->attempt_late(instance, lk, g) : ops->attempt(instance, lk, g);
         looked = true;
     }
-    if (rc == DLOCK_OK) {
-        if (ops->granted)
-            ops->granted(instance, lk);
-    } else if (rc != DLOCK_EBUSY) {
-        ops->leave(instance, lk); /* no abandon follows a failure */
-    } else if (looked && ops->busy && !kind_in_line(ops, lk)) {
-        rc = ops->busy(instance, lk, g, rc);
-    }
-    return rc;
+    return after_attempt(instance, lk, g, rc, looked);
+}
+
+int line_attempt_begin(void *instance, struct dlock_provider_lock *lk)
+{
+    const struct line_host *c = instance;
+    const struct line_ops *ops = c->ops;
+    if (lk->flags & DLOCK_LOCK_FAIR)
+        return dlock_seterr(DLOCK_ENOTSUP, "%s: a request in fair mode takes its turn first", c->label);
+    ops->place(lk)->timer_look = false;
+    return ops->prepare ? ops->prepare(instance, lk) : DLOCK_OK;
+}
+
+int line_attempt_end(void *instance, struct dlock_provider_lock *lk, struct dlock_grant *g, int rc)
+{
+    return after_attempt(instance, lk, g, rc, true);
 }
 
 /* Before a wait: the backend's preparation, and the join when out of the

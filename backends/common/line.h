@@ -109,6 +109,16 @@ struct line_host {
  * starts with a struct line_host. */
 int line_acquire(void *instance, struct dlock_provider_lock *lk, struct dlock_grant *g);
 
+/* line_acquire cut around its attempt, for a backend that sends the
+ * attempt without a thread: line_attempt_begin runs the steps before it
+ * (the preparation; a request in fair mode must go through line_acquire,
+ * since its turn may make round trips), and line_attempt_end those after
+ * its answer rc, returning the acquire's result. The line's own steps then
+ * make no round trip for a kind in the line; ops->busy, for the kinds
+ * outside it, may. */
+int line_attempt_begin(void *instance, struct dlock_provider_lock *lk);
+int line_attempt_end(void *instance, struct dlock_provider_lock *lk, struct dlock_grant *g, int rc);
+
 /* The provider's wait member over the line: joins it when out of it, waits
  * in it or, when it cannot, outside it. Sets timer_look when the wait in
  * the line ran out. instance starts with a struct line_host. */

@@ -33,6 +33,7 @@ struct pg_instance {
     struct pg_pool listeners;    /* connections that LISTEN while a lock is waited for */
     PGconn *holder;
     void *log_handle;
+    int native_in_flight;        /* connections carrying attempts sent without a thread (pg_native.c) */
 };
 
 struct pg_lock {
@@ -43,6 +44,9 @@ struct pg_lock {
     bool last_busy;              /* the last attempt found the lock held */
     bool writer_registered;      /* an exclusive request kept waiting said so in the row */
     uint64_t generation;         /* session mode: holder connection the hold was taken on */
+    PGconn *native_conn;         /* an attempt in flight without a thread (pg_native.c), else NULL */
+    PGresult *native_answer;     /* its statement's answer, while the rest of it is read */
+    int native_step;             /* which statement of the attempt is in flight */
 };
 /* sql_renew_batch_init reads the key at the start of each lock's state. */
 _Static_assert(offsetof(struct pg_lock, k) == 0, "the sql_lock_key comes first");
@@ -50,6 +54,41 @@ _Static_assert(offsetof(struct pg_lock, k) == 0, "the sql_lock_key comes first")
 /* The two modes (see sql_mode.h). */
 extern const struct sql_mode pg_lease_mode;
 extern const struct sql_mode pg_session_mode;
+
+/* The parameters of lease mode's acquire statements: key, owner, lease
+ * (exclusive: n = 3), then kind and permits (shared holds and permits:
+ * n = 5). Points into lk's state, which must outlive it. */
+struct pg_attempt_args {
+    char lease[24], kind[16], permits[16];
+    const char *values[5];
+    int lengths[5], formats[5];
+    int n;
+};
+void pg_attempt_args(struct pg_attempt_args *a, const struct dlock_provider_lock *lk);
+
+/* Lease mode's answers, read the same way whether the statement went
+ * through the pool (pg_lease.c) or without a thread (pg_native.c):
+ * pg_answer_take, to PG_TAKE: DLOCK_OK with *taken and *g filled, DLOCK_OK
+ * without *taken (held, or no row yet), or the failure;
+ * pg_answer_acquire, to PG_ACQUIRE: DLOCK_OK (*g filled), DLOCK_EBUSY
+ * (g->retry_hint_ms), or the failure; pg_answer_shared, to
+ * PG_SHARED_ACQUIRE with a's kind: the same, or the kind's mismatch;
+ * pg_answer_register_writer, to PG_REGISTER_WRITER. None of them frees res. */
+int pg_answer_take(struct pg_instance *inst, struct dlock_provider_lock *lk, const PGresult *res,
+                   struct dlock_grant *g, bool *taken);
+int pg_answer_acquire(struct pg_instance *inst, struct dlock_provider_lock *lk, const PGresult *res,
+                      struct dlock_grant *g);
+int pg_answer_shared(struct pg_instance *inst, struct dlock_provider_lock *lk, const struct pg_attempt_args *a,
+                     const PGresult *res, struct dlock_grant *g);
+void pg_answer_register_writer(struct pg_instance *inst, struct dlock_provider_lock *lk, const PGresult *res);
+
+/* An attempt's statements without a thread, for the non-blocking API
+ * (pg_native.c): the provider's acquire_send, acquire_recv and
+ * acquire_drop (dlock_provider(3)). */
+int pg_acquire_send(void *instance, struct dlock_provider_lock *lk, struct dlock_provider_io *io);
+int pg_acquire_recv(void *instance, struct dlock_provider_lock *lk, struct dlock_provider_io *io,
+                    struct dlock_grant *g);
+void pg_acquire_drop(void *instance, struct dlock_provider_lock *lk, struct dlock_provider_io *io);
 
 /* Makes sure the table and its fence sequence exist, creating them (and
  * the columns of shared holds, in a table made before them) when create

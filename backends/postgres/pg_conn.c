@@ -398,6 +398,39 @@ int pg_pool_try_get(struct pg_pool *pool, PGconn **out)
     return rc;
 }
 
+int pg_pool_take_idle(struct pg_pool *pool, PGconn **out)
+{
+    void *conn = NULL;
+    int rc = conn_pool_take_idle(&pool->pool, &conn);
+    *out = conn;
+    return rc;
+}
+
+bool pg_send_prepared_now(PGconn *conn, int which, int n, const char *const *values, const int *lengths,
+                          const int *formats)
+{
+    char name[24];
+    snprintf(name, sizeof name, "dlock_%d", which);
+    return ready_to_send(conn) && PQsendQueryPrepared(conn, name, n, values, lengths, formats, 0) &&
+           PQflush(conn) == 0;
+}
+
+int pg_read_answer(PGconn *conn, PGresult **first)
+{
+    if (!PQconsumeInput(conn))
+        return -1;
+    while (!PQisBusy(conn)) {
+        PGresult *res = PQgetResult(conn);
+        if (!res)
+            return *first && PQstatus(conn) == CONNECTION_OK ? 0 : -1;
+        if (!*first)
+            *first = res;
+        else
+            PQclear(res);
+    }
+    return 1;
+}
+
 void pg_pool_put(struct pg_pool *pool, PGconn *conn)
 {
     conn_pool_put(&pool->pool, conn);

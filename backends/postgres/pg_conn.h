@@ -44,6 +44,8 @@ void pg_pool_destroy(struct pg_pool *pool);
 int pg_pool_get(struct pg_pool *pool, PGconn **out);
 /* As pg_pool_get, but DLOCK_EBUSY at once when every connection is in use. */
 int pg_pool_try_get(struct pg_pool *pool, PGconn **out);
+/* An idle connection, or DLOCK_EBUSY at once: never connects or waits. */
+int pg_pool_take_idle(struct pg_pool *pool, PGconn **out);
 /* Gives one back; a connection that is not CONNECTION_OK and idle is closed. */
 void pg_pool_put(struct pg_pool *pool, PGconn *conn);
 
@@ -70,6 +72,18 @@ PGresult *pg_pool_exec(struct pg_pool *pool, int which, int n, const char *const
  * second time after the connection died under the first, which may have
  * run: a release that then finds the hold gone did it. */
 bool pg_pool_last_resent(void);
+
+/* Sends prepared statement `which` (as pg_exec_prepared names it) on conn
+ * without waiting: true when the whole request left for the socket. It
+ * does not prepare it: a connection where it was never prepared answers
+ * SQLSTATE 26000, and nothing ran. */
+bool pg_send_prepared_now(PGconn *conn, int which, int n, const char *const *values, const int *lengths,
+                          const int *formats);
+/* Reads what has come on conn without waiting, towards the answer of the
+ * query sent last: 1 when it is not whole yet (*first may hold its first
+ * result already: pass it back unchanged), 0 when it is (*first is the
+ * result: PQclear it), -1 when the connection broke (PQclear *first). */
+int pg_read_answer(PGconn *conn, PGresult **first);
 
 /* DLOCK_OK for a command or rows, else the SQL error as DLOCK_EUNAVAILABLE
  * (or DLOCK_ECONFIG for privilege and missing-object errors), naming what. */

@@ -45,52 +45,43 @@ static PGresult *shared_exec(struct pg_instance *inst, int which, int n, const c
     return res;
 }
 
-/* One exclusive attempt; late: a fair look out of turn (see attempt_late in sql_mode.h),
- * which takes only a row free for PG_LATE_MS (PG_TAKE_LATE), else busy. */
-static int take_row(struct pg_instance *inst, struct dlock_provider_lock *lk, struct dlock_grant *g, bool late)
+void pg_attempt_args(struct pg_attempt_args *a, const struct dlock_provider_lock *lk)
+{
+    const struct pg_lock *pl = lk->priv;
+    unsigned limit = lk->mode == DLOCK_MODE_SEMAPHORE ? lk->permits : 0;
+    snprintf(a->lease, sizeof a->lease, "%" PRId64, lk->lease_ms);
+    if (limit)
+        snprintf(a->kind, sizeof a->kind, "~p%u", limit);
+    else
+        snprintf(a->kind, sizeof a->kind, "~s");
+    snprintf(a->permits, sizeof a->permits, "%u", limit);
+    const char *values[5] = { pl->k.key, lk->owner, a->lease, a->kind, a->permits };
+    memcpy(a->values, values, sizeof values);
+    for (int i = 0; i < 5; i++) {
+        a->lengths[i] = i == 0 ? (int)pl->k.key_len : 0;
+        a->formats[i] = i == 0;
+    }
+    a->n = kind_is_shared(lk) ? 5 : 3;
+}
+
+int pg_answer_take(struct pg_instance *inst, struct dlock_provider_lock *lk, const PGresult *res,
+                   struct dlock_grant *g, bool *taken)
+{
+    (void)lk;
+    int rc = pg_result_check(&inst->server, res, "acquire");
+    *taken = rc == DLOCK_OK && PQntuples(res) == 1;
+    if (*taken) {
+        g->fence = strtoull(PQgetvalue(res, 0, 0), NULL, 10);
+        g->has_fence = 1;
+    }
+    return rc;
+}
+
+int pg_answer_acquire(struct pg_instance *inst, struct dlock_provider_lock *lk, const PGresult *res,
+                      struct dlock_grant *g)
 {
     struct pg_lock *pl = lk->priv;
-    char lease[24];
-    snprintf(lease, sizeof lease, "%" PRId64, lk->lease_ms);
-    const char *values[3] = { pl->k.key, lk->owner, lease };
-    int lengths[3] = { (int)pl->k.key_len, 0, 0 }, formats[3] = { 1, 0, 0 };
-    int rc;
-    PGresult *res;
-    if (late) {
-        if (!(res = pg_pool_exec(&inst->pool, PG_TAKE_LATE, 3, values, lengths, formats, &rc)))
-            return rc;
-        rc = pg_result_check(&inst->server, res, "acquire");
-        if (rc == DLOCK_OK && PQntuples(res) == 1) {
-            g->fence = strtoull(PQgetvalue(res, 0, 0), NULL, 10);
-            g->has_fence = 1;
-            pl->writer_registered = false;
-        } else if (rc == DLOCK_OK) {
-            g->retry_hint_ms = -1; /* held, or not free for long: a while in line again */
-            rc = DLOCK_EBUSY;
-        }
-        PQclear(res);
-        return rc;
-    }
-    if (!pl->last_busy) {
-        /* Fast path: take the existing row. No row back means it is held
-         * or does not exist yet; the upsert below tells which. */
-        res = pg_pool_exec(&inst->pool, PG_TAKE, 3, values, lengths, formats, &rc);
-        if (!res)
-            return rc;
-        rc = pg_result_check(&inst->server, res, "acquire");
-        if (rc == DLOCK_OK && PQntuples(res) == 1) {
-            g->fence = strtoull(PQgetvalue(res, 0, 0), NULL, 10);
-            g->has_fence = 1;
-        }
-        bool done = rc != DLOCK_OK || PQntuples(res) == 1;
-        PQclear(res);
-        if (done)
-            return rc;
-    }
-    res = pg_pool_exec(&inst->pool, PG_ACQUIRE, 3, values, lengths, formats, &rc);
-    if (!res)
-        return rc;
-    rc = pg_result_check(&inst->server, res, "acquire");
+    int rc = pg_result_check(&inst->server, res, "acquire");
     if (rc == DLOCK_OK && (PQntuples(res) != 1 || PQnfields(res) != 2))
         rc = dlock_seterr(DLOCK_EPROTOCOL, "%s: acquire returned %d rows", inst->server.label, PQntuples(res));
     if (rc == DLOCK_OK) {
@@ -106,55 +97,21 @@ static int take_row(struct pg_instance *inst, struct dlock_provider_lock *lk, st
     /* While contended, go straight to the statement that reports the
      * holder's remaining lease. */
     pl->last_busy = rc == DLOCK_EBUSY;
-    PQclear(res);
     return rc;
 }
 
-/* An exclusive request kept waiting says so in the row, so that shared
- * requests after it wait behind it instead of starving it: behind shared
- * holders, and behind an exclusive hold, which may be downgraded to a
- * shared one or released while this request waits. Best effort: if it
- * fails, the request still waits, only without that priority. */
-static void register_writer(struct pg_instance *inst, struct dlock_provider_lock *lk)
+int pg_answer_shared(struct pg_instance *inst, struct dlock_provider_lock *lk, const struct pg_attempt_args *a,
+                     const PGresult *res, struct dlock_grant *g)
 {
-    struct pg_lock *pl = lk->priv;
-    if (inst->head.no_shared_columns)
-        return;
-    char lease[24];
-    snprintf(lease, sizeof lease, "%" PRId64, lk->lease_ms);
-    const char *values[3] = { pl->k.key, lk->owner, lease };
-    int lengths[3] = { (int)pl->k.key_len, 0, 0 }, formats[3] = { 1, 0, 0 };
-    int rc;
-    PGresult *res = pg_pool_exec(&inst->pool, PG_REGISTER_WRITER, 3, values, lengths, formats, &rc);
-    if (res && pg_result_check(&inst->server, res, "registering a waiting writer") == DLOCK_OK)
-        pl->writer_registered = true;
-    PQclear(res);
-}
-
-/* One attempt at a shared hold or a permit. */
-static int shared_attempt(struct pg_instance *inst, struct dlock_provider_lock *lk, struct dlock_grant *g)
-{
-    struct pg_lock *pl = lk->priv;
-    char lease[24], kind[16], permits[16];
-    unsigned limit = lk->mode == DLOCK_MODE_SEMAPHORE ? lk->permits : 0;
-    snprintf(lease, sizeof lease, "%" PRId64, lk->lease_ms);
-    if (limit)
-        snprintf(kind, sizeof kind, "~p%u", limit);
-    else
-        snprintf(kind, sizeof kind, "~s");
-    snprintf(permits, sizeof permits, "%u", limit);
-    const char *values[5] = { pl->k.key, lk->owner, lease, kind, permits };
-    int lengths[5] = { (int)pl->k.key_len, 0, 0, 0, 0 }, formats[5] = { 1, 0, 0, 0, 0 };
-    int rc;
-    PGresult *res = shared_exec(inst, PG_SHARED_ACQUIRE, 5, values, lengths, formats, "acquire", &rc);
-    if (!res)
-        return rc;
+    int rc = pg_result_check(&inst->server, res, "acquire");
+    if (missing_shared_columns(res))
+        rc = shared_columns_error(inst);
     if (rc == DLOCK_OK && (PQntuples(res) != 1 || PQnfields(res) != 3))
         rc = dlock_seterr(DLOCK_EPROTOCOL, "%s: acquire returned %d rows", inst->server.label, PQntuples(res));
     if (rc == DLOCK_OK && !PQgetisnull(res, 0, 0)) {
         g->fence = strtoull(PQgetvalue(res, 0, 0), NULL, 10);
         g->has_fence = 1;
-    } else if (rc == DLOCK_OK && !PQgetisnull(res, 0, 2) && strcmp(PQgetvalue(res, 0, 2), kind) != 0) {
+    } else if (rc == DLOCK_OK && !PQgetisnull(res, 0, 2) && strcmp(PQgetvalue(res, 0, 2), a->kind) != 0) {
         /* The kind a name is held in ("~s", "~p<N>") is its own. */
         const char *held = PQgetvalue(res, 0, 2);
         rc = kind_mismatch(inst->server.label, lk, held[1] == 'p' ? strtoull(held + 2, NULL, 10) : 0);
@@ -167,6 +124,87 @@ static int shared_attempt(struct pg_instance *inst, struct dlock_provider_lock *
             g->retry_hint_ms = -1;
         rc = DLOCK_EBUSY;
     }
+    return rc;
+}
+
+void pg_answer_register_writer(struct pg_instance *inst, struct dlock_provider_lock *lk, const PGresult *res)
+{
+    struct pg_lock *pl = lk->priv;
+    if (pg_result_check(&inst->server, res, "registering a waiting writer") == DLOCK_OK)
+        pl->writer_registered = true;
+}
+
+/* One exclusive attempt; late: a fair look out of turn (see attempt_late in sql_mode.h),
+ * which takes only a row free for PG_LATE_MS (PG_TAKE_LATE), else busy. */
+static int take_row(struct pg_instance *inst, struct dlock_provider_lock *lk, struct dlock_grant *g, bool late)
+{
+    struct pg_lock *pl = lk->priv;
+    struct pg_attempt_args a;
+    pg_attempt_args(&a, lk);
+    int rc;
+    PGresult *res;
+    if (late) {
+        if (!(res = pg_pool_exec(&inst->pool, PG_TAKE_LATE, a.n, a.values, a.lengths, a.formats, &rc)))
+            return rc;
+        bool taken;
+        rc = pg_answer_take(inst, lk, res, g, &taken);
+        if (taken) {
+            pl->writer_registered = false;
+        } else if (rc == DLOCK_OK) {
+            g->retry_hint_ms = -1; /* held, or not free for long: a while in line again */
+            rc = DLOCK_EBUSY;
+        }
+        PQclear(res);
+        return rc;
+    }
+    if (!pl->last_busy) {
+        /* Fast path: take the existing row. No row back means it is held
+         * or does not exist yet; the upsert below tells which. */
+        res = pg_pool_exec(&inst->pool, PG_TAKE, a.n, a.values, a.lengths, a.formats, &rc);
+        if (!res)
+            return rc;
+        bool taken;
+        rc = pg_answer_take(inst, lk, res, g, &taken);
+        PQclear(res);
+        if (rc != DLOCK_OK || taken)
+            return rc;
+    }
+    res = pg_pool_exec(&inst->pool, PG_ACQUIRE, a.n, a.values, a.lengths, a.formats, &rc);
+    if (!res)
+        return rc;
+    rc = pg_answer_acquire(inst, lk, res, g);
+    PQclear(res);
+    return rc;
+}
+
+/* An exclusive request kept waiting says so in the row, so that shared
+ * requests after it wait behind it instead of starving it: behind shared
+ * holders, and behind an exclusive hold, which may be downgraded to a
+ * shared one or released while this request waits. Best effort: if it
+ * fails, the request still waits, only without that priority. */
+static void register_writer(struct pg_instance *inst, struct dlock_provider_lock *lk)
+{
+    if (inst->head.no_shared_columns)
+        return;
+    struct pg_attempt_args a;
+    pg_attempt_args(&a, lk);
+    int rc;
+    PGresult *res = pg_pool_exec(&inst->pool, PG_REGISTER_WRITER, a.n, a.values, a.lengths, a.formats, &rc);
+    if (res)
+        pg_answer_register_writer(inst, lk, res);
+    PQclear(res);
+}
+
+/* One attempt at a shared hold or a permit. */
+static int shared_attempt(struct pg_instance *inst, struct dlock_provider_lock *lk, struct dlock_grant *g)
+{
+    struct pg_attempt_args a;
+    pg_attempt_args(&a, lk);
+    int rc;
+    PGresult *res = pg_pool_exec(&inst->pool, PG_SHARED_ACQUIRE, a.n, a.values, a.lengths, a.formats, &rc);
+    if (!res)
+        return rc;
+    rc = pg_answer_shared(inst, lk, &a, res, g);
     PQclear(res);
     return rc;
 }

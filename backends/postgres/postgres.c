@@ -424,6 +424,9 @@ static const struct dlock_provider pg_provider = {
     .watch_open = pg_watch_open,
     .watch_consume = pg_watch_consume,
     .watch_close = pg_watch_close,
+    .acquire_send = pg_acquire_send,
+    .acquire_recv = pg_acquire_recv,
+    .acquire_drop = pg_acquire_drop,
 };
 
 DLOCK_MODULE(pg_provider)

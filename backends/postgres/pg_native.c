@@ -1,0 +1,209 @@
+/* backends/postgres/pg_native.c - an attempt's statements without a
+ * thread, for the non-blocking API: acquire_send sends lease mode's first
+ * acquire statement on an idle connection of the pool and hands the core
+ * its socket; acquire_recv reads what has come and, where the blocking
+ * attempt would run a second statement (the upsert after a fast path that
+ * found no row, the registration of a writer kept waiting), sends it on
+ * the same connection and waits again; acquire_drop closes a connection
+ * whose answer never came.
+ *
+ * Only what the blocking attempt (pg_lease.c) does by statements alone
+ * goes this way: lease mode, exclusive holds and permits outside fair
+ * mode, an idle connection where the statements are prepared. Anything
+ * else (session mode, shared holds, whose busy answer LISTENs first, fair
+ * mode's turn, a connection that is new, broken, or has not prepared the
+ * statement) answers DLOCK_ENOTSUP, and the core makes the attempt with
+ * acquire. The line's steps around the attempt (line_attempt_begin and
+ * line_attempt_end) are the blocking attempt's own; for these kinds they
+ * make no round trip. */
+#include "config.h"
+
+#include "../common/line.h"
+#include "pg_backend.h"
+
+#include <string.h>
+
+enum native_step {
+    STEP_NONE,
+    STEP_TAKE,     /* PG_TAKE: the row taken, or none (held, or not made yet) */
+    STEP_ACQUIRE,  /* PG_ACQUIRE: the upsert, granted or busy */
+    STEP_REGISTER, /* PG_REGISTER_WRITER after a busy answer; the attempt's result is EBUSY */
+    STEP_PERMIT,   /* PG_SHARED_ACQUIRE for a permit */
+};
+
+/* At most half the pool's connections carry attempts without a thread:
+ * such a connection comes back only when the application's loop reads its
+ * answer, and the blocking calls (the workers' fallbacks, a release, a
+ * blocking acquire made in a callback) must always find one that comes
+ * back without it. */
+static bool room_for_one_more(struct pg_instance *inst)
+{
+    int cap = inst->pool.pool.max / 2;
+    return __atomic_load_n(&inst->native_in_flight, __ATOMIC_RELAXED) < (cap > 0 ? cap : 1);
+}
+
+/* The attempt is over: its connection goes back to the pool (closed when
+ * broken, by pg_pool_put), and what was read of its answer is freed. */
+static void finish(struct pg_instance *inst, struct pg_lock *pl, bool broken)
+{
+    PQclear(pl->native_answer);
+    pl->native_answer = NULL;
+    if (broken) {
+        PQfinish(pl->native_conn);
+        pg_pool_put(&inst->pool, NULL);
+        /* The others to that server most likely broke as well. */
+        conn_pool_drop_idle(&inst->pool.pool);
+    } else {
+        pg_pool_put(&inst->pool, pl->native_conn);
+    }
+    pl->native_conn = NULL;
+    pl->native_step = STEP_NONE;
+    __atomic_sub_fetch(&inst->native_in_flight, 1, __ATOMIC_RELAXED);
+}
+
+static int statement_of(enum native_step step)
+{
+    switch (step) {
+    case STEP_TAKE:
+        return PG_TAKE;
+    case STEP_ACQUIRE:
+        return PG_ACQUIRE;
+    case STEP_REGISTER:
+        return PG_REGISTER_WRITER;
+    default:
+        return PG_SHARED_ACQUIRE;
+    }
+}
+
+static bool send_step(struct pg_lock *pl, struct dlock_provider_lock *lk, enum native_step step)
+{
+    struct pg_attempt_args a;
+    pg_attempt_args(&a, lk);
+    pl->native_step = step;
+    return pg_send_prepared_now(pl->native_conn, statement_of(step), a.n, a.values, a.lengths, a.formats);
+}
+
+int pg_acquire_send(void *instance, struct dlock_provider_lock *lk, struct dlock_provider_io *io)
+{
+    struct pg_instance *inst = instance;
+    struct pg_lock *pl = lk->priv;
+    if (inst->head.mode != &pg_lease_mode || lk->mode == DLOCK_MODE_SHARED || (lk->flags & DLOCK_LOCK_FAIR) ||
+        !room_for_one_more(inst))
+        return DLOCK_ENOTSUP;
+    int rc = line_attempt_begin(inst, lk);
+    if (rc != DLOCK_OK) {
+        struct dlock_grant unused = { 0 };
+        return line_attempt_end(inst, lk, &unused, rc); /* a failure: the line is left, as acquire leaves it */
+    }
+    /* No idle connection: acquire connects, or waits for one, on a worker
+     * (this call must not block: the core may make it on the caller's loop). */
+    if (pg_pool_take_idle(&inst->pool, &pl->native_conn) != DLOCK_OK)
+        return DLOCK_ENOTSUP;
+    __atomic_add_fetch(&inst->native_in_flight, 1, __ATOMIC_RELAXED);
+    enum native_step first = lk->mode == DLOCK_MODE_SEMAPHORE ? STEP_PERMIT
+                             : pl->last_busy                  ? STEP_ACQUIRE
+                                                              : STEP_TAKE;
+    if (!send_step(pl, lk, first)) {
+        finish(inst, pl, true); /* acquire sends it on a fresh one */
+        return DLOCK_ENOTSUP;
+    }
+    io->fd = PQsocket(pl->native_conn);
+    /* An attempt is at most three statements (take, upsert, registration),
+     * each bounded by the command timeout in the blocking attempt. */
+    io->timeout_ms = 3 * inst->server.command_timeout_ms;
+    io->priv = pl;
+    return DLOCK_OK;
+}
+
+/* The answer to the statement of pl->native_step, whole: the attempt's
+ * result, or DLOCK_PROVIDER_AGAIN when its next statement was sent. */
+static int next_step(struct pg_instance *inst, struct dlock_provider_lock *lk, const PGresult *res,
+                     struct dlock_grant *g)
+{
+    struct pg_lock *pl = lk->priv;
+    bool taken;
+    int rc;
+    switch (pl->native_step) {
+    case STEP_TAKE:
+        rc = pg_answer_take(inst, lk, res, g, &taken);
+        if (rc != DLOCK_OK || taken)
+            return rc;
+        return send_step(pl, lk, STEP_ACQUIRE) ? DLOCK_PROVIDER_AGAIN : DLOCK_ENOTSUP;
+    case STEP_ACQUIRE:
+        rc = pg_answer_acquire(inst, lk, res, g);
+        if (rc != DLOCK_EBUSY || inst->head.no_shared_columns)
+            return rc;
+        /* Kept waiting: say so in the row, as the blocking attempt does
+         * (best effort: a registration that cannot be sent is skipped). */
+        return send_step(pl, lk, STEP_REGISTER) ? DLOCK_PROVIDER_AGAIN : DLOCK_EBUSY;
+    case STEP_REGISTER:
+        pg_answer_register_writer(inst, lk, res);
+        return DLOCK_EBUSY;
+    default: {
+        struct pg_attempt_args a;
+        pg_attempt_args(&a, lk);
+        return pg_answer_shared(inst, lk, &a, res, g);
+    }
+    }
+}
+
+/* Statement `res` was never prepared on this connection (SQLSTATE 26000):
+ * nothing ran. */
+static bool not_prepared(const PGresult *res)
+{
+    const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+    return state && strcmp(state, "26000") == 0;
+}
+
+int pg_acquire_recv(void *instance, struct dlock_provider_lock *lk, struct dlock_provider_io *io,
+                    struct dlock_grant *g)
+{
+    struct pg_instance *inst = instance;
+    struct pg_lock *pl = lk->priv;
+    int r = pg_read_answer(pl->native_conn, &pl->native_answer);
+    if (r > 0)
+        return DLOCK_PROVIDER_AGAIN;
+    if (r < 0) {
+        /* The connection failed with the attempt in flight: acquire sends
+         * it again on a fresh one (an owner's attempt is safe to repeat:
+         * it takes its own row again), as it does when this happens in it. */
+        io->priv = NULL;
+        finish(inst, pl, true);
+        return DLOCK_ENOTSUP;
+    }
+    PGresult *res = pl->native_answer;
+    pl->native_answer = NULL;
+    if (not_prepared(res)) {
+        PQclear(res);
+        io->priv = NULL;
+        finish(inst, pl, false); /* acquire prepares it on the connection it takes */
+        return DLOCK_ENOTSUP;
+    }
+    struct dlock_grant step_grant = *g;
+    int rc = next_step(inst, lk, res, &step_grant);
+    PQclear(res);
+    if (rc == DLOCK_PROVIDER_AGAIN)
+        return rc;
+    io->priv = NULL;
+    finish(inst, pl, rc == DLOCK_ENOTSUP);
+    if (rc == DLOCK_ENOTSUP)
+        return rc;
+    *g = step_grant;
+    return line_attempt_end(inst, lk, g, rc);
+}
+
+void pg_acquire_drop(void *instance, struct dlock_provider_lock *lk, struct dlock_provider_io *io)
+{
+    struct pg_instance *inst = instance;
+    struct pg_lock *pl = lk->priv;
+    io->priv = NULL;
+    if (!pl->native_conn)
+        return;
+    /* Closed: an answer may still come on it. A grant it made runs out
+     * with its lease, as after a command timeout in acquire. The line's
+     * place (none for a request that is not at its head) is left as
+     * acquire leaves it after a failure. */
+    finish(inst, pl, true);
+    struct dlock_grant unused = { 0 };
+    line_attempt_end(inst, lk, &unused, DLOCK_EUNAVAILABLE);
+}
