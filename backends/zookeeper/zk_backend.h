@@ -26,6 +26,8 @@ struct zk_orphan {
     char prefix[128];
 };
 
+struct zk_call;
+
 struct zk_instance {
     struct zk_session session;
     char root[256];
@@ -49,7 +51,18 @@ struct zk_lock {
     int notify_fd;                   /* eventfd + 1 once created */
     struct zk_waiter waiter;         /* registered with the session while a wait watches */
     bool watching;                   /* waiter is registered */
+    struct zk_call *call;            /* an attempt in flight without a thread (zk_native.c) */
+    int call_step;                   /* which of its calls: create, then the children */
+    uint64_t call_generation;        /* the session it was sent on */
+    int call_lease_ms;               /* that session's timeout, as the server granted it */
 };
+
+/* Where our node stands among the parent's children: DLOCK_OK (we hold
+ * it), DLOCK_EBUSY with zl->predecessor set (or zl->wait_children for a
+ * permit), DLOCK_ENOTOWNER (our node is not among them), DLOCK_EINVAL (a
+ * semaphore of another N), or DLOCK_ENOMEM. Reads no more than children. */
+int zk_standing_among(const struct dlock_provider_lock *lk, struct zk_lock *zl,
+                      const struct String_vector *children);
 
 /* Forgets zl's node and predecessor (their names only: the nodes stay). */
 void zk_forget_node(struct zk_lock *zl);
@@ -85,6 +98,10 @@ bool zk_node_of_owner(const struct zk_lock *zl, const struct dlock_provider_lock
  * attempt by the same thread (one it may hold by then). */
 int zk_create_own_node(struct zk_instance *inst, zhandle_t *zh, struct dlock_provider_lock *lk);
 
+/* The first step of that create: a new attempt's prefix in zl->prefix,
+ * and *path (malloc()ed) the path to create under the lock's parent. */
+int zk_new_node_path(struct dlock_provider_lock *lk, char **path);
+
 /* Leaves the queue (or gives up the hold): deletes our node, or remembers
  * it when the server cannot be told now. */
 int zk_delete_own_node(struct zk_instance *inst, zhandle_t *zh, struct zk_lock *zl);
@@ -115,6 +132,15 @@ int zk_renew_batch(void *instance, struct dlock_provider_lock *const *locks, siz
 
 /* renew_batch of one hold. */
 int zk_renew(void *instance, struct dlock_provider_lock *lk);
+
+/* An attempt without a thread, for the non-blocking API (zk_native.c):
+ * the provider's acquire_send, acquire_recv and acquire_drop, and what
+ * lock_fini does with an attempt still in flight. */
+int zk_acquire_send(void *instance, struct dlock_provider_lock *lk, struct dlock_provider_io *io);
+int zk_acquire_recv(void *instance, struct dlock_provider_lock *lk, struct dlock_provider_io *io,
+                    struct dlock_grant *g);
+void zk_acquire_drop(void *instance, struct dlock_provider_lock *lk, struct dlock_provider_io *io);
+void zk_native_forget(struct zk_lock *zl);
 
 /* Elections (zk_election.c): the provider's value_put, leader_get and
  * watch_*. */

@@ -153,12 +153,8 @@ bool zk_node_of_owner(const struct zk_lock *zl, const struct dlock_provider_lock
     return strncmp(zl->prefix, tag, n) == 0 && zl->prefix[n] == '_';
 }
 
-/* Queues the owner: creates its ephemeral sequential node. The node's name
- * carries the owner and a random tag of this attempt, as Curator's
- * protected mode does: a create whose reply was lost is found, or swept
- * later, by that exact tag, so a sweep can never take a node of a later
- * attempt by the same thread (one it may hold by then). */
-int zk_create_own_node(struct zk_instance *inst, zhandle_t *zh, struct dlock_provider_lock *lk)
+/* A new attempt's node name (see zk_backend.h). */
+int zk_new_node_path(struct dlock_provider_lock *lk, char **path)
 {
     struct zk_lock *zl = lk->priv;
     char tag[128];
@@ -174,11 +170,22 @@ int zk_create_own_node(struct zk_instance *inst, zhandle_t *zh, struct dlock_pro
     else if (lk->mode == DLOCK_MODE_SEMAPHORE)
         snprintf(kind, sizeof kind, "~p%u", lk->permits);
     snprintf(zl->prefix, sizeof zl->prefix, "%s_%08x%s-lock-", tag, nonce, kind);
-    char *path = zk_join(zl->parent, zl->prefix);
-    char created[ZK_PATH_MAX];
-    if (!path)
-        return dlock_seterr(DLOCK_ENOMEM, "zookeeper: out of memory");
-    int rc = DLOCK_OK;
+    *path = zk_join(zl->parent, zl->prefix);
+    return *path ? DLOCK_OK : dlock_seterr(DLOCK_ENOMEM, "zookeeper: out of memory");
+}
+
+/* Queues the owner: creates its ephemeral sequential node. The node's name
+ * carries the owner and a random tag of this attempt, as Curator's
+ * protected mode does: a create whose reply was lost is found, or swept
+ * later, by that exact tag, so a sweep can never take a node of a later
+ * attempt by the same thread (one it may hold by then). */
+int zk_create_own_node(struct zk_instance *inst, zhandle_t *zh, struct dlock_provider_lock *lk)
+{
+    struct zk_lock *zl = lk->priv;
+    char *path = NULL, created[ZK_PATH_MAX];
+    int rc = zk_new_node_path(lk, &path);
+    if (rc != DLOCK_OK)
+        return rc;
     for (int attempt = 0; attempt < 3; attempt++) {
         struct Stat st;
         int zrc = zoo_create2(zh, path, lk->owner, (int)strlen(lk->owner), inst->acl, ZOO_EPHEMERAL_SEQUENTIAL,

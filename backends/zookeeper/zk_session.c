@@ -198,6 +198,22 @@ int zk_session_get(struct zk_session *s, zhandle_t **zh, uint64_t *generation)
     }
 }
 
+int zk_session_try_get(struct zk_session *s, zhandle_t **zh, uint64_t *generation)
+{
+    if (pthread_rwlock_tryrdlock(&s->handle_lock) != 0)
+        return DLOCK_EBUSY;
+    pthread_mutex_lock(&s->mu);
+    bool expired = s->expired || !s->zh;
+    pthread_mutex_unlock(&s->mu);
+    if (expired) {
+        pthread_rwlock_unlock(&s->handle_lock);
+        return DLOCK_EBUSY;
+    }
+    *zh = s->zh;
+    *generation = s->generation;
+    return DLOCK_OK;
+}
+
 void zk_session_put(struct zk_session *s)
 {
     pthread_rwlock_unlock(&s->handle_lock);

@@ -57,6 +57,9 @@ void zk_session_close(struct zk_session *s);
  * with zk_session_put. DLOCK_OK or DLOCK_EUNAVAILABLE (no new session). */
 int zk_session_get(struct zk_session *s, zhandle_t **zh, uint64_t *generation);
 void zk_session_put(struct zk_session *s);
+/* As zk_session_get, but never waits or connects: DLOCK_EBUSY at once
+ * when the handle is being replaced or the session is over. */
+int zk_session_try_get(struct zk_session *s, zhandle_t **zh, uint64_t *generation);
 
 void zk_session_add_waiter(struct zk_session *s, struct zk_waiter *w);
 void zk_session_remove_waiter(struct zk_session *s, struct zk_waiter *w);

@@ -89,9 +89,8 @@ static int ensure_names(struct zk_instance *inst, struct dlock_provider_lock *lk
     return DLOCK_OK;
 }
 
-/* Where our node stands: DLOCK_OK (we hold it), DLOCK_EBUSY with
- * zl->predecessor set (or zl->wait_children for a permit), DLOCK_ENOTOWNER
- * (our node is gone), DLOCK_EINVAL (a semaphore of another N), or a failure. */
+/* Where our node stands (zk_standing_among), the parent's children read
+ * now; DLOCK_ENOTOWNER also when the parent is gone. */
 static int standing(struct zk_instance *inst, zhandle_t *zh, const struct dlock_provider_lock *lk,
                     struct zk_lock *zl)
 {
@@ -99,6 +98,15 @@ static int standing(struct zk_instance *inst, zhandle_t *zh, const struct dlock_
     int zrc = zoo_get_children(zh, zl->parent, 0, &children);
     if (zrc != ZOK)
         return zrc == ZNONODE ? DLOCK_ENOTOWNER : zk_error(&inst->session, zrc, "listing", zl->parent);
+    int rc = zk_standing_among(lk, zl, &children);
+    deallocate_String_vector(&children);
+    return rc;
+}
+
+int zk_standing_among(const struct dlock_provider_lock *lk, struct zk_lock *zl,
+                      const struct String_vector *list)
+{
+    const struct String_vector children = *list;
     const char *own = strrchr(zl->node, '/') + 1;
     int64_t own_seq = zk_sequence_of(own), best_below = -1;
     const char *pred = NULL;
@@ -143,7 +151,6 @@ static int standing(struct zk_instance *inst, zhandle_t *zh, const struct dlock_
     zl->predecessor = NULL;
     if (rc == DLOCK_EBUSY && pred && !(zl->predecessor = zk_join(zl->parent, pred)))
         rc = dlock_seterr(DLOCK_ENOMEM, "zookeeper: out of memory");
-    deallocate_String_vector(&children);
     return rc;
 }
 
@@ -427,6 +434,7 @@ static void zk_lock_fini(void *instance, struct dlock_provider_lock *lk)
 {
     struct zk_lock *zl = lk->priv;
     zk_abandon(instance, lk);
+    zk_native_forget(zl);
     if (zl->notify_fd)
         close(zl->notify_fd - 1);
     free(zl->parent);
@@ -591,6 +599,9 @@ static const struct dlock_provider zk_provider = {
     .watch_open = zk_watch_open,
     .watch_consume = zk_watch_consume,
     .watch_close = zk_watch_close,
+    .acquire_send = zk_acquire_send,
+    .acquire_recv = zk_acquire_recv,
+    .acquire_drop = zk_acquire_drop,
 };
 
 DLOCK_MODULE(zk_provider)

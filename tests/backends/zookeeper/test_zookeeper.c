@@ -14,6 +14,7 @@
 #include "../../support/fault_proxy.h"
 #include "../../support/test_time.h"
 #include "../../support/test_client.h"
+#include "../../support/async_result.h"
 
 #define THREADED 1
 #include <zookeeper/zookeeper.h>
@@ -411,6 +412,85 @@ static void a_downgrade_without_an_answer_leaves_no_node_behind(void **state)
     dlock_client_close(b);
     dlock_client_close(a);
     fault_proxy_stop(proxy);
+}
+
+/* ---- the non-blocking API's attempts, sent without a thread --------------------- */
+
+static int acquire_on_loop(dlock_client *c, dlock_lock *l, int64_t wait_ms)
+{
+    struct async_result r = { 0 };
+    int rc = async_acquire_looping(c, l, wait_ms, slack_ms(15000), &r);
+    assert_int_equal(r.calls, 1);
+    return rc;
+}
+
+/* The create sent without a thread may have made its node when the
+ * connection drops under it: the attempt is made again by acquire, which
+ * first deletes that node by the attempt's tag, so the name holds one node
+ * of ours, and another client is kept out until the release. */
+static void native_create_whose_answer_is_lost_leaves_one_node(void **state)
+{
+    (void)state;
+    struct fault_proxy *proxy;
+    dlock_client *a = open_through_proxy(&proxy, 4000, "");
+    dlock_lock *x = test_lock_named(a, "znative-lost");
+    assert_int_equal(dlock_acquire(x, 0), DLOCK_OK); /* the parent made */
+    assert_int_equal(dlock_release(x), DLOCK_OK);
+    long long parked = test_client_metric(a, "dlock_acquire_attempts_parked_total");
+    fault_proxy_set(proxy, FAULT_DROP_REPLY_RESET, 0);
+    assert_int_equal(acquire_on_loop(a, x, 0), DLOCK_OK);
+    assert_true(test_client_metric(a, "dlock_acquire_attempts_parked_total") > parked);
+    zhandle_t *zh = admin_connect(standalone_hosts());
+    assert_int_equal(children_of(zh, "/dlock-test/znative-lost"), 1);
+    dlock_client *b = open_ok("", 30000);
+    dlock_lock *w = test_lock_named(b, "znative-lost");
+    assert_int_equal(dlock_acquire(w, 0), DLOCK_EBUSY);
+    assert_int_equal(dlock_release(x), DLOCK_OK);
+    assert_int_equal(dlock_acquire(w, 5000), DLOCK_OK);
+    assert_int_equal(children_of(zh, "/dlock-test/znative-lost"), 1);
+    assert_int_equal(dlock_release(w), DLOCK_OK);
+    zookeeper_close(zh);
+    dlock_lock_free(w);
+    dlock_lock_free(x);
+    dlock_client_close(b);
+    dlock_client_close(a);
+    fault_proxy_stop(proxy);
+}
+
+/* A waiter's attempts go without a thread: the create and its first
+ * listing, then the listing after the release's wake-up, which grants. */
+static void native_waiter_is_granted_on_its_listing_after_the_release(void **state)
+{
+    (void)state;
+    dlock_client *a = open_ok("", 30000), *b = open_ok("", 30000);
+    dlock_lock *x = test_lock_named(a, "znative-wait"), *w = test_lock_named(b, "znative-wait");
+    assert_int_equal(dlock_acquire(w, 0), DLOCK_OK); /* the parent made */
+    assert_int_equal(dlock_release(w), DLOCK_OK);
+    assert_int_equal(dlock_acquire(x, 0), DLOCK_OK);
+    long long parked = test_client_metric(b, "dlock_acquire_attempts_parked_total");
+    struct async_result r = { 0 };
+    assert_int_equal(dlock_acquire_start(w, slack_ms(10000), async_record, &r), DLOCK_OK);
+    for (int64_t end = now_ms() + slack_ms(5000);
+         now_ms() < end && test_client_metric(b, "dlock_acquire_attempts_parked_total") == parked;)
+        assert_true(async_loop_turn(b, 20) >= 0);
+    for (int i = 0; i < 10; i++) /* its answer read: busy, and waiting */
+        assert_true(async_loop_turn(b, 20) >= 0);
+    assert_int_equal(r.calls, 0);
+    long long before_release = test_client_metric(b, "dlock_acquire_attempts_parked_total");
+    assert_int_equal(dlock_release(x), DLOCK_OK);
+    for (int64_t end = now_ms() + slack_ms(5000); r.calls == 0 && now_ms() < end;)
+        assert_true(async_loop_turn(b, 20) >= 0);
+    assert_int_equal(r.calls, 1);
+    assert_int_equal(r.rc, DLOCK_OK);
+    assert_true(test_client_metric(b, "dlock_acquire_attempts_parked_total") > before_release);
+    uint64_t fence = 0;
+    assert_int_equal(dlock_fence(w, &fence), DLOCK_OK);
+    assert_true(fence > 0);
+    assert_int_equal(dlock_release(w), DLOCK_OK);
+    dlock_lock_free(w);
+    dlock_lock_free(x);
+    dlock_client_close(b);
+    dlock_client_close(a);
 }
 
 /* The server here has tickTime 200, so it grants sessions of at most 4 s
@@ -845,7 +925,7 @@ int main(void)
         return 1;
     }
     static const struct conformance_target target = { "zookeeper", conformance_config, delete_holder_node, NULL, 0,
-                                                      CONFORMANCE_LISTS | CONFORMANCE_LISTS_NO_LEASE_LEFT, 1000 };
+                                                      CONFORMANCE_LISTS | CONFORMANCE_LISTS_NO_LEASE_LEFT, 1000, 1 };
     int failed = conformance_run(&target);
     const struct CMUnitTest particular[] = {
         cmocka_unit_test(waiters_are_granted_in_arrival_order),
@@ -853,6 +933,8 @@ int main(void)
         cmocka_unit_test(a_downgraded_node_keeps_its_place_and_fences_stay_in_order),
         cmocka_unit_test(a_downgrade_of_a_deleted_node_is_lost),
         cmocka_unit_test(a_downgrade_without_an_answer_leaves_no_node_behind),
+        cmocka_unit_test(native_create_whose_answer_is_lost_leaves_one_node),
+        cmocka_unit_test(native_waiter_is_granted_on_its_listing_after_the_release),
         cmocka_unit_test(hold_declared_lost_is_given_back_when_the_session_survives),
         cmocka_unit_test(a_waiting_candidate_whose_session_expired_is_no_phantom_leader),
         cmocka_unit_test(validity_follows_the_negotiated_session),
