@@ -34,6 +34,7 @@ struct my_instance {
     bool no_batch;               /* the server cannot run MY_RENEW_BATCH (no JSON_TABLE) */
     bool no_waker;               /* lease mode, the table has no waker column (create_table off): waiters back off */
     bool kill_denied_told;       /* the warning that KILL QUERY is refused was logged */
+    int native_in_flight;        /* connections carrying attempts sent without a thread (my_native.c) */
 };
 
 struct my_lock {
@@ -42,6 +43,13 @@ struct my_lock {
     bool writer_registered;      /* an exclusive request kept waiting said so in the row */
     struct my_line line;         /* the place in the name's line while waiting */
     bool writers_turn;           /* a shared request's last look was busy only for a waiting writer */
+    struct my_conn *native_conn; /* an attempt in flight without a thread (my_native.c), else NULL */
+    int native_step;             /* which statement of it is in flight */
+    int64_t native_hint_ms;      /* its busy answer's retry hint, while the registration is in flight */
+    bool native_ready;           /* its statement was answered as it was sent: native_rc, native_outcome */
+    int native_rc;
+    struct my_outcome native_outcome;
+    int ready_fd;                /* eventfd + 1 that says so to the core, once made */
 };
 /* sql_renew_batch_init reads the key at the start of each lock's state. */
 _Static_assert(offsetof(struct my_lock, k) == 0, "the sql_lock_key comes first");
@@ -79,6 +87,26 @@ bool my_batch_refused(struct my_instance *inst, const struct my_outcome *o);
  * the columns of shared holds and, for a mode that arms rows, the waker
  * column; sets inst->head.no_shared_columns and inst->no_waker (my_schema.c). */
 int my_prepare_schema(struct my_instance *inst, bool create);
+
+/* Lease mode's exclusive attempt, shared by the pool (my_lease.c) and the
+ * attempts sent without a thread (my_native.c): MY_ACQUIRE's parameters,
+ * the reading of its outcome (DLOCK_OK with *g filled, DLOCK_EBUSY with
+ * g->retry_hint_ms, or DLOCK_EPROTOCOL), and MY_REGISTER_WRITER's
+ * parameters. The parameters point into lk's state. */
+void my_acquire_params(const struct dlock_provider_lock *lk, struct my_param p[3]);
+int my_answer_acquire(struct my_instance *inst, struct dlock_provider_lock *lk, const struct my_outcome *o,
+                      struct dlock_grant *g);
+void my_writer_params(const struct dlock_provider_lock *lk, struct my_param p[4]);
+
+/* An attempt's statements without a thread, for the non-blocking API
+ * (my_native.c): the provider's acquire_send, acquire_recv and
+ * acquire_drop (dlock_provider(3)). */
+int my_acquire_send(void *instance, struct dlock_provider_lock *lk, struct dlock_provider_io *io);
+int my_acquire_recv(void *instance, struct dlock_provider_lock *lk, struct dlock_provider_io *io,
+                    struct dlock_grant *g);
+void my_acquire_drop(void *instance, struct dlock_provider_lock *lk, struct dlock_provider_io *io);
+/* Closes what the lock's attempts without a thread kept (lock_fini). */
+void my_native_forget(struct my_lock *ml);
 
 /* Elections (my_election.c): lease mode's value_put and leader_get. */
 int my_lease_value_put(void *instance, struct dlock_provider_lock *lk, uint64_t term, const void *value, size_t len);

@@ -128,6 +128,9 @@ struct my_conn *my_connect(const struct my_server *srv, int *rc)
     mysql_optionsv(db, MYSQL_OPT_READ_TIMEOUT, &io_s);
     mysql_optionsv(db, MYSQL_OPT_WRITE_TIMEOUT, &io_s);
     mysql_optionsv(db, MYSQL_SET_CHARSET_NAME, "utf8mb4");
+    /* The client's non-blocking calls (my_exec_start) on the same
+     * connections as its blocking ones, which work as before. */
+    mysql_options(db, MYSQL_OPT_NONBLOCK, 0);
     /* Found rows, not changed rows: a renewal within the same millisecond
      * changes nothing and must still count as ours. */
     if (!mysql_real_connect(db, srv->socket[0] ? NULL : srv->host, srv->user, srv->password, srv->database,
@@ -175,6 +178,85 @@ static int prepare(const struct my_server *srv, struct my_conn *c, int which)
     return DLOCK_OK;
 }
 
+/* Binds params (n <= MY_MAX_PARAMS) to st; integers are kept in c until
+ * the statement is sent. False when the client refused them. */
+static bool bind_params(struct my_conn *c, MYSQL_STMT *st, const struct my_param *params, int n)
+{
+    MYSQL_BIND bind[MY_MAX_PARAMS];
+    memset(bind, 0, sizeof bind);
+    for (int i = 0; i < n; i++) {
+        if (params[i].bytes) {
+            bind[i].buffer_type = MYSQL_TYPE_BLOB;
+            bind[i].buffer = (void *)params[i].bytes;
+            bind[i].buffer_length = params[i].len;
+        } else {
+            c->values[i] = params[i].value;
+            bind[i].buffer_type = MYSQL_TYPE_LONGLONG;
+            bind[i].buffer = &c->values[i];
+        }
+    }
+    return n == 0 || mysql_stmt_bind_param(st, bind) == 0;
+}
+
+/* The end of a statement sent without waiting (my_exec_start): the
+ * outcome of a statement without rows, or its failure as run reports it. */
+static int exec_outcome(const struct my_server *srv, struct my_conn *c, MYSQL_STMT *st, int err,
+                        struct my_outcome *out)
+{
+    memset(out, 0, sizeof *out);
+    if (err == 0) {
+        out->affected = mysql_stmt_affected_rows(st);
+        out->insert_id = mysql_stmt_insert_id(st);
+        return DLOCK_OK;
+    }
+    unsigned e = mysql_stmt_errno(st);
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", mysql_stmt_error(st));
+    out->server_errno = e;
+    return fail(srv, c, e, msg, "statement failed");
+}
+
+/* What a non-blocking step's status means here: the client waits to read
+ * (the answer has not come), or is done (err set), or waits to write,
+ * which this use (requests far smaller than a socket's buffer) does not
+ * expect and treats as a failure. */
+static enum my_async step_result(struct my_conn *c, MYSQL_STMT *st, int status, int err,
+                                 const struct my_server *srv, struct my_outcome *out, int *rc)
+{
+    if (status == 0) {
+        *rc = exec_outcome(srv, c, st, err, out);
+        return MY_ASYNC_DONE;
+    }
+    if (status & MYSQL_WAIT_WRITE) {
+        *rc = dlock_seterr(DLOCK_EUNAVAILABLE, "%s: a statement could not be written at once", srv->label);
+        return MY_ASYNC_FAILED;
+    }
+    return MY_ASYNC_WAIT;
+}
+
+enum my_async my_exec_start(const struct my_server *srv, struct my_conn *c, int which, const struct my_param *params,
+                            int n, struct my_outcome *out, int *rc)
+{
+    *rc = DLOCK_OK;
+    MYSQL_STMT *st = my_conn_broken(c) || n > MY_MAX_PARAMS ? NULL : c->stmt[which];
+    if (!st || !bind_params(c, st, params, n)) {
+        *rc = dlock_seterr(DLOCK_ENOTSUP, "%s: the statement is not prepared on this connection", srv->label);
+        return MY_ASYNC_FAILED;
+    }
+    int err = 0;
+    int status = mysql_stmt_execute_start(&err, st);
+    return step_result(c, st, status, err, srv, out, rc);
+}
+
+enum my_async my_exec_cont(const struct my_server *srv, struct my_conn *c, int which, struct my_outcome *out, int *rc)
+{
+    *rc = DLOCK_OK;
+    MYSQL_STMT *st = c->stmt[which];
+    int err = 0;
+    int status = mysql_stmt_execute_cont(&err, st, MYSQL_WAIT_READ);
+    return step_result(c, st, status, err, srv, out, rc);
+}
+
 /* my_run, with the string column into blob (blob_cap bytes) when blob is
  * not NULL, its length in out->blob_len. */
 static int run(const struct my_server *srv, struct my_conn *c, int which, const struct my_param *params, int n,
@@ -188,24 +270,10 @@ static int run(const struct my_server *srv, struct my_conn *c, int which, const 
     if (rc != DLOCK_OK)
         return rc;
     MYSQL_STMT *st = c->stmt[which];
-    MYSQL_BIND bind[MY_MAX_PARAMS];
-    memset(bind, 0, sizeof bind);
-    long long values[MY_MAX_PARAMS];
     if (n > MY_MAX_PARAMS)
         return dlock_seterr(DLOCK_EINTERNAL, "%s: a statement with %d parameters (at most %d)", srv->label, n,
                             MY_MAX_PARAMS);
-    for (int i = 0; i < n; i++) {
-        if (params[i].bytes) {
-            bind[i].buffer_type = MYSQL_TYPE_BLOB;
-            bind[i].buffer = (void *)params[i].bytes;
-            bind[i].buffer_length = params[i].len;
-        } else {
-            values[i] = params[i].value;
-            bind[i].buffer_type = MYSQL_TYPE_LONGLONG;
-            bind[i].buffer = &values[i];
-        }
-    }
-    if ((n > 0 && mysql_stmt_bind_param(st, bind) != 0) || mysql_stmt_execute(st) != 0)
+    if (!bind_params(c, st, params, n) || mysql_stmt_execute(st) != 0)
         goto stmt_error;
     MYSQL_RES *meta = mysql_stmt_result_metadata(st);
     if (!meta) {
@@ -308,6 +376,14 @@ int my_pool_get(struct my_pool *pool, struct my_conn **out)
 {
     void *conn = NULL;
     int rc = conn_pool_get(&pool->pool, &conn, NULL);
+    *out = conn;
+    return rc;
+}
+
+int my_pool_take_idle(struct my_pool *pool, struct my_conn **out)
+{
+    void *conn = NULL;
+    int rc = conn_pool_take_idle(&pool->pool, &conn);
     *out = conn;
     return rc;
 }

@@ -38,6 +38,7 @@ struct my_conn {
     MYSQL_STMT *stmt[MY_MAX_STATEMENTS]; /* prepared on first use */
     unsigned last_errno;        /* of the last failure, 0 if none */
     bool untimed;               /* a waiter's: the server's statement time limit is off */
+    long long values[MY_MAX_PARAMS]; /* integer parameters, until the statement is sent */
 };
 
 /* Opens one connection. NULL on failure with the detail set and *rc the code. */
@@ -76,6 +77,18 @@ int my_run(const struct my_server *srv, struct my_conn *c, int which, const stru
  * (mysql_free_result it). DLOCK_OK, or a failure as my_run reports it. */
 int my_query_rows(const struct my_server *srv, struct my_conn *c, const char *sql, MYSQL_RES **out);
 
+/* A statement sent without waiting (MariaDB's non-blocking calls): the
+ * client waits for the answer (MY_ASYNC_WAIT: poll the connection's
+ * socket, mysql_get_socket, for input, then call my_exec_cont), or is done
+ * (MY_ASYNC_DONE: *rc and *out as my_run reports a statement without
+ * rows), or nothing could be sent as asked (MY_ASYNC_FAILED: *rc;
+ * DLOCK_ENOTSUP when the statement is not prepared on c, and nothing
+ * ran). Only for statements without rows (INSERT, UPDATE). */
+enum my_async { MY_ASYNC_WAIT, MY_ASYNC_DONE, MY_ASYNC_FAILED };
+enum my_async my_exec_start(const struct my_server *srv, struct my_conn *c, int which, const struct my_param *params,
+                            int n, struct my_outcome *out, int *rc);
+enum my_async my_exec_cont(const struct my_server *srv, struct my_conn *c, int which, struct my_outcome *out, int *rc);
+
 /* True when the connection can no longer be used. */
 bool my_conn_broken(const struct my_conn *c);
 
@@ -89,6 +102,8 @@ void my_pool_init(struct my_pool *pool, const struct my_server *srv, int max);
 void my_pool_destroy(struct my_pool *pool);
 int my_pool_get(struct my_pool *pool, struct my_conn **out);
 void my_pool_put(struct my_pool *pool, struct my_conn *c);
+/* An idle connection, or DLOCK_EBUSY at once: never connects or waits. */
+int my_pool_take_idle(struct my_pool *pool, struct my_conn **out);
 /* As my_pool_get, but DLOCK_EBUSY at once when every connection is in use. */
 int my_pool_try_get(struct my_pool *pool, struct my_conn **out);
 

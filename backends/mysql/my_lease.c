@@ -46,29 +46,54 @@ void my_wake_waker(struct my_instance *inst, uint64_t id)
     my_pool_put(&inst->pool, c);
 }
 
+void my_acquire_params(const struct dlock_provider_lock *lk, struct my_param p[3])
+{
+    const struct my_lock *ml = lk->priv;
+    p[0] = my_bytes(ml->k.key, ml->k.key_len);
+    p[1] = my_bytes(lk->owner, strlen(lk->owner));
+    p[2] = my_integer(lk->lease_ms);
+}
+
+int my_answer_acquire(struct my_instance *inst, struct dlock_provider_lock *lk, const struct my_outcome *o,
+                      struct dlock_grant *g)
+{
+    struct my_lock *ml = lk->priv;
+    if (o->insert_id >= MY_BUSY_MARK) {
+        g->retry_hint_ms = (int64_t)(o->insert_id - MY_BUSY_MARK);
+        return DLOCK_EBUSY;
+    }
+    if (o->affected == 0 || o->insert_id == 0)
+        return dlock_seterr(DLOCK_EPROTOCOL, "%s: acquire answered %llu rows, id %llu", inst->server.label,
+                            (unsigned long long)o->affected, (unsigned long long)o->insert_id);
+    g->fence = o->insert_id;
+    g->has_fence = 1;
+    ml->writer_registered = false; /* the grant raised the fence: that voids it */
+    return DLOCK_OK;
+}
+
+void my_writer_params(const struct dlock_provider_lock *lk, struct my_param p[4])
+{
+    const struct my_lock *ml = lk->priv;
+    p[0] = my_bytes(lk->owner, strlen(lk->owner));
+    p[1] = my_integer(lk->lease_ms);
+    p[2] = my_bytes(ml->k.key, ml->k.key_len);
+    p[3] = my_bytes(lk->owner, strlen(lk->owner));
+}
+
 /* One exclusive attempt: MY_ACQUIRE, or MY_ACQUIRE_LATE for a fair look
  * out of turn. */
 static int exclusive_attempt(struct my_instance *inst, struct dlock_provider_lock *lk, struct dlock_grant *g, int which)
 {
-    struct my_lock *ml = lk->priv;
-    struct my_param p[3] = { my_bytes(ml->k.key, ml->k.key_len), my_bytes(lk->owner, strlen(lk->owner)),
-                             my_integer(lk->lease_ms) };
+    struct my_param p[3];
+    my_acquire_params(lk, p);
     struct my_outcome o;
     int rc = my_pool_run(&inst->pool, which, p, 3, -1, &o);
     if (rc != DLOCK_OK)
         return rc;
-    if (o.insert_id >= MY_BUSY_MARK) {
-        g->retry_hint_ms = (int64_t)(o.insert_id - MY_BUSY_MARK);
+    rc = my_answer_acquire(inst, lk, &o, g);
+    if (rc == DLOCK_EBUSY)
         register_writer(inst, lk);
-        return DLOCK_EBUSY;
-    }
-    if (o.affected == 0 || o.insert_id == 0)
-        return dlock_seterr(DLOCK_EPROTOCOL, "%s: acquire answered %llu rows, id %llu", inst->server.label,
-                            (unsigned long long)o.affected, (unsigned long long)o.insert_id);
-    g->fence = o.insert_id;
-    g->has_fence = 1;
-    ml->writer_registered = false; /* the grant raised the fence: that voids it */
-    return DLOCK_OK;
+    return rc;
 }
 
 /* An exclusive request kept waiting says so in the row, so that shared
@@ -81,8 +106,8 @@ static void register_writer(struct my_instance *inst, struct dlock_provider_lock
     struct my_lock *ml = lk->priv;
     if (inst->head.no_shared_columns)
         return;
-    struct my_param p[4] = { my_bytes(lk->owner, strlen(lk->owner)), my_integer(lk->lease_ms),
-                             my_bytes(ml->k.key, ml->k.key_len), my_bytes(lk->owner, strlen(lk->owner)) };
+    struct my_param p[4];
+    my_writer_params(lk, p);
     struct my_outcome o;
     if (my_pool_run(&inst->pool, MY_REGISTER_WRITER, p, 4, -1, &o) == DLOCK_OK)
         ml->writer_registered = true;

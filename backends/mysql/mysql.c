@@ -266,6 +266,7 @@ static void my_lock_fini(void *instance, struct dlock_provider_lock *lk)
     struct my_instance *inst = instance;
     struct my_lock *ml = lk->priv;
     leave_line(inst, lk);
+    my_native_forget(ml);
     sql_lock_key_free(&ml->k);
     memset(ml, 0, sizeof *ml);
 }
@@ -367,6 +368,9 @@ static const struct dlock_provider my_provider = {
     .downgrade = sql_mode_downgrade,
     .value_put = sql_mode_value_put,
     .leader_get = sql_mode_leader_get,
+    .acquire_send = my_acquire_send,
+    .acquire_recv = my_acquire_recv,
+    .acquire_drop = my_acquire_drop,
 };
 
 DLOCK_MODULE(my_provider)

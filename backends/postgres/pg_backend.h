@@ -47,6 +47,7 @@ struct pg_lock {
     PGconn *native_conn;         /* an attempt in flight without a thread (pg_native.c), else NULL */
     PGresult *native_answer;     /* its statement's answer, while the rest of it is read */
     int native_step;             /* which statement of the attempt is in flight */
+    int64_t native_hint_ms;      /* its busy answer's retry hint, while the registration is in flight */
 };
 /* sql_renew_batch_init reads the key at the start of each lock's state. */
 _Static_assert(offsetof(struct pg_lock, k) == 0, "the sql_lock_key comes first");

@@ -134,10 +134,13 @@ static int next_step(struct pg_instance *inst, struct dlock_provider_lock *lk, c
         if (rc != DLOCK_EBUSY || inst->head.no_shared_columns)
             return rc;
         /* Kept waiting: say so in the row, as the blocking attempt does
-         * (best effort: a registration that cannot be sent is skipped). */
+         * (best effort: a registration that cannot be sent is skipped),
+         * keeping the busy answer's hint for the answer that ends it. */
+        pl->native_hint_ms = g->retry_hint_ms;
         return send_step(pl, lk, STEP_REGISTER) ? DLOCK_PROVIDER_AGAIN : DLOCK_EBUSY;
     case STEP_REGISTER:
         pg_answer_register_writer(inst, lk, res);
+        g->retry_hint_ms = pl->native_hint_ms;
         return DLOCK_EBUSY;
     default: {
         struct pg_attempt_args a;

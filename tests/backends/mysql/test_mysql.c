@@ -11,6 +11,7 @@
 #include "../../conformance/conformance.h"
 #include "../../support/service.h"
 #include "../../support/fault_proxy.h"
+#include "../../support/async_result.h"
 #include "../../support/test_time.h"
 #include "../../support/test_client.h"
 #include "../../support/shared_kinds.h"
@@ -63,9 +64,11 @@ static void write_config(char *buf, size_t size, int lease_ms, int retry_cap_ms,
              lease_ms, retry_cap_ms, server.port, extra);
 }
 
+/* A pool of 8: attempts without a thread take at most half of it, and the
+ * non-blocking pass sends 4 at once. */
 static void lease_config(char *buf, size_t size, int lease_ms, int retry_cap_ms)
 {
-    write_config(buf, size, lease_ms, retry_cap_ms, "");
+    write_config(buf, size, lease_ms, retry_cap_ms, "pool_size = 8;");
 }
 
 static void session_config(char *buf, size_t size, int lease_ms, int retry_cap_ms)
@@ -745,6 +748,130 @@ static void release_resent_after_a_lost_answer_is_ok(void **state)
         fail_msg("release: %s: %s", dlock_strerror(rc), why);
 }
 
+/* ---- the non-blocking API's attempts, sent without a thread --------------------- */
+
+/* Lease mode through the fault proxy at port, on a pool of two: one
+ * connection may carry an attempt sent without a thread. */
+static dlock_client *open_native_at(int port)
+{
+    char text[512];
+    snprintf(text, sizeof text,
+             "backend = \"mysql\";\nmysql = { host = \"127.0.0.1\"; port = %d; user = \"root\"; "
+             "database = \"dl\"; pool_size = 2; command_timeout_ms = 1000; };\n", port);
+    return test_client_open(text);
+}
+
+static int acquire_on_loop(dlock_client *c, dlock_lock *l)
+{
+    struct async_result r = { 0 };
+    int rc = async_acquire_looping(c, l, 0, slack_ms(10000), &r);
+    assert_int_equal(r.calls, 1);
+    return rc;
+}
+
+/* The attempt sent without a thread runs on the server, and its answer is
+ * lost with the connection: it is sent again on a new one, as a blocking
+ * attempt is, and holds once with the same fence. */
+static void native_attempt_whose_answer_is_lost_holds_once(void **state)
+{
+    (void)state;
+    int proxy_port;
+    struct fault_proxy *proxy = fault_proxy_start(server.port, &proxy_port);
+    assert_non_null(proxy);
+    dlock_client *a = open_native_at(proxy_port);
+    dlock_client *b = open_ok("");
+    dlock_lock *la = test_lock_named(a, "native-resend"), *lb = test_lock_named(b, "native-resend");
+    assert_int_equal(dlock_acquire(la, 0), DLOCK_OK); /* the statement prepared on a connection */
+    assert_int_equal(dlock_release(la), DLOCK_OK);
+    long long parked = test_client_metric(a, "dlock_acquire_attempts_parked_total");
+    fault_proxy_set(proxy, FAULT_DROP_REPLY_RESET, 0);
+    assert_int_equal(acquire_on_loop(a, la), DLOCK_OK);
+    assert_int_equal(test_client_metric(a, "dlock_acquire_attempts_parked_total"), parked + 1);
+    uint64_t fence = 0, after = 0;
+    assert_int_equal(dlock_fence(la, &fence), DLOCK_OK);
+    assert_int_equal(dlock_acquire(lb, 0), DLOCK_EBUSY);
+    assert_int_equal(dlock_release(la), DLOCK_OK);
+    assert_int_equal(dlock_acquire(lb, 0), DLOCK_OK); /* freed by the one release */
+    assert_int_equal(dlock_fence(lb, &after), DLOCK_OK);
+    assert_true(after > fence);
+    assert_int_equal(dlock_release(lb), DLOCK_OK);
+    dlock_lock_free(la);
+    dlock_lock_free(lb);
+    dlock_client_close(a);
+    dlock_client_close(b);
+    fault_proxy_stop(proxy);
+}
+
+/* Requests lost on the way (the answer never comes): the attempt ends at
+ * its deadline (two command timeouts, for up to two statements) with
+ * DLOCK_EUNAVAILABLE, its connection closed, and a later one goes through
+ * once the way is open again. */
+static void native_attempt_without_an_answer_ends_at_its_deadline(void **state)
+{
+    (void)state;
+    int proxy_port;
+    struct fault_proxy *proxy = fault_proxy_start(server.port, &proxy_port);
+    assert_non_null(proxy);
+    dlock_client *a = open_native_at(proxy_port);
+    dlock_lock *la = test_lock_named(a, "native-silent");
+    assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
+    assert_int_equal(dlock_release(la), DLOCK_OK);
+    long long parked = test_client_metric(a, "dlock_acquire_attempts_parked_total");
+    fault_proxy_set(proxy, FAULT_DROP, 0);
+    int64_t t0 = now_ms();
+    assert_int_equal(acquire_on_loop(a, la), DLOCK_EUNAVAILABLE);
+    int64_t took = now_ms() - t0;
+    assert_int_equal(test_client_metric(a, "dlock_acquire_attempts_parked_total"), parked + 1);
+    assert_true(took >= 1900);
+    assert_true(took < slack_ms(5000));
+    fault_proxy_set(proxy, FAULT_PASS, 0);
+    int rc = DLOCK_EUNAVAILABLE; /* the pool's backoff after the closed connection may refuse a few */
+    for (int64_t end = now_ms() + slack_ms(5000); rc != DLOCK_OK && now_ms() < end; sleep_ms(50))
+        rc = acquire_on_loop(a, la);
+    assert_int_equal(rc, DLOCK_OK);
+    assert_int_equal(dlock_release(la), DLOCK_OK);
+    dlock_lock_free(la);
+    dlock_client_close(a);
+    fault_proxy_stop(proxy);
+}
+
+/* A busy answer read on the loop: the waiting writer's registration is
+ * sent from the answer's step on the same connection; the acquire then
+ * waits, and the release hands it over. */
+static void native_busy_attempt_registers_the_writer_and_waits(void **state)
+{
+    (void)state;
+    dlock_client *a = open_ok("pool_size = 2;");
+    dlock_client *b = open_ok("");
+    dlock_lock *la = test_lock_named(a, "native-busy"), *lb = test_lock_named(b, "native-busy");
+    assert_int_equal(dlock_acquire(la, 0), DLOCK_OK); /* prepares the acquire on a's connection */
+    assert_int_equal(dlock_release(la), DLOCK_OK);
+    assert_int_equal(dlock_acquire(lb, 0), DLOCK_OK);
+    /* Busy once without waiting: prepares the registration there too (and
+     * takes it back as the request gives up). */
+    assert_int_equal(dlock_acquire(la, 0), DLOCK_EBUSY);
+    assert_string_equal(admin("SELECT COALESCE(writer, '') FROM dlock_locks WHERE name = 'dlock:native-busy'"), "");
+    long long parked = test_client_metric(a, "dlock_acquire_attempts_parked_total");
+    struct async_result r = { 0 };
+    assert_int_equal(dlock_acquire_start(la, slack_ms(10000), async_record, &r), DLOCK_OK);
+    const char *writer = "SELECT COALESCE(writer, '') FROM dlock_locks WHERE name = 'dlock:native-busy'";
+    for (int64_t end = now_ms() + slack_ms(5000); now_ms() < end && strcmp(admin(writer), "") == 0;)
+        assert_true(async_loop_turn(a, 20) >= 0);
+    assert_int_equal(r.calls, 0);
+    assert_true(test_client_metric(a, "dlock_acquire_attempts_parked_total") > parked);
+    assert_string_not_equal(admin(writer), "");
+    assert_int_equal(dlock_release(lb), DLOCK_OK);
+    for (int64_t end = now_ms() + slack_ms(5000); r.calls == 0 && now_ms() < end;)
+        assert_true(async_loop_turn(a, 20) >= 0);
+    assert_int_equal(r.calls, 1);
+    assert_int_equal(r.rc, DLOCK_OK);
+    assert_int_equal(dlock_release(la), DLOCK_OK);
+    dlock_lock_free(la);
+    dlock_lock_free(lb);
+    dlock_client_close(a);
+    dlock_client_close(b);
+}
+
 /* ---- batched renewals ------------------------------------------------------------------ */
 
 enum { BATCH_HOLDS = 100, BATCH_LEASE_MS = 900 };
@@ -1055,14 +1182,17 @@ int main(void)
     }
     admin("CREATE DATABASE IF NOT EXISTS dl");
     static const struct conformance_target lease = { "mysql lease mode", lease_config, steal_row, NULL, 0,
-                                                     CONFORMANCE_LISTS | CONFORMANCE_LISTS_NO_WAITERS, 0 };
+                                                     CONFORMANCE_LISTS | CONFORMANCE_LISTS_NO_WAITERS, 0, 1 };
     static const struct conformance_target session = { "mysql session mode", session_config,
-                                                       kill_holder_connection, NULL, 0, 0, 0 };
+                                                       kill_holder_connection, NULL, 0, 0, 0, 0 };
     downgrade.server_port = server.port;
     int failed = conformance_run(&lease);
     failed += conformance_run(&session);
     const struct CMUnitTest particular[] = {
         cmocka_unit_test(the_row_holds_owner_fence_and_server_expiry),
+        cmocka_unit_test(native_attempt_whose_answer_is_lost_holds_once),
+        cmocka_unit_test(native_attempt_without_an_answer_ends_at_its_deadline),
+        cmocka_unit_test(native_busy_attempt_registers_the_writer_and_waits),
         cmocka_unit_test(busy_answer_carries_the_holders_remaining_lease),
         cmocka_unit_test(lease_mode_waiters_wait_in_the_server),
         cmocka_unit_test(a_break_wakes_the_waiter),
