@@ -20,22 +20,13 @@
 #include "config.h"
 
 #include "../common/line.h"
+#include "../common/native_room.h"
 #include "my_backend.h"
 
 #include <sys/eventfd.h>
 #include <unistd.h>
 
 enum native_step { STEP_NONE, STEP_ACQUIRE, STEP_REGISTER };
-
-/* At most half the pool's connections carry attempts without a thread: such
- * a connection comes back only when the application's loop reads its
- * answer, and the blocking calls must always find one that comes back
- * without it. */
-static bool room_for_one_more(struct my_instance *inst)
-{
-    int cap = inst->pool.pool.max / 2;
-    return __atomic_load_n(&inst->native_in_flight, __ATOMIC_RELAXED) < (cap > 0 ? cap : 1);
-}
 
 /* The attempt is over: its connection goes back (closed when broken). */
 static void finish(struct my_instance *inst, struct my_lock *ml, bool broken)
@@ -50,7 +41,7 @@ static void finish(struct my_instance *inst, struct my_lock *ml, bool broken)
     ml->native_conn = NULL;
     ml->native_step = STEP_NONE;
     ml->native_ready = false;
-    __atomic_sub_fetch(&inst->native_in_flight, 1, __ATOMIC_RELAXED);
+    native_room_given_back(&inst->native_in_flight);
 }
 
 /* Starts statement `step` on the attempt's connection. In flight: true,
@@ -96,7 +87,8 @@ int my_acquire_send(void *instance, struct dlock_provider_lock *lk, struct dlock
     struct my_instance *inst = instance;
     struct my_lock *ml = lk->priv;
     if (inst->head.mode != &my_lease_mode || lk->mode != DLOCK_MODE_EXCLUSIVE || (lk->flags & DLOCK_LOCK_FAIR) ||
-        ml->line.place.state != LINE_OUT || ml->line.conn || !room_for_one_more(inst))
+        ml->line.place.state != LINE_OUT || ml->line.conn ||
+        !native_room_for_one_more(&inst->native_in_flight, inst->pool.pool.max))
         return DLOCK_ENOTSUP;
     int rc = line_attempt_begin(inst, lk);
     if (rc != DLOCK_OK) {
@@ -108,7 +100,7 @@ int my_acquire_send(void *instance, struct dlock_provider_lock *lk, struct dlock
      * the core may make it on the caller's loop). */
     if (my_pool_take_idle(&inst->pool, &ml->native_conn) != DLOCK_OK)
         return DLOCK_ENOTSUP;
-    __atomic_add_fetch(&inst->native_in_flight, 1, __ATOMIC_RELAXED);
+    native_room_taken(&inst->native_in_flight);
     if (!ml->native_conn->stmt[MY_ACQUIRE] || !start_step(inst, lk, STEP_ACQUIRE, io, &rc)) {
         /* Not sent, or failed at once (a dead connection): acquire sends
          * it on a fresh one. */

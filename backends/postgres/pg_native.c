@@ -19,6 +19,7 @@
 #include "config.h"
 
 #include "../common/line.h"
+#include "../common/native_room.h"
 #include "pg_backend.h"
 
 #include <string.h>
@@ -30,17 +31,6 @@ enum native_step {
     STEP_REGISTER, /* PG_REGISTER_WRITER after a busy answer; the attempt's result is EBUSY */
     STEP_PERMIT,   /* PG_SHARED_ACQUIRE for a permit */
 };
-
-/* At most half the pool's connections carry attempts without a thread:
- * such a connection comes back only when the application's loop reads its
- * answer, and the blocking calls (the workers' fallbacks, a release, a
- * blocking acquire made in a callback) must always find one that comes
- * back without it. */
-static bool room_for_one_more(struct pg_instance *inst)
-{
-    int cap = inst->pool.pool.max / 2;
-    return __atomic_load_n(&inst->native_in_flight, __ATOMIC_RELAXED) < (cap > 0 ? cap : 1);
-}
 
 /* The attempt is over: its connection goes back to the pool (closed when
  * broken, by pg_pool_put), and what was read of its answer is freed. */
@@ -58,7 +48,7 @@ static void finish(struct pg_instance *inst, struct pg_lock *pl, bool broken)
     }
     pl->native_conn = NULL;
     pl->native_step = STEP_NONE;
-    __atomic_sub_fetch(&inst->native_in_flight, 1, __ATOMIC_RELAXED);
+    native_room_given_back(&inst->native_in_flight);
 }
 
 static int statement_of(enum native_step step)
@@ -88,7 +78,7 @@ int pg_acquire_send(void *instance, struct dlock_provider_lock *lk, struct dlock
     struct pg_instance *inst = instance;
     struct pg_lock *pl = lk->priv;
     if (inst->head.mode != &pg_lease_mode || lk->mode == DLOCK_MODE_SHARED || (lk->flags & DLOCK_LOCK_FAIR) ||
-        !room_for_one_more(inst))
+        !native_room_for_one_more(&inst->native_in_flight, inst->pool.pool.max))
         return DLOCK_ENOTSUP;
     int rc = line_attempt_begin(inst, lk);
     if (rc != DLOCK_OK) {
@@ -99,7 +89,7 @@ int pg_acquire_send(void *instance, struct dlock_provider_lock *lk, struct dlock
      * (this call must not block: the core may make it on the caller's loop). */
     if (pg_pool_take_idle(&inst->pool, &pl->native_conn) != DLOCK_OK)
         return DLOCK_ENOTSUP;
-    __atomic_add_fetch(&inst->native_in_flight, 1, __ATOMIC_RELAXED);
+    native_room_taken(&inst->native_in_flight);
     enum native_step first = lk->mode == DLOCK_MODE_SEMAPHORE ? STEP_PERMIT
                              : pl->last_busy                  ? STEP_ACQUIRE
                                                               : STEP_TAKE;

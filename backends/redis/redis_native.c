@@ -14,25 +14,10 @@
  * needs after a busy answer is made by wait_arm (redis.c). */
 #include "config.h"
 
+#include "../common/native_room.h"
 #include "redis_backend.h"
 
 #include <string.h>
-
-/* At most half the pool's connections wait in native attempts: an
- * answer read on the application's loop frees its connection only when
- * that loop runs, and the blocking calls (the workers' fallbacks, a
- * release, a blocking dlock_acquire made in a callback) must always find
- * a connection that comes back without it. */
-static bool room_for_one_more(struct redis_instance *inst)
-{
-    int cap = inst->pool.conns.max / 2;
-    return __atomic_load_n(&inst->native_in_flight, __ATOMIC_RELAXED) < (cap > 0 ? cap : 1);
-}
-
-static void one_less_in_flight(struct redis_instance *inst)
-{
-    __atomic_sub_fetch(&inst->native_in_flight, 1, __ATOMIC_RELAXED);
-}
 
 /* Gives ctx back, closed when broken (readonly: closed, with the pool's
  * idle ones, since the server is no longer the master). */
@@ -48,7 +33,8 @@ static void give_back(struct redis_instance *inst, redisContext *ctx, bool reado
 int redis_acquire_send(void *instance, struct dlock_provider_lock *lk, struct dlock_provider_io *io)
 {
     struct redis_instance *inst = instance;
-    if (inst->route != &redis_single_route || inst->wait_replicas > 0 || !room_for_one_more(inst))
+    if (inst->route != &redis_single_route || inst->wait_replicas > 0 ||
+        !native_room_for_one_more(&inst->native_in_flight, inst->pool.conns.max))
         return DLOCK_ENOTSUP;
     int rc = redis_attempt_prepare(inst, lk);
     if (rc != DLOCK_OK)
@@ -79,7 +65,7 @@ int redis_acquire_send(void *instance, struct dlock_provider_lock *lk, struct dl
     io->fd = ctx->fd;
     io->timeout_ms = inst->pool.server.command_timeout_ms;
     io->priv = ctx;
-    __atomic_add_fetch(&inst->native_in_flight, 1, __ATOMIC_RELAXED);
+    native_room_taken(&inst->native_in_flight);
     return DLOCK_OK;
 }
 
@@ -94,7 +80,7 @@ int redis_acquire_recv(void *instance, struct dlock_provider_lock *lk, struct dl
          * it again on a fresh one (the script is safe to run twice for its
          * owner), as it does when this happens inside it. */
         io->priv = NULL;
-        one_less_in_flight(inst);
+        native_room_given_back(&inst->native_in_flight);
         give_back(inst, ctx, false);
         conn_pool_drop_idle(&inst->pool.conns);
         return DLOCK_ENOTSUP;
@@ -102,7 +88,7 @@ int redis_acquire_recv(void *instance, struct dlock_provider_lock *lk, struct dl
     if (!reply)
         return DLOCK_PROVIDER_AGAIN;
     io->priv = NULL;
-    one_less_in_flight(inst);
+    native_room_given_back(&inst->native_in_flight);
     redisReply *r = reply;
     bool readonly = r->type == REDIS_REPLY_ERROR && strncmp(r->str, "READONLY", 8) == 0;
     give_back(inst, ctx, readonly);
@@ -129,7 +115,7 @@ void redis_acquire_drop(void *instance, struct dlock_provider_lock *lk, struct d
     io->priv = NULL;
     if (ctx) {
         struct redis_instance *inst = instance;
-        one_less_in_flight(inst);
+        native_room_given_back(&inst->native_in_flight);
         ctx->err = REDIS_ERR_OTHER; /* closed by redis_pool_put: an answer may still come on it */
         redis_pool_put(&inst->pool, ctx);
     }

@@ -12,6 +12,7 @@
 #include "../../support/service.h"
 #include "../../support/fault_proxy.h"
 #include "../../support/async_result.h"
+#include "../../support/native_cases.h"
 #include "../../support/test_time.h"
 #include "../../support/test_client.h"
 #include "../../support/shared_kinds.h"
@@ -761,78 +762,25 @@ static dlock_client *open_native_at(int port)
     return test_client_open(text);
 }
 
-static int acquire_on_loop(dlock_client *c, dlock_lock *l)
+static dlock_client *open_direct(void)
 {
-    struct async_result r = { 0 };
-    int rc = async_acquire_looping(c, l, 0, slack_ms(10000), &r);
-    assert_int_equal(r.calls, 1);
-    return rc;
+    return open_ok("");
 }
 
-/* The attempt sent without a thread runs on the server, and its answer is
- * lost with the connection: it is sent again on a new one, as a blocking
- * attempt is, and holds once with the same fence. */
+/* Lost and missing answers (tests/support/native_cases.c); the deadline
+ * is two command timeouts, for up to two statements. */
 static void native_attempt_whose_answer_is_lost_holds_once(void **state)
 {
     (void)state;
-    int proxy_port;
-    struct fault_proxy *proxy = fault_proxy_start(server.port, &proxy_port);
-    assert_non_null(proxy);
-    dlock_client *a = open_native_at(proxy_port);
-    dlock_client *b = open_ok("");
-    dlock_lock *la = test_lock_named(a, "native-resend"), *lb = test_lock_named(b, "native-resend");
-    assert_int_equal(dlock_acquire(la, 0), DLOCK_OK); /* the statement prepared on a connection */
-    assert_int_equal(dlock_release(la), DLOCK_OK);
-    long long parked = test_client_metric(a, "dlock_acquire_attempts_parked_total");
-    fault_proxy_set(proxy, FAULT_DROP_REPLY_RESET, 0);
-    assert_int_equal(acquire_on_loop(a, la), DLOCK_OK);
-    assert_int_equal(test_client_metric(a, "dlock_acquire_attempts_parked_total"), parked + 1);
-    uint64_t fence = 0, after = 0;
-    assert_int_equal(dlock_fence(la, &fence), DLOCK_OK);
-    assert_int_equal(dlock_acquire(lb, 0), DLOCK_EBUSY);
-    assert_int_equal(dlock_release(la), DLOCK_OK);
-    assert_int_equal(dlock_acquire(lb, 0), DLOCK_OK); /* freed by the one release */
-    assert_int_equal(dlock_fence(lb, &after), DLOCK_OK);
-    assert_true(after > fence);
-    assert_int_equal(dlock_release(lb), DLOCK_OK);
-    dlock_lock_free(la);
-    dlock_lock_free(lb);
-    dlock_client_close(a);
-    dlock_client_close(b);
-    fault_proxy_stop(proxy);
+    const struct native_target t = { open_native_at, open_direct, server.port, 2000 };
+    native_case_answer_lost_holds_once(&t);
 }
 
-/* Requests lost on the way (the answer never comes): the attempt ends at
- * its deadline (two command timeouts, for up to two statements) with
- * DLOCK_EUNAVAILABLE, its connection closed, and a later one goes through
- * once the way is open again. */
 static void native_attempt_without_an_answer_ends_at_its_deadline(void **state)
 {
     (void)state;
-    int proxy_port;
-    struct fault_proxy *proxy = fault_proxy_start(server.port, &proxy_port);
-    assert_non_null(proxy);
-    dlock_client *a = open_native_at(proxy_port);
-    dlock_lock *la = test_lock_named(a, "native-silent");
-    assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
-    assert_int_equal(dlock_release(la), DLOCK_OK);
-    long long parked = test_client_metric(a, "dlock_acquire_attempts_parked_total");
-    fault_proxy_set(proxy, FAULT_DROP, 0);
-    int64_t t0 = now_ms();
-    assert_int_equal(acquire_on_loop(a, la), DLOCK_EUNAVAILABLE);
-    int64_t took = now_ms() - t0;
-    assert_int_equal(test_client_metric(a, "dlock_acquire_attempts_parked_total"), parked + 1);
-    assert_true(took >= 1900);
-    assert_true(took < slack_ms(5000));
-    fault_proxy_set(proxy, FAULT_PASS, 0);
-    int rc = DLOCK_EUNAVAILABLE; /* the pool's backoff after the closed connection may refuse a few */
-    for (int64_t end = now_ms() + slack_ms(5000); rc != DLOCK_OK && now_ms() < end; sleep_ms(50))
-        rc = acquire_on_loop(a, la);
-    assert_int_equal(rc, DLOCK_OK);
-    assert_int_equal(dlock_release(la), DLOCK_OK);
-    dlock_lock_free(la);
-    dlock_client_close(a);
-    fault_proxy_stop(proxy);
+    const struct native_target t = { open_native_at, open_direct, server.port, 2000 };
+    native_case_no_answer_ends_at_its_deadline(&t);
 }
 
 /* A busy answer read on the loop: the waiting writer's registration is

@@ -1,0 +1,82 @@
+/* tests/support/native_cases.c - see native_cases.h. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "native_cases.h"
+
+#include "async_result.h"
+#include "fault_proxy.h"
+#include "test_client.h"
+#include "test_time.h"
+
+static int acquire_on_loop(dlock_client *c, dlock_lock *l)
+{
+    struct async_result r = { 0 };
+    int rc = async_acquire_looping(c, l, 0, slack_ms(10000), &r);
+    assert_int_equal(r.calls, 1);
+    return rc;
+}
+
+static long long parked(dlock_client *c)
+{
+    return test_client_metric(c, "dlock_acquire_attempts_parked_total");
+}
+
+void native_case_answer_lost_holds_once(const struct native_target *t)
+{
+    int proxy_port;
+    struct fault_proxy *proxy = fault_proxy_start(t->server_port, &proxy_port);
+    assert_non_null(proxy);
+    dlock_client *a = t->open_at(proxy_port), *b = t->open_direct();
+    dlock_lock *la = test_lock_named(a, "native-resend"), *lb = test_lock_named(b, "native-resend");
+    assert_int_equal(dlock_acquire(la, 0), DLOCK_OK); /* the statements prepared on a connection */
+    assert_int_equal(dlock_release(la), DLOCK_OK);
+    long long before = parked(a);
+    fault_proxy_set(proxy, FAULT_DROP_REPLY_RESET, 0);
+    assert_int_equal(acquire_on_loop(a, la), DLOCK_OK);
+    assert_int_equal(parked(a), before + 1);
+    uint64_t fence = 0, after = 0;
+    assert_int_equal(dlock_fence(la, &fence), DLOCK_OK);
+    assert_int_equal(dlock_acquire(lb, 0), DLOCK_EBUSY);
+    assert_int_equal(dlock_release(la), DLOCK_OK);
+    assert_int_equal(dlock_acquire(lb, 0), DLOCK_OK); /* freed by the one release */
+    assert_int_equal(dlock_fence(lb, &after), DLOCK_OK);
+    assert_true(after > fence);
+    assert_int_equal(dlock_release(lb), DLOCK_OK);
+    dlock_lock_free(la);
+    dlock_lock_free(lb);
+    dlock_client_close(a);
+    dlock_client_close(b);
+    fault_proxy_stop(proxy);
+}
+
+void native_case_no_answer_ends_at_its_deadline(const struct native_target *t)
+{
+    int proxy_port;
+    struct fault_proxy *proxy = fault_proxy_start(t->server_port, &proxy_port);
+    assert_non_null(proxy);
+    dlock_client *a = t->open_at(proxy_port);
+    dlock_lock *la = test_lock_named(a, "native-silent");
+    assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
+    assert_int_equal(dlock_release(la), DLOCK_OK);
+    long long before = parked(a);
+    fault_proxy_set(proxy, FAULT_DROP, 0);
+    int64_t t0 = now_ms();
+    assert_int_equal(acquire_on_loop(a, la), DLOCK_EUNAVAILABLE);
+    int64_t took = now_ms() - t0;
+    assert_int_equal(parked(a), before + 1);
+    assert_true(took >= t->deadline_ms - 100);
+    assert_true(took < slack_ms(t->deadline_ms + 3000));
+    fault_proxy_set(proxy, FAULT_PASS, 0);
+    int rc = DLOCK_EUNAVAILABLE; /* the pool's backoff after the closed connection may refuse a few */
+    for (int64_t end = now_ms() + slack_ms(5000); rc != DLOCK_OK && now_ms() < end; sleep_ms(50))
+        rc = acquire_on_loop(a, la);
+    assert_int_equal(rc, DLOCK_OK);
+    assert_int_equal(dlock_release(la), DLOCK_OK);
+    dlock_lock_free(la);
+    dlock_client_close(a);
+    fault_proxy_stop(proxy);
+}

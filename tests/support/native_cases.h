@@ -1,0 +1,32 @@
+/* tests/support/native_cases.h - failure cases of an attempt that the
+ * non-blocking API sends without a thread (the provider's acquire_send),
+ * played through the fault proxy by the tests of every backend that
+ * sends such attempts over one connection (postgres, mysql). */
+#ifndef TEST_NATIVE_CASES_H
+#define TEST_NATIVE_CASES_H
+
+#include <dlock.h>
+#include <stdint.h>
+
+struct native_target {
+    /* A client through the fault proxy at port, on a pool of two (one
+     * connection may carry an attempt without a thread). */
+    dlock_client *(*open_at)(int port);
+    /* A client straight to the server. */
+    dlock_client *(*open_direct)(void);
+    int server_port;
+    /* How long an attempt whose answer never comes is waited for with
+     * the open_at client's settings. */
+    int64_t deadline_ms;
+};
+
+/* The attempt runs on the server and its answer is lost with the
+ * connection: sent again on a new one, it holds once, keeps another
+ * client out, and one release frees it (the next fence is greater). */
+void native_case_answer_lost_holds_once(const struct native_target *t);
+
+/* The answer never comes: the attempt ends at its deadline with
+ * DLOCK_EUNAVAILABLE, and a later one goes through once the way is open. */
+void native_case_no_answer_ends_at_its_deadline(const struct native_target *t);
+
+#endif
