@@ -80,8 +80,7 @@ static const struct dlock_setting_spec etcd_settings[] = {
 
 /* One transaction: create our key on the lease unless it exists, then read
  * the first key of the name (lowest create_revision). */
-static int enqueue(struct etcd_instance *inst, const struct dlock_provider_lock *lk, struct etcd_lock *el,
-                   int64_t lease_id, struct json_object **reply, struct etcd_status *st)
+struct json_object *etcd_queueing_txn(const struct dlock_provider_lock *lk, struct etcd_lock *el, int64_t lease_id)
 {
     struct json_object *cmp = json_object_new_object();
     json_object_object_add(cmp, "key", etcd_json_b64(el->key, el->key_len));
@@ -102,7 +101,16 @@ static int enqueue(struct etcd_instance *inst, const struct dlock_provider_lock 
     json_object_array_add(success, etcd_op("request_range", first_a));
     json_object_array_add(failure, etcd_op("request_range", mine));
     json_object_array_add(failure, etcd_op("request_range", first_b));
-    return etcd_send_txn(inst, compare, success, failure, reply, st);
+    return etcd_txn_of(compare, success, failure);
+}
+
+static int enqueue(struct etcd_instance *inst, const struct dlock_provider_lock *lk, struct etcd_lock *el,
+                   int64_t lease_id, struct json_object **reply, struct etcd_status *st)
+{
+    struct json_object *txn = etcd_queueing_txn(lk, el, lease_id);
+    int rc = etcd_call(&inst->http, "/v3/kv/txn", txn, reply, st);
+    json_object_put(txn);
+    return rc;
 }
 
 /* Whether the txn's deciding range (etcd_deciding_range) grants our key. */
@@ -131,32 +139,26 @@ static bool is_granted(const struct dlock_provider_lock *lk, const struct etcd_l
     return false;
 }
 
-/* Busy: finds the key just before ours that keeps us out (any key for an
- * exclusive request, an exclusive or permit one for a shared request), to wait for
- * its deletion, or for a shared request its being made shared. For a
- * shared request the youngest older exclusive key may have been made
- * shared since the grant was decided: it is then the oldest key, no writer
- * is before us, and there is nothing to wait for. */
-static int find_predecessor(struct etcd_instance *inst, const struct dlock_provider_lock *lk,
-                            struct etcd_lock *el)
+struct json_object *etcd_predecessor_request(const struct dlock_provider_lock *lk, const struct etcd_lock *el)
 {
-    free(el->pred);
-    el->pred = NULL;
     bool shared = lk->mode == DLOCK_MODE_SHARED;
-    struct json_object *req = shared ? etcd_reader_blocking_range(el) : etcd_dir_range(el), *reply = NULL;
+    struct json_object *req = shared ? etcd_reader_blocking_range(el) : etcd_dir_range(el);
     json_object_object_add(req, "sort_order", json_object_new_string("DESCEND"));
     json_object_object_add(req, "sort_target", json_object_new_string("CREATE"));
     json_object_object_add(req, "limit", etcd_json_int_str(1));
     json_object_object_add(req, "max_create_revision", etcd_json_int_str(el->create_rev - 1));
     if (!shared)
         json_object_object_add(req, "keys_only", json_object_new_boolean(1));
-    int rc = etcd_call(&inst->http, "/v3/kv/range", req, &reply, NULL);
-    json_object_put(req);
-    if (rc != DLOCK_OK)
-        return rc;
+    return req;
+}
+
+void etcd_read_predecessor(const struct dlock_provider_lock *lk, struct etcd_lock *el, struct json_object *reply)
+{
+    free(el->pred);
+    el->pred = NULL;
     struct json_object *kv = etcd_first_kv(reply);
     el->watch_from = etcd_json_int(etcd_json_get(reply, "header"), "revision") + 1;
-    if (kv && shared && etcd_kv_made_shared(kv))
+    if (kv && lk->mode == DLOCK_MODE_SHARED && etcd_kv_made_shared(kv))
         kv = NULL;
     if (kv) {
         char key[KEY_MAX];
@@ -166,6 +168,21 @@ static int find_predecessor(struct etcd_instance *inst, const struct dlock_provi
             el->pred_len = (size_t)n;
         }
     }
+}
+
+/* Busy: finds the key just before ours that keeps us out
+ * (etcd_read_predecessor). */
+static int find_predecessor(struct etcd_instance *inst, const struct dlock_provider_lock *lk,
+                            struct etcd_lock *el)
+{
+    free(el->pred);
+    el->pred = NULL;
+    struct json_object *req = etcd_predecessor_request(lk, el), *reply = NULL;
+    int rc = etcd_call(&inst->http, "/v3/kv/range", req, &reply, NULL);
+    json_object_put(req);
+    if (rc != DLOCK_OK)
+        return rc;
+    etcd_read_predecessor(lk, el, reply);
     json_object_put(reply);
     return DLOCK_OK;
 }
@@ -267,28 +284,10 @@ static int attempt(void *instance, struct dlock_provider_lock *lk, struct dlock_
     el->key_unsettled = rc != DLOCK_OK && (el->queue_unanswered || adopted);
     if (rc != DLOCK_OK)
         return rc;
-    bool created = etcd_json_get(reply, "succeeded") != NULL &&
-                   json_object_get_boolean(etcd_json_get(reply, "succeeded"));
-    struct json_object *deciding = etcd_txn_response(reply, 1, "response_range");
-    int64_t at_revision = etcd_json_int(etcd_json_get(reply, "header"), "revision");
-    bool made_shared = false;
-    if (created) {
-        struct json_object *put = etcd_txn_response(reply, 0, "response_put");
-        el->create_rev = etcd_json_int(etcd_json_get(put, "header"), "revision");
-        el->lease_id = lease_id;
-    } else {
-        struct json_object *kv = etcd_first_kv(etcd_txn_response(reply, 0, "response_range"));
-        el->create_rev = etcd_json_int(kv, "create_revision");
-        el->lease_id = etcd_json_int(kv, "lease");
-        made_shared = etcd_kv_made_shared(kv);
-    }
-    bool first = is_granted(lk, el, deciding);
-    bool consistent = el->create_rev && (lk->mode == DLOCK_MODE_SHARED || etcd_first_kv(deciding));
+    struct etcd_queueing q;
+    etcd_read_queueing(lk, el, reply, lease_id, &q);
     json_object_put(reply);
-    if (created)
-        el->make_key_anew = false;
-    if (!created && el->create_rev &&
-        (el->create_rev == el->granted_rev || el->lease_id != lease_id || made_shared || el->make_key_anew)) {
+    if (q.stale_key) {
         /* Our key of a hold granted before and declared lost, whose
          * give-back did not get through: a new grant needs a new key, and
          * so a new, higher fence. Or our key left from a wait with another
@@ -307,29 +306,15 @@ static int attempt(void *instance, struct dlock_provider_lock *lk, struct dlock_
         el->granted_rev = 0;
         return attempt(instance, lk, g);
     }
-    if (!consistent)
+    if (!q.consistent)
         return dlock_seterr(DLOCK_EPROTOCOL, "%s: the queue of lock '%s' read back inconsistently (our key %s)",
-                            inst->http.label, lk->name, created ? "just made" : "already there");
-    if (first) {
-        /* The lease was granted or last kept alive some time ago (holds
-         * share it, and nothing keeps it alive between holds), while the
-         * core counts this hold's validity from this attempt. If at least
-         * two thirds of it are left (it was refreshed within the last
-         * renewal interval), say how much, and the core counts validity by
-         * that and renews sooner. Otherwise refresh it now, after the
+                            inst->http.label, lk->name, q.created ? "just made" : "already there");
+    if (q.first) {
+        if (etcd_grant_if_fresh(inst, lk, el, g))
+            return DLOCK_OK;
+        /* Too little of the lease is left: refresh it now, after the
          * grant, so that it outlives the whole lease; if it ran out
          * meanwhile, our key went with it: not a grant. */
-        int64_t ttl_ms = (lk->lease_ms + 999) / 1000 * 1000;
-        /* What is left was counted from the stamp of the refresh, over up
-         * to the whole TTL: the core takes drift off for lease_ms only, so
-         * take off the rest here. */
-        int64_t left = etcd_lease_left_ms(inst, el->lease_id) -
-                       (dlock_provider_drift_ms(ttl_ms) - dlock_provider_drift_ms(lk->lease_ms));
-        if (left >= lk->lease_ms - lk->lease_ms / 3) {
-            grant_on_our_key(el, g);
-            g->valid_ms = left < lk->lease_ms ? left : 0;
-            return DLOCK_OK;
-        }
         if ((rc = etcd_keepalive(inst, el->lease_id)) != DLOCK_OK) {
             if (rc != DLOCK_ELOST)
                 return rc;
@@ -340,21 +325,76 @@ static int attempt(void *instance, struct dlock_provider_lock *lk, struct dlock_
         grant_on_our_key(el, g);
         return DLOCK_OK;
     }
-    if (lk->mode == DLOCK_MODE_SEMAPHORE) {
-        /* Behind N others: any of them may let go. */
-        free(el->pred);
-        el->pred = NULL;
-        el->wait_any = true;
-        el->watch_from = at_revision + 1;
-        g->retry_hint_ms = -1;
+    if (etcd_busy_without_predecessor(lk, el, &q, g))
         return DLOCK_EBUSY;
-    }
     /* Queued behind others: wait for the one just before us. */
-    el->wait_any = false;
     if ((rc = find_predecessor(inst, lk, el)) != DLOCK_OK)
         return rc;
     g->retry_hint_ms = el->pred ? -1 : 0; /* it just went: look again at once */
     return DLOCK_EBUSY;
+}
+
+void etcd_read_queueing(const struct dlock_provider_lock *lk, struct etcd_lock *el, struct json_object *reply,
+                        int64_t lease_id, struct etcd_queueing *q)
+{
+    q->created = etcd_json_get(reply, "succeeded") != NULL &&
+                 json_object_get_boolean(etcd_json_get(reply, "succeeded"));
+    struct json_object *deciding = etcd_txn_response(reply, 1, "response_range");
+    q->at_revision = etcd_json_int(etcd_json_get(reply, "header"), "revision");
+    bool made_shared = false;
+    if (q->created) {
+        struct json_object *put = etcd_txn_response(reply, 0, "response_put");
+        el->create_rev = etcd_json_int(etcd_json_get(put, "header"), "revision");
+        el->lease_id = lease_id;
+    } else {
+        struct json_object *kv = etcd_first_kv(etcd_txn_response(reply, 0, "response_range"));
+        el->create_rev = etcd_json_int(kv, "create_revision");
+        el->lease_id = etcd_json_int(kv, "lease");
+        made_shared = etcd_kv_made_shared(kv);
+    }
+    q->first = is_granted(lk, el, deciding);
+    q->consistent = el->create_rev && (lk->mode == DLOCK_MODE_SHARED || etcd_first_kv(deciding));
+    if (q->created)
+        el->make_key_anew = false;
+    q->stale_key = !q->created && el->create_rev &&
+                   (el->create_rev == el->granted_rev || el->lease_id != lease_id || made_shared || el->make_key_anew);
+}
+
+bool etcd_grant_if_fresh(struct etcd_instance *inst, const struct dlock_provider_lock *lk, struct etcd_lock *el,
+                         struct dlock_grant *g)
+{
+    /* The lease was granted or last kept alive some time ago (holds share
+     * it, and nothing keeps it alive between holds), while the core counts
+     * this hold's validity from this attempt. If at least two thirds of it
+     * are left (it was refreshed within the last renewal interval), say
+     * how much, and the core counts validity by that and renews sooner. */
+    int64_t ttl_ms = (lk->lease_ms + 999) / 1000 * 1000;
+    /* What is left was counted from the stamp of the refresh, over up to
+     * the whole TTL: the core takes drift off for lease_ms only, so take
+     * off the rest here. */
+    int64_t left = etcd_lease_left_ms(inst, el->lease_id) -
+                   (dlock_provider_drift_ms(ttl_ms) - dlock_provider_drift_ms(lk->lease_ms));
+    if (left < lk->lease_ms - lk->lease_ms / 3)
+        return false;
+    grant_on_our_key(el, g);
+    g->valid_ms = left < lk->lease_ms ? left : 0;
+    return true;
+}
+
+bool etcd_busy_without_predecessor(const struct dlock_provider_lock *lk, struct etcd_lock *el,
+                                   const struct etcd_queueing *q, struct dlock_grant *g)
+{
+    if (lk->mode != DLOCK_MODE_SEMAPHORE) {
+        el->wait_any = false;
+        return false;
+    }
+    /* Behind N others: any of them may let go. */
+    free(el->pred);
+    el->pred = NULL;
+    el->wait_any = true;
+    el->watch_from = q->at_revision + 1;
+    g->retry_hint_ms = -1;
+    return true;
 }
 
 /* An attempt that fails (neither granted nor busy) may leave a key of ours
@@ -512,8 +552,8 @@ static int etcd_downgrade(void *instance, struct dlock_provider_lock *lk)
 
 static void etcd_lock_fini(void *instance, struct dlock_provider_lock *lk)
 {
-    (void)instance;
     struct etcd_lock *el = lk->priv;
+    etcd_native_forget(instance, el);
     etcd_watch_close(el->watch);
     free(el->dir);
     free(el->key);
@@ -591,6 +631,7 @@ static int etcd_open(void **instance, const struct dlock_provider_env *env)
         free(inst);
         return rc;
     }
+    etcd_native_init(inst);
     *instance = inst;
     return DLOCK_OK;
 }
@@ -608,6 +649,7 @@ static void etcd_close(void *instance)
         if (etcd_lease_call(inst, "/v3/lease/revoke", "ID", inst->leases[i].id, &reply) == DLOCK_OK)
             json_object_put(reply);
     }
+    etcd_native_destroy(inst);
     etcd_orphans_destroy(&inst->orphans);
     pthread_mutex_destroy(&inst->lease_mu);
     etcd_http_destroy(&inst->http);
@@ -642,6 +684,9 @@ static const struct dlock_provider etcd_provider = {
     .watch_open = etcd_observer_open,
     .watch_consume = etcd_observer_consume,
     .watch_close = etcd_observer_close,
+    .acquire_send = etcd_acquire_send,
+    .acquire_recv = etcd_acquire_recv,
+    .acquire_drop = etcd_acquire_drop,
 };
 
 DLOCK_MODULE(etcd_provider)

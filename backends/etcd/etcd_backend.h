@@ -28,6 +28,9 @@ struct etcd_lease {
                           * keepalive that answered, plus the TTL it gave */
 };
 
+struct etcd_native;
+struct etcd_channel;
+
 struct etcd_instance {
     struct etcd_http http;
     char prefix[128];
@@ -35,6 +38,7 @@ struct etcd_instance {
     struct etcd_lease leases[MAX_LEASES];
     struct etcd_orphans orphans; /* our keys that a delete could not reach */
     void *log_handle;
+    struct etcd_native *native;  /* channels for attempts without a thread (etcd_native.c) */
 };
 
 struct etcd_lock {
@@ -57,6 +61,9 @@ struct etcd_lock {
     bool sweep_in_the_way;      /* busy because a sweep deletes our old key: wait a moment */
     int64_t watch_from;         /* the revision to watch pred from */
     struct etcd_watch *watch;   /* a parked wait's watch, between wait_arm and wait_disarm */
+    struct etcd_channel *native; /* an attempt in flight without a thread (etcd_native.c) */
+    int native_step;            /* which of its requests */
+    int64_t native_lease;       /* the lease its transaction puts our key on */
 };
 
 /* Builds (or rebuilds, when the contending thread changed) lk's keys. */
@@ -80,6 +87,9 @@ struct json_object *etcd_deciding_range(const struct dlock_provider_lock *lk, co
 /* {kind: request}, a txn operation; takes request. */
 struct json_object *etcd_op(const char *kind, struct json_object *request);
 
+/* The txn body of compare, success and failure (all taken). */
+struct json_object *etcd_txn_of(struct json_object *compare, struct json_object *success,
+                                struct json_object *failure);
 /* Sends the txn of compare, success and failure (all taken). */
 int etcd_send_txn(struct etcd_instance *inst, struct json_object *compare, struct json_object *success,
                     struct json_object *failure, struct json_object **reply, struct etcd_status *st);
@@ -156,6 +166,58 @@ int etcd_release(void *instance, struct dlock_provider_lock *lk);
 
 /* The provider's abandon: out of the queue now, not at the lease's end. */
 void etcd_abandon(void *instance, struct dlock_provider_lock *lk);
+
+/* An attempt's steps, shared by the blocking attempt (etcd.c) and the one
+ * sent without a thread (etcd_native.c).
+ *
+ * etcd_queueing_txn: the txn that creates our key on lease_id unless it
+ * exists, and reads what decides the grant (caller frees).
+ * etcd_read_queueing: its answer read into el (our key's revision and
+ * lease) and *q. */
+struct etcd_queueing {
+    bool created;        /* our key was made by this txn */
+    bool first;          /* the deciding range grants it */
+    bool consistent;     /* the answer has our key (and, but for shared requests, a first key) */
+    bool stale_key;      /* our key is one that must be made anew first (etcd.c says when) */
+    int64_t at_revision; /* the store's revision the answer was read at */
+};
+struct json_object *etcd_queueing_txn(const struct dlock_provider_lock *lk, struct etcd_lock *el, int64_t lease_id);
+void etcd_read_queueing(const struct dlock_provider_lock *lk, struct etcd_lock *el, struct json_object *reply,
+                        int64_t lease_id, struct etcd_queueing *q);
+/* A grant that the lease as last refreshed covers (two thirds of it or
+ * more left): true with *g filled; false when the lease needs a keepalive
+ * first. */
+bool etcd_grant_if_fresh(struct etcd_instance *inst, const struct dlock_provider_lock *lk, struct etcd_lock *el,
+                         struct dlock_grant *g);
+/* Busy with nothing to find: a permit behind N others waits for any
+ * deletion in the name (true, *g and el set); false for the others, which
+ * look for their predecessor. */
+bool etcd_busy_without_predecessor(const struct dlock_provider_lock *lk, struct etcd_lock *el,
+                                   const struct etcd_queueing *q, struct dlock_grant *g);
+/* Busy: the range request for the key just before ours that keeps us out
+ * (any key for an exclusive request, an exclusive or permit one for a
+ * shared request; caller frees), and the reading of its answer into
+ * el->pred and el->watch_from. For a shared request the youngest older
+ * exclusive key may have been made shared since the grant was decided: it
+ * is then the oldest key, no writer is before us, and there is nothing to
+ * wait for (el->pred NULL). */
+struct json_object *etcd_predecessor_request(const struct dlock_provider_lock *lk, const struct etcd_lock *el);
+void etcd_read_predecessor(const struct dlock_provider_lock *lk, struct etcd_lock *el, struct json_object *reply);
+/* The lease for holds of lease_ms if the client has one, without granting
+ * one: true with *id. */
+bool etcd_lease_known(struct etcd_instance *inst, int64_t lease_ms, int64_t *id);
+
+/* An attempt without a thread, for the non-blocking API (etcd_native.c):
+ * the provider's acquire_send, acquire_recv and acquire_drop; and the
+ * instance's channels, made at open and closed at close. */
+int etcd_acquire_send(void *instance, struct dlock_provider_lock *lk, struct dlock_provider_io *io);
+int etcd_acquire_recv(void *instance, struct dlock_provider_lock *lk, struct dlock_provider_io *io,
+                      struct dlock_grant *g);
+void etcd_acquire_drop(void *instance, struct dlock_provider_lock *lk, struct dlock_provider_io *io);
+void etcd_native_init(struct etcd_instance *inst);
+void etcd_native_destroy(struct etcd_instance *inst);
+/* Closes an attempt's channel still in flight (lock_fini). */
+void etcd_native_forget(struct etcd_instance *inst, struct etcd_lock *el);
 
 /* Elections (etcd_election.c): the provider's value_put, leader_get, and
  * watch_open, watch_consume and watch_close as etcd_observer_*. */

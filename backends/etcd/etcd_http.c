@@ -327,6 +327,27 @@ static int call_once(struct etcd_http *h, const char *path, struct json_object *
     long status = 0;
     curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
     curl_slist_free_all(headers);
+    int rc = etcd_http_answer(h, endpoint, path, res, status, &b, reply, st);
+    free(b.data);
+    give_handle(h, c, res == CURLE_OK);
+    return rc;
+}
+
+void etcd_http_target(struct etcd_http *h, char *endpoint, size_t size, char *token, size_t token_size)
+{
+    pthread_mutex_lock(&h->mu);
+    snprintf(endpoint, size, "%s", h->endpoints[h->current]);
+    snprintf(token, token_size, "%s", h->token);
+    pthread_mutex_unlock(&h->mu);
+}
+
+int etcd_http_answer(struct etcd_http *h, const char *endpoint, const char *path, int curl_result, long status,
+                     const struct etcd_buffer *body, struct json_object **reply, struct etcd_status *st)
+{
+    CURLcode res = (CURLcode)curl_result;
+    const struct etcd_buffer b = *body;
+    st->grpc_code = 0;
+    *reply = NULL;
     int rc = DLOCK_OK;
     if (res != CURLE_OK) {
         st->sent = res != CURLE_COULDNT_CONNECT && res != CURLE_COULDNT_RESOLVE_HOST;
@@ -347,8 +368,6 @@ static int call_once(struct etcd_http *h, const char *path, struct json_object *
                               etcd_http_shown(h, endpoint), path);
         }
     }
-    free(b.data);
-    give_handle(h, c, res == CURLE_OK);
     return rc;
 }
 

@@ -76,6 +76,18 @@ struct curl_slist *etcd_http_setup_post(const struct etcd_http *h, void *curl_ea
                                         const char *path, const char *token, const char *text,
                                         size_t (*sink)(char *, size_t, size_t, void *), void *arg);
 
+/* The endpoint calls go to now, and the auth token ("" without), copied. */
+void etcd_http_target(struct etcd_http *h, char *endpoint, size_t size, char *token, size_t token_size);
+
+struct etcd_buffer;
+/* What a POST to endpoint + path that ended with curl_result (a CURLcode)
+ * and HTTP status, its body in body, comes to, as etcd_call reports it
+ * (*reply parsed on DLOCK_OK; st filled). A transfer that failed moves
+ * later calls to the next endpoint. For a transfer made by the caller
+ * (etcd_native.c). */
+int etcd_http_answer(struct etcd_http *h, const char *endpoint, const char *path, int curl_result, long status,
+                     const struct etcd_buffer *body, struct json_object **reply, struct etcd_status *st);
+
 /* A growing byte buffer, always NUL-terminated, for answers as they come. */
 struct etcd_buffer {
     char *data;

@@ -22,6 +22,21 @@ int etcd_lease_call(struct etcd_instance *inst, const char *path, const char *fi
 }
 
 /* The lease for holds of lease_ms, granted now if there is none. */
+bool etcd_lease_known(struct etcd_instance *inst, int64_t lease_ms, int64_t *id)
+{
+    int64_t ttl = (lease_ms + 999) / 1000;
+    bool found = false;
+    pthread_mutex_lock(&inst->lease_mu);
+    for (int i = 0; i < MAX_LEASES && !found; i++) {
+        if (inst->leases[i].id && inst->leases[i].ttl_s == ttl) {
+            *id = inst->leases[i].id;
+            found = true;
+        }
+    }
+    pthread_mutex_unlock(&inst->lease_mu);
+    return found;
+}
+
 int etcd_lease_for(struct etcd_instance *inst, int64_t lease_ms, int64_t *id)
 {
     int64_t ttl = (lease_ms + 999) / 1000;

@@ -100,14 +100,21 @@ struct json_object *etcd_op(const char *kind, struct json_object *request)
     return o;
 }
 
-/* Sends the txn of compare, success and failure (all taken). */
-int etcd_send_txn(struct etcd_instance *inst, struct json_object *compare, struct json_object *success,
-                    struct json_object *failure, struct json_object **reply, struct etcd_status *st)
+struct json_object *etcd_txn_of(struct json_object *compare, struct json_object *success,
+                                struct json_object *failure)
 {
     struct json_object *txn = json_object_new_object();
     json_object_object_add(txn, "compare", compare);
     json_object_object_add(txn, "success", success);
     json_object_object_add(txn, "failure", failure);
+    return txn;
+}
+
+/* Sends the txn of compare, success and failure (all taken). */
+int etcd_send_txn(struct etcd_instance *inst, struct json_object *compare, struct json_object *success,
+                    struct json_object *failure, struct json_object **reply, struct etcd_status *st)
+{
+    struct json_object *txn = etcd_txn_of(compare, success, failure);
     int rc = etcd_call(&inst->http, "/v3/kv/txn", txn, reply, st);
     json_object_put(txn);
     return rc;

@@ -450,10 +450,12 @@ struct dlock_provider {
      * the name's contender only, with the same guarantees.
      *
      * acquire_send does what acquire does up to the answer: it sends the
-     * attempt without waiting for it, and without connecting or waiting
-     * for a connection (the core may call it on the application's event
-     * loop: answer DLOCK_ENOTSUP rather than block; only the write of a
-     * request that fits the socket's buffer is allowed). What an attempt in
+     * attempt without waiting for it, and without waiting for a
+     * connection (the core may call it on the application's event loop:
+     * answer DLOCK_ENOTSUP rather than block; only the write of a request
+     * that fits the socket's buffer is allowed, and a connect only where
+     * the client library starts one without blocking, as libcurl's multi
+     * interface does). What an attempt in
      * flight holds (a connection) may come back only when the application's
      * loop reads the answer: leave the blocking calls room (redis sends
      * from at most half its pool), or a loop that blocks in one of them
@@ -466,7 +468,8 @@ struct dlock_provider {
      *
      * acquire_recv reads what has come without blocking and returns
      * DLOCK_PROVIDER_AGAIN when the answer is not whole yet (the core polls
-     * io->fd again), or acquire's own result for the attempt, with *g filled as
+     * io->fd again; an attempt of several requests may send the next one
+     * here, without blocking, and change io->fd), or acquire's own result for the attempt, with *g filled as
      * acquire fills it; DLOCK_ENOTSUP when the answer cannot be had this way
      * (the connection failed, the server forgot a script): nothing is in
      * flight any more and the core makes the attempt again with acquire,

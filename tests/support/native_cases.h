@@ -29,4 +29,22 @@ void native_case_answer_lost_holds_once(const struct native_target *t);
  * DLOCK_EUNAVAILABLE, and a later one goes through once the way is open. */
 void native_case_no_answer_ends_at_its_deadline(const struct native_target *t);
 
+/* Defines the two cmocka cases above, native_attempt_whose_answer_is_lost_holds_once
+ * and native_attempt_without_an_answer_ends_at_its_deadline, for a
+ * backend's test program: open_at and open_direct as in struct
+ * native_target, port the server's, deadline_ms the attempt's deadline. */
+#define NATIVE_CASES(open_at, open_direct, port, deadline_ms)                                                   \
+    static void native_attempt_whose_answer_is_lost_holds_once(void **state)                                   \
+    {                                                                                                          \
+        (void)state;                                                                                           \
+        const struct native_target t = { open_at, open_direct, port, deadline_ms };                            \
+        native_case_answer_lost_holds_once(&t);                                                                \
+    }                                                                                                          \
+    static void native_attempt_without_an_answer_ends_at_its_deadline(void **state)                           \
+    {                                                                                                          \
+        (void)state;                                                                                           \
+        const struct native_target t = { open_at, open_direct, port, deadline_ms };                            \
+        native_case_no_answer_ends_at_its_deadline(&t);                                                        \
+    }
+
 #endif

@@ -12,6 +12,7 @@
 
 #include "../../conformance/conformance.h"
 #include "../../support/fault_proxy.h"
+#include "../../support/native_cases.h"
 #include "../../support/service.h"
 #include "../../support/test_client.h"
 #include "../../support/test_time.h"
@@ -743,6 +744,26 @@ static void partition_past_the_lease(void **state)
     fault_proxy_stop(proxy);
 }
 
+/* ---- the non-blocking API's attempts, sent without a thread --------------------- */
+
+static dlock_client *open_native_at(int port)
+{
+    char text[1024];
+    write_config_at(text, sizeof text, port, 30000, 100, "");
+    return test_client_open(text);
+}
+
+static dlock_client *open_direct(void)
+{
+    return open_ok(30000);
+}
+
+/* Lost and missing answers (tests/support/native_cases.c): the
+ * transaction is sent again by acquire, which finds our key; an attempt
+ * without an answer ends at two command timeouts (the transaction and the
+ * predecessor's read), and its key, which it may have made, is swept. */
+NATIVE_CASES(open_native_at, open_direct, server.port, 2000)
+
 struct collected_findings {
     char text[4096];
     int warnings;
@@ -985,7 +1006,7 @@ int main(void)
     /* etcd's lessor looks for expired leases every 500 ms: a killed
      * holder's key goes up to that long after its TTL. */
     static const struct conformance_target target = { "etcd conformance", conformance_config, delete_holder_key,
-                                                      NULL, 500, CONFORMANCE_LISTS, 1000 };
+                                                      NULL, 500, CONFORMANCE_LISTS, 1000, 1 };
     int failed = conformance_run(&target);
     const struct CMUnitTest particular[] = {
         cmocka_unit_test(waiters_are_granted_in_arrival_order),
@@ -1002,6 +1023,8 @@ int main(void)
         cmocka_unit_test(a_waiter_that_gives_up_without_an_answer_leaves_no_key),
         cmocka_unit_test(a_retry_that_gets_no_answer_keeps_the_key_remembered),
         cmocka_unit_test(partition_past_the_lease),
+        cmocka_unit_test(native_attempt_whose_answer_is_lost_holds_once),
+        cmocka_unit_test(native_attempt_without_an_answer_ends_at_its_deadline),
         cmocka_unit_test(bad_settings_are_config_errors),
         cmocka_unit_test(credentials_in_an_endpoint_url_are_never_shown),
         cmocka_unit_test(unreachable_cluster_is_a_clear_error),

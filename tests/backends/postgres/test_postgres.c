@@ -593,19 +593,7 @@ static dlock_client *open_direct(void)
 
 /* Lost and missing answers (tests/support/native_cases.c); the deadline
  * is three command timeouts, for up to three statements. */
-static void native_attempt_whose_answer_is_lost_holds_once(void **state)
-{
-    (void)state;
-    const struct native_target t = { open_native_at, open_direct, server.port, 900 };
-    native_case_answer_lost_holds_once(&t);
-}
-
-static void native_attempt_without_an_answer_ends_at_its_deadline(void **state)
-{
-    (void)state;
-    const struct native_target t = { open_native_at, open_direct, server.port, 900 };
-    native_case_no_answer_ends_at_its_deadline(&t);
-}
+NATIVE_CASES(open_native_at, open_direct, server.port, 900)
 
 /* A busy answer read on the loop: the upsert after the fast path, then the
  * waiting writer's registration, both sent from the answer's step on the
