@@ -11,17 +11,18 @@
 
 #include <stdbool.h>
 
-/* Whether one more attempt may go out, *in_flight counting those that did
- * (read and changed atomically), from a pool of pool_max connections. */
-static inline bool native_room_for_one_more(const int *in_flight, int pool_max)
+/* Takes a place for one more attempt, *in_flight counting those out (at
+ * most half of pool_max, at least one): true when it was taken (give it
+ * back with native_room_given_back), false when none is free. Atomic: two
+ * threads cannot both take the last place. */
+static inline bool native_room_try_take(int *in_flight, int pool_max)
 {
-    int cap = pool_max / 2;
-    return __atomic_load_n(in_flight, __ATOMIC_RELAXED) < (cap > 0 ? cap : 1);
-}
-
-static inline void native_room_taken(int *in_flight)
-{
-    __atomic_add_fetch(in_flight, 1, __ATOMIC_RELAXED);
+    int cap = pool_max / 2 > 0 ? pool_max / 2 : 1;
+    int now = __atomic_load_n(in_flight, __ATOMIC_RELAXED);
+    while (now < cap)
+        if (__atomic_compare_exchange_n(in_flight, &now, now + 1, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+            return true;
+    return false;
 }
 
 static inline void native_room_given_back(int *in_flight)

@@ -8,7 +8,8 @@
  * core polls. A multi handle keeps its connections in a cache of its own,
  * so channels are pooled by the instance and reused: a channel's first
  * transfer connects (without waiting: curl's connect and its threaded
- * resolver do not block), later ones reuse that connection. At most half
+ * resolver do not block; without an asynchronous resolver there are no
+ * channels), later ones reuse that connection. At most half
  * of ETCD_IDLE_HANDLES channels exist, as the other backends send from at
  * most half their pool.
  *
@@ -178,7 +179,9 @@ static bool channel_start(struct etcd_instance *inst, struct etcd_channel *ch, c
     etcd_http_target(&inst->http, ch->endpoint, sizeof ch->endpoint, token, sizeof token);
     free(ch->text);
     ch->text = strdup(json_object_to_json_string_ext(body, JSON_C_TO_STRING_PLAIN));
-    ch->answer.len = 0;
+    ch->answer.len = 0; /* and no text: an empty answer must not read as the last one */
+    if (ch->answer.data)
+        ch->answer.data[0] = '\0';
     curl_slist_free_all(ch->headers);
     curl_easy_reset(ch->easy);
     ch->headers = ch->text ? etcd_http_setup_post(&inst->http, ch->easy, ch->endpoint, path, token, ch->text,
@@ -191,6 +194,9 @@ static bool channel_start(struct etcd_instance *inst, struct etcd_channel *ch, c
     ch->headers = more;
     curl_easy_setopt(ch->easy, CURLOPT_HTTPHEADER, ch->headers);
     curl_easy_setopt(ch->easy, CURLOPT_TIMEOUT_MS, (long)inst->http.command_timeout_ms);
+    /* A channel dropped during a name lookup does not wait for the
+     * resolver's thread (the loop may be the one dropping it). */
+    curl_easy_setopt(ch->easy, CURLOPT_QUICK_EXIT, 1L);
     ch->path = path;
     drain(ch->done);
     if (curl_multi_add_handle(ch->multi, ch->easy) != CURLM_OK)
@@ -241,6 +247,10 @@ static bool channel_step(struct etcd_instance *inst, struct etcd_channel *ch, st
 
 void etcd_native_init(struct etcd_instance *inst)
 {
+    /* A libcurl that resolves names in the calling thread would block
+     * the application's loop: attempts then go through acquire. */
+    if (!(curl_version_info(CURLVERSION_NOW)->features & CURL_VERSION_ASYNCHDNS))
+        return;
     inst->native = calloc(1, sizeof *inst->native);
     if (inst->native)
         pthread_mutex_init(&inst->native->mu, NULL);

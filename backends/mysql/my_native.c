@@ -87,8 +87,7 @@ int my_acquire_send(void *instance, struct dlock_provider_lock *lk, struct dlock
     struct my_instance *inst = instance;
     struct my_lock *ml = lk->priv;
     if (inst->head.mode != &my_lease_mode || lk->mode != DLOCK_MODE_EXCLUSIVE || (lk->flags & DLOCK_LOCK_FAIR) ||
-        ml->line.place.state != LINE_OUT || ml->line.conn ||
-        !native_room_for_one_more(&inst->native_in_flight, inst->pool.pool.max))
+        ml->line.place.state != LINE_OUT || ml->line.conn)
         return DLOCK_ENOTSUP;
     int rc = line_attempt_begin(inst, lk);
     if (rc != DLOCK_OK) {
@@ -100,7 +99,11 @@ int my_acquire_send(void *instance, struct dlock_provider_lock *lk, struct dlock
      * the core may make it on the caller's loop). */
     if (my_pool_take_idle(&inst->pool, &ml->native_conn) != DLOCK_OK)
         return DLOCK_ENOTSUP;
-    native_room_taken(&inst->native_in_flight);
+    if (!native_room_try_take(&inst->native_in_flight, inst->pool.pool.max)) {
+        my_pool_put(&inst->pool, ml->native_conn);
+        ml->native_conn = NULL;
+        return DLOCK_ENOTSUP;
+    }
     if (!ml->native_conn->stmt[MY_ACQUIRE] || !start_step(inst, lk, STEP_ACQUIRE, io, &rc)) {
         /* Not sent, or failed at once (a dead connection): acquire sends
          * it on a fresh one. */
@@ -126,6 +129,9 @@ static int answer_of(struct my_instance *inst, struct my_lock *ml, struct my_out
         (void)r;
         ml->native_ready = false;
         *o = ml->native_outcome;
+        /* An idle connection the server had closed answers at once too:
+         * with a lost connection, as one that dies in flight. */
+        *broken = my_conn_broken(ml->native_conn);
         return ml->native_rc;
     }
     int which = ml->native_step == STEP_ACQUIRE ? MY_ACQUIRE : MY_REGISTER_WRITER;
@@ -165,7 +171,10 @@ int my_acquire_recv(void *instance, struct dlock_provider_lock *lk, struct dlock
             int src;
             if (start_step(inst, lk, STEP_REGISTER, io, &src))
                 return ml->native_ready ? my_acquire_recv(instance, lk, io, g) : DLOCK_PROVIDER_AGAIN;
-            broken = my_conn_broken(ml->native_conn);
+            /* Not started: never prepared here (below), or failed part of
+             * the way (it may have written part of the request), which
+             * leaves the connection unusable. */
+            broken = my_conn_broken(ml->native_conn) || src != DLOCK_ENOTSUP;
             if (src == DLOCK_ENOTSUP && !broken) {
                 /* Never prepared on this connection: acquire makes the
                  * attempt again on a worker, which prepares and sends it

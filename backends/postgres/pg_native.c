@@ -9,12 +9,13 @@
  *
  * Only what the blocking attempt (pg_lease.c) does by statements alone
  * goes this way: lease mode, exclusive holds and permits outside fair
- * mode, an idle connection where the statements are prepared. Anything
- * else (session mode, shared holds, whose busy answer LISTENs first, fair
- * mode's turn, a connection that is new, broken, or has not prepared the
- * statement) answers DLOCK_ENOTSUP, and the core makes the attempt with
- * acquire. The line's steps around the attempt (line_attempt_begin and
- * line_attempt_end) are the blocking attempt's own; for these kinds they
+ * mode and out of the name's line, an idle connection where the
+ * statements are prepared. Anything else (session mode, shared holds,
+ * whose busy answer LISTENs first, fair mode's turn, a request in the line,
+ * a connection that is new, broken, or has not prepared the statement)
+ * answers DLOCK_ENOTSUP, and the core makes the attempt with acquire. The
+ * line's steps around the attempt (line_attempt_begin and
+ * line_attempt_end) are the blocking attempt's own; out of the line they
  * make no round trip. */
 #include "config.h"
 
@@ -77,8 +78,11 @@ int pg_acquire_send(void *instance, struct dlock_provider_lock *lk, struct dlock
 {
     struct pg_instance *inst = instance;
     struct pg_lock *pl = lk->priv;
+    /* In the name's line, the steps after the attempt (the gate passed on
+     * after a permit's grant or a failure, a place given up) are round
+     * trips on the line's connection: such attempts go through acquire. */
     if (inst->head.mode != &pg_lease_mode || lk->mode == DLOCK_MODE_SHARED || (lk->flags & DLOCK_LOCK_FAIR) ||
-        !native_room_for_one_more(&inst->native_in_flight, inst->pool.pool.max))
+        pl->line.place.state != LINE_OUT || pl->line.conn)
         return DLOCK_ENOTSUP;
     int rc = line_attempt_begin(inst, lk);
     if (rc != DLOCK_OK) {
@@ -89,7 +93,11 @@ int pg_acquire_send(void *instance, struct dlock_provider_lock *lk, struct dlock
      * (this call must not block: the core may make it on the caller's loop). */
     if (pg_pool_take_idle(&inst->pool, &pl->native_conn) != DLOCK_OK)
         return DLOCK_ENOTSUP;
-    native_room_taken(&inst->native_in_flight);
+    if (!native_room_try_take(&inst->native_in_flight, inst->pool.pool.max)) {
+        pg_pool_put(&inst->pool, pl->native_conn);
+        pl->native_conn = NULL;
+        return DLOCK_ENOTSUP;
+    }
     enum native_step first = lk->mode == DLOCK_MODE_SEMAPHORE ? STEP_PERMIT
                              : pl->last_busy                  ? STEP_ACQUIRE
                                                               : STEP_TAKE;

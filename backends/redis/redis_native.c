@@ -33,8 +33,7 @@ static void give_back(struct redis_instance *inst, redisContext *ctx, bool reado
 int redis_acquire_send(void *instance, struct dlock_provider_lock *lk, struct dlock_provider_io *io)
 {
     struct redis_instance *inst = instance;
-    if (inst->route != &redis_single_route || inst->wait_replicas > 0 ||
-        !native_room_for_one_more(&inst->native_in_flight, inst->pool.conns.max))
+    if (inst->route != &redis_single_route || inst->wait_replicas > 0)
         return DLOCK_ENOTSUP;
     int rc = redis_attempt_prepare(inst, lk);
     if (rc != DLOCK_OK)
@@ -52,6 +51,11 @@ int redis_acquire_send(void *instance, struct dlock_provider_lock *lk, struct dl
         redis_evalsha_free(&e);
         return DLOCK_ENOTSUP;
     }
+    if (!native_room_try_take(&inst->native_in_flight, inst->pool.conns.max)) {
+        redis_evalsha_free(&e);
+        give_back(inst, ctx, false);
+        return DLOCK_ENOTSUP;
+    }
     int done = 0;
     rc = redisAppendCommandArgv(ctx, e.argc, e.argv, e.lens) == REDIS_OK ? DLOCK_OK : DLOCK_ENOTSUP;
     redis_evalsha_free(&e);
@@ -59,13 +63,13 @@ int redis_acquire_send(void *instance, struct dlock_provider_lock *lk, struct dl
         if (redisBufferWrite(ctx, &done) != REDIS_OK)
             rc = DLOCK_ENOTSUP; /* ctx->err set: closed below; acquire sends it on a fresh one */
     if (rc != DLOCK_OK) {
+        native_room_given_back(&inst->native_in_flight);
         give_back(inst, ctx, false);
         return rc;
     }
     io->fd = ctx->fd;
     io->timeout_ms = inst->pool.server.command_timeout_ms;
     io->priv = ctx;
-    native_room_taken(&inst->native_in_flight);
     return DLOCK_OK;
 }
 

@@ -153,8 +153,12 @@ static int send_call(struct zk_instance *inst, zhandle_t *zh, struct dlock_provi
         zrc = zoo_aget_children(zh, zl->parent, 0, listed, k);
         zl->call_step = STEP_CHILDREN;
     }
-    if (zrc != ZOK)
-        call_unref(k); /* not sent: its completion will not come */
+    /* Not sent: its completion will not come, except after a marshalling
+     * error, where the client may have registered it already (the
+     * reference is then left to it: a record lost to an out-of-memory
+     * failure rather than one freed twice). */
+    if (zrc != ZOK && zrc != ZMARSHALLINGERROR)
+        call_unref(k);
     return zrc;
 }
 

@@ -80,3 +80,28 @@ void native_case_no_answer_ends_at_its_deadline(const struct native_target *t)
     dlock_client_close(a);
     fault_proxy_stop(proxy);
 }
+
+void native_case_dead_idle_connection_is_sent_again(const struct native_target *t)
+{
+    int proxy_port;
+    struct fault_proxy *proxy = fault_proxy_start(t->server_port, &proxy_port);
+    assert_non_null(proxy);
+    dlock_client *a = t->open_at(proxy_port);
+    dlock_lock *la = test_lock_named(a, "native-dead");
+    for (int round = 0; round < 5; round++) {
+        assert_int_equal(dlock_acquire(la, 0), DLOCK_OK); /* a connection made, and idle again */
+        assert_int_equal(dlock_release(la), DLOCK_OK);
+        fault_proxy_set(proxy, FAULT_RESET, 0);
+        sleep_ms(100);
+        fault_proxy_set(proxy, FAULT_PASS, 0);
+        long long before = parked(a);
+        int rc = acquire_on_loop(a, la);
+        if (rc != DLOCK_OK)
+            fail_msg("round %d: %s: %s", round, dlock_strerror(rc), dlock_errmsg());
+        assert_true(parked(a) <= before + 1);
+        assert_int_equal(dlock_release(la), DLOCK_OK);
+    }
+    dlock_lock_free(la);
+    dlock_client_close(a);
+    fault_proxy_stop(proxy);
+}

@@ -29,8 +29,14 @@ void native_case_answer_lost_holds_once(const struct native_target *t);
  * DLOCK_EUNAVAILABLE, and a later one goes through once the way is open. */
 void native_case_no_answer_ends_at_its_deadline(const struct native_target *t);
 
-/* Defines the two cmocka cases above, native_attempt_whose_answer_is_lost_holds_once
- * and native_attempt_without_an_answer_ends_at_its_deadline, for a
+/* Idle connections cut (a server restart, as TCP sees it): the attempt
+ * sent on one finds it dead, at once or when it reads, and is made again
+ * on a fresh one, as a blocking attempt is, and holds. */
+void native_case_dead_idle_connection_is_sent_again(const struct native_target *t);
+
+/* Defines the three cmocka cases above (native_attempt_whose_answer_is_lost_holds_once,
+ * native_attempt_without_an_answer_ends_at_its_deadline and
+ * native_attempt_on_a_dead_idle_connection_is_sent_again) for a
  * backend's test program: open_at and open_direct as in struct
  * native_target, port the server's, deadline_ms the attempt's deadline. */
 #define NATIVE_CASES(open_at, open_direct, port, deadline_ms)                                                   \
@@ -45,6 +51,12 @@ void native_case_no_answer_ends_at_its_deadline(const struct native_target *t);
         (void)state;                                                                                           \
         const struct native_target t = { open_at, open_direct, port, deadline_ms };                            \
         native_case_no_answer_ends_at_its_deadline(&t);                                                        \
+    }                                                                                                          \
+    static void native_attempt_on_a_dead_idle_connection_is_sent_again(void **state)                          \
+    {                                                                                                          \
+        (void)state;                                                                                           \
+        const struct native_target t = { open_at, open_direct, port, deadline_ms };                            \
+        native_case_dead_idle_connection_is_sent_again(&t);                                                    \
     }
 
 #endif

@@ -1025,6 +1025,7 @@ int main(void)
         cmocka_unit_test(partition_past_the_lease),
         cmocka_unit_test(native_attempt_whose_answer_is_lost_holds_once),
         cmocka_unit_test(native_attempt_without_an_answer_ends_at_its_deadline),
+        cmocka_unit_test(native_attempt_on_a_dead_idle_connection_is_sent_again),
         cmocka_unit_test(bad_settings_are_config_errors),
         cmocka_unit_test(credentials_in_an_endpoint_url_are_never_shown),
         cmocka_unit_test(unreachable_cluster_is_a_clear_error),

@@ -1128,6 +1128,7 @@ int main(void)
         cmocka_unit_test(the_row_holds_owner_fence_and_server_expiry),
         cmocka_unit_test(native_attempt_whose_answer_is_lost_holds_once),
         cmocka_unit_test(native_attempt_without_an_answer_ends_at_its_deadline),
+        cmocka_unit_test(native_attempt_on_a_dead_idle_connection_is_sent_again),
         cmocka_unit_test(native_busy_attempt_registers_the_writer_and_waits),
         cmocka_unit_test(busy_answer_carries_the_holders_remaining_lease),
         cmocka_unit_test(lease_mode_waiters_wait_in_the_server),

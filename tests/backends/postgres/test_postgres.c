@@ -25,6 +25,7 @@
 #include <libpq-fe.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -595,6 +596,57 @@ static dlock_client *open_direct(void)
  * is three command timeouts, for up to three statements. */
 NATIVE_CASES(open_native_at, open_direct, server.port, 900)
 
+/* dlock_client_process never blocks, even for a permit waiter at the head
+ * of the name's line, whose grant passes the line's gate on (a statement
+ * and its answer on the line's connection). With every answer held 400 ms
+ * on the way (the fault proxy), no step of the caller's loop may wait for
+ * one: the attempts at the head go through a worker. */
+static void the_loop_never_waits_for_the_lines_steps(void **state)
+{
+    (void)state;
+    int proxy_port;
+    struct fault_proxy *proxy = fault_proxy_start(server.port, &proxy_port);
+    assert_non_null(proxy);
+    char text[512];
+    snprintf(text, sizeof text,
+             "backend = \"postgres\";\npostgres = { port = %d; user = \"postgres\"; database = \"postgres\"; "
+             "pool_size = 2; command_timeout_ms = 5000; };\n", proxy_port);
+    dlock_client *a = test_client_open(text), *b = open_direct();
+    dlock_lock *la = test_lock_of_kind(a, "native-line", DLOCK_MODE_SEMAPHORE, 1);
+    dlock_lock *lb = test_lock_of_kind(b, "native-line", DLOCK_MODE_SEMAPHORE, 1);
+    assert_int_equal(dlock_acquire(la, 0), DLOCK_OK); /* the statements prepared on a connection */
+    assert_int_equal(dlock_release(la), DLOCK_OK);
+    assert_int_equal(dlock_acquire(lb, 0), DLOCK_OK);
+    fault_proxy_set(proxy, FAULT_DELAY, 400);
+    struct async_result r = { 0 };
+    assert_int_equal(dlock_acquire_start(la, slack_ms(20000), async_record, &r), DLOCK_OK);
+    int64_t longest = 0, released_at = now_ms() + 2500, end = now_ms() + slack_ms(20000);
+    bool released = false;
+    while (r.calls == 0 && now_ms() < end) {
+        if (!released && now_ms() >= released_at) {
+            assert_int_equal(dlock_release(lb), DLOCK_OK); /* the waiter, at the head by now, is woken */
+            released = true;
+        }
+        struct pollfd p = { .fd = dlock_client_fd(a), .events = POLLIN };
+        poll(&p, 1, 20);
+        int64_t t0 = now_ms();
+        assert_true(dlock_client_process(a) >= 0);
+        if (now_ms() - t0 > longest)
+            longest = now_ms() - t0;
+    }
+    fault_proxy_set(proxy, FAULT_PASS, 0);
+    assert_int_equal(r.calls, 1);
+    assert_int_equal(r.rc, DLOCK_OK);
+    if (longest >= 300)
+        fail_msg("a step of the caller's loop took %lld ms: it waited for an answer", (long long)longest);
+    assert_int_equal(dlock_release(la), DLOCK_OK);
+    dlock_lock_free(la);
+    dlock_lock_free(lb);
+    dlock_client_close(a);
+    dlock_client_close(b);
+    fault_proxy_stop(proxy);
+}
+
 /* A busy answer read on the loop: the upsert after the fast path, then the
  * waiting writer's registration, both sent from the answer's step on the
  * same connection; the acquire then waits, and the release hands it over. */
@@ -750,6 +802,8 @@ int main(void)
         cmocka_unit_test(the_row_holds_owner_fence_and_server_expiry),
         cmocka_unit_test(native_attempt_whose_answer_is_lost_holds_once),
         cmocka_unit_test(native_attempt_without_an_answer_ends_at_its_deadline),
+        cmocka_unit_test(native_attempt_on_a_dead_idle_connection_is_sent_again),
+        cmocka_unit_test(the_loop_never_waits_for_the_lines_steps),
         cmocka_unit_test(native_busy_attempt_registers_the_writer_and_waits),
         cmocka_unit_test(fair_mode_is_for_exclusive_holds_and_permits),
         cmocka_unit_test(a_waiter_keeps_its_place_past_the_command_timeout),
