@@ -73,15 +73,18 @@ static int queue_locally(struct dlock__entry *e, int64_t wait_ms, int64_t deadli
 }
 
 static int contend_loop(dlock_client *c, struct dlock__entry *e, dlock_lock *h, uint64_t self,
-                        int64_t wait_ms, int64_t deadline, uint64_t gen, int wake_fd, bool *was_busy);
+                        int64_t wait_ms, int64_t deadline, uint64_t gen, int wake_fd, int64_t first_send_ms,
+                        bool *was_busy);
 
 /* Talks to the backend until granted, out of time, cancelled or failed; a
- * provider that queued us is told when we give up. */
+ * provider that queued us is told when we give up. first_send_ms: the
+ * monotonic time the first attempt may count as sent at (the acquire's
+ * start, when nothing kept it waiting since; 0 to read the clock). */
 static int contend(dlock_client *c, struct dlock__entry *e, dlock_lock *h, uint64_t self,
-                   int64_t wait_ms, int64_t deadline, uint64_t gen, int wake_fd)
+                   int64_t wait_ms, int64_t deadline, uint64_t gen, int wake_fd, int64_t first_send_ms)
 {
     bool was_busy = false;
-    int rc = contend_loop(c, e, h, self, wait_ms, deadline, gen, wake_fd, &was_busy);
+    int rc = contend_loop(c, e, h, self, wait_ms, deadline, gen, wake_fd, first_send_ms, &was_busy);
     if (rc != DLOCK_OK && was_busy) {
         struct dlock_saved_error saved;
         dlock_error_save(&saved);
@@ -92,11 +95,16 @@ static int contend(dlock_client *c, struct dlock__entry *e, dlock_lock *h, uint6
 }
 
 static int contend_loop(dlock_client *c, struct dlock__entry *e, dlock_lock *h, uint64_t self,
-                        int64_t wait_ms, int64_t deadline, uint64_t gen, int wake_fd, bool *was_busy)
+                        int64_t wait_ms, int64_t deadline, uint64_t gen, int wake_fd, int64_t first_send_ms,
+                        bool *was_busy)
 {
     for (unsigned attempt = 0;; attempt++) {
         struct dlock_grant g = { .fence = 0, .has_fence = 0, .retry_hint_ms = -1 };
-        struct dlock__stamp t_send = dlock__stamp_now();
+        /* An earlier monotonic stamp only schedules the first renewal
+         * sooner; the validity counts from the boot clock, read now. */
+        struct dlock__stamp t_send = attempt == 0 && first_send_ms > 0
+                                         ? (struct dlock__stamp){ first_send_ms, dlock__boot_ms() }
+                                         : dlock__stamp_now();
         int rc = dlock__p_acquire(c, e, &g);
         dlock__metric_inc(&c->metrics.attempts);
 
@@ -203,6 +211,7 @@ int dlock__acquire_for(dlock_lock *h, int64_t wait_ms, uint64_t self)
     }
     uint64_t gen = e->cancel_gen;
     e->waiters++;
+    bool kept_waiting = e->count > 0 || e->contending;
     rc = queue_locally(e, wait_ms, deadline, gen);
     int wake_fd = -1;
     if (rc == DLOCK_OK) {
@@ -212,14 +221,16 @@ int dlock__acquire_for(dlock_lock *h, int64_t wait_ms, uint64_t self)
         if (wake_fd < 0)
             rc = dlock_seterr(DLOCK_EINTERNAL, "cannot create an eventfd for waiting: %s", strerror(errno));
         else
-            rc = contend(c, e, h, self, wait_ms, deadline, gen, wake_fd);
+            rc = contend(c, e, h, self, wait_ms, deadline, gen, wake_fd, kept_waiting ? 0 : start);
         pthread_mutex_lock(&e->mu);
         dlock__contender_end(c, e);
     }
+    /* The grant's own time ends the wait: no clock read for it. */
+    int64_t granted_at = rc == DLOCK_OK ? e->granted_at_ms : 0;
     e->waiters--;
     pthread_cond_broadcast(&e->cv);
     pthread_mutex_unlock(&e->mu);
-    dlock__acquire_account(c, e, rc, start);
+    dlock__acquire_account(c, e, rc, start, granted_at);
     return rc;
 }
 
@@ -255,11 +266,11 @@ void dlock__contender_end(dlock_client *c, struct dlock__entry *e)
     dlock__async_entry_free(c, e);
 }
 
-void dlock__acquire_account(dlock_client *c, struct dlock__entry *e, int rc, int64_t start)
+void dlock__acquire_account(dlock_client *c, struct dlock__entry *e, int rc, int64_t start, int64_t granted_at)
 {
     switch (rc) {
     case DLOCK_OK: {
-        int64_t waited = dlock__now_ms() - start;
+        int64_t waited = (granted_at > 0 ? granted_at : dlock__now_ms()) - start;
         dlock__histogram_observe(&c->metrics.wait_ms, waited);
         if (e->named)
             dlock__histogram_observe(&e->named->wait_ms, waited);

@@ -75,7 +75,7 @@ static enum dlock__step acquire_done(struct dlock__aop *op, int rc)
     pthread_cond_broadcast(&e->cv);
     pthread_mutex_unlock(&e->mu);
     dlock_error_restore(&saved, rc);
-    dlock__acquire_account(c, e, rc, op->start_ms);
+    dlock__acquire_account(c, e, rc, op->start_ms, 0);
     return done(op, rc);
 }
 

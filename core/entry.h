@@ -106,8 +106,10 @@ void dlock__contender_begin(dlock_client *c, struct dlock__entry *e, const dlock
 /* Ends the caller's contention for e, whatever its result, and lets the
  * next acquire queued behind it in the client look (e->mu held). */
 void dlock__contender_end(dlock_client *c, struct dlock__entry *e);
-/* Counts an acquire's end in the metrics: rc, started at start (monotonic). */
-void dlock__acquire_account(dlock_client *c, struct dlock__entry *e, int rc, int64_t start);
+/* Counts an acquire's end in the metrics: rc, started at start (monotonic);
+ * granted_at, the grant's monotonic time when the caller read it (0: the
+ * clock is read now). */
+void dlock__acquire_account(dlock_client *c, struct dlock__entry *e, int rc, int64_t start, int64_t granted_at);
 
 /* ---- async_engine.c: hooks the blocking path calls (e->mu held) ------------ */
 /* e's hold or contention ended: non-blocking acquires queued behind it in
