@@ -7,6 +7,8 @@
 
 #include "native_cases.h"
 
+#include <string.h>
+
 #include "async_result.h"
 #include "fault_proxy.h"
 #include "test_client.h"
@@ -104,4 +106,36 @@ void native_case_dead_idle_connection_is_sent_again(const struct native_target *
     dlock_lock_free(la);
     dlock_client_close(a);
     fault_proxy_stop(proxy);
+}
+
+void native_case_busy_registers_the_writer(dlock_client *(*open_client)(void), dlock_client *(*open_direct)(void),
+                                           const char *(*admin)(const char *sql), const char *writer_sql)
+{
+    dlock_client *a = open_client(), *b = open_direct();
+    dlock_lock *la = test_lock_named(a, "native-busy"), *lb = test_lock_named(b, "native-busy");
+    assert_int_equal(dlock_acquire(la, 0), DLOCK_OK); /* prepares the acquire on a's connection */
+    assert_int_equal(dlock_release(la), DLOCK_OK);
+    assert_int_equal(dlock_acquire(lb, 0), DLOCK_OK);
+    /* Busy once without waiting: prepares the registration there too (and
+     * takes it back as the request gives up). */
+    assert_int_equal(dlock_acquire(la, 0), DLOCK_EBUSY);
+    assert_string_equal(admin(writer_sql), "");
+    long long before = parked(a);
+    struct async_result r = { 0 };
+    assert_int_equal(dlock_acquire_start(la, slack_ms(10000), async_record, &r), DLOCK_OK);
+    for (int64_t end = now_ms() + slack_ms(5000); now_ms() < end && strcmp(admin(writer_sql), "") == 0;)
+        assert_true(async_loop_turn(a, 20) >= 0);
+    assert_int_equal(r.calls, 0);
+    assert_true(parked(a) > before);
+    assert_string_not_equal(admin(writer_sql), "");
+    assert_int_equal(dlock_release(lb), DLOCK_OK);
+    for (int64_t end = now_ms() + slack_ms(5000); r.calls == 0 && now_ms() < end;)
+        assert_true(async_loop_turn(a, 20) >= 0);
+    assert_int_equal(r.calls, 1);
+    assert_int_equal(r.rc, DLOCK_OK);
+    assert_int_equal(dlock_release(la), DLOCK_OK);
+    dlock_lock_free(la);
+    dlock_lock_free(lb);
+    dlock_client_close(a);
+    dlock_client_close(b);
 }

@@ -34,6 +34,16 @@ void native_case_no_answer_ends_at_its_deadline(const struct native_target *t);
  * on a fresh one, as a blocking attempt is, and holds. */
 void native_case_dead_idle_connection_is_sent_again(const struct native_target *t);
 
+/* A busy answer read on the caller's loop: the waiting writer's
+ * registration (the SQL backends' lease mode) is sent from the answer's
+ * step on the same connection; the acquire then waits, and the release
+ * hands it over. open_client opens a client on a pool of two straight to
+ * the server; admin runs SQL as an administrator and returns the first
+ * value; writer_sql reads the row's writer as text ("" when none) for the
+ * name "native-busy". */
+void native_case_busy_registers_the_writer(dlock_client *(*open_client)(void), dlock_client *(*open_direct)(void),
+                                           const char *(*admin)(const char *sql), const char *writer_sql);
+
 /* Defines the three cmocka cases above (native_attempt_whose_answer_is_lost_holds_once,
  * native_attempt_without_an_answer_ends_at_its_deadline and
  * native_attempt_on_a_dead_idle_connection_is_sent_again) for a

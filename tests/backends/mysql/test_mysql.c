@@ -775,41 +775,19 @@ static dlock_client *open_direct(void)
  * the deadline is two command timeouts, for up to two statements. */
 NATIVE_CASES(open_native_at, open_direct, server.port, 6000)
 
-/* A busy answer read on the loop: the waiting writer's registration is
- * sent from the answer's step on the same connection; the acquire then
- * waits, and the release hands it over. */
+/* The waiting writer's registration sent from the answer's step
+ * (tests/support/native_cases.c). */
+static dlock_client *open_pool_of_two(void)
+{
+    return open_ok("pool_size = 2;");
+}
+
 static void native_busy_attempt_registers_the_writer_and_waits(void **state)
 {
     (void)state;
-    dlock_client *a = open_ok("pool_size = 2;");
-    dlock_client *b = open_ok("");
-    dlock_lock *la = test_lock_named(a, "native-busy"), *lb = test_lock_named(b, "native-busy");
-    assert_int_equal(dlock_acquire(la, 0), DLOCK_OK); /* prepares the acquire on a's connection */
-    assert_int_equal(dlock_release(la), DLOCK_OK);
-    assert_int_equal(dlock_acquire(lb, 0), DLOCK_OK);
-    /* Busy once without waiting: prepares the registration there too (and
-     * takes it back as the request gives up). */
-    assert_int_equal(dlock_acquire(la, 0), DLOCK_EBUSY);
-    assert_string_equal(admin("SELECT COALESCE(writer, '') FROM dlock_locks WHERE name = 'dlock:native-busy'"), "");
-    long long parked = test_client_metric(a, "dlock_acquire_attempts_parked_total");
-    struct async_result r = { 0 };
-    assert_int_equal(dlock_acquire_start(la, slack_ms(10000), async_record, &r), DLOCK_OK);
-    const char *writer = "SELECT COALESCE(writer, '') FROM dlock_locks WHERE name = 'dlock:native-busy'";
-    for (int64_t end = now_ms() + slack_ms(5000); now_ms() < end && strcmp(admin(writer), "") == 0;)
-        assert_true(async_loop_turn(a, 20) >= 0);
-    assert_int_equal(r.calls, 0);
-    assert_true(test_client_metric(a, "dlock_acquire_attempts_parked_total") > parked);
-    assert_string_not_equal(admin(writer), "");
-    assert_int_equal(dlock_release(lb), DLOCK_OK);
-    for (int64_t end = now_ms() + slack_ms(5000); r.calls == 0 && now_ms() < end;)
-        assert_true(async_loop_turn(a, 20) >= 0);
-    assert_int_equal(r.calls, 1);
-    assert_int_equal(r.rc, DLOCK_OK);
-    assert_int_equal(dlock_release(la), DLOCK_OK);
-    dlock_lock_free(la);
-    dlock_lock_free(lb);
-    dlock_client_close(a);
-    dlock_client_close(b);
+    native_case_busy_registers_the_writer(open_pool_of_two, open_direct, admin,
+                                          "SELECT COALESCE(writer, '') FROM dlock_locks WHERE name = "
+                                          "'dlock:native-busy'");
 }
 
 /* ---- batched renewals ------------------------------------------------------------------ */
