@@ -38,7 +38,7 @@ for dir in "$@"; do
         if [ "$result" != PASS ] && [ "$f" = 0 ]; then
             f=1 # crashed, hung or leaked without a failing case of its own
         fi
-        [ "$result" != PASS ] && echo "$dir: FAIL ${log#$dir/}" && sed -n '1,200p' "$log" | grep -E 'FAILED|not ok|ERROR|error|Sanitizer|==[0-9]+==' | head -20
+        [ "$result" != PASS ] && echo "$dir: FAIL ${log#$dir/}" && sed -n '1,200p' "$log" | grep -E 'FAILED|not ok|ERROR|error|Sanitizer|==[0-9]+==|^  (Previous )?(Read|Write|Atomic)|^    #[0-9]+ ' | head -60
         pass=$((pass + p))
         fail=$((fail + f))
     done
