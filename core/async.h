@@ -76,6 +76,8 @@ struct dlock__aop {
     int answer_rc;                  /* acquire_recv's answer (DLOCK_ENOTSUP: send it again) */
     struct dlock_grant answer;
     bool was_busy;
+    bool release_begun;             /* a release's first half is done (plan) */
+    struct dlock__release_plan plan;
     unsigned attempt;
     uint64_t self;                  /* the holder number: the handle's */
     uint64_t gen;                   /* entry->cancel_gen at start */
@@ -97,5 +99,11 @@ enum dlock__step dlock__aop_step(struct dlock__aop *op, int wake_fd);
  * when done is true. Starts the threads with the first operation.
  * DLOCK_OK, or an error (then op was not taken: free it). */
 int dlock__async_submit(dlock_client *c, struct dlock__aop *op, bool done);
+/* The same, but the first step runs now, on the calling thread, as a step
+ * on the caller's loop does (it must not block): a release sent from the
+ * loop, or any operation of a provider whose calls never wait
+ * (DLOCK_CAP_IN_PROCESS), starts without a hop to a worker. Its callback
+ * still runs only in dlock_client_process(). */
+int dlock__async_submit_here(dlock_client *c, struct dlock__aop *op);
 
 #endif

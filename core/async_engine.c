@@ -277,6 +277,11 @@ static void run_one(struct dlock__async *a, struct dlock__aop *op, int wake_fd)
     pthread_mutex_unlock(&a->mu);
 
     enum dlock__step step = dlock__aop_step(op, wake_fd);
+    /* A provider whose calls never wait takes its next steps here too (a
+     * contender's first attempt after it queued, say), a few at most: a
+     * step that still needs a worker keeps asking for one. */
+    for (int i = 0; step == STEP_AGAIN && wake_fd < 0 && i < 4 && dlock__p_in_process(op->entry->client); i++)
+        step = dlock__aop_step(op, wake_fd);
 
     pthread_mutex_lock(&a->mu);
     op->running_wake_fd = -1;
@@ -439,10 +444,11 @@ static int start(dlock_client *c)
 
 /* ---- what the rest of the core calls ----------------------------------------------- */
 
-int dlock__async_submit(dlock_client *c, struct dlock__aop *op, bool done)
+/* Takes op into the engine (a->mu held): onto its entry's list, counted
+ * until it is delivered; DLOCK_OK, or an error (op not taken). */
+static int take_in(dlock_client *c, struct dlock__aop *op)
 {
     struct dlock__async *a = &c->async;
-    pthread_mutex_lock(&a->mu);
     int rc = a->closing ? dlock_seterr(DLOCK_EINVAL, "the client is closing") : start(c);
     if (rc == DLOCK_OK && a->nworkers == 0)
         rc = dlock_seterr(DLOCK_EINTERNAL, "the threads for non-blocking operations could not be started");
@@ -451,11 +457,30 @@ int dlock__async_submit(dlock_client *c, struct dlock__aop *op, bool done)
         op->timer.heap_index = SIZE_MAX;
         link_entry(op);
         a->undelivered++;
-        if (done)
-            push_done(a, op);
-        else
-            push_ready(a, op);
     }
+    return rc;
+}
+
+int dlock__async_submit(dlock_client *c, struct dlock__aop *op, bool done)
+{
+    struct dlock__async *a = &c->async;
+    pthread_mutex_lock(&a->mu);
+    int rc = take_in(c, op);
+    if (rc == DLOCK_OK && done)
+        push_done(a, op);
+    else if (rc == DLOCK_OK)
+        push_ready(a, op);
+    pthread_mutex_unlock(&a->mu);
+    return rc;
+}
+
+int dlock__async_submit_here(dlock_client *c, struct dlock__aop *op)
+{
+    struct dlock__async *a = &c->async;
+    pthread_mutex_lock(&a->mu);
+    int rc = take_in(c, op);
+    if (rc == DLOCK_OK)
+        run_one(a, op, -1);
     pthread_mutex_unlock(&a->mu);
     return rc;
 }

@@ -91,8 +91,9 @@ static enum dlock__step park_until(struct dlock__aop *op, int fd, int64_t until)
  * a wake-up (wait_disarm, then sending the attempt) needs no thread. */
 static enum dlock__step park_armed(struct dlock__aop *op)
 {
+    dlock_client *c = op->entry->client;
     enum dlock__step step = park_until(op, op->armed_fd, op->armed_until);
-    op->loop_ok = dlock__p_can_send(op->entry->client) && !op->cancelled_seen;
+    op->loop_ok = (dlock__p_can_send(c) || dlock__p_in_process(c)) && !op->cancelled_seen;
     return step;
 }
 
@@ -136,8 +137,8 @@ static enum dlock__step wait_slice(struct dlock__aop *op, int wake_fd)
 {
     struct dlock__entry *e = op->entry;
     dlock_client *c = e->client;
-    if (op->on_loop_step)
-        return STEP_AGAIN;
+    if (wake_fd < 0)
+        return STEP_AGAIN; /* a blocking wait needs a worker and its cancel signal */
     int64_t left = op->wait_until - dlock__now_ms();
     if (left < 0)
         left = 0;
@@ -367,17 +368,82 @@ static enum dlock__step acquire_step(struct dlock__aop *op, int wake_fd)
     return attempt(op, wake_fd);
 }
 
-static enum dlock__step release_step(struct dlock__aop *op)
+static enum dlock__step release_done(struct dlock__aop *op, int rc)
 {
     struct dlock__entry *e = op->entry;
-    return done(op, dlock__hold_release(e->client, e));
+    return done(op, dlock__hold_release_end(e->client, e, &op->plan, rc));
+}
+
+static enum dlock__step release_step(struct dlock__aop *op, int wake_fd);
+
+/* A release in flight: its answer once the descriptor fired, else more
+ * waiting until its deadline, when it is dropped. */
+static enum dlock__step release_in_flight(struct dlock__aop *op, int wake_fd)
+{
+    struct dlock__entry *e = op->entry;
+    dlock_client *c = e->client;
+    if (!op->fired && dlock__now_ms() < op->in_flight_until)
+        return park_in_flight(op);
+    if (!op->fired) {
+        struct pollfd ready = { .fd = op->io.fd, .events = POLLIN };
+        op->fired = poll(&ready, 1, 0) == 1; /* an answer that came late is read, not dropped */
+    }
+    if (!op->fired) {
+        dlock__p_release_drop(c, e, &op->io);
+        op->in_flight = false;
+        return release_done(op, dlock_seterr(DLOCK_EUNAVAILABLE, "lock '%s': the %s backend did not answer a "
+                                             "release within %lld ms (the hold runs out with its lease)",
+                                             dlock__entry_show(e), c->provider->name,
+                                             (long long)op->io.timeout_ms));
+    }
+    int rc = dlock__p_release_recv(c, e, &op->io);
+    if (rc == DLOCK_PROVIDER_AGAIN)
+        return park_in_flight(op);
+    op->in_flight = false;
+    if (rc == DLOCK_ENOTSUP)
+        return release_step(op, wake_fd); /* made again with release, on a thread that may block */
+    return release_done(op, rc);
+}
+
+/* A release: its first half on the calling thread unless the watchdog or
+ * the expiry thread is busy with the hold, its round trip parked where the
+ * provider can send it so, else made on a worker. */
+static enum dlock__step release_step(struct dlock__aop *op, int wake_fd)
+{
+    struct dlock__entry *e = op->entry;
+    dlock_client *c = e->client;
+    if (op->in_flight)
+        return release_in_flight(op, wake_fd);
+    if (!op->release_begun) {
+        if (op->on_loop_step && !dlock__p_can_send_release(c))
+            return STEP_AGAIN;
+        if (!dlock__hold_release_begin(c, e, wake_fd < 0, &op->plan))
+            return STEP_AGAIN;
+        op->release_begun = true;
+        if (!op->plan.call_backend)
+            return release_done(op, DLOCK_OK);
+        int rc = dlock__p_release_send(c, e, &op->io);
+        if (rc == DLOCK_OK) {
+            dlock__metric_inc(&c->metrics.releases_parked);
+            op->in_flight = true;
+            op->in_flight_until = dlock__now_ms() + op->io.timeout_ms;
+            return park_in_flight(op);
+        }
+        if (rc != DLOCK_ENOTSUP)
+            return release_done(op, rc);
+    }
+    if (op->on_loop_step)
+        return STEP_AGAIN; /* a round trip on a thread: a worker makes it */
+    return release_done(op, dlock__p_release(c, e));
 }
 
 enum dlock__step dlock__aop_step(struct dlock__aop *op, int wake_fd)
 {
-    op->on_loop_step = wake_fd < 0;
+    /* A provider whose calls never wait may be called on the loop as on a
+     * worker: only a blocking wait (wait_slice) still needs a worker. */
+    op->on_loop_step = wake_fd < 0 && !dlock__p_in_process(op->entry->client);
     if (op->kind == AOP_RELEASE)
-        return op->on_loop_step ? STEP_AGAIN : release_step(op);
+        return release_step(op, wake_fd);
     return acquire_step(op, wake_fd);
 }
 
@@ -435,7 +501,7 @@ int dlock_acquire_start(dlock_lock *h, int64_t wait_ms, dlock_done_fn fn, void *
     op->gen = e->cancel_gen;
     e->waiters++;
     pthread_mutex_unlock(&e->mu);
-    rc = dlock__async_submit(c, op, false);
+    rc = dlock__p_in_process(c) ? dlock__async_submit_here(c, op) : dlock__async_submit(c, op, false);
     if (rc != DLOCK_OK) {
         pthread_mutex_lock(&e->mu);
         e->waiters--;
@@ -472,7 +538,13 @@ int dlock_release_start(dlock_lock *h, dlock_done_fn fn, void *arg)
     op->rc = DLOCK_OK;
     dlock_seterr(DLOCK_OK, "%s", "released");
     dlock_error_save(&op->error);
-    rc = dlock__async_submit(e->client, op, inner);
+    dlock_client *c = e->client;
+    /* Sent from here where that never blocks: a hand-off then starts
+     * without waiting for a worker to wake. */
+    if (!inner && (dlock__p_can_send_release(c) || dlock__p_in_process(c)))
+        rc = dlock__async_submit_here(c, op);
+    else
+        rc = dlock__async_submit(c, op, inner);
     if (rc != DLOCK_OK) {
         pthread_mutex_lock(&e->mu);
         if (inner)

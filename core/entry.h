@@ -133,6 +133,23 @@ int dlock__hold_grant_kept(dlock_client *c, struct dlock__entry *e, dlock_lock *
                            struct dlock__stamp t_send, const struct dlock_grant *g);
 /* Lets go of the calling thread's whole hold on e, on the backend too. */
 int dlock__hold_release(dlock_client *c, struct dlock__entry *e);
+/* The same in two halves around the backend's call, for a release whose
+ * round trip is made elsewhere (the non-blocking API). begin stops the
+ * hold's renewals and expiry and marks its release under way; with
+ * nowait it answers false, having changed nothing that matters, when the
+ * watchdog or the expiry thread is working on e right now (then call it
+ * again where waiting is allowed). plan->call_backend says whether the
+ * backend must be told; end takes the backend's answer (DLOCK_OK when it
+ * was not called) and returns the release's result. */
+struct dlock__release_plan {
+    bool lost;            /* the hold had been lost: nothing is released */
+    bool call_backend;
+    int64_t granted_at;
+};
+bool dlock__hold_release_begin(dlock_client *c, struct dlock__entry *e, bool nowait,
+                               struct dlock__release_plan *plan);
+int dlock__hold_release_end(dlock_client *c, struct dlock__entry *e, const struct dlock__release_plan *plan,
+                            int rc);
 /* Whether h's entry is held by the calling thread or by h's own
  * non-blocking hold (e->mu held). */
 bool dlock__hold_is_callers(const dlock_lock *h, const struct dlock__entry *e);
@@ -210,6 +227,21 @@ int dlock__p_acquire_recv(dlock_client *c, struct dlock__entry *e, struct dlock_
                           struct dlock_grant *g);
 /* acquire_drop, after the answer did not come in io->timeout_ms. */
 void dlock__p_acquire_drop(dlock_client *c, struct dlock__entry *e, struct dlock_provider_io *io);
+/* Whether no call of the provider waits for a network or another process
+ * (DLOCK_CAP_IN_PROCESS, version 7): the non-blocking API then makes them
+ * on the caller's thread. */
+bool dlock__p_in_process(const dlock_client *c);
+/* Whether a release's round trip can be parked (release_send,
+ * release_recv and release_drop, version 7). */
+bool dlock__p_can_send_release(const dlock_client *c);
+/* release_send: DLOCK_OK (in flight, io filled); DLOCK_ENOTSUP (use
+ * dlock__p_release); a failure, as release's. */
+int dlock__p_release_send(dlock_client *c, struct dlock__entry *e, struct dlock_provider_io *io);
+/* release_recv: DLOCK_PROVIDER_AGAIN, DLOCK_ENOTSUP (nothing in flight: use
+ * dlock__p_release), or the release's result. */
+int dlock__p_release_recv(dlock_client *c, struct dlock__entry *e, struct dlock_provider_io *io);
+/* release_drop, after the answer did not come in io->timeout_ms. */
+void dlock__p_release_drop(dlock_client *c, struct dlock__entry *e, struct dlock_provider_io *io);
 void dlock__p_abandon(dlock_client *c, struct dlock__entry *e);
 /* Calls lock_fini once if the provider ever touched e. */
 void dlock__p_lock_fini(dlock_client *c, struct dlock__entry *e);
@@ -257,6 +289,9 @@ int dlock__expiry_arm(dlock_client *client, struct dlock__entry *entry, int64_t 
 /* Disarms it, after waiting until the expiry thread is not working on entry
  * (unless called from that thread, as an on_lost callback that releases). */
 void dlock__expiry_disarm(dlock_client *client, struct dlock__entry *entry);
+/* The same, unless the expiry thread is working on entry right now:
+ * false then, and nothing changed. */
+bool dlock__expiry_try_disarm(dlock_client *client, struct dlock__entry *entry);
 /* Called by the expiry thread when entry's validity end has come (hold.c). */
 void dlock__entry_on_expiry(dlock_client *client, struct dlock__entry *entry);
 

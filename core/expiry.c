@@ -42,3 +42,8 @@ void dlock__expiry_disarm(dlock_client *c, struct dlock__entry *e)
 }
 
 
+
+bool dlock__expiry_try_disarm(dlock_client *c, struct dlock__entry *e)
+{
+    return dlock__timer_thread_try_cancel(&c->expiry, e);
+}

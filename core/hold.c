@@ -82,35 +82,46 @@ int dlock__hold_grant_kept(dlock_client *c, struct dlock__entry *e, dlock_lock *
     return DLOCK_OK;
 }
 
-/* Lets go of the calling thread's whole hold on e, on the backend too. */
-int dlock__hold_release(dlock_client *c, struct dlock__entry *e)
+bool dlock__hold_release_begin(dlock_client *c, struct dlock__entry *e, bool nowait,
+                               struct dlock__release_plan *plan)
 {
     /* Expiry first: a loss it declares schedules a give-back on the
      * watchdog, which the cancel below then takes out (and this release
      * sends itself), so no give-back can run after this hold is gone. */
-    dlock__expiry_disarm(c, e);
-    dlock__watchdog_cancel(c, e);
+    if (!nowait) {
+        dlock__expiry_disarm(c, e);
+        dlock__watchdog_cancel(c, e);
+    } else if (!dlock__expiry_try_disarm(c, e)) {
+        return false;
+    } else if (!dlock__watchdog_try_cancel(c, e)) {
+        /* Left as it was: the hold's end is still watched until the
+         * release that waits for the watchdog begins. */
+        pthread_mutex_lock(&e->mu);
+        int64_t valid_until = e->valid_until_ms;
+        pthread_mutex_unlock(&e->mu);
+        dlock__expiry_arm(c, e, valid_until);
+        return false;
+    }
     pthread_mutex_lock(&e->mu);
     /* From here the hold is on its way out: a second release of it, or a
      * value put for it, is refused rather than sent beside this one. */
     e->release_pending = true;
-    bool lost = e->lost;
+    plan->lost = e->lost;
     /* A loss the client declared whose give-back the watchdog has not sent
      * yet: send it here, owner-checked, so the server forgets the hold now
      * rather than at its own expiry (or, for a session, never). */
-    bool give_back = e->give_back_due;
+    plan->call_backend = !e->lost || e->give_back_due;
     e->give_back_due = false;
-    int64_t granted_at = e->granted_at_ms;
-    char reason[sizeof e->lost_reason];
-    memcpy(reason, e->lost_reason, sizeof reason);
+    plan->granted_at = e->granted_at_ms;
     pthread_mutex_unlock(&e->mu);
+    return true;
+}
 
-    int rc = DLOCK_OK;
-    if (!lost || give_back) {
-        rc = dlock__p_release(c, e);
-    }
-
+int dlock__hold_release_end(dlock_client *c, struct dlock__entry *e, const struct dlock__release_plan *plan, int rc)
+{
+    char reason[sizeof e->lost_reason];
     pthread_mutex_lock(&e->mu);
+    memcpy(reason, e->lost_reason, sizeof reason);
     e->count = 0;
     e->holder = 0;
     e->lost = e->lost_notified = e->give_back_due = false;
@@ -122,11 +133,11 @@ int dlock__hold_release(dlock_client *c, struct dlock__entry *e)
     dlock__async_entry_free(c, e);
     pthread_mutex_unlock(&e->mu);
 
-    int64_t held = dlock__now_ms() - granted_at;
+    int64_t held = dlock__now_ms() - plan->granted_at;
     dlock__histogram_observe(&c->metrics.hold_ms, held);
     if (e->named)
         dlock__histogram_observe(&e->named->hold_ms, held);
-    if (lost) {
+    if (plan->lost) {
         dlock__metric_inc(&c->metrics.release_failures);
         return dlock_seterr(DLOCK_ELOST, "lock '%s': the hold had been lost (%s); nothing was released",
                             dlock__entry_show(e), reason);
@@ -148,6 +159,15 @@ int dlock__hold_release(dlock_client *c, struct dlock__entry *e)
     if (e->named)
         dlock__metric_inc(&e->named->releases);
     return DLOCK_OK;
+}
+
+/* Lets go of the calling thread's whole hold on e, on the backend too. */
+int dlock__hold_release(dlock_client *c, struct dlock__entry *e)
+{
+    struct dlock__release_plan plan;
+    dlock__hold_release_begin(c, e, false, &plan);
+    int rc = plan.call_backend ? dlock__p_release(c, e) : DLOCK_OK;
+    return dlock__hold_release_end(c, e, &plan, rc);
 }
 
 bool dlock__hold_is_callers(const dlock_lock *h, const struct dlock__entry *e)

@@ -182,6 +182,7 @@ struct dlock__metrics {
     uint64_t attempts, grants, reentries, busy, timeouts, cancels, releases, release_failures;
     uint64_t renewals, renewal_failures, losses, backend_errors;
     uint64_t attempts_parked;                   /* round trips parked on a descriptor (acquire_send) */
+    uint64_t releases_parked;                   /* the same for releases (release_send) */
     uint64_t renewal_rounds, renewal_round_us;  /* watchdog rounds that renewed, and their time */
     struct dlock__histogram wait_ms, hold_ms;
     struct dlock__name_metrics *names;          /* fixed once the client is open */
@@ -240,6 +241,9 @@ int dlock__timer_thread_schedule(struct dlock__timer_thread *t, struct dlock__en
 /* Takes e's timer out after waiting until the thread is not working on e
  * (unless called from that thread). Returns the due time it had, or -1. */
 int64_t dlock__timer_thread_cancel(struct dlock__timer_thread *t, struct dlock__entry *e);
+/* The same without waiting: false, and e's timer left as it is, when the
+ * thread is working on e right now. */
+bool dlock__timer_thread_try_cancel(struct dlock__timer_thread *t, struct dlock__entry *e);
 /* Stops the thread and waits for it; schedule and cancel stay usable (they
  * start no thread any more). Then destroy frees the heap and the mutex. A
  * client joins both its timer threads before destroying either, since each
@@ -344,6 +348,9 @@ int dlock__watchdog_schedule_renewal(dlock_client *client, struct dlock__entry *
  * it (unless called from the watchdog thread). Returns the due time it had,
  * or -1. After it returns the watchdog does not touch entry. */
 int64_t dlock__watchdog_cancel(dlock_client *client, struct dlock__entry *entry);
+/* The same, unless the watchdog is working on entry right now: false
+ * then, and nothing changed. */
+bool dlock__watchdog_try_cancel(dlock_client *client, struct dlock__entry *entry);
 void dlock__watchdog_init(dlock_client *client);
 /* Most timers handled (and renewals sent) in one go: enough for a client's
  * ten thousand holds to be renewed in one round. */

@@ -57,6 +57,8 @@ int dlock__p_open(dlock_client *c, const struct dlock_provider_env *env)
     /* A leader's term is its hold's fencing token. */
     if (p->version < DLOCK_PROVIDER_VERSION_6 || !(caps & DLOCK_CAP_FENCE))
         caps &= ~(unsigned)DLOCK_CAP_ELECTION;
+    if (p->version < DLOCK_PROVIDER_VERSION_7)
+        caps &= ~(unsigned)DLOCK_CAP_IN_PROCESS;
     c->capabilities = caps;
     return DLOCK_OK;
 }
@@ -129,6 +131,52 @@ void dlock__p_acquire_drop(dlock_client *c, struct dlock__entry *e, struct dlock
 {
     pthread_mutex_lock(&e->op_mu);
     c->provider->acquire_drop(c->instance, &e->plock, io);
+    pthread_mutex_unlock(&e->op_mu);
+}
+
+bool dlock__p_in_process(const dlock_client *c)
+{
+    return (c->capabilities & DLOCK_CAP_IN_PROCESS) != 0;
+}
+
+bool dlock__p_can_send_release(const dlock_client *c)
+{
+    return HAS(c->provider, release_send, DLOCK_PROVIDER_VERSION_7) &&
+           HAS(c->provider, release_recv, DLOCK_PROVIDER_VERSION_7) &&
+           HAS(c->provider, release_drop, DLOCK_PROVIDER_VERSION_7);
+}
+
+int dlock__p_release_send(dlock_client *c, struct dlock__entry *e, struct dlock_provider_io *io)
+{
+    if (!dlock__p_can_send_release(c))
+        return DLOCK_ENOTSUP;
+    io->fd = -1;
+    io->timeout_ms = 0;
+    io->priv = NULL;
+    pthread_mutex_lock(&e->op_mu);
+    int rc = c->provider->release_send(c->instance, &e->plock, io);
+    pthread_mutex_unlock(&e->op_mu);
+    rc = checked(c->provider, "release_send", rc);
+    if (rc == DLOCK_OK && (io->fd < 0 || io->timeout_ms <= 0)) {
+        c->provider->release_drop(c->instance, &e->plock, io);
+        rc = dlock_seterr(DLOCK_EINTERNAL, "the %s backend's release_send gave no descriptor or no timeout",
+                          c->provider->name);
+    }
+    return rc;
+}
+
+int dlock__p_release_recv(dlock_client *c, struct dlock__entry *e, struct dlock_provider_io *io)
+{
+    pthread_mutex_lock(&e->op_mu);
+    int rc = c->provider->release_recv(c->instance, &e->plock, io);
+    pthread_mutex_unlock(&e->op_mu);
+    return rc == DLOCK_PROVIDER_AGAIN ? rc : checked(c->provider, "release_recv", rc);
+}
+
+void dlock__p_release_drop(dlock_client *c, struct dlock__entry *e, struct dlock_provider_io *io)
+{
+    pthread_mutex_lock(&e->op_mu);
+    c->provider->release_drop(c->instance, &e->plock, io);
     pthread_mutex_unlock(&e->op_mu);
 }
 

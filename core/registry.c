@@ -62,6 +62,9 @@ int dlock__provider_check(const struct dlock_provider *p, const char *origin)
                         : (p->version >= DLOCK_PROVIDER_VERSION_6 &&
                            !(!p->acquire_send == !p->acquire_recv && !p->acquire_send == !p->acquire_drop))
                             ? "acquire_send, acquire_recv and acquire_drop (all three or none)"
+                        : (p->version >= DLOCK_PROVIDER_VERSION_7 &&
+                           !(!p->release_send == !p->release_recv && !p->release_send == !p->release_drop))
+                            ? "release_send, release_recv and release_drop (all three or none)"
                         : NULL;
     if (missing)
         return dlock_seterr(DLOCK_EINVAL, "%s: provider '%s' lacks the required member %s", origin,

@@ -171,6 +171,18 @@ int dlock__timer_thread_schedule(struct dlock__timer_thread *t, struct dlock__en
     return rc;
 }
 
+bool dlock__timer_thread_try_cancel(struct dlock__timer_thread *t, struct dlock__entry *e)
+{
+    struct dlock__timer *timer = timer_of(t, e);
+    pthread_mutex_lock(&t->mu);
+    bool on_thread = t->started && pthread_equal(pthread_self(), t->thread);
+    bool busy = !on_thread && *busy_of(t, e);
+    if (!busy && dlock__timer_in_heap(timer))
+        dlock__timer_heap_remove(&t->heap, timer);
+    pthread_mutex_unlock(&t->mu);
+    return !busy;
+}
+
 int64_t dlock__timer_thread_cancel(struct dlock__timer_thread *t, struct dlock__entry *e)
 {
     struct dlock__timer *timer = timer_of(t, e);

@@ -126,4 +126,9 @@ int64_t dlock__watchdog_cancel(dlock_client *c, struct dlock__entry *e)
     return dlock__timer_thread_cancel(&c->watchdog, e);
 }
 
+bool dlock__watchdog_try_cancel(dlock_client *c, struct dlock__entry *e)
+{
+    return dlock__timer_thread_try_cancel(&c->watchdog, e);
+}
+
 

@@ -432,36 +432,54 @@ static int redis_acquire(void *instance, struct dlock_provider_lock *lk, struct 
     return rc;
 }
 
+void redis_release_args(struct redis_instance *inst, struct dlock_provider_lock *lk, struct redis_release_args *a)
+{
+    struct redis_lock *rl = lk->priv;
+    a->nargs = 0;
+#define ARG(text, len) (a->args[a->nargs] = (text), a->lens[a->nargs++] = (size_t)(len))
+    ARG(rl->k.key, rl->k.key_len);
+    ARG(rl->k.queue_key, rl->k.queue_key_len);
+    ARG(rl->k.timeouts_key, rl->k.timeouts_key_len);
+    if (kind_is_shared(lk)) {
+        int permits_len = snprintf(a->number, sizeof a->number, "%u",
+                                   lk->mode == DLOCK_MODE_SEMAPHORE ? lk->permits : 0);
+        a->which = SCRIPT_RELEASE_SHARED;
+        a->nkeys = 4;
+        ARG(rl->k.holders_key, rl->k.holders_key_len);
+        ARG(lk->owner, strlen(lk->owner));
+        ARG(rl->k.channel_prefix, rl->k.channel_prefix_len);
+        ARG(inst->publish, strlen(inst->publish));
+        ARG(a->number, permits_len);
+    } else {
+        int lease_len = snprintf(a->number, sizeof a->number, "%lld", (long long)lk->lease_ms);
+        a->which = SCRIPT_RELEASE;
+        a->nkeys = 3;
+        ARG(lk->owner, strlen(lk->owner));
+        ARG(rl->k.channel_prefix, rl->k.channel_prefix_len);
+        ARG(a->number, lease_len);
+        ARG(inst->publish, strlen(inst->publish));
+    }
+#undef ARG
+}
+
 static int redis_release(void *instance, struct dlock_provider_lock *lk)
 {
     struct redis_instance *inst = instance;
     struct redis_lock *rl = lk->priv;
-    int rc;
-    char lease[24];
-    int lease_len = snprintf(lease, sizeof lease, "%lld", (long long)lk->lease_ms);
-    const char *args[7] = { rl->k.key, rl->k.queue_key, rl->k.timeouts_key, lk->owner, rl->k.channel_prefix, lease,
-                            inst->publish };
-    size_t lens[7] = { rl->k.key_len, rl->k.queue_key_len, rl->k.timeouts_key_len, strlen(lk->owner),
-                       rl->k.channel_prefix_len, (size_t)lease_len, strlen(inst->publish) };
+    /* Sent before on a connection that died with it in flight (release_recv). */
+    bool sent_before = rl->release_sent_before;
+    rl->release_sent_before = false;
+    struct redis_release_args a;
+    redis_release_args(inst, lk, &a);
     long long left;
-    if (kind_is_shared(lk)) {
-        char permits[16];
-        int permits_len = snprintf(permits, sizeof permits, "%u", lk->mode == DLOCK_MODE_SEMAPHORE ? lk->permits : 0);
-        const char *sargs[8] = { rl->k.key, rl->k.queue_key, rl->k.timeouts_key, rl->k.holders_key, lk->owner,
-                                 rl->k.channel_prefix, inst->publish, permits };
-        size_t slens[8] = { rl->k.key_len, rl->k.queue_key_len, rl->k.timeouts_key_len, rl->k.holders_key_len,
-                            strlen(lk->owner), rl->k.channel_prefix_len, strlen(inst->publish), (size_t)permits_len };
-        rc = script_integer(inst, SCRIPT_RELEASE_SHARED, 4, 8, sargs, slens, "release", &left);
-    } else {
-        rc = script_integer(inst, SCRIPT_RELEASE, 3, 7, args, lens, "release", &left);
-    }
+    int rc = script_integer(inst, a.which, a.nkeys, a.nargs, a.args, a.lens, "release", &left);
     if (rc != DLOCK_OK)
         return rc;
     redis_value_released(inst, lk);
     /* Sent twice because the connection died with the first in flight: a
      * hold already gone is the first release's work, not a loss. (Only our
      * own field is ever deleted, so nobody else's hold was touched.) */
-    if (left < 0 && inst->route->resent())
+    if (left < 0 && (sent_before || inst->route->resent()))
         return DLOCK_OK;
     return left < 0 ? DLOCK_ENOTOWNER : DLOCK_OK;
 }
@@ -663,7 +681,7 @@ static int redis_ctl(void *instance, int op, void *arg)
 }
 
 static const struct dlock_provider redis_provider = {
-    .version = DLOCK_PROVIDER_VERSION_6,
+    .version = DLOCK_PROVIDER_VERSION_7,
     .name = "redis",
     .capabilities = DLOCK_CAP_RENEW | DLOCK_CAP_FENCE | DLOCK_CAP_NATIVE_WAIT | DLOCK_CAP_SERVER_EXPIRY |
                     DLOCK_CAP_MULTI_HOST | DLOCK_CAP_FAIR | DLOCK_CAP_SHARED | DLOCK_CAP_SEMAPHORE |
@@ -693,6 +711,9 @@ static const struct dlock_provider redis_provider = {
     .acquire_send = redis_acquire_send,
     .acquire_recv = redis_acquire_recv,
     .acquire_drop = redis_acquire_drop,
+    .release_send = redis_release_send,
+    .release_recv = redis_release_recv,
+    .release_drop = redis_release_drop,
 };
 
 DLOCK_MODULE(redis_provider)

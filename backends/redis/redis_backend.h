@@ -45,6 +45,7 @@ struct redis_lock {
     int notify_fd;              /* eventfd + 1 while subscribed, else 0 */
     bool registered;            /* the owner is in the waiter queue */
     bool published;             /* this hold stored an election value (redis_election.c) */
+    bool release_sent_before;   /* a release went out on a connection that died with it (redis_native.c) */
 };
 
 struct redis_route {
@@ -92,20 +93,34 @@ struct redis_attempt_args {
 };
 void redis_attempt_args(struct redis_instance *inst, struct dlock_provider_lock *lk, struct redis_attempt_args *a);
 
+/* The release script's arguments for lk, as redis_attempt_args. */
+struct redis_release_args {
+    enum redis_script which;
+    int nkeys, nargs;
+    const char *args[8];
+    size_t lens[8];
+    char number[24];
+};
+void redis_release_args(struct redis_instance *inst, struct dlock_provider_lock *lk, struct redis_release_args *a);
+
 /* Reads the acquire script's answer r (freed here; acked: WAIT's count,
  * -1 without WAIT) into *g: DLOCK_OK (granted), DLOCK_EBUSY (retry hint
  * set), or a failure. */
 int redis_attempt_answer(struct redis_instance *inst, struct dlock_provider_lock *lk, redisReply *r, long long acked,
                          struct dlock_grant *g);
 
-/* An attempt's round trip without a thread, for the non-blocking API
- * (redis_native.c): the provider's acquire_send, acquire_recv and
- * acquire_drop. One server only, without WAIT; anything else answers
- * DLOCK_ENOTSUP and goes through acquire. */
+/* An attempt's or a release's round trip without a thread, for the
+ * non-blocking API (redis_native.c): the provider's acquire_send,
+ * acquire_recv, acquire_drop and their release twins. One server only,
+ * without WAIT, and for releases no election value to withdraw; anything
+ * else answers DLOCK_ENOTSUP and goes through acquire or release. */
 int redis_acquire_send(void *instance, struct dlock_provider_lock *lk, struct dlock_provider_io *io);
 int redis_acquire_recv(void *instance, struct dlock_provider_lock *lk, struct dlock_provider_io *io,
                        struct dlock_grant *g);
 void redis_acquire_drop(void *instance, struct dlock_provider_lock *lk, struct dlock_provider_io *io);
+int redis_release_send(void *instance, struct dlock_provider_lock *lk, struct dlock_provider_io *io);
+int redis_release_recv(void *instance, struct dlock_provider_lock *lk, struct dlock_provider_io *io);
+void redis_release_drop(void *instance, struct dlock_provider_lock *lk, struct dlock_provider_io *io);
 
 /* Readies lk for an attempt, as acquire does first: its keys made, a
  * subscription for another owner dropped, the notifications from before

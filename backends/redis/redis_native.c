@@ -1,9 +1,9 @@
-/* backends/redis/redis_native.c - an attempt's round trip without a thread,
- * for the non-blocking API: acquire_send writes the acquire script's
- * EVALSHA on a connection of the pool and hands the core its socket;
- * acquire_recv reads what has come (hiredis's reader, fed one read at a
- * time) and answers as acquire would; acquire_drop closes a connection
- * whose answer never came.
+/* backends/redis/redis_native.c - an attempt's or a release's round trip
+ * without a thread, for the non-blocking API: acquire_send (release_send)
+ * writes the script's EVALSHA on a connection of the pool and hands the
+ * core its socket; acquire_recv (release_recv) reads what has come
+ * (hiredis's reader, fed one read at a time) and answers as acquire
+ * (release) would; the drops close a connection whose answer never came.
  *
  * Only what the plain path does in one round trip goes this way: one
  * server (or the sentinels' master), no WAIT, the script already loaded, an
@@ -30,23 +30,20 @@ static void give_back(struct redis_instance *inst, redisContext *ctx, bool reado
         conn_pool_drop_idle(&inst->pool.conns);
 }
 
-int redis_acquire_send(void *instance, struct dlock_provider_lock *lk, struct dlock_provider_io *io)
+/* Writes one EVALSHA of script which on an idle connection of the pool,
+ * as a native round trip: DLOCK_OK (in flight, *io filled), DLOCK_ENOTSUP
+ * (nothing sent: the blocking call makes it), or a failure. */
+static int send_script(struct redis_instance *inst, enum redis_script which, int nkeys, int nargs,
+                       const char **args, const size_t *lens, struct dlock_provider_io *io)
 {
-    struct redis_instance *inst = instance;
-    if (inst->route != &redis_single_route || inst->wait_replicas > 0)
-        return DLOCK_ENOTSUP;
-    int rc = redis_attempt_prepare(inst, lk);
+    struct redis_evalsha e;
+    int rc = redis_evalsha_build(&e, &inst->scripts, which, nkeys, nargs, args, lens);
     if (rc != DLOCK_OK)
         return rc;
-    struct redis_attempt_args a;
-    redis_attempt_args(inst, lk, &a);
-    struct redis_evalsha e;
-    if ((rc = redis_evalsha_build(&e, &inst->scripts, a.which, a.nkeys, a.nargs, a.args, a.lens)) != DLOCK_OK)
-        return rc;
     redisContext *ctx = NULL;
-    /* Not loaded yet, or no idle connection: acquire loads the script, or
-     * connects or waits for a connection, on a worker (this call must not
-     * block: the core may make it on the caller's loop). */
+    /* Not loaded yet, or no idle connection: the blocking call loads the
+     * script, or connects or waits for a connection, on a worker (this
+     * call must not block: the core may make it on the caller's loop). */
     if (!e.sha[0] || redis_pool_take_idle(&inst->pool, &ctx) != DLOCK_OK) {
         redis_evalsha_free(&e);
         return DLOCK_ENOTSUP;
@@ -61,7 +58,7 @@ int redis_acquire_send(void *instance, struct dlock_provider_lock *lk, struct dl
     redis_evalsha_free(&e);
     while (rc == DLOCK_OK && !done)
         if (redisBufferWrite(ctx, &done) != REDIS_OK)
-            rc = DLOCK_ENOTSUP; /* ctx->err set: closed below; acquire sends it on a fresh one */
+            rc = DLOCK_ENOTSUP; /* ctx->err set: closed below; the blocking call sends it on a fresh one */
     if (rc != DLOCK_OK) {
         native_room_given_back(&inst->native_in_flight);
         give_back(inst, ctx, false);
@@ -73,20 +70,24 @@ int redis_acquire_send(void *instance, struct dlock_provider_lock *lk, struct dl
     return DLOCK_OK;
 }
 
-int redis_acquire_recv(void *instance, struct dlock_provider_lock *lk, struct dlock_provider_io *io,
-                       struct dlock_grant *g)
+/* Reads what has come for the round trip in io: DLOCK_PROVIDER_AGAIN (not
+ * whole yet), DLOCK_OK with the reply in *out (the caller frees it), the
+ * script's error, or DLOCK_ENOTSUP: the request is left to the blocking
+ * call, either refused unrun (NOSCRIPT, or READONLY after a failover) or
+ * on a connection that failed with it in flight (*broken: it may have
+ * run). Every answer but DLOCK_PROVIDER_AGAIN gives the connection back. */
+static int read_reply(struct redis_instance *inst, struct dlock_provider_io *io, redisReply **out, bool *broken)
 {
-    struct redis_instance *inst = instance;
     redisContext *ctx = io->priv;
     void *reply = NULL;
+    *out = NULL;
+    *broken = false;
     if (redisBufferRead(ctx) != REDIS_OK || redisGetReplyFromReader(ctx, &reply) != REDIS_OK) {
-        /* The connection failed with the attempt in flight: acquire sends
-         * it again on a fresh one (the script is safe to run twice for its
-         * owner), as it does when this happens inside it. */
         io->priv = NULL;
         native_room_given_back(&inst->native_in_flight);
         give_back(inst, ctx, false);
         conn_pool_drop_idle(&inst->pool.conns);
+        *broken = true;
         return DLOCK_ENOTSUP;
     }
     if (!reply)
@@ -96,18 +97,59 @@ int redis_acquire_recv(void *instance, struct dlock_provider_lock *lk, struct dl
     redisReply *r = reply;
     bool readonly = r->type == REDIS_REPLY_ERROR && strncmp(r->str, "READONLY", 8) == 0;
     give_back(inst, ctx, readonly);
-    if (r->type == REDIS_REPLY_ERROR &&
-        (readonly || strncmp(r->str, "NOSCRIPT", 8) == 0)) {
-        /* Refused, not run: acquire loads the script again, or asks the
-         * sentinels for the new master, and sends it. */
+    int rc = DLOCK_OK;
+    if (r->type == REDIS_REPLY_ERROR && (readonly || strncmp(r->str, "NOSCRIPT", 8) == 0))
+        rc = DLOCK_ENOTSUP;
+    else if (r->type == REDIS_REPLY_ERROR)
+        rc = redis_script_error(inst->route->label(inst), r->str);
+    if (rc != DLOCK_OK)
         freeReplyObject(r);
+    else
+        *out = r;
+    return rc;
+}
+
+static void drop(struct redis_instance *inst, struct dlock_provider_io *io)
+{
+    redisContext *ctx = io->priv;
+    io->priv = NULL;
+    if (ctx) {
+        native_room_given_back(&inst->native_in_flight);
+        ctx->err = REDIS_ERR_OTHER; /* closed by redis_pool_put: an answer may still come on it */
+        redis_pool_put(&inst->pool, ctx);
+    }
+}
+
+static bool native_route(const struct redis_instance *inst)
+{
+    return inst->route == &redis_single_route && inst->wait_replicas == 0;
+}
+
+int redis_acquire_send(void *instance, struct dlock_provider_lock *lk, struct dlock_provider_io *io)
+{
+    struct redis_instance *inst = instance;
+    if (!native_route(inst))
         return DLOCK_ENOTSUP;
-    }
-    if (r->type == REDIS_REPLY_ERROR) {
-        int rc = redis_script_error(inst->route->label(inst), r->str);
-        freeReplyObject(r);
+    int rc = redis_attempt_prepare(inst, lk);
+    if (rc != DLOCK_OK)
         return rc;
-    }
+    struct redis_attempt_args a;
+    redis_attempt_args(inst, lk, &a);
+    return send_script(inst, a.which, a.nkeys, a.nargs, a.args, a.lens, io);
+}
+
+int redis_acquire_recv(void *instance, struct dlock_provider_lock *lk, struct dlock_provider_io *io,
+                       struct dlock_grant *g)
+{
+    struct redis_instance *inst = instance;
+    redisReply *r;
+    bool broken;
+    /* Not read (DLOCK_ENOTSUP): acquire sends it again on a fresh
+     * connection (the script is safe to run twice for its owner), loads
+     * the script again, or finds the new master. */
+    int rc = read_reply(inst, io, &r, &broken);
+    if (rc != DLOCK_OK)
+        return rc;
     g->retry_hint_ms = -1;
     return redis_attempt_answer(inst, lk, r, -1, g);
 }
@@ -115,12 +157,41 @@ int redis_acquire_recv(void *instance, struct dlock_provider_lock *lk, struct dl
 void redis_acquire_drop(void *instance, struct dlock_provider_lock *lk, struct dlock_provider_io *io)
 {
     (void)lk;
-    redisContext *ctx = io->priv;
-    io->priv = NULL;
-    if (ctx) {
-        struct redis_instance *inst = instance;
-        native_room_given_back(&inst->native_in_flight);
-        ctx->err = REDIS_ERR_OTHER; /* closed by redis_pool_put: an answer may still come on it */
-        redis_pool_put(&inst->pool, ctx);
-    }
+    drop(instance, io);
+}
+
+int redis_release_send(void *instance, struct dlock_provider_lock *lk, struct dlock_provider_io *io)
+{
+    struct redis_instance *inst = instance;
+    struct redis_lock *rl = lk->priv;
+    /* An election value to withdraw is a second round trip: release makes both. */
+    if (!native_route(inst) || rl->published || !rl->k.key)
+        return DLOCK_ENOTSUP;
+    rl->release_sent_before = false;
+    struct redis_release_args a;
+    redis_release_args(inst, lk, &a);
+    return send_script(inst, a.which, a.nkeys, a.nargs, a.args, a.lens, io);
+}
+
+int redis_release_recv(void *instance, struct dlock_provider_lock *lk, struct dlock_provider_io *io)
+{
+    struct redis_instance *inst = instance;
+    struct redis_lock *rl = lk->priv;
+    redisReply *r;
+    bool broken;
+    int rc = read_reply(inst, io, &r, &broken);
+    /* release sends it again; a hold it then finds gone is this one's work. */
+    rl->release_sent_before = broken;
+    if (rc != DLOCK_OK)
+        return rc;
+    rc = r->type == REDIS_REPLY_INTEGER ? (r->integer < 0 ? DLOCK_ENOTOWNER : DLOCK_OK)
+                                        : redis_unexpected(inst, "release");
+    freeReplyObject(r);
+    return rc;
+}
+
+void redis_release_drop(void *instance, struct dlock_provider_lock *lk, struct dlock_provider_io *io)
+{
+    (void)lk;
+    drop(instance, io);
 }

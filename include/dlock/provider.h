@@ -69,7 +69,12 @@ extern "C" {
  * (.acquire_send, .acquire_recv and .acquire_drop). A provider before it
  * is reported as unable to elect, and its attempts take a pool thread. */
 #define DLOCK_PROVIDER_VERSION_6 6
-#define DLOCK_PROVIDER_VERSION DLOCK_PROVIDER_VERSION_6
+/* Version 7: a release's round trip without a thread (.release_send,
+ * .release_recv and .release_drop), and DLOCK_CAP_IN_PROCESS. A provider
+ * before it releases on one of the core's pool threads, and the bit is
+ * ignored. */
+#define DLOCK_PROVIDER_VERSION_7 7
+#define DLOCK_PROVIDER_VERSION DLOCK_PROVIDER_VERSION_7
 
 /* Name of the function a module exports; see dlock_module_entry_fn. */
 #define DLOCK_MODULE_ENTRY "dlock_module_provider"
@@ -483,6 +488,30 @@ struct dlock_provider {
     int (*acquire_recv)(void *instance, struct dlock_provider_lock *lk, struct dlock_provider_io *io,
                         struct dlock_grant *g);
     void (*acquire_drop)(void *instance, struct dlock_provider_lock *lk, struct dlock_provider_io *io);
+
+    /* --- version 7 --- */
+    /* Optional, all three or none: release cut in two around its round
+     * trip, as acquire_send, acquire_recv and acquire_drop cut acquire, with
+     * the same rules for sending (never block, never connect, leave the
+     * blocking calls room). Called where release would be.
+     *
+     * release_send returns DLOCK_OK (in flight: release_recv or
+     * release_drop follows), DLOCK_ENOTSUP (nothing was sent: the core calls
+     * release instead), or a failure as release's (nothing in flight).
+     *
+     * release_recv returns DLOCK_PROVIDER_AGAIN (not whole yet), release's
+     * own result, or DLOCK_ENOTSUP: the answer cannot be had this way and
+     * nothing is in flight any more; the core then calls release, which
+     * must answer as it does after sending again on a fresh connection (a
+     * hold found gone because the first sending ran is DLOCK_OK, not
+     * DLOCK_ENOTOWNER).
+     *
+     * release_drop gives up a release whose answer did not come within
+     * io->timeout_ms (the hold, if it was not released, runs out with its
+     * lease); the core reports DLOCK_EUNAVAILABLE. */
+    int (*release_send)(void *instance, struct dlock_provider_lock *lk, struct dlock_provider_io *io);
+    int (*release_recv)(void *instance, struct dlock_provider_lock *lk, struct dlock_provider_io *io);
+    void (*release_drop)(void *instance, struct dlock_provider_lock *lk, struct dlock_provider_io *io);
 };
 
 /*

@@ -610,6 +610,7 @@ static const struct {
     { "SERVER_EXPIRY", DLOCK_CAP_SERVER_EXPIRY }, { "MULTI_HOST", DLOCK_CAP_MULTI_HOST },
     { "SHARED", DLOCK_CAP_SHARED },         { "SEMAPHORE", DLOCK_CAP_SEMAPHORE },
     { "DOWNGRADE", DLOCK_CAP_DOWNGRADE },     { "ELECTION", DLOCK_CAP_ELECTION },
+    { "IN_PROCESS", DLOCK_CAP_IN_PROCESS },
 };
 
 /* The words of bits, in the table's order. */

@@ -39,10 +39,14 @@ struct conformance_target {
     /* How long a waiter that was killed while it waited may hold up the
      * line behind it, in ms, as the backend documents (0: not at all). */
     int dead_waiter_ms;
-    /* 1 when the non-blocking API's attempts go out without a thread
-     * (the provider's acquire_send): the suite counts them. */
+    /* CONFORMANCE_NATIVE_ATTEMPTS when the non-blocking API's attempts go
+     * out without a thread (the provider's acquire_send), plus
+     * CONFORMANCE_NATIVE_RELEASES when its releases do (release_send): the
+     * suite counts them. */
     int native_round_trips;
 };
+#define CONFORMANCE_NATIVE_ATTEMPTS 1
+#define CONFORMANCE_NATIVE_RELEASES 2
 
 /* The redis family's documented bound for a dead waiter: waiter_timeout_ms,
  * whose default the conformance configs keep. */

@@ -117,6 +117,7 @@ static int fake_acquire(void *instance, struct dlock_provider_lock *lk, struct d
     (void)instance;
     pthread_mutex_lock(&fake.mu);
     fake.acquires++;
+    fake.acquire_thread = pthread_self();
     if (fake.passing_failures > 0) {
         fake.passing_failures--;
         g->retry_hint_ms = 20;
@@ -150,6 +151,7 @@ static int fake_release(void *instance, struct dlock_provider_lock *lk)
     delay(&fake.release_delay_ms);
     pthread_mutex_lock(&fake.mu);
     fake.releases++;
+    fake.release_thread = pthread_self();
     struct fake_slot *s = slot(lk->name, false);
     int rc = DLOCK_ENOTOWNER;
     if (s && strcmp(s->holder, lk->owner) == 0) {
@@ -247,10 +249,9 @@ struct fake_io {
     int fd;                   /* ours; the test's end is in fake.answer_fds */
 };
 
-static int fake_acquire_send(void *instance, struct dlock_provider_lock *lk, struct dlock_provider_io *io)
+/* Puts a request in flight over a socket pair whose far end the test answers. */
+static int send_request(struct dlock_provider_io *io)
 {
-    (void)instance;
-    (void)lk;
     int fds[2];
     struct fake_io *f = malloc(sizeof *f);
     if (!f || socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, fds) != 0) {
@@ -275,6 +276,13 @@ static int fake_acquire_send(void *instance, struct dlock_provider_lock *lk, str
     io->fd = f->fd;
     io->priv = f;
     return DLOCK_OK;
+}
+
+static int fake_acquire_send(void *instance, struct dlock_provider_lock *lk, struct dlock_provider_io *io)
+{
+    (void)instance;
+    (void)lk;
+    return send_request(io);
 }
 
 static void io_end(struct dlock_provider_io *io, bool dropped)
@@ -309,6 +317,33 @@ static void fake_acquire_drop(void *instance, struct dlock_provider_lock *lk, st
     (void)instance;
     (void)lk;
     io_end(io, true);
+}
+
+static int fake_release_send(void *instance, struct dlock_provider_lock *lk, struct dlock_provider_io *io)
+{
+    (void)instance;
+    (void)lk;
+    pthread_mutex_lock(&fake.mu);
+    fake.release_sends++;
+    fake.release_send_thread = pthread_self();
+    pthread_mutex_unlock(&fake.mu);
+    return send_request(io);
+}
+
+static int fake_release_recv(void *instance, struct dlock_provider_lock *lk, struct dlock_provider_io *io)
+{
+    struct fake_io *f = io->priv;
+    char b;
+    if (read(f->fd, &b, 1) != 1)
+        return DLOCK_PROVIDER_AGAIN;
+    pthread_mutex_lock(&fake.mu);
+    fake.recv_thread = pthread_self();
+    bool unreadable = fake.release_answer_unreadable;
+    pthread_mutex_unlock(&fake.mu);
+    io_end(io, false);
+    if (unreadable)
+        return DLOCK_ENOTSUP; /* as a connection lost with the release in flight */
+    return fake_release(instance, lk);
 }
 
 void fake_answer_all(void)
@@ -367,4 +402,20 @@ const struct dlock_provider fake_send_provider = {
     .acquire_send = fake_acquire_send,
     .acquire_recv = fake_acquire_recv,
     .acquire_drop = fake_acquire_drop,
+    .release_send = fake_release_send,
+    .release_recv = fake_release_recv,
+    .release_drop = fake_acquire_drop,
+};
+
+const struct dlock_provider fake_in_process_provider = {
+    .version = DLOCK_PROVIDER_VERSION,
+    .name = "fakequick",
+    .capabilities = DLOCK_CAP_RENEW | DLOCK_CAP_FENCE | DLOCK_CAP_IN_PROCESS,
+    .settings = fake_settings,
+    .open = fake_open,
+    .close = fake_close,
+    .acquire = fake_acquire,
+    .release = fake_release,
+    .renew = fake_renew,
+    .lock_fini = fake_lock_fini,
 };

@@ -1,8 +1,9 @@
 /* tests/unit/fake_provider.h - an in-process provider that keeps its "server"
  * state in memory and counts every call, so the core's loop, watchdog and
  * lost path can be checked exactly. Registered as "fake" (backoff waiting),
- * "fakewait" (native wait) and "fakesend" (attempts sent with acquire_send,
- * answered when the test says: fake_answer_all). */
+ * "fakewait" (native wait), "fakesend" (attempts and releases sent with
+ * acquire_send and release_send, answered when the test says:
+ * fake_answer_all) and "fakequick" (DLOCK_CAP_IN_PROCESS). */
 #ifndef FAKE_PROVIDER_H
 #define FAKE_PROVIDER_H
 
@@ -35,6 +36,10 @@ struct fake_server {
     unsigned caps_lacking;    /* DLOCK_CTL_CAPABILITIES clears these bits (an instance lacking them) */
     int sends, in_flight, most_in_flight, drops; /* fakesend's attempts */
     pthread_t recv_thread;    /* fakesend: the thread of the last answer read */
+    pthread_t acquire_thread, release_thread; /* the threads of the last acquire and release */
+    int release_sends;        /* fakesend: releases sent with release_send */
+    pthread_t release_send_thread;
+    bool release_answer_unreadable; /* fakesend: release_recv answers DLOCK_ENOTSUP */
     int64_t send_timeout_ms;  /* fakesend's io->timeout_ms (0: 5000) */
     int answer_fds[FAKE_SLOTS * 4]; /* fakesend: the test's ends of the attempts in flight */
     int nanswer_fds;
@@ -47,6 +52,8 @@ extern struct fake_server fake;
 extern const struct dlock_provider fake_provider;
 extern const struct dlock_provider fake_wait_provider;
 extern const struct dlock_provider fake_send_provider;
+/* "fakequick": the fake with DLOCK_CAP_IN_PROCESS (its calls never wait). */
+extern const struct dlock_provider fake_in_process_provider;
 /* fakesend: answers every attempt in flight (the answer is then read by
  * acquire_recv, which runs the fake's acquire). */
 void fake_answer_all(void);

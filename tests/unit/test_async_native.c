@@ -1,6 +1,6 @@
 /* tests/unit/test_async_native.c - the non-blocking API's native round
  * trips, in the core: a provider that sends its attempts (acquire_send)
- * has them parked on descriptors, so many are in flight at once on the
+ * and releases (release_send) has them parked on descriptors, so many are in flight at once on the
  * engine's few threads; an answer that never comes is dropped at its
  * deadline; a cancel does not lose a grant that is on its way. The
  * provider is the in-process fake ("fakesend"), whose answers the test
@@ -292,9 +292,133 @@ static void close_waits_for_the_answers_in_flight(void **state)
     assert_int_equal(fake_get(&fake.drops), 4);
 }
 
+/* Turns the loop until r's callback came (or a generous deadline passed). */
+static void turn_until_called(dlock_client *c, const struct async_result *r)
+{
+    int64_t end = now_ms() + slack_ms(5000);
+    while (r->calls == 0 && now_ms() < end)
+        turn(c);
+    assert_int_equal(r->calls, 1);
+}
+
+/* A handle of "r" in c, held by a blocking acquire. */
+static dlock_lock *held(dlock_client *c)
+{
+    dlock_lock *l;
+    dlock_lock_options o = DLOCK_LOCK_OPTIONS_INIT;
+    assert_int_equal(dlock_lock_new(c, "r", 1, &o, &l), DLOCK_OK);
+    assert_int_equal(dlock_acquire(l, 0), DLOCK_OK);
+    return l;
+}
+
+static bool is_this_thread(pthread_t *t)
+{
+    pthread_mutex_lock(&fake.mu);
+    bool here = pthread_equal(*t, pthread_self());
+    pthread_mutex_unlock(&fake.mu);
+    return here;
+}
+
+/* A release is sent by dlock_release_start() itself and its answer read by
+ * dlock_client_process(): a hand-off starts without waking a worker. */
+static void a_release_goes_out_from_the_calling_thread(void **state)
+{
+    (void)state;
+    dlock_client *c = open_client();
+    dlock_lock *l = held(c);
+    struct async_result r = { 0 };
+    assert_int_equal(dlock_release_start(l, async_record, &r), DLOCK_OK);
+    /* Sent before the call returned, from this thread. */
+    assert_int_equal(fake_get(&fake.release_sends), 1);
+    assert_true(is_this_thread(&fake.release_send_thread));
+    assert_int_equal(fake_get(&fake.releases), 0);
+    assert_int_equal(dlock_hold_count(l), 1); /* still held until the answer is read */
+    fake_answer_all();
+    turn_until_called(c, &r);
+    assert_int_equal(r.rc, DLOCK_OK);
+    assert_int_equal(fake_get(&fake.releases), 1);
+    assert_true(is_this_thread(&fake.recv_thread));
+    assert_int_equal(dlock_hold_count(l), 0);
+    /* Free again at once, for anyone. */
+    assert_int_equal(dlock_acquire(l, 0), DLOCK_OK);
+    assert_int_equal(dlock_release(l), DLOCK_OK);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+}
+
+/* A release whose answer never comes ends at its deadline: the hold is
+ * the client's no more, and the caller is told it was not confirmed. */
+static void a_release_unanswered_is_dropped(void **state)
+{
+    (void)state;
+    FAKE_SET(send_timeout_ms, 100);
+    dlock_client *c = open_client();
+    dlock_lock *l = held(c);
+    struct async_result r = { 0 };
+    assert_int_equal(dlock_release_start(l, async_record, &r), DLOCK_OK);
+    turn_until_called(c, &r);
+    assert_int_equal(r.rc, DLOCK_EUNAVAILABLE);
+    assert_non_null(strstr(r.detail, "did not answer a release"));
+    assert_int_equal(fake_get(&fake.drops), 1);
+    assert_int_equal(fake_get(&fake.in_flight), 0);
+    assert_int_equal(dlock_hold_count(l), 0);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+}
+
+/* An answer the backend cannot read this way (a connection lost with the
+ * release in flight) is made again with the blocking release. */
+static void a_release_answer_unreadable_is_sent_again(void **state)
+{
+    (void)state;
+    FAKE_SET(release_answer_unreadable, true);
+    dlock_client *c = open_client();
+    dlock_lock *l = held(c);
+    struct async_result r = { 0 };
+    assert_int_equal(dlock_release_start(l, async_record, &r), DLOCK_OK);
+    fake_answer_all();
+    turn_until_called(c, &r);
+    assert_int_equal(r.rc, DLOCK_OK);
+    assert_int_equal(fake_get(&fake.releases), 1); /* by release, on a worker */
+    assert_false(is_this_thread(&fake.release_thread));
+    assert_int_equal(dlock_hold_count(l), 0);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+}
+
+/* A backend whose calls never wait is called on the thread that starts the
+ * operation: the attempt and the release are made before the start
+ * returns, and only the callback waits for dlock_client_process(). */
+static void an_in_process_backend_is_called_on_the_callers_thread(void **state)
+{
+    (void)state;
+    dlock_client *c = NULL;
+    assert_int_equal(dlock_client_open_string(&c, "backend = \"fakequick\"; lease_ms = 3000;"), DLOCK_OK);
+    assert_true(dlock_client_capabilities(c) & DLOCK_CAP_IN_PROCESS);
+    dlock_lock *l;
+    dlock_lock_options o = DLOCK_LOCK_OPTIONS_INIT;
+    assert_int_equal(dlock_lock_new(c, "q", 1, &o, &l), DLOCK_OK);
+    struct async_result r = { 0 };
+    assert_int_equal(dlock_acquire_start(l, 1000, async_record, &r), DLOCK_OK);
+    assert_int_equal(fake_get(&fake.acquires), 1);
+    assert_true(is_this_thread(&fake.acquire_thread));
+    assert_int_equal(r.calls, 0);
+    assert_int_equal(dlock_client_process(c), 1);
+    assert_int_equal(r.rc, DLOCK_OK);
+    struct async_result rr = { 0 };
+    assert_int_equal(dlock_release_start(l, async_record, &rr), DLOCK_OK);
+    assert_int_equal(fake_get(&fake.releases), 1);
+    assert_true(is_this_thread(&fake.release_thread));
+    assert_int_equal(dlock_client_process(c), 1);
+    assert_int_equal(rr.rc, DLOCK_OK);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+}
+
 int main(void)
 {
-    if (dlock_provider_register(&fake_send_provider) != DLOCK_OK) {
+    if (dlock_provider_register(&fake_send_provider) != DLOCK_OK ||
+        dlock_provider_register(&fake_in_process_provider) != DLOCK_OK) {
         fprintf(stderr, "cannot register the fake provider: %s\n", dlock_errmsg());
         return 1;
     }
@@ -307,6 +431,10 @@ int main(void)
         cmocka_unit_test_setup(an_answer_that_never_comes_is_dropped, setup),
         cmocka_unit_test_setup(a_cancel_keeps_a_grant_in_flight, setup),
         cmocka_unit_test_setup(close_waits_for_the_answers_in_flight, setup),
+        cmocka_unit_test_setup(a_release_goes_out_from_the_calling_thread, setup),
+        cmocka_unit_test_setup(a_release_unanswered_is_dropped, setup),
+        cmocka_unit_test_setup(a_release_answer_unreadable_is_sent_again, setup),
+        cmocka_unit_test_setup(an_in_process_backend_is_called_on_the_callers_thread, setup),
     };
     return cmocka_run_group_tests_name("async_native", tests, NULL, NULL);
 }

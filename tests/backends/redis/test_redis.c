@@ -898,7 +898,8 @@ int main(void)
         return 1;
     }
     static const struct conformance_target target = { "redis conformance", conformance_config, delete_the_hash,
-                                                      flush_all, 0, 1, REDIS_WAITER_TIMEOUT_MS, 1 };
+                                                      flush_all, 0, 1, REDIS_WAITER_TIMEOUT_MS,
+                                                      CONFORMANCE_NATIVE_ATTEMPTS | CONFORMANCE_NATIVE_RELEASES };
     int failed = conformance_run(&target);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup(reentry_counts_and_server_layout, before_each),

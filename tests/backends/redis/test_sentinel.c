@@ -365,7 +365,8 @@ int main(void)
     }
     static const struct conformance_target target = { "redis sentinel conformance (master, replica, sentinel)",
                                                       conformance_config, break_hold, flush_master, 0, 1,
-                                                      REDIS_WAITER_TIMEOUT_MS, 1 };
+                                                      REDIS_WAITER_TIMEOUT_MS,
+                                                      CONFORMANCE_NATIVE_ATTEMPTS | CONFORMANCE_NATIVE_RELEASES };
     int failed = conformance_run(&target);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(locks_through_the_sentinels_master),
