@@ -69,6 +69,8 @@ struct dlock__aop {
     int64_t in_flight_until;        /* monotonic ms: no answer by then, it is dropped */
     struct dlock__stamp t_send;     /* when that attempt was sent */
     bool on_loop_step;              /* this step runs on the caller's loop: it must not block */
+    bool in_loop_queue;             /* ready, in the loop's queue (engine) */
+    bool needs_worker;              /* its last step on the loop asked for a worker (engine) */
     bool deferred;                  /* ended on the loop with deferred_rc; a worker ends it */
     bool deferred_give_back;        /* ... after giving back a grant that could not be kept */
     int deferred_rc;

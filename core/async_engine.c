@@ -52,10 +52,30 @@ void dlock__async_init(dlock_client *c)
 /* The engine whose poller the calling thread is now, if any. */
 static __thread struct dlock__async *polling_for;
 
+/* An in-process backend's operation that is not being cancelled is
+ * stepped by the caller's loop, which then does all the work of its
+ * hand-offs itself; a cancelled one goes to a worker, since the thread
+ * that cancels (a free, a close) may be the loop's own, waiting for it. */
+static bool stepped_on_loop(const struct dlock__async *a, const struct dlock__aop *op)
+{
+    return a->loop_fd >= 0 && !op->cancelled && !op->needs_worker && dlock__p_in_process(op->entry->client);
+}
+
 static void push_ready(struct dlock__async *a, struct dlock__aop *op)
 {
     op->state = AOP_READY;
     op->next = NULL;
+    if (stepped_on_loop(a, op)) {
+        op->in_loop_queue = true;
+        if (a->loop_tail)
+            a->loop_tail->next = op;
+        else
+            a->loop_head = op;
+        a->loop_tail = op;
+        signal_fd(a->done_fd);
+        return;
+    }
+    op->needs_worker = false;
     bool was_empty = a->ready_head == NULL;
     if (a->ready_tail)
         a->ready_tail->next = op;
@@ -72,6 +92,39 @@ static void push_ready(struct dlock__async *a, struct dlock__aop *op)
         pthread_cond_signal(&a->work_cv);
     else if (a->polling)
         signal_fd(a->parker_wake_fd); /* every other worker is busy: the poller takes it */
+}
+
+static struct dlock__aop *pop_loop(struct dlock__async *a)
+{
+    struct dlock__aop *op = a->loop_head;
+    if (op) {
+        a->loop_head = op->next;
+        if (!a->loop_head)
+            a->loop_tail = NULL;
+        op->next = NULL;
+        op->in_loop_queue = false;
+    }
+    return op;
+}
+
+/* Takes op out of the loop's queue and gives it to a worker. */
+static void loop_to_worker(struct dlock__async *a, struct dlock__aop *op)
+{
+    struct dlock__aop *prev = NULL;
+    for (struct dlock__aop *p = a->loop_head; p; prev = p, p = p->next) {
+        if (p != op)
+            continue;
+        if (prev)
+            prev->next = p->next;
+        else
+            a->loop_head = p->next;
+        if (a->loop_tail == p)
+            a->loop_tail = prev;
+        break;
+    }
+    op->in_loop_queue = false;
+    op->needs_worker = true;
+    push_ready(a, op);
 }
 
 static struct dlock__aop *pop_ready(struct dlock__async *a)
@@ -255,6 +308,8 @@ static void kick(struct dlock__async *a, struct dlock__aop *op, bool cancel)
     }
     if (cancel && op->state == AOP_RUNNING)
         signal_fd(op->running_wake_fd);
+    if (cancel && op->state == AOP_READY && op->in_loop_queue)
+        loop_to_worker(a, op);
 }
 
 /* ---- the threads -----------------------------------------------------------------
@@ -290,6 +345,8 @@ static void run_one(struct dlock__async *a, struct dlock__aop *op, int wake_fd)
         push_done(a, op);
         break;
     case STEP_AGAIN:
+        /* Asked for again on the loop: what it needs is a worker. */
+        op->needs_worker = wake_fd < 0;
         push_ready(a, op);
         break;
     case STEP_PARK:
@@ -704,6 +761,18 @@ static void step_fired_on_loop(struct dlock__async *a)
     signal_fd(a->done_fd);
 }
 
+/* The in-process backend's steps queued for the loop (a->mu held, dropped
+ * while a step runs), at most those queued now. */
+static void step_queued_on_loop(struct dlock__async *a)
+{
+    size_t budget = 0;
+    for (struct dlock__aop *op = a->loop_head; op; op = op->next)
+        budget++;
+    struct dlock__aop *op;
+    while (budget-- > 0 && (op = pop_loop(a)))
+        run_one(a, op, -1);
+}
+
 int dlock_client_process(dlock_client *c)
 {
     int rc = dlock__client_usable(c);
@@ -714,6 +783,7 @@ int dlock_client_process(dlock_client *c)
     if (a->done_fd >= 0)
         dlock__drain(a->done_fd);
     step_fired_on_loop(a);
+    step_queued_on_loop(a);
     /* Only what is done now: callbacks that start operations which finish
      * at once must not keep this call from returning. */
     size_t budget = 0;
@@ -732,7 +802,7 @@ int dlock_client_process(dlock_client *c)
             delivered++;
     }
     pthread_mutex_lock(&a->mu);
-    if (a->done_head)
+    if (a->done_head || a->loop_head)
         signal_fd(a->done_fd); /* the rest next time round */
     pthread_mutex_unlock(&a->mu);
     return delivered;
@@ -744,7 +814,7 @@ int64_t dlock_client_timeout_ms(dlock_client *c)
     if (rc != DLOCK_OK)
         return rc;
     pthread_mutex_lock(&c->async.mu);
-    bool ready = c->async.done_head != NULL;
+    bool ready = c->async.done_head != NULL || c->async.loop_head != NULL;
     if (!ready && c->async.loop_fd >= 0) {
         /* An answer waiting in the loop's set is work for the caller too. */
         struct epoll_event ev;

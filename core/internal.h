@@ -278,6 +278,8 @@ struct dlock__async {
     unsigned nworkers;
     pthread_t workers[DLOCK__ASYNC_WORKERS];
     struct dlock__aop *ready_head, *ready_tail;   /* to run on a worker */
+    struct dlock__aop *loop_head, *loop_tail;     /* to run in dlock_client_process() (an in-process
+                                                   * backend's steps) */
     struct dlock__aop *done_head, *done_tail;     /* to deliver in dlock_client_process() */
     struct dlock__aop *kick_head;                 /* parked, to be woken by the poller */
     struct dlock__timer_heap timers;              /* parked operations' deadlines */

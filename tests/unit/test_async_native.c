@@ -386,14 +386,20 @@ static void a_release_answer_unreadable_is_sent_again(void **state)
     dlock_client_close(c);
 }
 
+static dlock_client *open_in_process(void)
+{
+    dlock_client *c = NULL;
+    assert_int_equal(dlock_client_open_string(&c, "backend = \"fakequick\"; lease_ms = 3000;"), DLOCK_OK);
+    return c;
+}
+
 /* A backend whose calls never wait is called on the thread that starts the
  * operation: the attempt and the release are made before the start
  * returns, and only the callback waits for dlock_client_process(). */
 static void an_in_process_backend_is_called_on_the_callers_thread(void **state)
 {
     (void)state;
-    dlock_client *c = NULL;
-    assert_int_equal(dlock_client_open_string(&c, "backend = \"fakequick\"; lease_ms = 3000;"), DLOCK_OK);
+    dlock_client *c = open_in_process();
     assert_true(dlock_client_capabilities(c) & DLOCK_CAP_IN_PROCESS);
     dlock_lock *l;
     dlock_lock_options o = DLOCK_LOCK_OPTIONS_INIT;
@@ -412,6 +418,64 @@ static void an_in_process_backend_is_called_on_the_callers_thread(void **state)
     assert_int_equal(dlock_client_process(c), 1);
     assert_int_equal(rr.rc, DLOCK_OK);
     dlock_lock_free(l);
+    dlock_client_close(c);
+}
+
+/* Handle `holder` of "h" held through the non-blocking API, and `next`
+ * queued behind it in the same client, its acquire started. */
+static void hold_and_queue(dlock_client *c, dlock_lock **holder, dlock_lock **next, struct async_result *r)
+{
+    dlock_lock_options o = DLOCK_LOCK_OPTIONS_INIT;
+    assert_int_equal(dlock_lock_new(c, "h", 1, &o, holder), DLOCK_OK);
+    assert_int_equal(dlock_lock_new(c, "h", 1, &o, next), DLOCK_OK);
+    struct async_result first = { 0 };
+    assert_int_equal(dlock_acquire_start(*holder, 1000, async_record, &first), DLOCK_OK);
+    assert_int_equal(dlock_client_process(c), 1);
+    assert_int_equal(first.rc, DLOCK_OK);
+    assert_int_equal(dlock_acquire_start(*next, slack_ms(5000), async_record, r), DLOCK_OK);
+    assert_int_equal(fake_get(&fake.acquires), 1); /* queued in the client, not asked */
+}
+
+/* A hand-off inside the client on an in-process backend is stepped by the
+ * loop: the next acquire's attempt is made by dlock_client_process(), and
+ * its grant delivered in the same call. */
+static void an_in_process_hand_off_is_stepped_by_the_loop(void **state)
+{
+    (void)state;
+    dlock_client *c = open_in_process();
+    dlock_lock *holder, *next;
+    struct async_result r = { 0 }, released = { 0 };
+    hold_and_queue(c, &holder, &next, &r);
+    assert_int_equal(dlock_release_start(holder, async_record, &released), DLOCK_OK);
+    struct pollfd p = { .fd = dlock_client_fd(c), .events = POLLIN };
+    assert_int_equal(poll(&p, 1, 0), 1); /* work for the loop, signalled at once */
+    assert_int_equal(dlock_client_process(c), 2);
+    assert_int_equal(released.rc, DLOCK_OK);
+    assert_int_equal(r.calls, 1);
+    assert_int_equal(r.rc, DLOCK_OK);
+    assert_int_equal(fake_get(&fake.acquires), 2);
+    assert_true(is_this_thread(&fake.acquire_thread));
+    dlock_lock_free(holder);
+    dlock_lock_free(next);
+    dlock_client_close(c);
+}
+
+/* A step queued for the loop is not waited for by a free on the loop's
+ * own thread: the free cancels it on a worker and returns. */
+static void a_free_on_the_loop_ends_a_step_queued_for_it(void **state)
+{
+    (void)state;
+    dlock_client *c = open_in_process();
+    dlock_lock *holder, *next;
+    struct async_result r = { 0 }, released = { 0 };
+    hold_and_queue(c, &holder, &next, &r);
+    assert_int_equal(dlock_release_start(holder, async_record, &released), DLOCK_OK);
+    dlock_lock_free(next); /* its step is queued for this thread, which does not process */
+    assert_int_equal(r.calls, 1);
+    assert_true(r.rc == DLOCK_ECANCELLED);
+    assert_true(dlock_client_process(c) >= 1);
+    assert_int_equal(released.calls, 1);
+    dlock_lock_free(holder);
     dlock_client_close(c);
 }
 
@@ -435,6 +499,8 @@ int main(void)
         cmocka_unit_test_setup(a_release_unanswered_is_dropped, setup),
         cmocka_unit_test_setup(a_release_answer_unreadable_is_sent_again, setup),
         cmocka_unit_test_setup(an_in_process_backend_is_called_on_the_callers_thread, setup),
+        cmocka_unit_test_setup(an_in_process_hand_off_is_stepped_by_the_loop, setup),
+        cmocka_unit_test_setup(a_free_on_the_loop_ends_a_step_queued_for_it, setup),
     };
     return cmocka_run_group_tests_name("async_native", tests, NULL, NULL);
 }
