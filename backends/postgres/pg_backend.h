@@ -48,6 +48,8 @@ struct pg_lock {
     PGresult *native_answer;     /* its statement's answer, while the rest of it is read */
     int native_step;             /* which statement of the attempt is in flight */
     int64_t native_hint_ms;      /* its busy answer's retry hint, while the registration is in flight */
+    bool release_sent_before;    /* a release went out on a connection that died with it (pg_native.c) */
+    int native_release_rc;       /* a release's result, while the gate is passed on after it */
 };
 /* sql_renew_batch_init reads the key at the start of each lock's state. */
 _Static_assert(offsetof(struct pg_lock, k) == 0, "the sql_lock_key comes first");
@@ -83,13 +85,20 @@ int pg_answer_shared(struct pg_instance *inst, struct dlock_provider_lock *lk, c
                      const PGresult *res, struct dlock_grant *g);
 void pg_answer_register_writer(struct pg_instance *inst, struct dlock_provider_lock *lk, const PGresult *res);
 
-/* An attempt's statements without a thread, for the non-blocking API
- * (pg_native.c): the provider's acquire_send, acquire_recv and
- * acquire_drop (dlock_provider(3)). */
+/* An attempt's or a release's statements without a thread, for the
+ * non-blocking API (pg_native.c): the provider's acquire_send,
+ * acquire_recv, acquire_drop and their release twins (dlock_provider(3)). */
 int pg_acquire_send(void *instance, struct dlock_provider_lock *lk, struct dlock_provider_io *io);
 int pg_acquire_recv(void *instance, struct dlock_provider_lock *lk, struct dlock_provider_io *io,
                     struct dlock_grant *g);
 void pg_acquire_drop(void *instance, struct dlock_provider_lock *lk, struct dlock_provider_io *io);
+int pg_release_send(void *instance, struct dlock_provider_lock *lk, struct dlock_provider_io *io);
+int pg_release_recv(void *instance, struct dlock_provider_lock *lk, struct dlock_provider_io *io);
+void pg_release_drop(void *instance, struct dlock_provider_lock *lk, struct dlock_provider_io *io);
+/* The release statement's answer: DLOCK_OK, DLOCK_ENOTOWNER (no row of
+ * ours), or a failure; sent_before says the release went out before on a
+ * connection that died with it, so a hold found gone was its work. */
+int pg_answer_release(struct pg_instance *inst, const PGresult *res, bool sent_before);
 
 /* Makes sure the table and its fence sequence exist, creating them (and
  * the columns of shared holds, in a table made before them) when create

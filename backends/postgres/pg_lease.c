@@ -294,17 +294,25 @@ static int lease_release(void *instance, struct dlock_provider_lock *lk)
     const char *values[3] = { pl->k.key, lk->owner, pl->k.tag };
     int lengths[3] = { (int)pl->k.key_len, 0, 0 }, formats[3] = { 1, 0, 0 };
     int rc;
+    bool sent_before = pl->release_sent_before;
+    pl->release_sent_before = false;
     PGresult *res = pg_pool_exec(&inst->pool, kind_is_shared(lk) ? PG_SHARED_RELEASE : PG_RELEASE, 3, values,
                                  lengths, formats, &rc);
     if (!res)
         return rc;
-    rc = pg_result_check(&inst->server, res, "release");
+    rc = pg_answer_release(inst, res, sent_before || pg_pool_last_resent());
+    PQclear(res);
+    return rc;
+}
+
+int pg_answer_release(struct pg_instance *inst, const PGresult *res, bool sent_before)
+{
+    int rc = pg_result_check(&inst->server, res, "release");
     /* Sent twice because the connection died under the first: a hold
      * already freed is the first one's work, not a loss (only our own row
      * is ever freed). */
     if (rc == DLOCK_OK && PQntuples(res) != 1)
-        rc = pg_pool_last_resent() ? DLOCK_OK : DLOCK_ENOTOWNER;
-    PQclear(res);
+        rc = sent_before ? DLOCK_OK : DLOCK_ENOTOWNER;
     return rc;
 }
 

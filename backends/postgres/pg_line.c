@@ -296,24 +296,74 @@ void pg_line_drain(struct pg_line *l)
 /* Gives the gate to the next waiter (the server does at once what it was
  * sent), puts statement_timeout back, and returns the connection to the
  * pool once the answer is read. */
+/* What gives the gate up: its unlock, and the connection made ordinary again. */
+static void pass_text(const struct pg_pool *pool, const struct pg_line *l, char *sql, size_t size)
+{
+    snprintf(sql, size, "SELECT pg_advisory_unlock(%s, %s); UNLISTEN *; SET statement_timeout = %lld",
+             l->gate[0], l->gate[1], (long long)pool->server->command_timeout_ms);
+}
+
+/* The gate's answer read: l's connection goes back to the pool. */
+static void passed(struct pg_pool *pool, struct pg_line *l)
+{
+    pg_line_drain(l); /* none may wake the next user of the connection */
+    pg_pool_put(pool, l->conn);
+    memset(l, 0, sizeof *l);
+}
+
 void pg_line_pass(struct pg_pool *pool, struct pg_line *l)
 {
     if (l->place.state != LINE_HEAD)
         return;
     char sql[160];
-    snprintf(sql, sizeof sql, "SELECT pg_advisory_unlock(%s, %s); UNLISTEN *; SET statement_timeout = %lld",
-             l->gate[0], l->gate[1], (long long)pool->server->command_timeout_ms);
+    pass_text(pool, l, sql, sizeof sql);
     l->place.state = LINE_OUT;
     if (!send_text(pool, l, sql)) {
         drop(pool, l, false); /* closing the session frees the gate as well */
         return;
     }
     l->answer_pending = true;
-    if (!settle(pool, l))
-        return;
-    pg_line_drain(l); /* none may wake the next user of the connection */
-    pg_pool_put(pool, l->conn);
-    memset(l, 0, sizeof *l);
+    if (settle(pool, l))
+        passed(pool, l);
+}
+
+bool pg_line_pass_send(struct pg_pool *pool, struct pg_line *l)
+{
+    if (l->place.state != LINE_HEAD || !l->conn || l->answer_pending)
+        return false;
+    char sql[160];
+    pass_text(pool, l, sql, sizeof sql);
+    l->place.state = LINE_OUT;
+    /* Sent only if it goes out whole at once: the caller must not block. */
+    if (!PQsendQuery(l->conn, sql) || PQflush(l->conn) != 0) {
+        drop(pool, l, false); /* closing the session frees the gate as well */
+        return false;
+    }
+    l->answer_pending = true;
+    return true;
+}
+
+int pg_line_pass_recv(struct pg_pool *pool, struct pg_line *l)
+{
+    if (!PQconsumeInput(l->conn)) {
+        drop(pool, l, false);
+        return -1;
+    }
+    while (!PQisBusy(l->conn)) {
+        PGresult *r = PQgetResult(l->conn);
+        if (!r) {
+            l->answer_pending = false;
+            passed(pool, l);
+            return 0;
+        }
+        PQclear(r);
+    }
+    return 1;
+}
+
+void pg_line_pass_drop(struct pg_pool *pool, struct pg_line *l)
+{
+    drop(pool, l, false);
 }
 
 void pg_line_granted(struct pg_pool *pool, struct pg_line *l, bool keep_gate)

@@ -83,6 +83,17 @@ void pg_line_granted(struct pg_pool *pool, struct pg_line *l, bool keep_gate);
  * and the connection back to the pool once the server has answered. */
 void pg_line_pass(struct pg_pool *pool, struct pg_line *l);
 
+/* pg_line_pass cut in two around its round trip, for a release made
+ * without a thread. pass_send sends the gate's release without waiting:
+ * true when its answer is to be read (from PQsocket(l->conn)); false when
+ * there was no gate, or the connection could not take it and was closed,
+ * which frees the gate as well. pass_recv reads what came: 1 when more is
+ * to come, 0 when done (the connection back in the pool), -1 when the
+ * connection broke (closed). pass_drop closes it, its answer unread. */
+bool pg_line_pass_send(struct pg_pool *pool, struct pg_line *l);
+int pg_line_pass_recv(struct pg_pool *pool, struct pg_line *l);
+void pg_line_pass_drop(struct pg_pool *pool, struct pg_line *l);
+
 /* Out of the line altogether, and the connection back to pool (abandon,
  * lock_fini). */
 void pg_line_leave(struct pg_pool *pool, struct pg_line *l);

@@ -1,5 +1,5 @@
-/* backends/postgres/pg_native.c - an attempt's statements without a
- * thread, for the non-blocking API: acquire_send sends lease mode's first
+/* backends/postgres/pg_native.c - an attempt's statements, and a release's
+ * statement, without a thread, for the non-blocking API: acquire_send sends lease mode's first
  * acquire statement on an idle connection of the pool and hands the core
  * its socket; acquire_recv reads what has come and, where the blocking
  * attempt would run a second statement (the upsert after a fast path that
@@ -16,10 +16,13 @@
  * answers DLOCK_ENOTSUP, and the core makes the attempt with acquire. The
  * line's steps around the attempt (line_attempt_begin and
  * line_attempt_end) are the blocking attempt's own; out of the line they
- * make no round trip. */
+ * make no round trip. release_send, release_recv and release_drop do the
+ * same for a release outside the line (whose gate, when it has one, is
+ * passed on by a round trip on the line's connection). */
 #include "config.h"
 
 #include "../common/line.h"
+#include "../common/lock_kind.h"
 #include "../common/native_room.h"
 #include "pg_backend.h"
 
@@ -31,6 +34,8 @@ enum native_step {
     STEP_ACQUIRE,  /* PG_ACQUIRE: the upsert, granted or busy */
     STEP_REGISTER, /* PG_REGISTER_WRITER after a busy answer; the attempt's result is EBUSY */
     STEP_PERMIT,   /* PG_SHARED_ACQUIRE for a permit */
+    STEP_RELEASE,  /* PG_RELEASE or PG_SHARED_RELEASE: a release, not an attempt */
+    STEP_PASS,     /* after the release, the name's gate passed on (pg_line_pass_send) */
 };
 
 /* The attempt is over: its connection goes back to the pool (closed when
@@ -74,6 +79,8 @@ static bool send_step(struct pg_lock *pl, struct dlock_provider_lock *lk, enum n
     return pg_send_prepared_now(pl->native_conn, statement_of(step), a.n, a.values, a.lengths, a.formats);
 }
 
+static int take_connection(struct pg_instance *inst, struct pg_lock *pl);
+
 int pg_acquire_send(void *instance, struct dlock_provider_lock *lk, struct dlock_provider_io *io)
 {
     struct pg_instance *inst = instance;
@@ -91,13 +98,8 @@ int pg_acquire_send(void *instance, struct dlock_provider_lock *lk, struct dlock
     }
     /* No idle connection: acquire connects, or waits for one, on a worker
      * (this call must not block: the core may make it on the caller's loop). */
-    if (pg_pool_take_idle(&inst->pool, &pl->native_conn) != DLOCK_OK)
+    if (take_connection(inst, pl) != DLOCK_OK)
         return DLOCK_ENOTSUP;
-    if (!native_room_try_take(&inst->native_in_flight, inst->pool.pool.max)) {
-        pg_pool_put(&inst->pool, pl->native_conn);
-        pl->native_conn = NULL;
-        return DLOCK_ENOTSUP;
-    }
     enum native_step first = lk->mode == DLOCK_MODE_SEMAPHORE ? STEP_PERMIT
                              : pl->last_busy                  ? STEP_ACQUIRE
                                                               : STEP_TAKE;
@@ -207,4 +209,115 @@ void pg_acquire_drop(void *instance, struct dlock_provider_lock *lk, struct dloc
     finish(inst, pl, true);
     struct dlock_grant unused = { 0 };
     line_attempt_end(inst, lk, &unused, DLOCK_EUNAVAILABLE);
+}
+
+/* Takes an idle connection and a place among the native round trips
+ * (DLOCK_OK), or answers DLOCK_ENOTSUP: the blocking call connects or
+ * waits for a connection on a worker. */
+static int take_connection(struct pg_instance *inst, struct pg_lock *pl)
+{
+    if (pg_pool_take_idle(&inst->pool, &pl->native_conn) != DLOCK_OK)
+        return DLOCK_ENOTSUP;
+    if (!native_room_try_take(&inst->native_in_flight, inst->pool.pool.max)) {
+        pg_pool_put(&inst->pool, pl->native_conn);
+        pl->native_conn = NULL;
+        return DLOCK_ENOTSUP;
+    }
+    return DLOCK_OK;
+}
+
+/* Whether lk's release can go without a thread: lease mode, and the line
+ * either not held (out of it, no connection) or held at its head with
+ * nothing unanswered (an exclusive hold that came through it keeps the
+ * gate, which the release passes on once the row is freed). */
+static bool release_native(const struct pg_instance *inst, const struct pg_lock *pl)
+{
+    if (inst->head.mode != &pg_lease_mode)
+        return false;
+    if (pl->line.place.state == LINE_OUT)
+        return !pl->line.conn;
+    return pl->line.place.state == LINE_HEAD && pl->line.conn && !pl->line.answer_pending;
+}
+
+int pg_release_send(void *instance, struct dlock_provider_lock *lk, struct dlock_provider_io *io)
+{
+    struct pg_instance *inst = instance;
+    struct pg_lock *pl = lk->priv;
+    if (!release_native(inst, pl) || take_connection(inst, pl) != DLOCK_OK)
+        return DLOCK_ENOTSUP;
+    pl->release_sent_before = false;
+    pl->native_step = STEP_RELEASE;
+    const char *values[3] = { pl->k.key, lk->owner, pl->k.tag };
+    int lengths[3] = { (int)pl->k.key_len, 0, 0 }, formats[3] = { 1, 0, 0 };
+    int statement = kind_is_shared(lk) ? PG_SHARED_RELEASE : PG_RELEASE;
+    if (!pg_send_prepared_now(pl->native_conn, statement, 3, values, lengths, formats)) {
+        finish(inst, pl, true); /* release sends it on a fresh one */
+        return DLOCK_ENOTSUP;
+    }
+    io->fd = PQsocket(pl->native_conn);
+    /* The release's statement, then the gate's, each bounded by the
+     * command timeout in the blocking release. */
+    io->timeout_ms = (pl->line.conn ? 2 : 1) * inst->server.command_timeout_ms;
+    io->priv = pl;
+    return DLOCK_OK;
+}
+
+/* The gate passed on after the row was freed: its answer, read here. */
+static int passing_the_gate(struct pg_instance *inst, struct pg_lock *pl, struct dlock_provider_io *io)
+{
+    if (pg_line_pass_recv(&inst->listeners, &pl->line) > 0)
+        return DLOCK_PROVIDER_AGAIN;
+    /* Passed, or the connection closed, which frees the gate as well. */
+    io->priv = NULL;
+    pl->native_step = STEP_NONE;
+    return pl->native_release_rc;
+}
+
+int pg_release_recv(void *instance, struct dlock_provider_lock *lk, struct dlock_provider_io *io)
+{
+    struct pg_instance *inst = instance;
+    struct pg_lock *pl = lk->priv;
+    if (pl->native_step == STEP_PASS)
+        return passing_the_gate(inst, pl, io);
+    int r = pg_read_answer(pl->native_conn, &pl->native_answer);
+    if (r > 0)
+        return DLOCK_PROVIDER_AGAIN;
+    io->priv = NULL;
+    if (r < 0) {
+        /* The connection failed with the release in flight: release sends
+         * it again (and passes the gate on), and a hold it then finds gone
+         * is this one's work. */
+        finish(inst, pl, true);
+        pl->release_sent_before = true;
+        return DLOCK_ENOTSUP;
+    }
+    PGresult *res = pl->native_answer;
+    pl->native_answer = NULL;
+    bool unprepared = not_prepared(res);
+    int rc = unprepared ? DLOCK_ENOTSUP : pg_answer_release(inst, res, false);
+    PQclear(res);
+    finish(inst, pl, false);
+    /* After the release, as pg_release: the next waiter's look finds the
+     * lock free. Also when the hold was gone: the gate goes anyway. */
+    if (rc != DLOCK_ENOTSUP && pg_line_pass_send(&inst->listeners, &pl->line)) {
+        pl->native_step = STEP_PASS;
+        pl->native_release_rc = rc;
+        io->fd = PQsocket(pl->line.conn);
+        io->priv = pl;
+        return DLOCK_PROVIDER_AGAIN;
+    }
+    return rc;
+}
+
+void pg_release_drop(void *instance, struct dlock_provider_lock *lk, struct dlock_provider_io *io)
+{
+    struct pg_instance *inst = instance;
+    struct pg_lock *pl = lk->priv;
+    io->priv = NULL;
+    if (pl->native_step == STEP_PASS) {
+        pl->native_step = STEP_NONE;
+        pg_line_pass_drop(&inst->listeners, &pl->line); /* closing the session frees the gate */
+    } else if (pl->native_conn) {
+        finish(inst, pl, true); /* closed: an answer may still come on it */
+    }
 }

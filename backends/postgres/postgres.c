@@ -396,7 +396,7 @@ static int pg_open(void **instance, const struct dlock_provider_env *env)
 }
 
 static const struct dlock_provider pg_provider = {
-    .version = DLOCK_PROVIDER_VERSION_6,
+    .version = DLOCK_PROVIDER_VERSION_7,
     .name = "postgres",
     .capabilities = DLOCK_CAP_RENEW | DLOCK_CAP_FENCE | DLOCK_CAP_NATIVE_WAIT | DLOCK_CAP_FAIR | DLOCK_CAP_SERVER_EXPIRY |
                     DLOCK_CAP_MULTI_HOST | DLOCK_CAP_SHARED | DLOCK_CAP_SEMAPHORE | DLOCK_CAP_DOWNGRADE |
@@ -427,6 +427,9 @@ static const struct dlock_provider pg_provider = {
     .acquire_send = pg_acquire_send,
     .acquire_recv = pg_acquire_recv,
     .acquire_drop = pg_acquire_drop,
+    .release_send = pg_release_send,
+    .release_recv = pg_release_recv,
+    .release_drop = pg_release_drop,
 };
 
 DLOCK_MODULE(pg_provider)

@@ -7,6 +7,7 @@
 
 #include "native_cases.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #include "async_result.h"
@@ -103,6 +104,110 @@ void native_case_dead_idle_connection_is_sent_again(const struct native_target *
         assert_true(parked(a) <= before + 1);
         assert_int_equal(dlock_release(la), DLOCK_OK);
     }
+    dlock_lock_free(la);
+    dlock_client_close(a);
+    fault_proxy_stop(proxy);
+}
+
+static long long releases_parked(dlock_client *c)
+{
+    return test_client_metric(c, "dlock_releases_parked_total");
+}
+
+/* The detail of the last release_on_loop's result. */
+static char release_detail[256];
+
+/* dlock_release_start, then the caller's loop until its callback. */
+static int release_on_loop(dlock_client *c, dlock_lock *l)
+{
+    struct async_result r = { 0 };
+    assert_int_equal(dlock_release_start(l, async_record, &r), DLOCK_OK);
+    for (int64_t end = now_ms() + slack_ms(10000); r.calls == 0 && now_ms() < end;)
+        async_loop_turn(c, 20);
+    assert_int_equal(r.calls, 1);
+    snprintf(release_detail, sizeof release_detail, "%s", r.detail);
+    return r.rc;
+}
+
+/* Through a fresh proxy: client a holding `name`, after a first cycle
+ * that loaded or prepared what the release needs on its connections. */
+static dlock_client *holding_through_proxy(const struct native_target *t, const char *name,
+                                           struct fault_proxy **proxy, dlock_lock **l)
+{
+    int proxy_port;
+    *proxy = fault_proxy_start(t->server_port, &proxy_port);
+    assert_non_null(*proxy);
+    dlock_client *a = t->open_at(proxy_port);
+    *l = test_lock_named(a, name);
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(dlock_acquire(*l, 0), DLOCK_OK);
+        assert_int_equal(release_on_loop(a, *l), DLOCK_OK);
+    }
+    assert_int_equal(dlock_acquire(*l, 0), DLOCK_OK);
+    return a;
+}
+
+/* The name is free: another client takes it at once. */
+static void free_for_another(const struct native_target *t, const char *name)
+{
+    dlock_client *b = t->open_direct();
+    dlock_lock *lb = test_lock_named(b, name);
+    assert_int_equal(dlock_acquire(lb, 0), DLOCK_OK);
+    assert_int_equal(dlock_release(lb), DLOCK_OK);
+    dlock_lock_free(lb);
+    dlock_client_close(b);
+}
+
+void native_case_release_answer_lost_is_ok(const struct native_target *t)
+{
+    struct fault_proxy *proxy;
+    dlock_lock *la;
+    dlock_client *a = holding_through_proxy(t, "native-rel-lost", &proxy, &la);
+    long long before = releases_parked(a);
+    fault_proxy_set(proxy, FAULT_DROP_REPLY_RESET, 0);
+    int rc = release_on_loop(a, la);
+    if (rc != DLOCK_OK)
+        fail_msg("release: %s: %s", dlock_strerror(rc), release_detail);
+    assert_int_equal(releases_parked(a), before + 1);
+    assert_int_equal(test_client_metric(a, "dlock_release_failures_total"), 0);
+    free_for_another(t, "native-rel-lost");
+    dlock_lock_free(la);
+    dlock_client_close(a);
+    fault_proxy_stop(proxy);
+}
+
+void native_case_release_without_an_answer_ends_at_its_deadline(const struct native_target *t)
+{
+    struct fault_proxy *proxy;
+    dlock_lock *la;
+    dlock_client *a = holding_through_proxy(t, "native-rel-silent", &proxy, &la);
+    long long before = releases_parked(a);
+    fault_proxy_set(proxy, FAULT_DROP, 0);
+    int64_t t0 = now_ms();
+    assert_int_equal(release_on_loop(a, la), DLOCK_EUNAVAILABLE);
+    int64_t took = now_ms() - t0;
+    assert_int_equal(releases_parked(a), before + 1);
+    assert_true(took >= t->deadline_ms - 100);
+    assert_true(took < slack_ms(t->deadline_ms + 3000));
+    assert_int_equal(dlock_hold_count(la), 0);
+    fault_proxy_set(proxy, FAULT_PASS, 0);
+    dlock_lock_free(la);
+    dlock_client_close(a);
+    fault_proxy_stop(proxy);
+}
+
+void native_case_release_on_a_dead_idle_connection_is_sent_again(const struct native_target *t)
+{
+    struct fault_proxy *proxy;
+    dlock_lock *la;
+    dlock_client *a = holding_through_proxy(t, "native-rel-dead", &proxy, &la);
+    fault_proxy_set(proxy, FAULT_RESET, 0);
+    sleep_ms(100);
+    fault_proxy_set(proxy, FAULT_PASS, 0);
+    int rc = release_on_loop(a, la);
+    if (rc != DLOCK_OK)
+        fail_msg("release: %s: %s", dlock_strerror(rc), release_detail);
+    free_for_another(t, "native-rel-dead");
     dlock_lock_free(la);
     dlock_client_close(a);
     fault_proxy_stop(proxy);

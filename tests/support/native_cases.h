@@ -34,6 +34,15 @@ void native_case_no_answer_ends_at_its_deadline(const struct native_target *t);
  * on a fresh one, as a blocking attempt is, and holds. */
 void native_case_dead_idle_connection_is_sent_again(const struct native_target *t);
 
+/* Releases sent without a thread (release_send), with the client's
+ * release deadline: answer lost with the connection (sent again, the
+ * hold found gone counts as released: DLOCK_OK, the name free); no answer
+ * (DLOCK_EUNAVAILABLE at the deadline, the client holds nothing); a dead
+ * idle connection (sent again on a fresh one). */
+void native_case_release_answer_lost_is_ok(const struct native_target *t);
+void native_case_release_without_an_answer_ends_at_its_deadline(const struct native_target *t);
+void native_case_release_on_a_dead_idle_connection_is_sent_again(const struct native_target *t);
+
 /* A busy answer read on the caller's loop: the waiting writer's
  * registration (the SQL backends' lease mode) is sent from the answer's
  * step on the same connection; the acquire then waits, and the release
@@ -67,6 +76,30 @@ void native_case_busy_registers_the_writer(dlock_client *(*open_client)(void), d
         (void)state;                                                                                           \
         const struct native_target t = { open_at, open_direct, port, deadline_ms };                            \
         native_case_dead_idle_connection_is_sent_again(&t);                                                    \
+    }
+
+/* The same for the three release cases (native_release_whose_answer_is_lost_is_ok,
+ * native_release_without_an_answer_ends_at_its_deadline and
+ * native_release_on_a_dead_idle_connection_is_sent_again); deadline_ms is
+ * the release's. */
+#define NATIVE_RELEASE_CASES(open_at, open_direct, port, deadline_ms)                                           \
+    static void native_release_whose_answer_is_lost_is_ok(void **state)                                        \
+    {                                                                                                          \
+        (void)state;                                                                                           \
+        const struct native_target t = { open_at, open_direct, port, deadline_ms };                            \
+        native_case_release_answer_lost_is_ok(&t);                                                             \
+    }                                                                                                          \
+    static void native_release_without_an_answer_ends_at_its_deadline(void **state)                           \
+    {                                                                                                          \
+        (void)state;                                                                                           \
+        const struct native_target t = { open_at, open_direct, port, deadline_ms };                            \
+        native_case_release_without_an_answer_ends_at_its_deadline(&t);                                        \
+    }                                                                                                          \
+    static void native_release_on_a_dead_idle_connection_is_sent_again(void **state)                          \
+    {                                                                                                          \
+        (void)state;                                                                                           \
+        const struct native_target t = { open_at, open_direct, port, deadline_ms };                            \
+        native_case_release_on_a_dead_idle_connection_is_sent_again(&t);                                       \
     }
 
 #endif

@@ -1006,7 +1006,7 @@ int main(void)
     /* etcd's lessor looks for expired leases every 500 ms: a killed
      * holder's key goes up to that long after its TTL. */
     static const struct conformance_target target = { "etcd conformance", conformance_config, delete_holder_key,
-                                                      NULL, 500, CONFORMANCE_LISTS, 1000, 1 };
+                                                      NULL, 500, CONFORMANCE_LISTS, 1000, CONFORMANCE_NATIVE_ATTEMPTS };
     int failed = conformance_run(&target);
     const struct CMUnitTest particular[] = {
         cmocka_unit_test(waiters_are_granted_in_arrival_order),

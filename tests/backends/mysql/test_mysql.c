@@ -1100,7 +1100,7 @@ int main(void)
     }
     admin("CREATE DATABASE IF NOT EXISTS dl");
     static const struct conformance_target lease = { "mysql lease mode", lease_config, steal_row, NULL, 0,
-                                                     CONFORMANCE_LISTS | CONFORMANCE_LISTS_NO_WAITERS, 0, 1 };
+                                                     CONFORMANCE_LISTS | CONFORMANCE_LISTS_NO_WAITERS, 0, CONFORMANCE_NATIVE_ATTEMPTS };
     static const struct conformance_target session = { "mysql session mode", session_config,
                                                        kill_holder_connection, NULL, 0, 0, 0, 0 };
     downgrade.server_port = server.port;

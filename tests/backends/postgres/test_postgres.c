@@ -595,6 +595,8 @@ static dlock_client *open_direct(void)
 /* Lost and missing answers (tests/support/native_cases.c); the deadline
  * is three command timeouts, for up to three statements. */
 NATIVE_CASES(open_native_at, open_direct, server.port, 900)
+/* A release is one statement: its deadline is one command timeout. */
+NATIVE_RELEASE_CASES(open_native_at, open_direct, server.port, 300)
 
 /* dlock_client_process never blocks, even for a permit waiter at the head
  * of the name's line, whose grant passes the line's gate on (a statement
@@ -645,6 +647,55 @@ static void the_loop_never_waits_for_the_lines_steps(void **state)
     dlock_client_close(a);
     dlock_client_close(b);
     fault_proxy_stop(proxy);
+}
+
+/* Turns c's loop for ms, or until r's callback came. */
+static void turn_for(dlock_client *c, int64_t ms, const struct async_result *r)
+{
+    for (int64_t end = now_ms() + ms; r->calls == 0 && now_ms() < end;)
+        async_loop_turn(c, 20);
+}
+
+/* An exclusive hold that came through the name's line keeps the line's
+ * gate; its release made without a thread frees the row, then passes the
+ * gate on (a second statement, on the line's connection), so the next
+ * waiter in the line is let in. */
+static void a_native_release_passes_the_lines_gate_on(void **state)
+{
+    (void)state;
+    dlock_client *a = open_ok("pool_size = 4;"), *b = open_direct(), *c = open_direct();
+    dlock_lock *la = test_lock_named(a, "native-gate"), *lb = test_lock_named(b, "native-gate"),
+               *lc = test_lock_named(c, "native-gate");
+    assert_int_equal(dlock_acquire(la, 0), DLOCK_OK); /* the statements prepared */
+    assert_int_equal(dlock_release(la), DLOCK_OK);
+    assert_int_equal(dlock_acquire(lb, 0), DLOCK_OK);
+    struct async_result ra = { 0 }, rc = { 0 }, released = { 0 };
+    assert_int_equal(dlock_acquire_start(la, slack_ms(10000), async_record, &ra), DLOCK_OK);
+    turn_for(a, 300, &ra); /* a waits in the line, at its head */
+    assert_int_equal(ra.calls, 0);
+    assert_int_equal(dlock_release(lb), DLOCK_OK);
+    turn_for(a, slack_ms(5000), &ra);
+    assert_int_equal(ra.calls, 1);
+    assert_int_equal(ra.rc, DLOCK_OK); /* through the line: a keeps its gate */
+    assert_int_equal(dlock_acquire_start(lc, slack_ms(10000), async_record, &rc), DLOCK_OK);
+    turn_for(c, 300, &rc); /* c queued behind the gate */
+    assert_int_equal(rc.calls, 0);
+    long long parked = test_client_metric(a, "dlock_releases_parked_total");
+    assert_int_equal(dlock_release_start(la, async_record, &released), DLOCK_OK);
+    turn_for(a, slack_ms(5000), &released);
+    assert_int_equal(released.calls, 1);
+    assert_int_equal(released.rc, DLOCK_OK);
+    assert_int_equal(test_client_metric(a, "dlock_releases_parked_total"), parked + 1);
+    turn_for(c, slack_ms(5000), &rc);
+    assert_int_equal(rc.calls, 1);
+    assert_int_equal(rc.rc, DLOCK_OK);
+    assert_int_equal(dlock_release(lc), DLOCK_OK);
+    dlock_lock_free(la);
+    dlock_lock_free(lb);
+    dlock_lock_free(lc);
+    dlock_client_close(a);
+    dlock_client_close(b);
+    dlock_client_close(c);
 }
 
 /* The upsert after the fast path, then the waiting writer's registration,
@@ -773,7 +824,8 @@ int main(void)
         return 1;
     }
     static const struct conformance_target lease = { "postgres lease mode", lease_config, steal_row, NULL, 0,
-                                                     CONFORMANCE_LISTS | CONFORMANCE_LISTS_NO_WAITERS, 0, 1 };
+                                                     CONFORMANCE_LISTS | CONFORMANCE_LISTS_NO_WAITERS, 0,
+                                                     CONFORMANCE_NATIVE_ATTEMPTS | CONFORMANCE_NATIVE_RELEASES };
     static const struct conformance_target session = { "postgres session mode", session_config,
                                                        terminate_holder_sessions, NULL, 0, 0, 0, 0 };
     downgrade.server_port = server.port;
@@ -784,6 +836,10 @@ int main(void)
         cmocka_unit_test(native_attempt_whose_answer_is_lost_holds_once),
         cmocka_unit_test(native_attempt_without_an_answer_ends_at_its_deadline),
         cmocka_unit_test(native_attempt_on_a_dead_idle_connection_is_sent_again),
+        cmocka_unit_test(native_release_whose_answer_is_lost_is_ok),
+        cmocka_unit_test(native_release_without_an_answer_ends_at_its_deadline),
+        cmocka_unit_test(native_release_on_a_dead_idle_connection_is_sent_again),
+        cmocka_unit_test(a_native_release_passes_the_lines_gate_on),
         cmocka_unit_test(the_loop_never_waits_for_the_lines_steps),
         cmocka_unit_test(native_busy_attempt_registers_the_writer_and_waits),
         cmocka_unit_test(fair_mode_is_for_exclusive_holds_and_permits),

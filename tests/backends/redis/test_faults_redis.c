@@ -13,6 +13,7 @@
 #include "../../support/async_result.h"
 #include "../../support/campaigner.h"
 #include "../../support/fault_proxy.h"
+#include "../../support/native_cases.h"
 #include "../../support/redis_server.h"
 #include "../../support/test_client.h"
 #include "../../support/test_time.h"
@@ -373,93 +374,19 @@ static void native_attempt_on_a_dead_idle_connection_is_sent_again(void **state)
     dlock_client_close(a);
 }
 
-/* dlock_release_start, then the caller's loop until its callback. */
-static int release_async(dlock_client *c, dlock_lock *l)
+/* The release cases of every native backend (tests/support/native_cases.c),
+ * each through a proxy of its own. */
+static dlock_client *open_native_at(int port)
 {
-    struct async_result r = { 0 };
-    assert_int_equal(dlock_release_start(l, async_record, &r), DLOCK_OK);
-    for (int64_t end = now_ms() + slack_ms(10000); r.calls == 0 && now_ms() < end;)
-        async_loop_turn(c, 20);
-    assert_int_equal(r.calls, 1);
-    return r.rc;
+    return open_at(port, 30000);
 }
 
-/* A release sent without a thread runs on the server and its answer is
- * lost with the connection: sent again, it finds the hold gone, which is
- * its own first sending's work, not a loss. */
-static void native_release_whose_answer_is_lost_is_ok(void **state)
+static dlock_client *open_native_direct(void)
 {
-    (void)state;
-    dlock_client *a = open_at(proxy_port, 30000);
-    dlock_client *b = open_at(server.port, 30000);
-    dlock_lock *la = NULL, *lb = NULL;
-    assert_int_equal(dlock_lock_new(a, "native-rel", 10, NULL, &la), DLOCK_OK);
-    assert_int_equal(dlock_lock_new(b, "native-rel", 10, NULL, &lb), DLOCK_OK);
-    assert_int_equal(dlock_acquire(la, 0), DLOCK_OK); /* loads the scripts */
-    assert_int_equal(dlock_release(la), DLOCK_OK);
-    assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
-    long long parked = test_client_metric(a, "dlock_releases_parked_total");
-    fault_proxy_set(proxy, FAULT_DROP_REPLY_RESET, 0);
-    assert_int_equal(release_async(a, la), DLOCK_OK);
-    assert_int_equal(test_client_metric(a, "dlock_releases_parked_total"), parked + 1);
-    assert_int_equal(test_client_metric(a, "dlock_release_failures_total"), 0);
-    assert_int_equal(dlock_acquire(lb, 0), DLOCK_OK); /* freed by it */
-    assert_int_equal(dlock_release(lb), DLOCK_OK);
-    dlock_lock_free(la);
-    dlock_lock_free(lb);
-    dlock_client_close(a);
-    dlock_client_close(b);
+    return open_at(server.port, 30000);
 }
 
-/* A release whose answer never comes ends at the command timeout with
- * DLOCK_EUNAVAILABLE; the client holds nothing any more. */
-static void native_release_without_an_answer_ends_at_the_command_timeout(void **state)
-{
-    (void)state;
-    dlock_client *a = open_at(proxy_port, 30000);
-    dlock_lock *la = NULL;
-    assert_int_equal(dlock_lock_new(a, "native-rel-silent", 17, NULL, &la), DLOCK_OK);
-    assert_int_equal(dlock_acquire(la, 0), DLOCK_OK); /* loads the scripts */
-    assert_int_equal(dlock_release(la), DLOCK_OK);
-    assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
-    long long parked = test_client_metric(a, "dlock_releases_parked_total");
-    fault_proxy_set(proxy, FAULT_DROP, 0);
-    int64_t t0 = now_ms();
-    assert_int_equal(release_async(a, la), DLOCK_EUNAVAILABLE);
-    int64_t took = now_ms() - t0;
-    assert_true(took >= 200); /* command_timeout_ms */
-    assert_true(took < slack_ms(1500));
-    assert_int_equal(test_client_metric(a, "dlock_releases_parked_total"), parked + 1);
-    assert_int_equal(dlock_hold_count(la), 0);
-    fault_proxy_set(proxy, FAULT_PASS, 0);
-    dlock_lock_free(la);
-    dlock_client_close(a);
-}
-
-/* Idle connections cut: the release written on one finds it dead and is
- * sent again on a fresh one. */
-static void native_release_on_a_dead_idle_connection_is_sent_again(void **state)
-{
-    (void)state;
-    dlock_client *a = open_at(proxy_port, 30000);
-    dlock_client *b = open_at(server.port, 30000);
-    dlock_lock *la = NULL, *lb = NULL;
-    assert_int_equal(dlock_lock_new(a, "native-rel-dead", 15, NULL, &la), DLOCK_OK);
-    assert_int_equal(dlock_lock_new(b, "native-rel-dead", 15, NULL, &lb), DLOCK_OK);
-    assert_int_equal(dlock_acquire(la, 0), DLOCK_OK); /* loads the scripts */
-    assert_int_equal(dlock_release(la), DLOCK_OK);
-    assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
-    fault_proxy_set(proxy, FAULT_RESET, 0);
-    sleep_ms(100);
-    fault_proxy_set(proxy, FAULT_PASS, 0);
-    assert_int_equal(release_async(a, la), DLOCK_OK);
-    assert_int_equal(dlock_acquire(lb, 0), DLOCK_OK);
-    assert_int_equal(dlock_release(lb), DLOCK_OK);
-    dlock_lock_free(la);
-    dlock_lock_free(lb);
-    dlock_client_close(a);
-    dlock_client_close(b);
-}
+NATIVE_RELEASE_CASES(open_native_at, open_native_direct, server.port, 200)
 
 /* Every case starts with the proxy passing: one that failed half-way must
  * not leave the next one behind a black hole. */
@@ -488,7 +415,7 @@ int main(void)
         cmocka_unit_test_setup(native_attempt_without_an_answer_ends_at_the_command_timeout, proxy_passes),
         cmocka_unit_test_setup(native_attempt_on_a_dead_idle_connection_is_sent_again, proxy_passes),
         cmocka_unit_test_setup(native_release_whose_answer_is_lost_is_ok, proxy_passes),
-        cmocka_unit_test_setup(native_release_without_an_answer_ends_at_the_command_timeout, proxy_passes),
+        cmocka_unit_test_setup(native_release_without_an_answer_ends_at_its_deadline, proxy_passes),
         cmocka_unit_test_setup(native_release_on_a_dead_idle_connection_is_sent_again, proxy_passes),
     };
     int failed = cmocka_run_group_tests_name("faults through the proxy (redis)", tests, NULL, NULL);
