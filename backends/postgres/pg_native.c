@@ -9,16 +9,17 @@
  *
  * Only what the blocking attempt (pg_lease.c) does by statements alone
  * goes this way: lease mode, exclusive holds and permits outside fair
- * mode and out of the name's line, an idle connection where the
- * statements are prepared. Anything else (session mode, shared holds,
- * whose busy answer LISTENs first, fair mode's turn, a request in the line,
- * a connection that is new, broken, or has not prepared the statement)
- * answers DLOCK_ENOTSUP, and the core makes the attempt with acquire. The
- * line's steps around the attempt (line_attempt_begin and
- * line_attempt_end) are the blocking attempt's own; out of the line they
- * make no round trip. release_send, release_recv and release_drop do the
- * same for a release outside the line (whose gate, when it has one, is
- * passed on by a round trip on the line's connection). */
+ * mode, out of the name's line or (exclusive) at its head, on an idle
+ * connection where the statements are prepared. Anything else (session
+ * mode, shared holds, whose busy answer LISTENs first, fair mode's turn,
+ * a permit or a request still queued in the line, a connection that is
+ * new, broken, or has not prepared the statement) answers DLOCK_ENOTSUP,
+ * and the core makes the attempt with acquire. The line's steps around
+ * the attempt (line_attempt_begin and line_attempt_end) are the blocking
+ * attempt's own, and for these requests make no round trip. release_send,
+ * release_recv and release_drop do the same for a release, and pass the
+ * name's gate on after it (a second statement, on the line's connection)
+ * when the hold kept it. */
 #include "config.h"
 
 #include "../common/line.h"
@@ -81,15 +82,26 @@ static bool send_step(struct pg_lock *pl, struct dlock_provider_lock *lk, enum n
 
 static int take_connection(struct pg_instance *inst, struct pg_lock *pl);
 
+/* Where in the name's line an attempt may go without a thread: out of
+ * it, or an exclusive request at its head (granted, it keeps the gate;
+ * busy, it stays; a failure is made again by acquire, below). A permit's
+ * grant passes the gate on, and a request still asked (queued for the
+ * gate) is cancelled by a grant: round trips on the line's connection,
+ * left to acquire. */
+static bool attempt_native_in_line(const struct dlock_provider_lock *lk, const struct pg_line *line)
+{
+    if (line->place.state == LINE_OUT)
+        return !line->conn;
+    return line->place.state == LINE_HEAD && lk->mode == DLOCK_MODE_EXCLUSIVE && line->conn &&
+           !line->answer_pending;
+}
+
 int pg_acquire_send(void *instance, struct dlock_provider_lock *lk, struct dlock_provider_io *io)
 {
     struct pg_instance *inst = instance;
     struct pg_lock *pl = lk->priv;
-    /* In the name's line, the steps after the attempt (the gate passed on
-     * after a permit's grant or a failure, a place given up) are round
-     * trips on the line's connection: such attempts go through acquire. */
     if (inst->head.mode != &pg_lease_mode || lk->mode == DLOCK_MODE_SHARED || (lk->flags & DLOCK_LOCK_FAIR) ||
-        pl->line.place.state != LINE_OUT || pl->line.conn)
+        !attempt_native_in_line(lk, &pl->line))
         return DLOCK_ENOTSUP;
     int rc = line_attempt_begin(inst, lk);
     if (rc != DLOCK_OK) {
@@ -191,6 +203,11 @@ int pg_acquire_recv(void *instance, struct dlock_provider_lock *lk, struct dlock
     finish(inst, pl, rc == DLOCK_ENOTSUP);
     if (rc == DLOCK_ENOTSUP)
         return rc;
+    /* A failure at the line's head leaves the line, a round trip on its
+     * connection: acquire makes the attempt again (an owner's attempt is
+     * safe to repeat), and leaves the line if it fails too. */
+    if (rc != DLOCK_OK && rc != DLOCK_EBUSY && pl->line.place.state != LINE_OUT)
+        return DLOCK_ENOTSUP;
     *g = step_grant;
     return line_attempt_end(inst, lk, g, rc);
 }

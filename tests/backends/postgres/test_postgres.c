@@ -656,10 +656,10 @@ static void turn_for(dlock_client *c, int64_t ms, const struct async_result *r)
         async_loop_turn(c, 20);
 }
 
-/* An exclusive hold that came through the name's line keeps the line's
- * gate; its release made without a thread frees the row, then passes the
- * gate on (a second statement, on the line's connection), so the next
- * waiter in the line is let in. */
+/* An exclusive request at the head of the name's line looks without a
+ * thread, and its hold keeps the line's gate; its release made without a
+ * thread frees the row, then passes the gate on (a second statement, on
+ * the line's connection), so the next waiter in the line is let in. */
 static void a_native_release_passes_the_lines_gate_on(void **state)
 {
     (void)state;
@@ -673,10 +673,13 @@ static void a_native_release_passes_the_lines_gate_on(void **state)
     assert_int_equal(dlock_acquire_start(la, slack_ms(10000), async_record, &ra), DLOCK_OK);
     turn_for(a, 300, &ra); /* a waits in the line, at its head */
     assert_int_equal(ra.calls, 0);
+    long long attempts = test_client_metric(a, "dlock_acquire_attempts_parked_total");
     assert_int_equal(dlock_release(lb), DLOCK_OK);
     turn_for(a, slack_ms(5000), &ra);
     assert_int_equal(ra.calls, 1);
     assert_int_equal(ra.rc, DLOCK_OK); /* through the line: a keeps its gate */
+    /* The look the release woke, at the line's head, went without a thread too. */
+    assert_true(test_client_metric(a, "dlock_acquire_attempts_parked_total") > attempts);
     assert_int_equal(dlock_acquire_start(lc, slack_ms(10000), async_record, &rc), DLOCK_OK);
     turn_for(c, 300, &rc); /* c queued behind the gate */
     assert_int_equal(rc.calls, 0);
