@@ -49,6 +49,8 @@ static int idle_wait(int wake_fd, int64_t ms)
  * contend. Called and returns with e->mu held. */
 static int queue_locally(struct dlock__entry *e, int64_t wait_ms, int64_t deadline, uint64_t gen)
 {
+    if ((e->count > 0 || e->contending) && wait_ms != 0)
+        dlock__async_entry_off_loop(e->client, e);
     while (e->count > 0 || e->contending) {
         if (e->cancel_gen != gen)
             return dlock_seterr(DLOCK_ECANCELLED, "lock '%s': acquire cancelled", dlock__entry_show(e));
@@ -184,6 +186,8 @@ int dlock__acquire_for(dlock_lock *h, int64_t wait_ms, uint64_t self)
     /* This thread's hold whose non-blocking release is under way is not
      * entered again: the release would end it under the new acquire. Its
      * end is waited for (one round trip), then this is a new hold. */
+    if (e->count > 0 && e->holder == self && e->release_pending)
+        dlock__async_entry_off_loop(c, e);
     while (e->count > 0 && e->holder == self && e->release_pending)
         pthread_cond_wait(&e->cv, &e->mu);
     if (e->count > 0 && e->holder == self) {

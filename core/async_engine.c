@@ -565,6 +565,24 @@ void dlock__async_entry_free(dlock_client *c, struct dlock__entry *e)
     pthread_mutex_unlock(&a->mu);
 }
 
+void dlock__async_entry_off_loop(dlock_client *c, struct dlock__entry *e)
+{
+    if (!__atomic_load_n(&e->aops, __ATOMIC_ACQUIRE))
+        return;
+    struct dlock__async *a = &c->async;
+    pthread_mutex_lock(&a->mu);
+    for (struct dlock__aop *op = e->aops; op; op = op->entry_next) {
+        if (op->state == AOP_READY && op->in_loop_queue) {
+            loop_to_worker(a, op);
+        } else if (op->state == AOP_PARKED && op->on_loop && !op->in_kick_list) {
+            unpark_quietly(a, op);
+            op->loop_ok = false;
+            park(a, op);
+        }
+    }
+    pthread_mutex_unlock(&a->mu);
+}
+
 void dlock__async_entry_cancel(dlock_client *c, struct dlock__entry *e)
 {
     if (!__atomic_load_n(&e->aops, __ATOMIC_ACQUIRE))

@@ -117,6 +117,11 @@ void dlock__acquire_account(dlock_client *c, struct dlock__entry *e, int rc, int
 void dlock__async_entry_free(dlock_client *c, struct dlock__entry *e);
 /* dlock_cancel() of e's name: its non-blocking acquires stop waiting. */
 void dlock__async_entry_cancel(dlock_client *c, struct dlock__entry *e);
+/* Before a blocking call waits for e's non-blocking operations (a hold
+ * whose release is in flight, a contender): those parked for the caller's
+ * loop move to the workers, since the waiting thread may be the loop's
+ * own and would never read their answers. e->mu may be held. */
+void dlock__async_entry_off_loop(dlock_client *c, struct dlock__entry *e);
 
 /* ---- hold.c ------------------------------------------------------------------ */
 /* Whether holds of handle h are renewed by the watchdog (no fixed lease, the

@@ -657,7 +657,7 @@ static void etcd_close(void *instance)
 }
 
 static const struct dlock_provider etcd_provider = {
-    .version = DLOCK_PROVIDER_VERSION_6,
+    .version = DLOCK_PROVIDER_VERSION_7,
     .name = "etcd",
     .capabilities = DLOCK_CAP_RENEW | DLOCK_CAP_FENCE | DLOCK_CAP_FENCE_LINEARIZABLE | DLOCK_CAP_NATIVE_WAIT |
                     DLOCK_CAP_FAIR | DLOCK_CAP_SERVER_EXPIRY | DLOCK_CAP_MULTI_HOST | DLOCK_CAP_SHARED |
@@ -687,6 +687,9 @@ static const struct dlock_provider etcd_provider = {
     .acquire_send = etcd_acquire_send,
     .acquire_recv = etcd_acquire_recv,
     .acquire_drop = etcd_acquire_drop,
+    .release_send = etcd_release_send,
+    .release_recv = etcd_release_recv,
+    .release_drop = etcd_release_drop,
 };
 
 DLOCK_MODULE(etcd_provider)

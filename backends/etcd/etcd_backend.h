@@ -64,6 +64,7 @@ struct etcd_lock {
     struct etcd_channel *native; /* an attempt in flight without a thread (etcd_native.c) */
     int native_step;            /* which of its requests */
     int64_t native_lease;       /* the lease its transaction puts our key on */
+    bool release_sent_before;   /* a release's delete went out and got no answer (etcd_native.c) */
 };
 
 /* Builds (or rebuilds, when the contending thread changed) lk's keys. */
@@ -144,6 +145,10 @@ int etcd_renew(void *instance, struct dlock_provider_lock *lk);
  * release sent twice, or late, never deletes a newer key of the same
  * owner. DLOCK_OK with *deleted set, or the failure (st says whether the
  * request may have reached the server). */
+/* The transaction etcd_delete_key sends (the caller puts it), and
+ * whether its answer says it deleted. */
+struct json_object *etcd_delete_txn(const char *key, size_t key_len, int64_t create_rev);
+bool etcd_txn_succeeded(struct json_object *reply);
 int etcd_delete_key(struct etcd_instance *inst, const char *key, size_t key_len, int64_t create_rev, bool *deleted,
                       struct etcd_status *st);
 
@@ -214,6 +219,11 @@ int etcd_acquire_send(void *instance, struct dlock_provider_lock *lk, struct dlo
 int etcd_acquire_recv(void *instance, struct dlock_provider_lock *lk, struct dlock_provider_io *io,
                       struct dlock_grant *g);
 void etcd_acquire_drop(void *instance, struct dlock_provider_lock *lk, struct dlock_provider_io *io);
+/* A release's delete over a channel, the same way (release_send,
+ * release_recv, release_drop). */
+int etcd_release_send(void *instance, struct dlock_provider_lock *lk, struct dlock_provider_io *io);
+int etcd_release_recv(void *instance, struct dlock_provider_lock *lk, struct dlock_provider_io *io);
+void etcd_release_drop(void *instance, struct dlock_provider_lock *lk, struct dlock_provider_io *io);
 void etcd_native_init(struct etcd_instance *inst);
 void etcd_native_destroy(struct etcd_instance *inst);
 /* Closes an attempt's channel still in flight (lock_fini). */

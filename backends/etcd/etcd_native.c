@@ -1,5 +1,5 @@
-/* backends/etcd/etcd_native.c - an attempt without a thread, for the
- * non-blocking API, on libcurl's multi interface. The blocking attempt
+/* backends/etcd/etcd_native.c - an attempt, or a release, without a
+ * thread, for the non-blocking API, on libcurl's multi interface. The blocking attempt
  * (etcd.c) is one transaction (create our key unless it exists, and read
  * what decides the grant), then, when busy, one range read for the key
  * just before ours. Here both go over a channel: a multi handle with one
@@ -18,7 +18,9 @@
  * sweep, a key to make anew, a lease to refresh before the grant, any
  * failure or error answer) answers DLOCK_ENOTSUP, and the core makes the
  * attempt with acquire, which does those steps; the transaction is safe to
- * send again (our key, if this one made it, is found and kept). */
+ * send again (our key, if this one made it, is found and kept). A
+ * release is its delete transaction (compared with our key's revision),
+ * over a channel the same way; one that fails is made again by release. */
 #include "config.h"
 
 #include "etcd_backend.h"
@@ -34,7 +36,7 @@
 
 #define ETCD_NATIVE_CHANNELS (ETCD_IDLE_HANDLES / 2)
 
-enum native_step { STEP_NONE, STEP_QUEUE, STEP_PREDECESSOR };
+enum native_step { STEP_NONE, STEP_QUEUE, STEP_PREDECESSOR, STEP_RELEASE };
 
 struct etcd_channel {
     CURLM *multi;
@@ -311,6 +313,25 @@ static void channel_give(struct etcd_instance *inst, struct etcd_channel *ch, bo
 
 /* ---- the attempt ----------------------------------------------------------------------- */
 
+/* Starts transaction txn (put here) over a free channel as el's step: true
+ * when in flight (io->fd set), false when no channel could take it. */
+static bool send_txn(struct etcd_instance *inst, struct etcd_lock *el, struct json_object *txn, enum native_step step,
+                     struct dlock_provider_io *io)
+{
+    struct etcd_channel *ch = channel_take(inst);
+    bool started = ch && channel_start(inst, ch, "/v3/kv/txn", txn);
+    json_object_put(txn);
+    if (!started) {
+        if (ch)
+            channel_give(inst, ch, false);
+        return false;
+    }
+    el->native = ch;
+    el->native_step = step;
+    io->fd = ch->epfd;
+    return true;
+}
+
 int etcd_acquire_send(void *instance, struct dlock_provider_lock *lk, struct dlock_provider_io *io)
 {
     struct etcd_instance *inst = instance;
@@ -323,20 +344,9 @@ int etcd_acquire_send(void *instance, struct dlock_provider_lock *lk, struct dlo
         return rc;
     if (el->make_key_anew || etcd_orphans_any(&inst->orphans) || !etcd_lease_known(inst, lk->lease_ms, &lease_id))
         return DLOCK_ENOTSUP;
-    struct etcd_channel *ch = channel_take(inst);
-    if (!ch)
+    if (!send_txn(inst, el, etcd_queueing_txn(lk, el, lease_id), STEP_QUEUE, io))
         return DLOCK_ENOTSUP;
-    struct json_object *txn = etcd_queueing_txn(lk, el, lease_id);
-    bool started = channel_start(inst, ch, "/v3/kv/txn", txn);
-    json_object_put(txn);
-    if (!started) {
-        channel_give(inst, ch, false);
-        return DLOCK_ENOTSUP;
-    }
-    el->native = ch;
-    el->native_step = STEP_QUEUE;
     el->native_lease = lease_id;
-    io->fd = ch->epfd;
     /* Two requests at most (the transaction, the predecessor's read),
      * each bounded by the command timeout in the blocking attempt. */
     io->timeout_ms = 2 * inst->http.command_timeout_ms;
@@ -405,6 +415,57 @@ void etcd_acquire_drop(void *instance, struct dlock_provider_lock *lk, struct dl
      * the key is remembered for a sweep (or for the next request of this
      * owner to adopt and make anew). */
     etcd_orphans_add(&inst->orphans, el->key, el->key_len, el->native_step == STEP_QUEUE ? 0 : el->create_rev);
+    attempt_over(inst, el, io, false, DLOCK_EUNAVAILABLE);
+}
+
+/* ---- the release ----------------------------------------------------------------------- */
+
+int etcd_release_send(void *instance, struct dlock_provider_lock *lk, struct dlock_provider_io *io)
+{
+    struct etcd_instance *inst = instance;
+    struct etcd_lock *el = lk->priv;
+    if (!el->key || !el->create_rev) /* nothing of ours to delete: release says so */
+        return DLOCK_ENOTSUP;
+    if (!send_txn(inst, el, etcd_delete_txn(el->key, el->key_len, el->create_rev), STEP_RELEASE, io))
+        return DLOCK_ENOTSUP;
+    el->release_sent_before = false;
+    io->timeout_ms = inst->http.command_timeout_ms;
+    io->priv = el;
+    return DLOCK_OK;
+}
+
+int etcd_release_recv(void *instance, struct dlock_provider_lock *lk, struct dlock_provider_io *io)
+{
+    struct etcd_instance *inst = instance;
+    struct etcd_lock *el = lk->priv;
+    struct json_object *reply = NULL;
+    struct etcd_status st;
+    int rc;
+    if (!channel_step(inst, el->native, &reply, &st, &rc))
+        return DLOCK_PROVIDER_AGAIN;
+    attempt_over(inst, el, io, rc == DLOCK_OK || !st.sent || st.grpc_code != 0, DLOCK_OK);
+    if (rc != DLOCK_OK) {
+        /* release sends the delete again on a fresh connection (it is safe
+         * twice: it compares our key's revision), and counts a key it finds
+         * gone as this one's work if this one may have reached the server. */
+        el->release_sent_before = st.sent;
+        return DLOCK_ENOTSUP;
+    }
+    bool deleted = etcd_txn_succeeded(reply);
+    json_object_put(reply);
+    el->create_rev = el->granted_rev = 0;
+    return deleted ? DLOCK_OK : DLOCK_ENOTOWNER;
+}
+
+void etcd_release_drop(void *instance, struct dlock_provider_lock *lk, struct dlock_provider_io *io)
+{
+    struct etcd_instance *inst = instance;
+    struct etcd_lock *el = lk->priv;
+    io->priv = NULL;
+    if (!el->native)
+        return;
+    /* No answer in time: the key is remembered for a sweep. */
+    etcd_remember_failed_delete(inst, el, DLOCK_EUNAVAILABLE);
     attempt_over(inst, el, io, false, DLOCK_EUNAVAILABLE);
 }
 

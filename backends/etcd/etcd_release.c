@@ -15,8 +15,7 @@
  * release sent twice, or late, never deletes a newer key of the same
  * owner. DLOCK_OK with *deleted set, or the failure (st says whether the
  * request may have reached the server). */
-int etcd_delete_key(struct etcd_instance *inst, const char *key, size_t key_len, int64_t create_rev, bool *deleted,
-                      struct etcd_status *st)
+struct json_object *etcd_delete_txn(const char *key, size_t key_len, int64_t create_rev)
 {
     struct json_object *compare = json_object_new_array();
     if (create_rev) {
@@ -30,14 +29,26 @@ int etcd_delete_key(struct etcd_instance *inst, const char *key, size_t key_len,
     json_object_object_add(del, "key", etcd_json_b64(key, key_len));
     struct json_object *success = json_object_new_array();
     json_object_array_add(success, etcd_op("request_delete_range", del));
-    struct json_object *txn = json_object_new_object(), *reply = NULL;
+    struct json_object *txn = json_object_new_object();
     json_object_object_add(txn, "compare", compare);
     json_object_object_add(txn, "success", success);
+    return txn;
+}
+
+bool etcd_txn_succeeded(struct json_object *reply)
+{
+    return etcd_json_get(reply, "succeeded") && json_object_get_boolean(etcd_json_get(reply, "succeeded"));
+}
+
+int etcd_delete_key(struct etcd_instance *inst, const char *key, size_t key_len, int64_t create_rev, bool *deleted,
+                      struct etcd_status *st)
+{
+    struct json_object *txn = etcd_delete_txn(key, key_len, create_rev), *reply = NULL;
     int rc = etcd_call(&inst->http, "/v3/kv/txn", txn, &reply, st);
     json_object_put(txn);
     if (rc != DLOCK_OK)
         return rc;
-    *deleted = etcd_json_get(reply, "succeeded") && json_object_get_boolean(etcd_json_get(reply, "succeeded"));
+    *deleted = etcd_txn_succeeded(reply);
     json_object_put(reply);
     return DLOCK_OK;
 }
@@ -106,9 +117,13 @@ int etcd_release(void *instance, struct dlock_provider_lock *lk)
     struct etcd_instance *inst = instance;
     struct etcd_lock *el = lk->priv;
     struct etcd_status st;
+    /* Sent before without an answer (release_recv): a key found gone was
+     * that delete's work (only our own key, of our revision, is deleted). */
+    bool sent_before = el->release_sent_before;
+    el->release_sent_before = false;
     int rc = etcd_delete_own_key_reporting(inst, el, &st);
     etcd_remember_failed_delete(inst, el, rc);
-    return rc;
+    return rc == DLOCK_ENOTOWNER && sent_before ? DLOCK_OK : rc;
 }
 
 void etcd_abandon(void *instance, struct dlock_provider_lock *lk)

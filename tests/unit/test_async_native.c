@@ -346,6 +346,40 @@ static void a_release_goes_out_from_the_calling_thread(void **state)
     dlock_client_close(c);
 }
 
+static void *answer_later(void *arg)
+{
+    (void)arg;
+    sleep_ms(100);
+    fake_answer_all();
+    return NULL;
+}
+
+/* A blocking acquire that waits for the handle's own release in flight,
+ * made on the thread that runs the loop: the release's answer is read by
+ * a worker, not left for the loop that is waiting, so the acquire goes on
+ * as soon as it comes rather than at the release's deadline. */
+static void a_blocking_call_on_the_loop_does_not_wait_for_its_own_answer(void **state)
+{
+    (void)state;
+    FAKE_SET(send_timeout_ms, 10000);
+    dlock_client *c = open_client();
+    dlock_lock *l = held(c);
+    struct async_result r = { 0 };
+    assert_int_equal(dlock_release_start(l, async_record, &r), DLOCK_OK);
+    pthread_t t;
+    pthread_create(&t, NULL, answer_later, NULL);
+    int64_t t0 = now_ms();
+    assert_int_equal(dlock_acquire(l, 20000), DLOCK_OK); /* a new hold, after the release */
+    int64_t took = now_ms() - t0;
+    pthread_join(t, NULL);
+    assert_true(took < 5000); /* not the 10 s deadline */
+    turn_until_called(c, &r);
+    assert_int_equal(r.rc, DLOCK_OK);
+    assert_int_equal(dlock_release(l), DLOCK_OK);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+}
+
 /* A release whose answer never comes ends at its deadline: the hold is
  * the client's no more, and the caller is told it was not confirmed. */
 static void a_release_unanswered_is_dropped(void **state)
@@ -497,6 +531,7 @@ int main(void)
         cmocka_unit_test_setup(close_waits_for_the_answers_in_flight, setup),
         cmocka_unit_test_setup(a_release_goes_out_from_the_calling_thread, setup),
         cmocka_unit_test_setup(a_release_unanswered_is_dropped, setup),
+        cmocka_unit_test_setup(a_blocking_call_on_the_loop_does_not_wait_for_its_own_answer, setup),
         cmocka_unit_test_setup(a_release_answer_unreadable_is_sent_again, setup),
         cmocka_unit_test_setup(an_in_process_backend_is_called_on_the_callers_thread, setup),
         cmocka_unit_test_setup(an_in_process_hand_off_is_stepped_by_the_loop, setup),
