@@ -99,12 +99,14 @@ static void retry_hint_shortens_the_pause(void **state)
 struct releaser {
     const char *name;
     int64_t after_ms;
+    int64_t released_at;   /* set by the releaser: when it let go */
 };
 
 static void *release_later(void *arg)
 {
     struct releaser *r = arg;
     sleep_ms(r->after_ms);
+    r->released_at = now_ms();
     fake_hold_externally(r->name, false);
     return NULL;
 }
@@ -116,16 +118,17 @@ static void granted_when_released_during_wait(void **state)
     dlock_lock *l = new_lock(c, "a", 0);
     fake_hold_externally("a", true);
     pthread_t t;
-    struct releaser r = { "a", 100 };
+    struct releaser r = { "a", 100, 0 };
     /* The clock starts before the releaser does: it may sleep out its
      * delay before this thread runs again. */
     int64_t t0 = now_ms();
     pthread_create(&t, NULL, release_later, &r);
     assert_int_equal(dlock_acquire(l, -1), DLOCK_OK);
-    int64_t took = now_ms() - t0;
+    int64_t granted = now_ms(), took = granted - t0;
     pthread_join(t, NULL);
-    /* Granted within one capped backoff pause (20 ms) of the release. */
-    assert_true(took >= 100 && took < 100 + 20 + slack_ms(30));
+    /* Granted within one capped backoff pause (20 ms) of the release (as
+     * late as the releaser woke, which a loaded machine may delay). */
+    assert_true(took >= 100 && granted - r.released_at < 20 + slack_ms(30));
     uint64_t fence;
     assert_int_equal(dlock_fence(l, &fence), DLOCK_OK);
     assert_true(fence >= 1);
@@ -141,18 +144,18 @@ static void native_wait_is_used_and_woken(void **state)
     dlock_lock *l = new_lock(c, "w", 0);
     fake_hold_externally("w", true);
     pthread_t t;
-    struct releaser r = { "w", 150 };
+    struct releaser r = { "w", 150, 0 };
     /* The clock starts before the releaser does: it may sleep out its
      * delay before this thread runs again. */
     int64_t t0 = now_ms();
     pthread_create(&t, NULL, release_later, &r);
     assert_int_equal(dlock_acquire(l, 5000), DLOCK_OK);
-    int64_t took = now_ms() - t0;
+    int64_t granted = now_ms(), took = granted - t0;
     pthread_join(t, NULL);
-    assert_true(took >= 150 && took < 150 + slack_ms(100));
+    assert_true(took >= 150 && granted - r.released_at < slack_ms(100));
     /* Woken by the release, not by polling: a handful of attempts only. */
     assert_true(fake_get(&fake.waits) >= 1);
-    assert_true(fake_get(&fake.acquires) <= 10);
+    assert_true(fake_get(&fake.acquires) <= (r.released_at - t0) / 20 + 3); /* one per 20 ms wait at most */
     assert_int_equal(dlock_release(l), DLOCK_OK);
     dlock_lock_free(l);
     dlock_client_close(c);
