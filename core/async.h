@@ -28,7 +28,10 @@ enum dlock__aop_state { AOP_READY, AOP_RUNNING, AOP_PARKED, AOP_DONE };
 enum dlock__step {
     STEP_DONE,   /* finished: op->rc and op->error are its result */
     STEP_PARK,   /* wait for op->park_fd (may be -1) until op->park_until */
-    STEP_AGAIN,  /* run another step soon (at the back of the ready queue) */
+    STEP_AGAIN,  /* run another step soon (at the back of the ready queue); from a
+                  * step on the caller's loop: on a worker */
+    STEP_NEXT,   /* run the next step now, on the same thread (it may not block
+                  * where this one may not) */
 };
 
 struct dlock__aop {
@@ -71,6 +74,8 @@ struct dlock__aop {
     bool on_loop_step;              /* this step runs on the caller's loop: it must not block */
     bool in_loop_queue;             /* ready, in the loop's queue (engine) */
     bool needs_worker;              /* its last step on the loop asked for a worker (engine) */
+    bool kept_off_loop;             /* a blocking call on the loop's thread waits for it: never
+                                     * parked or queued for the loop again (engine) */
     bool deferred;                  /* ended on the loop with deferred_rc; a worker ends it */
     bool deferred_give_back;        /* ... after giving back a grant that could not be kept */
     int deferred_rc;

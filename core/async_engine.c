@@ -52,13 +52,19 @@ void dlock__async_init(dlock_client *c)
 /* The engine whose poller the calling thread is now, if any. */
 static __thread struct dlock__async *polling_for;
 
-/* An in-process backend's operation that is not being cancelled is
- * stepped by the caller's loop, which then does all the work of its
- * hand-offs itself; a cancelled one goes to a worker, since the thread
- * that cancels (a free, a close) may be the loop's own, waiting for it. */
+/* An operation whose next step is likely not to block (every step of an
+ * in-process backend's; the queueing and the attempt's sending of a
+ * backend that sends natively) and that is not being cancelled is stepped
+ * by the caller's loop, which then does the work of a hand-off inside the
+ * client itself; a step there that would block asks for a worker
+ * (needs_worker). A cancelled one goes to a worker at once, since the
+ * thread that cancels (a free, a close) may be the loop's own, waiting
+ * for it. */
 static bool stepped_on_loop(const struct dlock__async *a, const struct dlock__aop *op)
 {
-    return a->loop_fd >= 0 && !op->cancelled && !op->needs_worker && dlock__p_in_process(op->entry->client);
+    dlock_client *c = op->entry->client;
+    return a->loop_fd >= 0 && !op->cancelled && !op->needs_worker && !op->kept_off_loop &&
+           (dlock__p_in_process(c) || dlock__p_can_send(c));
 }
 
 static void push_ready(struct dlock__async *a, struct dlock__aop *op)
@@ -210,7 +216,7 @@ static void park(struct dlock__async *a, struct dlock__aop *op)
     op->state = AOP_PARKED;
     op->polled_fd = -1;
     op->fired = false;
-    op->on_loop = op->loop_ok && a->loop_fd >= 0;
+    op->on_loop = op->loop_ok && !op->kept_off_loop && a->loop_fd >= 0;
     int set = op->on_loop ? a->loop_fd : a->epoll_fd;
     if (op->park_fd >= 0) {
         struct epoll_event ev = { .events = EPOLLIN, .data.ptr = op };
@@ -332,10 +338,9 @@ static void run_one(struct dlock__async *a, struct dlock__aop *op, int wake_fd)
     pthread_mutex_unlock(&a->mu);
 
     enum dlock__step step = dlock__aop_step(op, wake_fd);
-    /* A provider whose calls never wait takes its next steps here too (a
-     * contender's first attempt after it queued, say), a few at most: a
-     * step that still needs a worker keeps asking for one. */
-    for (int i = 0; step == STEP_AGAIN && wake_fd < 0 && i < 4 && dlock__p_in_process(op->entry->client); i++)
+    /* A step that hands straight on to the next (a contender's first
+     * attempt after it queued) is followed here, a few at most. */
+    for (int i = 0; step == STEP_NEXT && i < 4; i++)
         step = dlock__aop_step(op, wake_fd);
 
     pthread_mutex_lock(&a->mu);
@@ -347,6 +352,9 @@ static void run_one(struct dlock__async *a, struct dlock__aop *op, int wake_fd)
     case STEP_AGAIN:
         /* Asked for again on the loop: what it needs is a worker. */
         op->needs_worker = wake_fd < 0;
+        push_ready(a, op);
+        break;
+    case STEP_NEXT:
         push_ready(a, op);
         break;
     case STEP_PARK:
@@ -572,11 +580,12 @@ void dlock__async_entry_off_loop(dlock_client *c, struct dlock__entry *e)
     struct dlock__async *a = &c->async;
     pthread_mutex_lock(&a->mu);
     for (struct dlock__aop *op = e->aops; op; op = op->entry_next) {
+        /* For good: whatever wakes it next must not queue it for the loop. */
+        op->kept_off_loop = true;
         if (op->state == AOP_READY && op->in_loop_queue) {
             loop_to_worker(a, op);
         } else if (op->state == AOP_PARKED && op->on_loop && !op->in_kick_list) {
             unpark_quietly(a, op);
-            op->loop_ok = false;
             park(a, op);
         }
     }
@@ -779,7 +788,7 @@ static void step_fired_on_loop(struct dlock__async *a)
     signal_fd(a->done_fd);
 }
 
-/* The in-process backend's steps queued for the loop (a->mu held, dropped
+/* The steps queued for the loop (stepped_on_loop; a->mu held, dropped
  * while a step runs), at most those queued now. */
 static void step_queued_on_loop(struct dlock__async *a)
 {

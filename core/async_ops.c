@@ -129,7 +129,7 @@ static enum dlock__step queue_locally(struct dlock__aop *op)
     dlock__contender_begin(c, e, op->lock, op->self, -1);
     __atomic_store_n(&op->contending, true, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&e->mu);
-    return STEP_AGAIN;
+    return STEP_NEXT; /* the attempt, which decides itself where it is made */
 }
 
 /* One slice of a blocking provider wait, on this worker. */

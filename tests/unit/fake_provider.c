@@ -282,6 +282,9 @@ static int fake_acquire_send(void *instance, struct dlock_provider_lock *lk, str
 {
     (void)instance;
     (void)lk;
+    pthread_mutex_lock(&fake.mu);
+    fake.send_thread = pthread_self();
+    pthread_mutex_unlock(&fake.mu);
     return send_request(io);
 }
 

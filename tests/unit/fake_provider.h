@@ -38,6 +38,7 @@ struct fake_server {
     pthread_t recv_thread;    /* fakesend: the thread of the last answer read */
     pthread_t acquire_thread, release_thread; /* the threads of the last acquire and release */
     int release_sends;        /* fakesend: releases sent with release_send */
+    pthread_t send_thread;    /* fakesend: the thread of the last acquire_send */
     pthread_t release_send_thread;
     bool release_answer_unreadable; /* fakesend: release_recv answers DLOCK_ENOTSUP */
     int64_t send_timeout_ms;  /* fakesend's io->timeout_ms (0: 5000) */

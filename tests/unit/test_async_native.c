@@ -494,6 +494,43 @@ static void an_in_process_hand_off_is_stepped_by_the_loop(void **state)
     dlock_client_close(c);
 }
 
+/* A backend that sends its attempts natively: the acquire queued behind a
+ * hold of the same client, kicked by its release, is stepped by the loop,
+ * which sends its attempt itself (no worker wakes for a hand-off inside
+ * the client). */
+static void a_kicked_acquire_is_sent_by_the_loop(void **state)
+{
+    (void)state;
+    dlock_client *c = open_client();
+    struct async_result first = { 0 };
+    dlock_lock *holder = start_in_flight(c, "r", 0, &first), *next; /* the handle's own hold */
+    fake_answer_all();
+    turn_until_called(c, &first);
+    assert_int_equal(first.rc, DLOCK_OK);
+    dlock_lock_options o = DLOCK_LOCK_OPTIONS_INIT;
+    assert_int_equal(dlock_lock_new(c, "r", 1, &o, &next), DLOCK_OK);
+    int sends = fake_get(&fake.sends);
+    struct async_result r = { 0 };
+    assert_int_equal(dlock_acquire_start(next, slack_ms(5000), async_record, &r), DLOCK_OK);
+    int64_t end = now_ms() + slack_ms(5000); /* queued behind the hold by a worker */
+    while (dlock_client_timeout_ms(c) == 0 && now_ms() < end)
+        turn(c);
+    assert_int_equal(fake_get(&fake.sends), sends);
+    assert_int_equal(dlock_release(holder), DLOCK_OK);
+    end = now_ms() + slack_ms(5000);
+    while (fake_get(&fake.sends) == sends && now_ms() < end)
+        turn(c);
+    assert_int_equal(fake_get(&fake.sends), sends + 1);
+    assert_true(is_this_thread(&fake.send_thread));
+    fake_answer_all();
+    turn_until_called(c, &r);
+    assert_int_equal(r.rc, DLOCK_OK);
+    assert_int_equal(dlock_release(next), DLOCK_OK);
+    dlock_lock_free(holder);
+    dlock_lock_free(next);
+    dlock_client_close(c);
+}
+
 /* A step queued for the loop is not waited for by a free on the loop's
  * own thread: the free cancels it on a worker and returns. */
 static void a_free_on_the_loop_ends_a_step_queued_for_it(void **state)
@@ -536,6 +573,7 @@ int main(void)
         cmocka_unit_test_setup(an_in_process_backend_is_called_on_the_callers_thread, setup),
         cmocka_unit_test_setup(an_in_process_hand_off_is_stepped_by_the_loop, setup),
         cmocka_unit_test_setup(a_free_on_the_loop_ends_a_step_queued_for_it, setup),
+        cmocka_unit_test_setup(a_kicked_acquire_is_sent_by_the_loop, setup),
     };
     return cmocka_run_group_tests_name("async_native", tests, NULL, NULL);
 }
