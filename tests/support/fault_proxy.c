@@ -230,14 +230,19 @@ static void *serve(void *arg)
         flush_in_order(p, now, &next_due);
         if (poll(fds, (nfds_t)n, (int)(next_due > now ? next_due - now : 0)) <= 0)
             continue;
-        for (int k = 0; k < n; k++) {
+        /* Woken by a change of mode: read it again before anything else is
+         * handled (a connection accepted just after a reset ended must not
+         * be closed by the reset; the events left are polled again). */
+        if (fds[0].revents & POLLIN) {
+            char c[64];
+            ssize_t ignored = read(p->wake[0], c, sizeof c);
+            (void)ignored;
+            continue;
+        }
+        for (int k = 1; k < n; k++) {
             if (!(fds[k].revents & (POLLIN | POLLHUP | POLLERR)))
                 continue;
-            if (idx[k] == -1) {
-                char c[64];
-                ssize_t ignored = read(p->wake[0], c, sizeof c);
-                (void)ignored;
-            } else if (idx[k] == -2) {
+            if (idx[k] == -2) {
                 int c = accept4(p->listen_fd, NULL, NULL, SOCK_CLOEXEC);
                 if (c < 0)
                     continue;
