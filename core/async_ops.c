@@ -280,6 +280,16 @@ static enum dlock__step attempt(struct dlock__aop *op, int wake_fd)
 /* An attempt in flight: its answer once the descriptor fired, else more
  * waiting until its deadline. A kick or a cancel does not end it: a grant
  * may be on its way, and must be read to be kept or given back. */
+/* A round trip in flight whose deadline came: whether its answer came
+ * meanwhile all the same (the loop that was to read it was busy), when it
+ * is read (a grant is never dropped unread). Sets op->fired. */
+static bool answered_late(struct dlock__aop *op)
+{
+    struct pollfd ready = { .fd = op->io.fd, .events = POLLIN };
+    op->fired = poll(&ready, 1, 0) == 1;
+    return op->fired;
+}
+
 static enum dlock__step in_flight(struct dlock__aop *op, int wake_fd)
 {
     struct dlock__entry *e = op->entry;
@@ -298,13 +308,8 @@ static enum dlock__step in_flight(struct dlock__aop *op, int wake_fd)
     }
     if (dlock__now_ms() < op->in_flight_until)
         return park_in_flight(op);
-    /* Due, but the answer may have come meanwhile (the loop that was to
-     * read it was busy): a grant is read, never dropped unread. */
-    struct pollfd ready = { .fd = op->io.fd, .events = POLLIN };
-    if (poll(&ready, 1, 0) == 1) {
-        op->fired = true;
+    if (answered_late(op))
         return in_flight(op, wake_fd);
-    }
     dlock__p_acquire_drop(c, e, &op->io);
     op->in_flight = false;
     int rc = dlock_seterr(DLOCK_EUNAVAILABLE, "lock '%s': the %s backend did not answer an attempt within %lld ms",
@@ -384,11 +389,7 @@ static enum dlock__step release_in_flight(struct dlock__aop *op, int wake_fd)
     dlock_client *c = e->client;
     if (!op->fired && dlock__now_ms() < op->in_flight_until)
         return park_in_flight(op);
-    if (!op->fired) {
-        struct pollfd ready = { .fd = op->io.fd, .events = POLLIN };
-        op->fired = poll(&ready, 1, 0) == 1; /* an answer that came late is read, not dropped */
-    }
-    if (!op->fired) {
+    if (!op->fired && !answered_late(op)) {
         dlock__p_release_drop(c, e, &op->io);
         op->in_flight = false;
         return release_done(op, dlock_seterr(DLOCK_EUNAVAILABLE, "lock '%s': the %s backend did not answer a "
