@@ -67,27 +67,60 @@ static bool stepped_on_loop(const struct dlock__async *a, const struct dlock__ao
            (dlock__p_in_process(c) || dlock__p_can_send(c));
 }
 
+/* The three queues (ready, loop, done) are singly linked through
+ * op->next, with a head and a tail each. */
+static void queue_append(struct dlock__aop **head, struct dlock__aop **tail, struct dlock__aop *op)
+{
+    op->next = NULL;
+    if (*tail)
+        (*tail)->next = op;
+    else
+        *head = op;
+    *tail = op;
+}
+
+static struct dlock__aop *queue_pop(struct dlock__aop **head, struct dlock__aop **tail)
+{
+    struct dlock__aop *op = *head;
+    if (op) {
+        *head = op->next;
+        if (!*head)
+            *tail = NULL;
+        op->next = NULL;
+    }
+    return op;
+}
+
+/* Takes op out of a queue, wherever it is in it. */
+static void queue_unlink(struct dlock__aop **head, struct dlock__aop **tail, struct dlock__aop *op)
+{
+    struct dlock__aop *prev = NULL;
+    for (struct dlock__aop *p = *head; p; prev = p, p = p->next) {
+        if (p != op)
+            continue;
+        if (prev)
+            prev->next = p->next;
+        else
+            *head = p->next;
+        if (*tail == p)
+            *tail = prev;
+        p->next = NULL;
+        return;
+    }
+}
+
 static void push_ready(struct dlock__async *a, struct dlock__aop *op)
 {
     op->state = AOP_READY;
-    op->next = NULL;
     if (stepped_on_loop(a, op)) {
         op->in_loop_queue = true;
-        if (a->loop_tail)
-            a->loop_tail->next = op;
-        else
-            a->loop_head = op;
-        a->loop_tail = op;
+        queue_append(&a->loop_head, &a->loop_tail, op);
         signal_fd(a->done_fd);
         return;
     }
     op->needs_worker = false;
     bool was_empty = a->ready_head == NULL;
-    if (a->ready_tail)
-        a->ready_tail->next = op;
-    else
-        a->ready_head = op;
-    a->ready_tail = op;
+    queue_append(&a->ready_head, &a->ready_tail, op);
     /* The poller that queues the only ready operation (a wake-up it saw)
      * runs it itself next: no other worker is woken to race it for it. A
      * kick from a running step does wake another worker, which then works
@@ -102,32 +135,16 @@ static void push_ready(struct dlock__async *a, struct dlock__aop *op)
 
 static struct dlock__aop *pop_loop(struct dlock__async *a)
 {
-    struct dlock__aop *op = a->loop_head;
-    if (op) {
-        a->loop_head = op->next;
-        if (!a->loop_head)
-            a->loop_tail = NULL;
-        op->next = NULL;
+    struct dlock__aop *op = queue_pop(&a->loop_head, &a->loop_tail);
+    if (op)
         op->in_loop_queue = false;
-    }
     return op;
 }
 
 /* Takes op out of the loop's queue and gives it to a worker. */
 static void loop_to_worker(struct dlock__async *a, struct dlock__aop *op)
 {
-    struct dlock__aop *prev = NULL;
-    for (struct dlock__aop *p = a->loop_head; p; prev = p, p = p->next) {
-        if (p != op)
-            continue;
-        if (prev)
-            prev->next = p->next;
-        else
-            a->loop_head = p->next;
-        if (a->loop_tail == p)
-            a->loop_tail = prev;
-        break;
-    }
+    queue_unlink(&a->loop_head, &a->loop_tail, op);
     op->in_loop_queue = false;
     op->needs_worker = true;
     push_ready(a, op);
@@ -135,25 +152,13 @@ static void loop_to_worker(struct dlock__async *a, struct dlock__aop *op)
 
 static struct dlock__aop *pop_ready(struct dlock__async *a)
 {
-    struct dlock__aop *op = a->ready_head;
-    if (op) {
-        a->ready_head = op->next;
-        if (!a->ready_head)
-            a->ready_tail = NULL;
-        op->next = NULL;
-    }
-    return op;
+    return queue_pop(&a->ready_head, &a->ready_tail);
 }
 
 static void push_done(struct dlock__async *a, struct dlock__aop *op)
 {
     op->state = AOP_DONE;
-    op->next = NULL;
-    if (a->done_tail)
-        a->done_tail->next = op;
-    else
-        a->done_head = op;
-    a->done_tail = op;
+    queue_append(&a->done_head, &a->done_tail, op);
     signal_fd(a->done_fd);
     pthread_cond_broadcast(&a->done_cv);
 }
@@ -161,19 +166,7 @@ static void push_done(struct dlock__async *a, struct dlock__aop *op)
 /* Takes op out of the done queue, wherever it is in it. */
 static void unlink_done(struct dlock__async *a, struct dlock__aop *op)
 {
-    struct dlock__aop *prev = NULL;
-    for (struct dlock__aop *p = a->done_head; p; prev = p, p = p->next) {
-        if (p != op)
-            continue;
-        if (prev)
-            prev->next = p->next;
-        else
-            a->done_head = p->next;
-        if (a->done_tail == p)
-            a->done_tail = prev;
-        p->next = NULL;
-        return;
-    }
+    queue_unlink(&a->done_head, &a->done_tail, op);
 }
 
 /* Appends op to its entry's list, which keeps the order they started in. */
