@@ -79,9 +79,17 @@ static const struct dlock_setting_spec etcd_settings[] = {
 /* ---- acquire ------------------------------------------------------------------------- */
 
 /* One transaction: create our key on the lease unless it exists, then read
- * the first key of the name (lowest create_revision). */
+ * the first key of the name (lowest create_revision). A request whose key
+ * an earlier attempt made (a waiter looking again) only reads, on both
+ * sides: etcd answers a transaction without a put from its store, with no
+ * write through its log, which would also wait behind every write other
+ * clients sent before it, such as the releasing holder queueing anew. The
+ * answer when that key is gone says so (etcd_read_queueing). */
 struct json_object *etcd_queueing_txn(const struct dlock_provider_lock *lk, struct etcd_lock *el, int64_t lease_id)
 {
+    el->looking = el->create_rev && el->create_rev != el->granted_rev && el->lease_id == lease_id &&
+                  !el->make_key_anew && !el->queue_unanswered;
+
     struct json_object *cmp = json_object_new_object();
     json_object_object_add(cmp, "key", etcd_json_b64(el->key, el->key_len));
     json_object_object_add(cmp, "target", json_object_new_string("CREATE"));
@@ -97,7 +105,14 @@ struct json_object *etcd_queueing_txn(const struct dlock_provider_lock *lk, stru
     struct json_object *mine = json_object_new_object();
     json_object_object_add(mine, "key", etcd_json_b64(el->key, el->key_len));
     struct json_object *success = json_object_new_array(), *failure = json_object_new_array();
-    json_object_array_add(success, etcd_op("request_put", put));
+    if (el->looking) {
+        json_object_put(put);
+        struct json_object *mine_a = json_object_new_object();
+        json_object_object_add(mine_a, "key", etcd_json_b64(el->key, el->key_len));
+        json_object_array_add(success, etcd_op("request_range", mine_a));
+    } else {
+        json_object_array_add(success, etcd_op("request_put", put));
+    }
     json_object_array_add(success, etcd_op("request_range", first_a));
     json_object_array_add(failure, etcd_op("request_range", mine));
     json_object_array_add(failure, etcd_op("request_range", first_b));
@@ -287,6 +302,8 @@ static int attempt(void *instance, struct dlock_provider_lock *lk, struct dlock_
     struct etcd_queueing q;
     etcd_read_queueing(lk, el, reply, lease_id, &q);
     json_object_put(reply);
+    if (q.gone)
+        return attempt(instance, lk, g); /* queues anew: a look is made only with a key */
     if (q.stale_key) {
         /* Our key of a hold granted before and declared lost, whose
          * give-back did not get through: a new grant needs a new key, and
@@ -337,10 +354,21 @@ static int attempt(void *instance, struct dlock_provider_lock *lk, struct dlock_
 void etcd_read_queueing(const struct dlock_provider_lock *lk, struct etcd_lock *el, struct json_object *reply,
                         int64_t lease_id, struct etcd_queueing *q)
 {
-    q->created = etcd_json_get(reply, "succeeded") != NULL &&
-                 json_object_get_boolean(etcd_json_get(reply, "succeeded"));
-    struct json_object *deciding = etcd_txn_response(reply, 1, "response_range");
+    bool succeeded = etcd_json_get(reply, "succeeded") != NULL &&
+                     json_object_get_boolean(etcd_json_get(reply, "succeeded"));
     q->at_revision = etcd_json_int(etcd_json_get(reply, "header"), "revision");
+    q->gone = el->looking && succeeded;
+    el->looking = false;
+    if (q->gone) {
+        /* Our key went while we waited (its lease ran out, or it was
+         * deleted): nothing was made; the next transaction queues anew. */
+        el->create_rev = 0;
+        q->created = q->first = q->stale_key = false;
+        q->consistent = true;
+        return;
+    }
+    q->created = succeeded;
+    struct json_object *deciding = etcd_txn_response(reply, 1, "response_range");
     bool made_shared = false;
     if (q->created) {
         struct json_object *put = etcd_txn_response(reply, 0, "response_put");
@@ -414,17 +442,33 @@ static int etcd_acquire(void *instance, struct dlock_provider_lock *lk, struct d
     return rc;
 }
 
-/* What a wait watches, once the waiter's lease is kept alive: *w open (not
- * sent yet), or NULL when there is nothing to watch and the core should
- * look again now. */
-static int open_watch(struct etcd_instance *inst, struct etcd_lock *el, struct etcd_watch **w)
+/* Keeps a waiter's key alive for a wait of wait_ms. Nothing else does so
+ * while the client holds nothing on that lease: without it the key would
+ * expire during a long wait, and the waiter would lose its place in line.
+ * A keepalive is sent only when the lease, by the last answer that
+ * refreshed it, would not outlast the wait by a third of the lease: a wait
+ * is cut in slices of the retry cap, each with a watch of its own, and a
+ * keepalive a slice was a request in every hand-off that the key did not
+ * need. DLOCK_ELOST: the lease, and with it the key, is gone. */
+static int keep_waiter_alive(struct etcd_instance *inst, const struct dlock_provider_lock *lk,
+                             const struct etcd_lock *el, int64_t wait_ms)
+{
+    int64_t ttl_ms = (lk->lease_ms + 999) / 1000 * 1000;
+    if (etcd_lease_left_ms(inst, el->lease_id) > wait_ms + ttl_ms / 3)
+        return DLOCK_OK;
+    return etcd_keepalive(inst, el->lease_id);
+}
+
+/* What a wait of wait_ms watches, once the waiter's key is kept alive: *w
+ * open (not sent yet), or NULL when there is nothing to watch and the core
+ * should look again now. */
+static int open_watch(struct etcd_instance *inst, const struct dlock_provider_lock *lk, struct etcd_lock *el,
+                      int64_t wait_ms, struct etcd_watch **w)
 {
     *w = NULL;
     if (!el->pred && !el->wait_any)
         return DLOCK_OK;
-    /* Nothing else keeps a waiter's lease alive: without this its key
-     * would expire while it waits, and it would lose its place in line. */
-    int rc = etcd_keepalive(inst, el->lease_id);
+    int rc = keep_waiter_alive(inst, lk, el, wait_ms);
     if (rc == DLOCK_ELOST)
         return DLOCK_OK; /* its key is gone: look again (a new lease, the back of the line) */
     if (rc != DLOCK_OK)
@@ -452,7 +496,7 @@ static int etcd_wait(void *instance, struct dlock_provider_lock *lk, int64_t tim
         return DLOCK_OK;
     }
     struct etcd_watch *w;
-    int rc = open_watch(inst, el, &w);
+    int rc = open_watch(inst, lk, el, timeout_ms, &w);
     if (rc != DLOCK_OK || !w)
         return rc;
     rc = etcd_watch_wait(w, timeout_ms, wake_fd);
@@ -474,7 +518,7 @@ static int etcd_wait_arm(void *instance, struct dlock_provider_lock *lk, int64_t
             *timeout_ms = 50;
         return DLOCK_OK;
     }
-    int rc = open_watch(inst, el, &el->watch);
+    int rc = open_watch(inst, lk, el, *timeout_ms, &el->watch);
     if (rc != DLOCK_OK)
         return rc;
     int over_rc = DLOCK_OK;

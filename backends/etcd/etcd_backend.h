@@ -59,6 +59,7 @@ struct etcd_lock {
     bool make_key_anew;         /* our key was an orphan we adopted: delete it and make a new one */
     bool key_unsettled;         /* the last queueing failed after an adoption, or got no answer */
     bool sweep_in_the_way;      /* busy because a sweep deletes our old key: wait a moment */
+    bool looking;               /* the last queueing txn built only reads: our key was there */
     int64_t watch_from;         /* the revision to watch pred from */
     struct etcd_watch *watch;   /* a parked wait's watch, between wait_arm and wait_disarm */
     struct etcd_channel *native; /* an attempt in flight without a thread (etcd_native.c) */
@@ -184,6 +185,7 @@ struct etcd_queueing {
     bool first;          /* the deciding range grants it */
     bool consistent;     /* the answer has our key (and, but for shared requests, a first key) */
     bool stale_key;      /* our key is one that must be made anew first (etcd.c says when) */
+    bool gone;           /* a look (etcd_queueing_txn) found our key gone: queue anew */
     int64_t at_revision; /* the store's revision the answer was read at */
 };
 struct json_object *etcd_queueing_txn(const struct dlock_provider_lock *lk, struct etcd_lock *el, int64_t lease_id);

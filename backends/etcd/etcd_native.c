@@ -347,9 +347,10 @@ int etcd_acquire_send(void *instance, struct dlock_provider_lock *lk, struct dlo
     if (!send_txn(inst, el, etcd_queueing_txn(lk, el, lease_id), STEP_QUEUE, io))
         return DLOCK_ENOTSUP;
     el->native_lease = lease_id;
-    /* Two requests at most (the transaction, the predecessor's read),
-     * each bounded by the command timeout in the blocking attempt. */
-    io->timeout_ms = 2 * inst->http.command_timeout_ms;
+    /* Three requests at most (a look that finds our key gone, the
+     * transaction that queues it anew, the predecessor's read), each
+     * bounded by the command timeout in the blocking attempt. */
+    io->timeout_ms = 3 * inst->http.command_timeout_ms;
     io->priv = el;
     return DLOCK_OK;
 }
@@ -387,6 +388,16 @@ int etcd_acquire_recv(void *instance, struct dlock_provider_lock *lk, struct dlo
     struct etcd_queueing q;
     etcd_read_queueing(lk, el, reply, el->native_lease, &q);
     json_object_put(reply);
+    if (q.gone) {
+        /* A look found our key gone: queue anew, on the same channel. */
+        struct json_object *txn = etcd_queueing_txn(lk, el, el->native_lease);
+        bool started = channel_start(inst, ch, "/v3/kv/txn", txn);
+        json_object_put(txn);
+        if (!started)
+            return attempt_over(inst, el, io, false, DLOCK_ENOTSUP);
+        io->fd = ch->epfd;
+        return DLOCK_PROVIDER_AGAIN;
+    }
     if (q.stale_key || !q.consistent) /* acquire makes the key anew, or says what was read */
         return attempt_over(inst, el, io, true, DLOCK_ENOTSUP);
     if (q.first) /* a lease too old for the grant: acquire refreshes it first */

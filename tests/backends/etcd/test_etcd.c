@@ -18,6 +18,7 @@
 #include "../../support/test_time.h"
 
 #include <dlock.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <signal.h>
@@ -270,14 +271,12 @@ static void a_name_longer_than_a_page_is_listed_once_whole(void **state)
     dlock_client_close(c);
 }
 
-/* How many messages of a gRPC method (Txn, LeaseKeepAlive, ...) the test
- * server has received: the gateway turns each of our requests into one. */
-static long server_count(const char *method)
+/* The value of the test server's first metric whose line starts with
+ * prefix, 0 when there is none. */
+static long server_metric(const char *prefix)
 {
     char cmd[512];
-    snprintf(cmd, sizeof cmd,
-             "curl -s http://127.0.0.1:%d/metrics | grep '^grpc_server_msg_received_total{grpc_method=\"%s\"'",
-             server.port, method);
+    snprintf(cmd, sizeof cmd, "curl -s http://127.0.0.1:%d/metrics | grep '^%s'", server.port, prefix);
     FILE *p = popen(cmd, "r");
     assert_non_null(p);
     char line[512] = "";
@@ -288,6 +287,15 @@ static long server_count(const char *method)
     }
     pclose(p);
     return n;
+}
+
+/* How many messages of a gRPC method (Txn, LeaseKeepAlive, ...) the test
+ * server has received: the gateway turns each of our requests into one. */
+static long server_count(const char *method)
+{
+    char prefix[128];
+    snprintf(prefix, sizeof prefix, "grpc_server_msg_received_total{grpc_method=\"%s\"", method);
+    return server_metric(prefix);
 }
 
 /* Three hundred holds on one lease stay valid past three leases, renewed
@@ -385,6 +393,211 @@ static void a_grant_on_a_fresh_lease_sends_no_keepalive(void **state)
     dlock_client_close(c);
 }
 
+/* How many keys a name has (holder and waiters). */
+static int keys_of(const char *name)
+{
+    char out[64];
+    etcdctl(out, sizeof out, "get --prefix 'dlock:%s/' --keys-only | grep -c .", name);
+    return atoi(out);
+}
+
+/* A waiter behind another client's hold, on a lease refreshed just now,
+ * waits in slices of the retry cap (100 ms here), each on a watch of its
+ * own: it keeps its key alive only when the lease would not outlast the
+ * next slice by a third of the lease, never once a slice. */
+static void a_waiter_on_a_fresh_lease_sends_no_keepalive_a_slice(void **state)
+{
+    (void)state;
+    dlock_client *a = open_ok(30000), *b = open_ok(30000);
+    dlock_lock *la = test_lock_named(a, "fresh-wait"), *lb = test_lock_named(b, "fresh-wait");
+    assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
+    assert_int_equal(dlock_acquire(lb, 0), DLOCK_EBUSY); /* b's lease is granted here */
+    long keepalives = server_count("LeaseKeepAlive"), watches = server_count("Watch");
+    assert_int_equal(dlock_acquire(lb, 1000), DLOCK_ETIMEDOUT);
+    /* About ten slices, each its own watch; neither lease needed a
+     * keepalive (the holder's watchdog renews at a third of 30 s). */
+    assert_true(server_count("Watch") - watches >= 5);
+    assert_int_equal(server_count("LeaseKeepAlive"), keepalives);
+    assert_int_equal(dlock_release(la), DLOCK_OK);
+    dlock_lock_free(la);
+    dlock_lock_free(lb);
+    dlock_client_close(a);
+    dlock_client_close(b);
+}
+
+struct queued_wait {
+    dlock_lock *lock;
+    int rc;
+    int64_t granted_at;
+};
+
+static void *wait_and_note(void *arg)
+{
+    struct queued_wait *w = arg;
+    w->rc = dlock_acquire(w->lock, 20000);
+    __atomic_store_n(&w->granted_at, now_ms(), __ATOMIC_SEQ_CST);
+    if (w->rc == DLOCK_OK) {
+        sleep_ms(50);
+        dlock_release(w->lock);
+    }
+    return NULL;
+}
+
+/* How many writes etcd's log has applied (every txn with a put or a
+ * delete in it, whether or not its compare held). */
+static long server_writes(void)
+{
+    return server_metric("etcd_server_proposals_applied_total ");
+}
+
+/* A waiter that queued its key looks again (after each 100 ms slice of its
+ * wait, and when its predecessor goes) with reads alone: no write through
+ * etcd's log, which would order its look behind other clients' writes.
+ * From the waiter's queueing to its grant, the only write is the holder's
+ * delete. */
+static void a_queued_waiter_looks_again_without_a_write(void **state)
+{
+    (void)state;
+    dlock_client *a = open_ok(30000), *b = open_ok(30000);
+    dlock_lock *la = test_lock_named(a, "look-again"), *lb = test_lock_named(b, "look-again");
+    assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
+    struct queued_wait wb = { lb, -1, 0 };
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, wait_and_note, &wb), 0);
+    int64_t t0 = now_ms();
+    while (keys_of("look-again") < 2 && now_ms() - t0 < 5000)
+        sleep_ms(10);
+    assert_int_equal(keys_of("look-again"), 2); /* b's key is queued */
+    long writes = server_writes();
+    sleep_ms(400); /* a few slices, each ending in a look */
+    assert_int_equal(server_writes(), writes);
+    assert_int_equal(dlock_release(la), DLOCK_OK);
+    t0 = now_ms();
+    while (__atomic_load_n(&wb.granted_at, __ATOMIC_SEQ_CST) == 0 && now_ms() - t0 < 5000)
+        sleep_ms(5);
+    long after = server_writes();
+    pthread_join(t, NULL);
+    assert_int_equal(wb.rc, DLOCK_OK);
+    /* The holder's delete; and b's own release, if it came already. */
+    assert_true(after - writes >= 1 && after - writes <= 2);
+    dlock_lock_free(la);
+    dlock_lock_free(lb);
+    dlock_client_close(a);
+    dlock_client_close(b);
+}
+
+
+/* Deletes the second key of name's line (its first waiter's). */
+static void delete_first_waiters_key(const char *name)
+{
+    char key[512] = "";
+    etcdctl(key, sizeof key,
+            "get --prefix 'dlock:%s/' --sort-by=CREATE --order=ASCEND --keys-only | grep . | sed -n 2p", name);
+    key[strcspn(key, "\n")] = 0;
+    assert_true(key[0] != 0);
+    char deleted[64] = "";
+    etcdctl(deleted, sizeof deleted, "del '%s'", key);
+    assert_int_equal(atoi(deleted), 1); /* (the waiter may have queued anew already) */
+}
+
+struct async_done {
+    int rc;
+    bool done;
+};
+
+static void note_done(dlock_lock *lock, int rc, void *arg)
+{
+    (void)lock;
+    struct async_done *d = arg;
+    d->rc = rc;
+    d->done = true;
+}
+
+/* A waiter whose key is deleted while it waits (an operator, or its lease
+ * running out) finds it gone when it looks again, queues anew and is
+ * granted once the holder lets go: through the blocking call, and through
+ * the non-blocking one, whose looks go without a thread. */
+static void a_waiter_whose_key_went_queues_anew(void **state)
+{
+    (void)state;
+    dlock_client *a = open_ok(30000), *b = open_ok(30000);
+    dlock_lock *la = test_lock_named(a, "gone-look"), *lb = test_lock_named(b, "gone-look");
+    assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
+    struct queued_wait wb = { lb, -1, 0 };
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, wait_and_note, &wb), 0);
+    int64_t t0 = now_ms();
+    while (keys_of("gone-look") < 2 && now_ms() - t0 < 5000)
+        sleep_ms(10);
+    delete_first_waiters_key("gone-look");
+    t0 = now_ms();
+    while (keys_of("gone-look") < 2 && now_ms() - t0 < 5000)
+        sleep_ms(10);
+    assert_int_equal(keys_of("gone-look"), 2); /* queued anew within a slice or two */
+    assert_int_equal(dlock_release(la), DLOCK_OK);
+    pthread_join(t, NULL);
+    assert_int_equal(wb.rc, DLOCK_OK);
+
+    /* The same through dlock_acquire_start, driven by one loop. */
+    assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
+    struct async_done d = { -1, false };
+    assert_int_equal(dlock_acquire_start(lb, 20000, note_done, &d), DLOCK_OK);
+    struct pollfd p = { .fd = dlock_client_fd(b), .events = POLLIN };
+    bool deleted = false, released = false;
+    t0 = now_ms();
+    while (!d.done && now_ms() - t0 < 10000) {
+        poll(&p, 1, 10);
+        dlock_client_process(b);
+        if (!deleted && keys_of("gone-look") == 2) {
+            delete_first_waiters_key("gone-look");
+            deleted = true;
+        } else if (deleted && !released && keys_of("gone-look") == 2) {
+            assert_int_equal(dlock_release(la), DLOCK_OK);
+            released = true;
+        }
+    }
+    assert_true(d.done);
+    assert_int_equal(d.rc, DLOCK_OK);
+    assert_true(released);
+    assert_int_equal(dlock_release(lb), DLOCK_OK);
+    dlock_lock_free(la);
+    dlock_lock_free(lb);
+    dlock_client_close(a);
+    dlock_client_close(b);
+}
+
+/* A waiter whose wait lasts more than twice its 2 s lease keeps its key,
+ * and so its place, all along: granted before a client that queued after
+ * it. */
+static void a_waiter_keeps_its_place_through_waits_longer_than_its_lease(void **state)
+{
+    (void)state;
+    dlock_client *a = open_ok(30000), *b = open_ok(2000), *c = open_ok(30000);
+    dlock_lock *la = test_lock_named(a, "long-wait");
+    struct queued_wait wb = { test_lock_named(b, "long-wait"), -1, 0 }, wc = { test_lock_named(c, "long-wait"), -1, 0 };
+    assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
+    pthread_t tb, tc;
+    assert_int_equal(pthread_create(&tb, NULL, wait_and_note, &wb), 0);
+    sleep_ms(4500);
+    assert_int_equal(keys_of("long-wait"), 2); /* the holder's and b's */
+    assert_int_equal(pthread_create(&tc, NULL, wait_and_note, &wc), 0);
+    int64_t t0 = now_ms();
+    while (keys_of("long-wait") < 3 && now_ms() - t0 < 5000)
+        sleep_ms(20);
+    assert_int_equal(dlock_release(la), DLOCK_OK);
+    pthread_join(tb, NULL);
+    pthread_join(tc, NULL);
+    assert_int_equal(wb.rc, DLOCK_OK);
+    assert_int_equal(wc.rc, DLOCK_OK);
+    assert_true(wb.granted_at < wc.granted_at);
+    dlock_lock_free(la);
+    dlock_lock_free(wb.lock);
+    dlock_lock_free(wc.lock);
+    dlock_client_close(a);
+    dlock_client_close(b);
+    dlock_client_close(c);
+}
+
 struct slow_waiter {
     dlock_lock *lock;
     int rc, release_rc;
@@ -401,14 +614,6 @@ static void *slow_waiter_acquire(void *arg)
     if (rc == DLOCK_OK)
         w->release_rc = dlock_release(w->lock);
     return NULL;
-}
-
-/* How many keys a name has (holder and waiters). */
-static int keys_of(const char *name)
-{
-    char out[64];
-    etcdctl(out, sizeof out, "get --prefix 'dlock:%s/' --keys-only | grep -c .", name);
-    return atoi(out);
 }
 
 /* An exclusive hold of NAME and a waiter in mode behind it, through a
@@ -1037,6 +1242,10 @@ int main(void)
         cmocka_unit_test(many_holds_renew_on_one_lease),
         cmocka_unit_test(a_grant_on_an_old_lease_outlives_its_validity),
         cmocka_unit_test(a_grant_on_a_fresh_lease_sends_no_keepalive),
+        cmocka_unit_test(a_waiter_on_a_fresh_lease_sends_no_keepalive_a_slice),
+        cmocka_unit_test(a_waiter_keeps_its_place_through_waits_longer_than_its_lease),
+        cmocka_unit_test(a_queued_waiter_looks_again_without_a_write),
+        cmocka_unit_test(a_waiter_whose_key_went_queues_anew),
         cmocka_unit_test(a_release_before_the_watch_is_created_is_seen),
         cmocka_unit_test(a_downgraded_key_keeps_its_place_and_shows_as_shared),
         cmocka_unit_test(a_downgrade_while_a_reader_queues_is_seen),
