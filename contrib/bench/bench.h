@@ -67,6 +67,11 @@ bool run_zk_baseline_uncontended(const struct bench_config *cfg, int64_t *sample
 /* The etcd loop over the JSON gateway (bench_etcd_baseline.c), likewise;
  * false also for an https endpoint. */
 bool run_etcd_baseline_uncontended(const struct bench_config *cfg, int64_t *samples);
+/* Compacts cfg's etcd (plain http only) at its current revision, dropping
+ * what earlier runs left: etcd's ranges step over every deleted key of a
+ * prefix until a compaction, so without it each run is slower than the one
+ * before, whichever API it measures. Nothing when cfg is not etcd. */
+void bench_etcd_compact(const struct bench_config *cfg);
 /* A hiredis connection to "host:port" (2 s timeouts, no AUTH), or NULL. */
 struct redisContext;
 struct redisContext *bench_redis_connect_to(const char *host_port);

@@ -42,8 +42,10 @@ static size_t collect(char *data, size_t size, size_t n, void *arg)
     return size * n;
 }
 
-/* POSTs body to path; the parsed reply, or exits with the reason. */
-static struct json_object *post(struct etcd_loop *e, const char *path, const char *body)
+/* POSTs body to path: the parsed reply, or NULL with *why (curl's reason
+ * or "unexpected answer") and *status. */
+static struct json_object *try_post(struct etcd_loop *e, const char *path, const char *body, const char **why,
+                                    long *status)
 {
     char url[320];
     snprintf(url, sizeof url, "%s%s", e->base, path);
@@ -51,13 +53,22 @@ static struct json_object *post(struct etcd_loop *e, const char *path, const cha
     curl_easy_setopt(e->curl, CURLOPT_URL, url);
     curl_easy_setopt(e->curl, CURLOPT_POSTFIELDS, body);
     CURLcode rc = curl_easy_perform(e->curl);
-    long status = 0;
-    curl_easy_getinfo(e->curl, CURLINFO_RESPONSE_CODE, &status);
+    *status = 0;
+    curl_easy_getinfo(e->curl, CURLINFO_RESPONSE_CODE, status);
     e->reply[e->got] = 0;
-    struct json_object *j = rc == CURLE_OK && status == 200 ? json_tokener_parse(e->reply) : NULL;
+    struct json_object *j = rc == CURLE_OK && *status == 200 ? json_tokener_parse(e->reply) : NULL;
+    *why = rc == CURLE_OK ? "unexpected answer" : curl_easy_strerror(rc);
+    return j;
+}
+
+/* POSTs body to path; the parsed reply, or exits with the reason. */
+static struct json_object *post(struct etcd_loop *e, const char *path, const char *body)
+{
+    const char *why;
+    long status;
+    struct json_object *j = try_post(e, path, body, &why, &status);
     if (!j) {
-        fprintf(stderr, "dlock-bench: the etcd baseline loop failed at %s: %s (HTTP %ld)\n", path,
-                rc == CURLE_OK ? "unexpected answer" : curl_easy_strerror(rc), status);
+        fprintf(stderr, "dlock-bench: the etcd baseline loop failed at %s: %s (HTTP %ld)\n", path, why, status);
         exit(1);
     }
     return j;
@@ -99,11 +110,12 @@ static void base64_of(char *out, const char *text)
     EVP_EncodeBlock((unsigned char *)out, (const unsigned char *)text, (int)strlen(text));
 }
 
-bool run_etcd_baseline_uncontended(const struct bench_config *cfg, int64_t *samples)
+/* The first endpoint of cfg's etcd group into base, when it is plain http
+ * (an https or authenticated cluster is left to libdlock's rows). */
+static bool plain_endpoint(const struct bench_config *cfg, char *base, size_t size)
 {
     if (strcmp(cfg->backend, "etcd") != 0 || !cfg->path)
         return false;
-    struct etcd_loop *e = calloc(1, sizeof *e);
     config_t c;
     config_init(&c);
     const char *endpoint = "http://127.0.0.1:2379";
@@ -114,20 +126,59 @@ bool run_etcd_baseline_uncontended(const struct bench_config *cfg, int64_t *samp
         else if (list && config_setting_length(list) > 0)
             endpoint = config_setting_get_string_elem(list, 0);
     }
-    if (!e || !endpoint || strncmp(endpoint, "http://", 7) != 0) {
-        /* An https or authenticated cluster is left to libdlock's row. */
-        config_destroy(&c);
-        free(e);
-        return false;
-    }
-    snprintf(e->base, sizeof e->base, "%s", endpoint);
+    bool plain = endpoint && strncmp(endpoint, "http://", 7) == 0;
+    if (plain)
+        snprintf(base, size, "%s", endpoint);
     config_destroy(&c);
-    base64_of(e->key, "dlock-bench-baseline/k");
-    base64_of(e->end, "dlock-bench-baseline/l");
-    e->curl = curl_easy_init();
+    return plain;
+}
+
+static struct etcd_loop *loop_open(const struct bench_config *cfg)
+{
+    struct etcd_loop *e = calloc(1, sizeof *e);
+    if (!e || !plain_endpoint(cfg, e->base, sizeof e->base) || !(e->curl = curl_easy_init())) {
+        free(e);
+        return NULL;
+    }
     curl_easy_setopt(e->curl, CURLOPT_WRITEFUNCTION, collect);
     curl_easy_setopt(e->curl, CURLOPT_WRITEDATA, e);
     curl_easy_setopt(e->curl, CURLOPT_TIMEOUT_MS, 5000L);
+    return e;
+}
+
+static void loop_close(struct etcd_loop *e)
+{
+    curl_easy_cleanup(e->curl);
+    free(e);
+}
+
+void bench_etcd_compact(const struct bench_config *cfg)
+{
+    struct etcd_loop *e = loop_open(cfg);
+    if (!e)
+        return;
+    struct json_object *read = post(e, "/v3/kv/range", "{\"key\":\"AA==\"}"), *header;
+    const char *rev = json_object_object_get_ex(read, "header", &header) ? field(header, "revision") : NULL;
+    char body[96];
+    snprintf(body, sizeof body, "{\"revision\":\"%s\",\"physical\":true}", rev ? rev : "0");
+    json_object_put(read);
+    /* Refused when nothing was written since the last compaction: then
+     * there is nothing to drop. */
+    const char *why;
+    long status;
+    struct json_object *done = try_post(e, "/v3/kv/compaction", body, &why, &status);
+    if (done)
+        json_object_put(done);
+    loop_close(e);
+}
+
+bool run_etcd_baseline_uncontended(const struct bench_config *cfg, int64_t *samples)
+{
+    struct etcd_loop *e = loop_open(cfg);
+    if (!e)
+        return false;
+    base64_of(e->key, "dlock-bench-baseline/k");
+    base64_of(e->end, "dlock-bench-baseline/l");
     struct json_object *granted = post(e, "/v3/lease/grant", "{\"TTL\":\"30\"}");
     snprintf(e->lease, sizeof e->lease, "%s", field(granted, "ID") ? field(granted, "ID") : "0");
     json_object_put(granted);
@@ -137,12 +188,17 @@ bool run_etcd_baseline_uncontended(const struct bench_config *cfg, int64_t *samp
     char body[64];
     snprintf(body, sizeof body, "{\"ID\":\"%s\"}", e->lease);
     json_object_put(post(e, "/v3/lease/revoke", body));
-    curl_easy_cleanup(e->curl);
-    free(e);
+    loop_close(e);
     return true;
 }
 #else
-/* Built without the etcd client libraries: no plain loop to compare with. */
+/* Built without the etcd client libraries: no plain loop to compare with,
+ * and no etcd to compact. */
+void bench_etcd_compact(const struct bench_config *cfg)
+{
+    (void)cfg;
+}
+
 bool run_etcd_baseline_uncontended(const struct bench_config *cfg, int64_t *samples)
 {
     (void)cfg, (void)samples;

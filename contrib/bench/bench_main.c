@@ -175,6 +175,7 @@ int main(int argc, char **argv)
                 const struct bench_config *cfg = &configs[i];
                 if (progress)
                     fprintf(stderr, "\r[%d/%d] %-12s %-14s", r + 1, opt.repeat, scenarios[s], cfg->label);
+                bench_etcd_compact(cfg); /* each run starts from the same history */
                 if (!strcmp(scenarios[s], "uncontended")) {
                     run_uncontended(cfg, samples);
                     if (with_baseline)
