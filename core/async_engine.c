@@ -63,8 +63,11 @@ static __thread struct dlock__async *polling_for;
 static bool stepped_on_loop(const struct dlock__async *a, const struct dlock__aop *op)
 {
     dlock_client *c = op->entry->client;
+    /* A release the provider cannot send natively would only be passed on
+     * to a worker from there: a turn of the loop for nothing. */
+    bool sends = op->kind == AOP_RELEASE ? dlock__p_can_send_release(c) : dlock__p_can_send(c);
     return a->loop_fd >= 0 && !op->cancelled && !op->needs_worker && !op->kept_off_loop &&
-           (dlock__p_in_process(c) || dlock__p_can_send(c));
+           (dlock__p_in_process(c) || sends);
 }
 
 /* The three queues (ready, loop, done) are singly linked through

@@ -502,7 +502,11 @@ int dlock_acquire_start(dlock_lock *h, int64_t wait_ms, dlock_done_fn fn, void *
     op->gen = e->cancel_gen;
     e->waiters++;
     pthread_mutex_unlock(&e->mu);
-    rc = dlock__p_in_process(c) ? dlock__async_submit_here(c, op) : dlock__async_submit(c, op, false);
+    /* Its first step made from here where that never blocks (an
+     * in-process backend, or one that sends its attempt without a thread):
+     * the attempt goes out now, not after a turn of the caller's loop. */
+    rc = dlock__p_in_process(c) || dlock__p_can_send(c) ? dlock__async_submit_here(c, op)
+                                                        : dlock__async_submit(c, op, false);
     if (rc != DLOCK_OK) {
         pthread_mutex_lock(&e->mu);
         e->waiters--;

@@ -26,6 +26,7 @@
 #include "etcd_backend.h"
 
 #include <curl/curl.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,8 +43,11 @@ struct etcd_channel {
     CURLM *multi;
     CURL *easy;
     int epfd;                    /* the sockets curl watches, the timer, and done */
-    int timer;                   /* timerfd set to curl's next timeout */
-    int done;                    /* eventfd: a transfer ended as it was started */
+    int timer;                   /* timerfd, set no later than curl's next timeout */
+    int64_t timer_until;         /* when it fires (dlock_provider_now_ms), 0 when not set */
+    bool due_now;                /* curl asked to be called again at once (act) */
+    curl_socket_t wants_out;     /* a socket curl asked to write to, during act */
+    int done;                    /* eventfd: curl wants a call at once, or a transfer ended as it was started */
     struct curl_slist *headers;
     struct etcd_buffer answer;
     char *text;                  /* the request's body, alive for the transfer */
@@ -72,26 +76,88 @@ static int on_socket(CURL *easy, curl_socket_t s, int what, void *arg, void *soc
     struct epoll_event ev = { .events = 0, .data.fd = s };
     if (what & CURL_POLL_IN)
         ev.events |= EPOLLIN;
-    if (what & CURL_POLL_OUT)
+    if (what & CURL_POLL_OUT) {
         ev.events |= EPOLLOUT;
+        ch->wants_out = s;
+    }
     if (epoll_ctl(ch->epfd, EPOLL_CTL_MOD, s, &ev) != 0)
         epoll_ctl(ch->epfd, EPOLL_CTL_ADD, s, &ev);
     return 0;
 }
 
+/* curl's timer. A timeout of 0 asks to be called at once: each of our
+ * calls into curl is made again while it asks so (act), with no timer.
+ * A timer set to fire before curl's timeout is kept: when it fires curl
+ * looks, finds nothing due and asks again, for what is left; and a timer
+ * curl deletes is left to fire likewise. Each timerfd_settime arms a
+ * kernel timer (a costly system call in a virtual machine), and curl asks
+ * for three changes a request: at once, the command timeout, none. */
 static int on_timer(CURLM *multi, long timeout_ms, void *arg)
 {
     (void)multi;
     struct etcd_channel *ch = arg;
-    struct itimerspec t = { { 0, 0 }, { 0, 0 } };
-    if (timeout_ms == 0)
-        t.it_value.tv_nsec = 1; /* now: 0 would disarm it */
-    else if (timeout_ms > 0) {
-        t.it_value.tv_sec = timeout_ms / 1000;
-        t.it_value.tv_nsec = (timeout_ms % 1000) * 1000000;
+    if (timeout_ms == 0) {
+        ch->due_now = true;
+        return 0;
     }
+    if (timeout_ms < 0)
+        return 0;
+    int64_t until = dlock_provider_now_ms() + timeout_ms;
+    if (ch->timer_until && ch->timer_until <= until)
+        return 0;
+    struct itimerspec t = { { 0, 0 }, { timeout_ms / 1000, (timeout_ms % 1000) * 1000000 } };
     timerfd_settime(ch->timer, 0, &t, NULL);
+    ch->timer_until = until;
     return 0;
+}
+
+static void drain(int fd)
+{
+    uint64_t n;
+    while (read(fd, &n, sizeof n) == (ssize_t)sizeof n)
+        ;
+}
+
+/* The timer fired (read now): it is set no more. */
+static void timer_fired(struct etcd_channel *ch)
+{
+    uint64_t n;
+    if (read(ch->timer, &n, sizeof n) == (ssize_t)sizeof n)
+        ch->timer_until = 0;
+}
+
+/* Whether fd can be written to now. */
+static bool writable(curl_socket_t fd)
+{
+    struct pollfd p = { .fd = fd, .events = POLLOUT };
+    return poll(&p, 1, 0) == 1 && (p.revents & POLLOUT);
+}
+
+/* curl_multi_socket_action, made again for as long as curl asks to be
+ * called at once, or asks to write to a socket that can be written to
+ * (it waits to be told so before it sends a request: on a kept-open
+ * connection, told at once, it sends it now, rather than after a turn of
+ * the caller's loop); if it still asks after a few, the done eventfd has
+ * the core step the channel again. */
+static void act(struct etcd_channel *ch, curl_socket_t fd, int flags, int *running)
+{
+    for (int i = 0; i < 8; i++) {
+        ch->due_now = false;
+        ch->wants_out = CURL_SOCKET_BAD;
+        curl_multi_socket_action(ch->multi, fd, flags, running);
+        if (ch->wants_out != CURL_SOCKET_BAD && writable(ch->wants_out)) {
+            fd = ch->wants_out;
+            flags = CURL_CSELECT_OUT;
+            continue;
+        }
+        if (!ch->due_now)
+            return;
+        fd = CURL_SOCKET_TIMEOUT;
+        flags = 0;
+    }
+    uint64_t one = 1;
+    ssize_t w = write(ch->done, &one, sizeof one);
+    (void)w;
 }
 
 static size_t collect(char *ptr, size_t size, size_t nmemb, void *arg)
@@ -151,13 +217,6 @@ static struct etcd_channel *channel_new(void)
     return ch;
 }
 
-static void drain(int fd)
-{
-    uint64_t n;
-    while (read(fd, &n, sizeof n) == (ssize_t)sizeof n)
-        ;
-}
-
 /* Whether the transfer ended; *result its CURLcode when it did. */
 static bool transfer_ended(struct etcd_channel *ch, CURLcode *result)
 {
@@ -201,10 +260,11 @@ static bool channel_start(struct etcd_instance *inst, struct etcd_channel *ch, c
     curl_easy_setopt(ch->easy, CURLOPT_QUICK_EXIT, 1L);
     ch->path = path;
     drain(ch->done);
+    timer_fired(ch); /* while the channel was idle, maybe */
     if (curl_multi_add_handle(ch->multi, ch->easy) != CURLM_OK)
         return false;
     int running = 0;
-    curl_multi_socket_action(ch->multi, CURL_SOCKET_TIMEOUT, 0, &running);
+    act(ch, CURL_SOCKET_TIMEOUT, 0, &running);
     if (!running) {
         /* Ended already (refused at once, say): the core is told by the
          * done eventfd, and the next step reads the end. */
@@ -226,13 +286,16 @@ static bool channel_step(struct etcd_instance *inst, struct etcd_channel *ch, st
     for (int i = 0; i < n; i++) {
         int fd = ev[i].data.fd;
         if (fd == ch->timer || fd == ch->done) {
-            drain(fd);
-            curl_multi_socket_action(ch->multi, CURL_SOCKET_TIMEOUT, 0, &running);
+            if (fd == ch->timer)
+                timer_fired(ch);
+            else
+                drain(fd);
+            act(ch, CURL_SOCKET_TIMEOUT, 0, &running);
             continue;
         }
         int flags = (ev[i].events & EPOLLIN ? CURL_CSELECT_IN : 0) | (ev[i].events & EPOLLOUT ? CURL_CSELECT_OUT : 0) |
                     (ev[i].events & (EPOLLERR | EPOLLHUP) ? CURL_CSELECT_ERR : 0);
-        curl_multi_socket_action(ch->multi, fd, flags, &running);
+        act(ch, fd, flags, &running);
     }
     CURLcode result;
     if (!transfer_ended(ch, &result))

@@ -925,7 +925,8 @@ int main(void)
         return 1;
     }
     static const struct conformance_target target = { "zookeeper", conformance_config, delete_holder_node, NULL, 0,
-                                                      CONFORMANCE_LISTS | CONFORMANCE_LISTS_NO_LEASE_LEFT, 1000, CONFORMANCE_NATIVE_ATTEMPTS };
+                                                      CONFORMANCE_LISTS | CONFORMANCE_LISTS_NO_LEASE_LEFT, 1000,
+                                                      CONFORMANCE_NATIVE_ATTEMPTS | CONFORMANCE_FIRST_ATTEMPT_TWO_TRIPS };
     int failed = conformance_run(&target);
     const struct CMUnitTest particular[] = {
         cmocka_unit_test(waiters_are_granted_in_arrival_order),
