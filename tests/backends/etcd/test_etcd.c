@@ -26,6 +26,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 
 static struct test_service server = { .script = "etcd" };
 static struct test_service tls_server = { .script = "etcd", .variant = "tls" };
@@ -1005,6 +1008,25 @@ static void collect_finding(int is_error, const char *file, int line, const char
         f->warnings++;
 }
 
+/* A port on which nothing listens, for as long as this program runs: a
+ * socket bound to it and never listening, so that no other server (the
+ * test programs run side by side, each starting servers of its own) can
+ * take it, and a connection to it is refused at once. */
+static int dead_port(void)
+{
+    static int port;
+    if (port)
+        return port;
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    assert_true(fd >= 0);
+    struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK), .sin_port = 0 };
+    socklen_t len = sizeof a;
+    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+    port = ntohs(a.sin_port); /* fd stays open until the program exits */
+    return port;
+}
+
 /* A user and password in an endpoint URL (for an etcd behind an
  * authenticating proxy) are sent, but never shown: not in a failure to
  * connect, not in the server's answer, which carries the instance label,
@@ -1015,7 +1037,7 @@ static void credentials_in_an_endpoint_url_are_never_shown(void **state)
     char text[1024];
     snprintf(text, sizeof text,
              "backend = \"etcd\";\netcd = { endpoints = (\"http://u:S3CRETxyz@127.0.0.1:%d\"); "
-             "connect_timeout_ms = 500; };\n", server.port + 2);
+             "connect_timeout_ms = 500; };\n", dead_port());
     dlock_client *c = NULL;
     assert_int_equal(dlock_client_open_string(&c, text), DLOCK_EUNAVAILABLE);
     if (strstr(dlock_errmsg(), "S3CRET") || !strstr(dlock_errmsg(), "http://***@127.0.0.1"))
@@ -1063,13 +1085,13 @@ static void unreachable_cluster_is_a_clear_error(void **state)
 {
     (void)state;
     char text[512];
-    write_config_at(text, sizeof text, server.port + 2, 30000, 100, "");
+    write_config_at(text, sizeof text, dead_port(), 30000, 100, "");
     dlock_client *c = NULL;
     int64_t t0 = now_ms();
     assert_int_equal(dlock_client_open_string(&c, text), DLOCK_EUNAVAILABLE);
     assert_true(now_ms() - t0 < 2000);
     char where[64];
-    snprintf(where, sizeof where, "etcd http://127.0.0.1:%d", server.port + 2);
+    snprintf(where, sizeof where, "etcd http://127.0.0.1:%d", dead_port());
     assert_non_null(strstr(dlock_errmsg(), where));
 }
 
@@ -1083,7 +1105,7 @@ static void a_dead_endpoint_is_followed_within_the_call(void **state)
              "backend = \"etcd\";\nlease_ms = 3000;\n"
              "etcd = { endpoints = (\"http://127.0.0.1:%d\", \"http://127.0.0.1:%d\"); "
              "command_timeout_ms = 1000; connect_timeout_ms = 1000; };\n",
-             server.port + 2, server.port);
+             dead_port(), server.port);
     dlock_client *c = test_client_open(text);
     dlock_lock *l = test_lock_named(c, "dead-endpoint");
     for (int round = 0; round < 3; round++) {
