@@ -78,6 +78,14 @@ static const struct dlock_setting_spec etcd_settings[] = {
 
 /* ---- acquire ------------------------------------------------------------------------- */
 
+/* {"key": our key}: a range of it, or the start of its compare or put. */
+static struct json_object *own_key(const struct etcd_lock *el)
+{
+    struct json_object *o = json_object_new_object();
+    json_object_object_add(o, "key", etcd_json_b64(el->key, el->key_len));
+    return o;
+}
+
 /* One transaction: create our key on the lease unless it exists, then read
  * the first key of the name (lowest create_revision). A request whose key
  * an earlier attempt made (a waiter looking again) only reads, on both
@@ -90,31 +98,24 @@ struct json_object *etcd_queueing_txn(const struct dlock_provider_lock *lk, stru
     el->looking = el->create_rev && el->create_rev != el->granted_rev && el->lease_id == lease_id &&
                   !el->make_key_anew && !el->queue_unanswered;
 
-    struct json_object *cmp = json_object_new_object();
-    json_object_object_add(cmp, "key", etcd_json_b64(el->key, el->key_len));
+    struct json_object *cmp = own_key(el);
     json_object_object_add(cmp, "target", json_object_new_string("CREATE"));
     json_object_object_add(cmp, "create_revision", etcd_json_int_str(0));
     struct json_object *compare = json_object_new_array();
     json_object_array_add(compare, cmp);
 
-    struct json_object *put = json_object_new_object();
-    json_object_object_add(put, "key", etcd_json_b64(el->key, el->key_len));
-    json_object_object_add(put, "value", etcd_json_b64(el->owner, strlen(el->owner)));
-    json_object_object_add(put, "lease", etcd_json_int_str(lease_id));
     struct json_object *first_a = etcd_deciding_range(lk, el), *first_b = etcd_deciding_range(lk, el);
-    struct json_object *mine = json_object_new_object();
-    json_object_object_add(mine, "key", etcd_json_b64(el->key, el->key_len));
     struct json_object *success = json_object_new_array(), *failure = json_object_new_array();
     if (el->looking) {
-        json_object_put(put);
-        struct json_object *mine_a = json_object_new_object();
-        json_object_object_add(mine_a, "key", etcd_json_b64(el->key, el->key_len));
-        json_object_array_add(success, etcd_op("request_range", mine_a));
+        json_object_array_add(success, etcd_op("request_range", own_key(el)));
     } else {
+        struct json_object *put = own_key(el);
+        json_object_object_add(put, "value", etcd_json_b64(el->owner, strlen(el->owner)));
+        json_object_object_add(put, "lease", etcd_json_int_str(lease_id));
         json_object_array_add(success, etcd_op("request_put", put));
     }
     json_object_array_add(success, etcd_op("request_range", first_a));
-    json_object_array_add(failure, etcd_op("request_range", mine));
+    json_object_array_add(failure, etcd_op("request_range", own_key(el)));
     json_object_array_add(failure, etcd_op("request_range", first_b));
     return etcd_txn_of(compare, success, failure);
 }
