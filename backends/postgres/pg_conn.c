@@ -354,9 +354,53 @@ int pg_result_check(const struct pg_server *srv, const PGresult *res, const char
 
 /* ---- the pool ---------------------------------------------------------------------- */
 
+/* Prepares each statement of `statements` (bits of statement ids) on
+ * conn, in one round trip: pipeline mode, with a sync after each, so that
+ * one the server refuses does not abort the others (a refused one is
+ * prepared on demand, by pg_exec_prepared). False when the connection
+ * failed or did not answer within the command timeout. */
+static bool prepare_statements(const struct pg_server *srv, PGconn *conn, uint32_t statements)
+{
+    int64_t deadline = dlock_provider_now_ms() + srv->command_timeout_ms;
+    if (!ready_to_send(conn) || !PQenterPipelineMode(conn))
+        return false;
+    int syncs = 0;
+    for (int id = 0; id < PG_MAX_STATEMENTS; id++) {
+        if (!(statements & (UINT32_C(1) << id)) || !srv->statements[id])
+            continue;
+        char name[24];
+        snprintf(name, sizeof name, "dlock_%d", id);
+        if (!PQsendPrepare(conn, name, srv->statements[id], 0, NULL) || !PQpipelineSync(conn))
+            return false;
+        syncs++;
+    }
+    for (int f; (f = PQflush(conn)) != 0;)
+        if (f < 0 || wait_io(conn, true, deadline) <= 0)
+            return false;
+    while (syncs > 0) {
+        while (PQisBusy(conn))
+            if (wait_io(conn, false, deadline) <= 0 || !PQconsumeInput(conn))
+                return false;
+        PGresult *res = PQgetResult(conn);
+        if (!res)
+            continue; /* the end of one statement's results */
+        if (PQresultStatus(res) == PGRES_PIPELINE_SYNC)
+            syncs--;
+        PQclear(res);
+    }
+    return PQexitPipelineMode(conn) == 1 && PQstatus(conn) == CONNECTION_OK;
+}
+
 static void *pool_connect(void *arg, int *rc)
 {
-    return pg_connect(arg, rc);
+    struct pg_pool *pool = arg;
+    PGconn *conn = pg_connect(pool->server, rc);
+    uint32_t statements = __atomic_load_n(&pool->prepared_at_connect, __ATOMIC_ACQUIRE);
+    if (conn && statements && !prepare_statements(pool->server, conn, statements)) {
+        fail_conn(pool->server, &conn, rc, NULL);
+        return NULL;
+    }
+    return conn;
 }
 
 static bool pool_reusable(void *conn)
@@ -374,7 +418,8 @@ static const struct conn_pool_ops pg_pool_ops = { pool_connect, pool_reusable, p
 void pg_pool_init(struct pg_pool *pool, const struct pg_server *srv, int max)
 {
     pool->server = srv;
-    conn_pool_init(&pool->pool, &pg_pool_ops, (void *)srv, max);
+    pool->prepared_at_connect = 0;
+    conn_pool_init(&pool->pool, &pg_pool_ops, pool, max);
 }
 
 void pg_pool_destroy(struct pg_pool *pool)
@@ -434,6 +479,22 @@ int pg_read_answer(PGconn *conn, PGresult **first)
 void pg_pool_put(struct pg_pool *pool, PGconn *conn)
 {
     conn_pool_put(&pool->pool, conn);
+}
+
+void pg_pool_prepare_at_connect(struct pg_pool *pool, uint32_t statements)
+{
+    __atomic_store_n(&pool->prepared_at_connect, statements, __ATOMIC_RELEASE);
+    PGconn *idle[PG_POOL_MAX];
+    int n = 0;
+    while (n < PG_POOL_MAX && pg_pool_take_idle(pool, &idle[n]) == DLOCK_OK)
+        n++;
+    for (int i = 0; i < n; i++) {
+        if (!prepare_statements(pool->server, idle[i], statements)) {
+            PQfinish(idle[i]); /* broken: the next caller connects anew */
+            idle[i] = NULL;
+        }
+        pg_pool_put(pool, idle[i]);
+    }
 }
 
 static __thread bool last_exec_resent;

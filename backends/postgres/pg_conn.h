@@ -36,6 +36,7 @@ PGconn *pg_connect(const struct pg_server *srv, int *rc);
 struct pg_pool {
     const struct pg_server *server;
     struct conn_pool pool;
+    uint32_t prepared_at_connect; /* statement ids (bits) prepared on each new connection (atomic) */
 };
 
 void pg_pool_init(struct pg_pool *pool, const struct pg_server *srv, int max);
@@ -48,6 +49,15 @@ int pg_pool_try_get(struct pg_pool *pool, PGconn **out);
 int pg_pool_take_idle(struct pg_pool *pool, PGconn **out);
 /* Gives one back; a connection that is not CONNECTION_OK and idle is closed. */
 void pg_pool_put(struct pg_pool *pool, PGconn *conn);
+/* From now on prepares the statements whose ids are set in `statements`
+ * (bit 1 << id) on every connection the pool opens, and on those idle in
+ * it now, in one round trip each (pipeline mode). For statements that are
+ * sent without a thread (pg_send_prepared_now), which cannot prepare on
+ * demand: a connection where one is not prepared makes the caller send it
+ * again, prepared, on a worker. Call it once the tables they name exist;
+ * a statement the server refuses is left to be prepared on demand, as
+ * before. Thread-safe. */
+void pg_pool_prepare_at_connect(struct pg_pool *pool, uint32_t statements);
 
 /* One statement with text parameters (lengths/formats may be NULL: all text;
  * formats[i] = 1 sends parameter i as binary bytes). Waits at most the

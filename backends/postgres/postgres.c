@@ -354,6 +354,20 @@ static void pg_close(void *instance)
     free(inst);
 }
 
+_Static_assert(PG_STATEMENT_COUNT <= 32, "statement ids are bits of a uint32_t");
+
+/* The statements that lease mode's attempts and releases send without a
+ * thread (pg_native.c), as bits of their ids: prepared on each connection
+ * of the pool before it is used, since such a statement cannot be prepared
+ * on demand without a round trip of its own. */
+static uint32_t native_statements(const struct pg_instance *inst)
+{
+    uint32_t ids = UINT32_C(1) << PG_TAKE | UINT32_C(1) << PG_ACQUIRE | UINT32_C(1) << PG_RELEASE;
+    if (!inst->head.no_shared_columns)
+        ids |= UINT32_C(1) << PG_REGISTER_WRITER | UINT32_C(1) << PG_SHARED_ACQUIRE | UINT32_C(1) << PG_SHARED_RELEASE;
+    return ids;
+}
+
 static int pg_open(void **instance, const struct dlock_provider_env *env)
 {
     struct pg_instance *inst = calloc(1, sizeof *inst);
@@ -389,6 +403,8 @@ static int pg_open(void **instance, const struct dlock_provider_env *env)
         pg_close(inst);
         return rc;
     }
+    if (inst->head.mode == &pg_lease_mode)
+        pg_pool_prepare_at_connect(&inst->pool, native_statements(inst));
     dlock_provider_log(env->log_handle, DLOCK_LOG_DEBUG, "%s: ready, %s mode, table \"%s\"", inst->server.label,
                        inst->head.mode->name, set.table);
     *instance = inst;

@@ -42,6 +42,7 @@ struct fault_proxy {
     enum fault_mode mode;
     int64_t delay_ms;
     bool stop;
+    uint64_t client_reads;     /* chunks read from clients (atomic) */
     struct pair pairs[MAX_PAIRS];
 };
 
@@ -285,6 +286,8 @@ static void *serve(void *arg)
                     continue;
                 }
                 bool ok = idx[k] % 2 == 0 ? take(pr, 0, pr->client, delay) : take(pr, 1, pr->server, delay);
+                if (ok && idx[k] % 2 == 0)
+                    __atomic_add_fetch(&p->client_reads, 1, __ATOMIC_RELAXED);
                 if (!ok && idx[k] % 2 == 0 && pr->queue[0] && mode != FAULT_RESET) {
                     /* The client closed with bytes still on their way: as on
                      * a network, they arrive at their time all the same. */
@@ -335,6 +338,11 @@ void fault_proxy_set(struct fault_proxy *p, enum fault_mode mode, int64_t delay_
     pthread_mutex_unlock(&p->mu);
     ssize_t ignored = write(p->wake[1], "x", 1);
     (void)ignored;
+}
+
+uint64_t fault_proxy_client_reads(struct fault_proxy *p)
+{
+    return __atomic_load_n(&p->client_reads, __ATOMIC_RELAXED);
 }
 
 void fault_proxy_stop(struct fault_proxy *p)

@@ -35,6 +35,10 @@ struct fault_proxy;
  * the port to connect to. */
 struct fault_proxy *fault_proxy_start(int target_port, int *port);
 void fault_proxy_set(struct fault_proxy *p, enum fault_mode mode, int64_t delay_ms);
+/* How many chunks it has taken from clients to forward (FAULT_DROP's are
+ * not counted): a client that writes each request whole, and waits for its
+ * answer before the next, makes one a request. */
+uint64_t fault_proxy_client_reads(struct fault_proxy *p);
 /* Stops it and closes every connection. */
 void fault_proxy_stop(struct fault_proxy *p);
 

@@ -598,6 +598,17 @@ NATIVE_CASES(open_native_at, open_direct, server.port, 900)
 /* A release is one statement: its deadline is one command timeout. */
 NATIVE_RELEASE_CASES(open_native_at, open_direct, server.port, 300)
 
+/* A client of the server through the fault proxy at proxy_port, with
+ * these settings of the postgres group. */
+static dlock_client *open_through(int proxy_port, const char *settings)
+{
+    char text[512];
+    snprintf(text, sizeof text,
+             "backend = \"postgres\";\npostgres = { port = %d; user = \"postgres\"; database = \"postgres\"; %s };\n",
+             proxy_port, settings);
+    return test_client_open(text);
+}
+
 /* dlock_client_process never blocks, even for a permit waiter at the head
  * of the name's line, whose grant passes the line's gate on (a statement
  * and its answer on the line's connection). With every answer held 400 ms
@@ -609,11 +620,7 @@ static void the_loop_never_waits_for_the_lines_steps(void **state)
     int proxy_port;
     struct fault_proxy *proxy = fault_proxy_start(server.port, &proxy_port);
     assert_non_null(proxy);
-    char text[512];
-    snprintf(text, sizeof text,
-             "backend = \"postgres\";\npostgres = { port = %d; user = \"postgres\"; database = \"postgres\"; "
-             "pool_size = 2; command_timeout_ms = 5000; };\n", proxy_port);
-    dlock_client *a = test_client_open(text), *b = open_direct();
+    dlock_client *a = open_through(proxy_port, "pool_size = 2; command_timeout_ms = 5000;"), *b = open_direct();
     dlock_lock *la = test_lock_of_kind(a, "native-line", DLOCK_MODE_SEMAPHORE, 1);
     dlock_lock *lb = test_lock_of_kind(b, "native-line", DLOCK_MODE_SEMAPHORE, 1);
     assert_int_equal(dlock_acquire(la, 0), DLOCK_OK); /* the statements prepared on a connection */
@@ -654,6 +661,36 @@ static void turn_for(dlock_client *c, int64_t ms, const struct async_result *r)
 {
     for (int64_t end = now_ms() + ms; r->calls == 0 && now_ms() < end;)
         async_loop_turn(c, 20);
+}
+
+/* A client's first attempt and release through the non-blocking API are
+ * one round trip per statement, on the connection the client opened with:
+ * the statements they send are prepared on every connection of the pool
+ * before it is used, so none of them is refused as unprepared and made
+ * again (prepared, then sent) on a worker. */
+static void first_native_statements_are_already_prepared(void **state)
+{
+    (void)state;
+    int proxy_port;
+    struct fault_proxy *proxy = fault_proxy_start(server.port, &proxy_port);
+    assert_non_null(proxy);
+    dlock_client *a = open_through(proxy_port, "pool_size = 1;");
+    dlock_lock *la = test_lock_named(a, "native-first-statements");
+    uint64_t before = fault_proxy_client_reads(proxy);
+    struct async_result granted = { 0 }, released = { 0 };
+    assert_int_equal(async_acquire_looping(a, la, 0, slack_ms(5000), &granted), DLOCK_OK);
+    /* The fast path finds no row for a new name, then the upsert grants. */
+    assert_int_equal(fault_proxy_client_reads(proxy) - before, 2);
+    assert_int_equal(dlock_release_start(la, async_record, &released), DLOCK_OK);
+    turn_for(a, slack_ms(5000), &released);
+    assert_int_equal(released.calls, 1);
+    assert_int_equal(released.rc, DLOCK_OK);
+    assert_int_equal(fault_proxy_client_reads(proxy) - before, 3);
+    assert_int_equal(test_client_metric(a, "dlock_acquire_attempts_parked_total"), 1);
+    assert_int_equal(test_client_metric(a, "dlock_releases_parked_total"), 1);
+    dlock_lock_free(la);
+    dlock_client_close(a);
+    fault_proxy_stop(proxy);
 }
 
 /* An exclusive request at the head of the name's line looks without a
@@ -843,6 +880,7 @@ int main(void)
         cmocka_unit_test(native_release_without_an_answer_ends_at_its_deadline),
         cmocka_unit_test(native_release_on_a_dead_idle_connection_is_sent_again),
         cmocka_unit_test(a_native_release_passes_the_lines_gate_on),
+        cmocka_unit_test(first_native_statements_are_already_prepared),
         cmocka_unit_test(the_loop_never_waits_for_the_lines_steps),
         cmocka_unit_test(native_busy_attempt_registers_the_writer_and_waits),
         cmocka_unit_test(fair_mode_is_for_exclusive_holds_and_permits),
