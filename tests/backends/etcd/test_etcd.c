@@ -428,20 +428,31 @@ static void a_waiter_on_a_fresh_lease_sends_no_keepalive_a_slice(void **state)
     dlock_client_close(b);
 }
 
-struct queued_wait {
+/* A blocking acquire on a thread of its own: waits up to wait_ms, notes
+ * how it ended and when, holds for hold_ms once granted, then releases.
+ * rc and release_rc stay -1 until known (rc may be looked at while the
+ * thread waits, atomically); granted_at is the test clock at the end of
+ * the wait, 0 before. */
+struct thread_waiter {
     dlock_lock *lock;
-    int rc;
-    int64_t granted_at;
+    int64_t wait_ms, hold_ms;
+    int rc, release_rc;
+    int64_t took_ms, granted_at;
 };
 
-static void *wait_and_note(void *arg)
+#define THREAD_WAITER(l, wait, hold) ((struct thread_waiter){ (l), (wait), (hold), -1, -1, 0, 0 })
+
+static void *thread_waiter_run(void *arg)
 {
-    struct queued_wait *w = arg;
-    w->rc = dlock_acquire(w->lock, 20000);
+    struct thread_waiter *w = arg;
+    int64_t t0 = now_ms();
+    int rc = dlock_acquire(w->lock, w->wait_ms);
+    w->took_ms = now_ms() - t0;
     __atomic_store_n(&w->granted_at, now_ms(), __ATOMIC_SEQ_CST);
-    if (w->rc == DLOCK_OK) {
-        sleep_ms(50);
-        dlock_release(w->lock);
+    __atomic_store_n(&w->rc, rc, __ATOMIC_SEQ_CST);
+    if (rc == DLOCK_OK) {
+        sleep_ms(w->hold_ms);
+        w->release_rc = dlock_release(w->lock);
     }
     return NULL;
 }
@@ -464,9 +475,9 @@ static void a_queued_waiter_looks_again_without_a_write(void **state)
     dlock_client *a = open_ok(30000), *b = open_ok(30000);
     dlock_lock *la = test_lock_named(a, "look-again"), *lb = test_lock_named(b, "look-again");
     assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
-    struct queued_wait wb = { lb, -1, 0 };
+    struct thread_waiter wb = THREAD_WAITER(lb, 20000, 50);
     pthread_t t;
-    assert_int_equal(pthread_create(&t, NULL, wait_and_note, &wb), 0);
+    assert_int_equal(pthread_create(&t, NULL, thread_waiter_run, &wb), 0);
     int64_t t0 = now_ms();
     while (keys_of("look-again") < 2 && now_ms() - t0 < 5000)
         sleep_ms(10);
@@ -526,9 +537,9 @@ static void a_waiter_whose_key_went_queues_anew(void **state)
     dlock_client *a = open_ok(30000), *b = open_ok(30000);
     dlock_lock *la = test_lock_named(a, "gone-look"), *lb = test_lock_named(b, "gone-look");
     assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
-    struct queued_wait wb = { lb, -1, 0 };
+    struct thread_waiter wb = THREAD_WAITER(lb, 20000, 50);
     pthread_t t;
-    assert_int_equal(pthread_create(&t, NULL, wait_and_note, &wb), 0);
+    assert_int_equal(pthread_create(&t, NULL, thread_waiter_run, &wb), 0);
     int64_t t0 = now_ms();
     while (keys_of("gone-look") < 2 && now_ms() - t0 < 5000)
         sleep_ms(10);
@@ -577,13 +588,14 @@ static void a_waiter_keeps_its_place_through_waits_longer_than_its_lease(void **
     (void)state;
     dlock_client *a = open_ok(30000), *b = open_ok(2000), *c = open_ok(30000);
     dlock_lock *la = test_lock_named(a, "long-wait");
-    struct queued_wait wb = { test_lock_named(b, "long-wait"), -1, 0 }, wc = { test_lock_named(c, "long-wait"), -1, 0 };
+    struct thread_waiter wb = THREAD_WAITER(test_lock_named(b, "long-wait"), 20000, 50),
+                         wc = THREAD_WAITER(test_lock_named(c, "long-wait"), 20000, 50);
     assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
     pthread_t tb, tc;
-    assert_int_equal(pthread_create(&tb, NULL, wait_and_note, &wb), 0);
+    assert_int_equal(pthread_create(&tb, NULL, thread_waiter_run, &wb), 0);
     sleep_ms(4500);
     assert_int_equal(keys_of("long-wait"), 2); /* the holder's and b's */
-    assert_int_equal(pthread_create(&tc, NULL, wait_and_note, &wc), 0);
+    assert_int_equal(pthread_create(&tc, NULL, thread_waiter_run, &wc), 0);
     int64_t t0 = now_ms();
     while (keys_of("long-wait") < 3 && now_ms() - t0 < 5000)
         sleep_ms(20);
@@ -601,24 +613,6 @@ static void a_waiter_keeps_its_place_through_waits_longer_than_its_lease(void **
     dlock_client_close(c);
 }
 
-struct slow_waiter {
-    dlock_lock *lock;
-    int rc, release_rc;
-    int64_t took_ms;
-};
-
-static void *slow_waiter_acquire(void *arg)
-{
-    struct slow_waiter *w = arg;
-    int64_t t0 = now_ms();
-    int rc = dlock_acquire(w->lock, 20000);
-    w->took_ms = now_ms() - t0;
-    __atomic_store_n(&w->rc, rc, __ATOMIC_SEQ_CST); /* a case may look at it while we wait */
-    if (rc == DLOCK_OK)
-        w->release_rc = dlock_release(w->lock);
-    return NULL;
-}
-
 /* An exclusive hold of NAME and a waiter in mode behind it, through a
  * proxy that delays each byte of the waiter's 300 ms each way, so that
  * what the holder does next comes while the waiter's requests are on
@@ -627,7 +621,7 @@ struct slow_line {
     struct fault_proxy *proxy;
     dlock_client *a, *b;
     dlock_lock *holder;
-    struct slow_waiter w;
+    struct thread_waiter w;
     pthread_t t;
 };
 
@@ -645,9 +639,9 @@ static void slow_line_start(struct slow_line *s, const char *name, unsigned mode
     /* One wait covers the whole budget: no look again on a timer. */
     write_config_at(text, sizeof text, proxy_port, 30000, 30000, "");
     s->b = test_client_open(text);
-    s->w = (struct slow_waiter){ test_lock_of_kind(s->b, name, mode, 0), -1, -1, 0 };
+    s->w = THREAD_WAITER(test_lock_of_kind(s->b, name, mode, 0), 20000, 0);
     fault_proxy_set(s->proxy, FAULT_DELAY, 300);
-    assert_int_equal(pthread_create(&s->t, NULL, slow_waiter_acquire, &s->w), 0);
+    assert_int_equal(pthread_create(&s->t, NULL, thread_waiter_run, &s->w), 0);
     int64_t t0 = now_ms();
     while (keys_of(name) < 2 && now_ms() - t0 < 5000)
         sleep_ms(20);
@@ -701,7 +695,7 @@ static void a_downgraded_key_keeps_its_place_and_shows_as_shared(void **state)
     dlock_client *a = open_ok(30000), *b = open_ok(30000), *c = open_ok(30000);
     dlock_lock *x = test_lock_named(a, "down-key");
     dlock_lock *reader = test_lock_of_kind(b, "down-key", DLOCK_MODE_SHARED, 0);
-    struct slow_waiter w = { test_lock_named(c, "down-key"), -1, -1, 0 };
+    struct thread_waiter w = THREAD_WAITER(test_lock_named(c, "down-key"), 20000, 0);
     assert_int_equal(dlock_acquire(x, 0), DLOCK_OK);
     uint64_t created = key_field("down-key", "CreateRevision"), lease = key_field("down-key", "Lease"), fence;
     assert_int_equal(dlock_downgrade(x), DLOCK_OK);
@@ -721,7 +715,7 @@ static void a_downgraded_key_keeps_its_place_and_shows_as_shared(void **state)
 
     assert_int_equal(dlock_acquire(reader, 0), DLOCK_OK);
     pthread_t t;
-    assert_int_equal(pthread_create(&t, NULL, slow_waiter_acquire, &w), 0);
+    assert_int_equal(pthread_create(&t, NULL, thread_waiter_run, &w), 0);
     int64_t t0 = now_ms();
     while (keys_of("down-key") < 3 && now_ms() - t0 < 5000)
         sleep_ms(20);
@@ -876,18 +870,6 @@ static void a_retry_that_gets_no_answer_keeps_the_key_remembered(void **state)
     stray_client_close(&sc);
 }
 
-struct stray_waiter {
-    dlock_lock *lock;
-    int rc;
-};
-
-static void *wait_in_line(void *arg)
-{
-    struct stray_waiter *w = arg;
-    w->rc = dlock_acquire(w->lock, 1500);
-    return NULL;
-}
-
 /* A waiter gives up while its requests are lost: its delete never comes.
  * When the holder lets go, that key must not become the holder. */
 static void a_waiter_that_gives_up_without_an_answer_leaves_no_key(void **state)
@@ -898,9 +880,9 @@ static void a_waiter_that_gives_up_without_an_answer_leaves_no_key(void **state)
     assert_int_equal(dlock_acquire(lx, 0), DLOCK_OK);
     struct stray_client sc;
     stray_client_open(&sc, "stray-wait");
-    struct stray_waiter w = { test_lock_named(sc.client, "stray-wait"), -1 };
+    struct thread_waiter w = THREAD_WAITER(test_lock_named(sc.client, "stray-wait"), 1500, 0);
     pthread_t t;
-    assert_int_equal(pthread_create(&t, NULL, wait_in_line, &w), 0);
+    assert_int_equal(pthread_create(&t, NULL, thread_waiter_run, &w), 0);
     sleep_ms(700); /* queued, and waiting */
     fault_proxy_set(sc.proxy, FAULT_DROP, 0);
     pthread_join(t, NULL);
