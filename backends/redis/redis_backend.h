@@ -46,6 +46,7 @@ struct redis_lock {
     bool registered;            /* the owner is in the waiter queue */
     bool published;             /* this hold stored an election value (redis_election.c) */
     bool release_sent_before;   /* a release went out on a connection that died with it (redis_native.c) */
+    struct redis_pool *native_pool; /* the pool of the round trip in flight without a thread (redis_native.c) */
 };
 
 struct redis_route {
@@ -76,6 +77,10 @@ struct redis_route {
     int (*renew)(struct redis_instance *inst, bool shared, struct dlock_provider_lock *const *locks, size_t n,
                  int *results);
     int (*list)(struct redis_instance *inst, struct dlock_provider_list *req);
+    /* The pool whose connection carries a round trip on key sent without
+     * a thread (redis_native.c): it must not connect or wait. NULL: none
+     * now (the blocking call makes it). */
+    struct redis_pool *(*native_pool)(struct redis_instance *inst, const char *key, size_t key_len);
 };
 
 extern const struct redis_route redis_single_route;

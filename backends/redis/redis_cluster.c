@@ -618,6 +618,12 @@ static struct cluster_node *node_for_channel(struct redis_cluster *c, const char
     return c->sharded ? node_for_slot(c, redis_cluster_slot(channel, len)) : c->nodes[0];
 }
 
+struct redis_pool *redis_cluster_pool_of(struct redis_cluster *c, const char *key, size_t len)
+{
+    struct cluster_node *node = node_for_slot(c, redis_cluster_slot(key, len));
+    return node ? &node->pool : NULL;
+}
+
 struct redis_subscriber *redis_cluster_subscriber_of(struct redis_cluster *c, const char *channel, size_t len)
 {
     struct cluster_node *node = node_for_channel(c, channel, len);

@@ -86,6 +86,11 @@ int redis_cluster_preload(struct redis_cluster *c, struct redis_scripts *s, cons
 int redis_cluster_subscribe(struct redis_cluster *c, const char *channel, size_t len, int notify_fd,
                             int64_t timeout_ms, struct redis_subscriber **used);
 
+/* The pool of the master serving key's slot, as the slot map says now
+ * (NULL when no node is known for it). Never connects or waits: for a
+ * round trip sent without a thread, which the blocking call makes instead
+ * when the node answers MOVED or ASK. */
+struct redis_pool *redis_cluster_pool_of(struct redis_cluster *c, const char *key, size_t len);
 /* The subscriber serving channel's slot now, NULL if none is started. A
  * lock subscribed on another one (its slot moved, or its node failed over)
  * should unsubscribe there and subscribe again. */

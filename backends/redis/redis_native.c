@@ -5,13 +5,16 @@
  * (hiredis's reader, fed one read at a time) and answers as acquire
  * (release) would; the drops close a connection whose answer never came.
  *
- * Only what the plain path does in one round trip goes this way: one
- * server (or the sentinels' master), no WAIT, the script already loaded, an
- * idle connection in the pool (sending never connects or waits). Anything else (a cluster's redirections, a
- * script the server forgot, a connection that died, a READONLY master
- * after a failover) answers DLOCK_ENOTSUP, and the core makes the attempt
- * with acquire, which knows how to recover. The subscription a waiter
- * needs after a busy answer is made by wait_arm (redis.c). */
+ * Only what the plain path does in one round trip goes this way: no WAIT,
+ * the script already loaded, an idle connection in the pool of the server
+ * that serves the key (the one server, the sentinels' master, or the
+ * cluster's master of the key's slot as the slot map says), so that
+ * sending never connects or waits. Anything else (a cluster node that
+ * answers MOVED, ASK, TRYAGAIN or CLUSTERDOWN, a script the server forgot,
+ * a connection that died, a READONLY master after a failover) answers
+ * DLOCK_ENOTSUP, and the core makes the attempt with acquire, which knows
+ * how to recover: none of those answers ran the script. The subscription a
+ * waiter needs after a busy answer is made by wait_arm (redis.c). */
 #include "config.h"
 
 #include "../common/native_room.h"
@@ -19,23 +22,38 @@
 
 #include <string.h>
 
-/* Gives ctx back, closed when broken (readonly: closed, with the pool's
- * idle ones, since the server is no longer the master). */
-static void give_back(struct redis_instance *inst, redisContext *ctx, bool readonly)
+/* Gives ctx back to pool, closed when broken (readonly: closed, with the
+ * pool's idle ones, since the server is no longer the master). */
+static void give_back(struct redis_pool *pool, redisContext *ctx, bool readonly)
 {
     if (readonly)
         ctx->err = REDIS_ERR_OTHER; /* closed by redis_pool_put */
-    redis_pool_put(&inst->pool, ctx);
+    redis_pool_put(pool, ctx);
     if (readonly)
-        conn_pool_drop_idle(&inst->pool.conns);
+        conn_pool_drop_idle(&pool->conns);
 }
 
-/* Writes one EVALSHA of script which on an idle connection of the pool,
- * as a native round trip: DLOCK_OK (in flight, *io filled), DLOCK_ENOTSUP
- * (nothing sent: the blocking call makes it), or a failure. */
-static int send_script(struct redis_instance *inst, enum redis_script which, int nkeys, int nargs,
-                       const char **args, const size_t *lens, struct dlock_provider_io *io)
+/* Whether an error reply says the script did not run: not loaded there,
+ * a replica now, or (a cluster) not the node of the key's slot, or a slot
+ * being moved or not served. */
+static bool refused_unrun(const char *err)
 {
+    static const char *const codes[] = { "NOSCRIPT", "READONLY", "MOVED ", "ASK ", "TRYAGAIN", "CLUSTERDOWN" };
+    for (size_t i = 0; i < sizeof codes / sizeof codes[0]; i++)
+        if (strncmp(err, codes[i], strlen(codes[i])) == 0)
+            return true;
+    return false;
+}
+
+/* Writes one EVALSHA of script which on an idle connection of the pool of
+ * rl's key, as a native round trip: DLOCK_OK (in flight, *io filled),
+ * DLOCK_ENOTSUP (nothing sent: the blocking call makes it), or a failure. */
+static int send_script(struct redis_instance *inst, struct redis_lock *rl, enum redis_script which, int nkeys,
+                       int nargs, const char **args, const size_t *lens, struct dlock_provider_io *io)
+{
+    struct redis_pool *pool = inst->route->native_pool(inst, rl->k.key, rl->k.key_len);
+    if (!pool)
+        return DLOCK_ENOTSUP;
     struct redis_evalsha e;
     int rc = redis_evalsha_build(&e, &inst->scripts, which, nkeys, nargs, args, lens);
     if (rc != DLOCK_OK)
@@ -44,13 +62,13 @@ static int send_script(struct redis_instance *inst, enum redis_script which, int
     /* Not loaded yet, or no idle connection: the blocking call loads the
      * script, or connects or waits for a connection, on a worker (this
      * call must not block: the core may make it on the caller's loop). */
-    if (!e.sha[0] || redis_pool_take_idle(&inst->pool, &ctx) != DLOCK_OK) {
+    if (!e.sha[0] || redis_pool_take_idle(pool, &ctx) != DLOCK_OK) {
         redis_evalsha_free(&e);
         return DLOCK_ENOTSUP;
     }
-    if (!native_room_try_take(&inst->native_in_flight, inst->pool.conns.max)) {
+    if (!native_room_try_take(&inst->native_in_flight, pool->conns.max)) {
         redis_evalsha_free(&e);
-        give_back(inst, ctx, false);
+        give_back(pool, ctx, false);
         return DLOCK_ENOTSUP;
     }
     int done = 0;
@@ -61,11 +79,12 @@ static int send_script(struct redis_instance *inst, enum redis_script which, int
             rc = DLOCK_ENOTSUP; /* ctx->err set: closed below; the blocking call sends it on a fresh one */
     if (rc != DLOCK_OK) {
         native_room_given_back(&inst->native_in_flight);
-        give_back(inst, ctx, false);
+        give_back(pool, ctx, false);
         return rc;
     }
+    rl->native_pool = pool;
     io->fd = ctx->fd;
-    io->timeout_ms = inst->pool.server.command_timeout_ms;
+    io->timeout_ms = pool->server.command_timeout_ms;
     io->priv = ctx;
     return DLOCK_OK;
 }
@@ -76,17 +95,19 @@ static int send_script(struct redis_instance *inst, enum redis_script which, int
  * call, either refused unrun (NOSCRIPT, or READONLY after a failover) or
  * on a connection that failed with it in flight (*broken: it may have
  * run). Every answer but DLOCK_PROVIDER_AGAIN gives the connection back. */
-static int read_reply(struct redis_instance *inst, struct dlock_provider_io *io, redisReply **out, bool *broken)
+static int read_reply(struct redis_instance *inst, struct redis_lock *rl, struct dlock_provider_io *io,
+                      redisReply **out, bool *broken)
 {
     redisContext *ctx = io->priv;
+    struct redis_pool *pool = rl->native_pool;
     void *reply = NULL;
     *out = NULL;
     *broken = false;
     if (redisBufferRead(ctx) != REDIS_OK || redisGetReplyFromReader(ctx, &reply) != REDIS_OK) {
         io->priv = NULL;
         native_room_given_back(&inst->native_in_flight);
-        give_back(inst, ctx, false);
-        conn_pool_drop_idle(&inst->pool.conns);
+        give_back(pool, ctx, false);
+        conn_pool_drop_idle(&pool->conns);
         *broken = true;
         return DLOCK_ENOTSUP;
     }
@@ -96,9 +117,9 @@ static int read_reply(struct redis_instance *inst, struct dlock_provider_io *io,
     native_room_given_back(&inst->native_in_flight);
     redisReply *r = reply;
     bool readonly = r->type == REDIS_REPLY_ERROR && strncmp(r->str, "READONLY", 8) == 0;
-    give_back(inst, ctx, readonly);
+    give_back(pool, ctx, readonly);
     int rc = DLOCK_OK;
-    if (r->type == REDIS_REPLY_ERROR && (readonly || strncmp(r->str, "NOSCRIPT", 8) == 0))
+    if (r->type == REDIS_REPLY_ERROR && refused_unrun(r->str))
         rc = DLOCK_ENOTSUP;
     else if (r->type == REDIS_REPLY_ERROR)
         rc = redis_script_error(inst->route->label(inst), r->str);
@@ -109,20 +130,21 @@ static int read_reply(struct redis_instance *inst, struct dlock_provider_io *io,
     return rc;
 }
 
-static void drop(struct redis_instance *inst, struct dlock_provider_io *io)
+static void drop(struct redis_instance *inst, struct redis_lock *rl, struct dlock_provider_io *io)
 {
     redisContext *ctx = io->priv;
     io->priv = NULL;
     if (ctx) {
         native_room_given_back(&inst->native_in_flight);
         ctx->err = REDIS_ERR_OTHER; /* closed by redis_pool_put: an answer may still come on it */
-        redis_pool_put(&inst->pool, ctx);
+        redis_pool_put(rl->native_pool, ctx);
     }
 }
 
+/* WAIT for replicas is a second round trip: the blocking call makes both. */
 static bool native_route(const struct redis_instance *inst)
 {
-    return inst->route == &redis_single_route && inst->wait_replicas == 0;
+    return inst->wait_replicas == 0;
 }
 
 int redis_acquire_send(void *instance, struct dlock_provider_lock *lk, struct dlock_provider_io *io)
@@ -135,7 +157,7 @@ int redis_acquire_send(void *instance, struct dlock_provider_lock *lk, struct dl
         return rc;
     struct redis_attempt_args a;
     redis_attempt_args(inst, lk, &a);
-    return send_script(inst, a.which, a.nkeys, a.nargs, a.args, a.lens, io);
+    return send_script(inst, lk->priv, a.which, a.nkeys, a.nargs, a.args, a.lens, io);
 }
 
 int redis_acquire_recv(void *instance, struct dlock_provider_lock *lk, struct dlock_provider_io *io,
@@ -146,8 +168,8 @@ int redis_acquire_recv(void *instance, struct dlock_provider_lock *lk, struct dl
     bool broken;
     /* Not read (DLOCK_ENOTSUP): acquire sends it again on a fresh
      * connection (the script is safe to run twice for its owner), loads
-     * the script again, or finds the new master. */
-    int rc = read_reply(inst, io, &r, &broken);
+     * the script again, or finds the new master or the slot's node. */
+    int rc = read_reply(inst, lk->priv, io, &r, &broken);
     if (rc != DLOCK_OK)
         return rc;
     g->retry_hint_ms = -1;
@@ -156,8 +178,7 @@ int redis_acquire_recv(void *instance, struct dlock_provider_lock *lk, struct dl
 
 void redis_acquire_drop(void *instance, struct dlock_provider_lock *lk, struct dlock_provider_io *io)
 {
-    (void)lk;
-    drop(instance, io);
+    drop(instance, lk->priv, io);
 }
 
 int redis_release_send(void *instance, struct dlock_provider_lock *lk, struct dlock_provider_io *io)
@@ -170,7 +191,7 @@ int redis_release_send(void *instance, struct dlock_provider_lock *lk, struct dl
     rl->release_sent_before = false;
     struct redis_release_args a;
     redis_release_args(inst, lk, &a);
-    return send_script(inst, a.which, a.nkeys, a.nargs, a.args, a.lens, io);
+    return send_script(inst, rl, a.which, a.nkeys, a.nargs, a.args, a.lens, io);
 }
 
 int redis_release_recv(void *instance, struct dlock_provider_lock *lk, struct dlock_provider_io *io)
@@ -179,7 +200,7 @@ int redis_release_recv(void *instance, struct dlock_provider_lock *lk, struct dl
     struct redis_lock *rl = lk->priv;
     redisReply *r;
     bool broken;
-    int rc = read_reply(inst, io, &r, &broken);
+    int rc = read_reply(inst, rl, io, &r, &broken);
     /* release sends it again; a hold it then finds gone is this one's work. */
     rl->release_sent_before = broken;
     if (rc != DLOCK_OK)
@@ -192,6 +213,5 @@ int redis_release_recv(void *instance, struct dlock_provider_lock *lk, struct dl
 
 void redis_release_drop(void *instance, struct dlock_provider_lock *lk, struct dlock_provider_io *io)
 {
-    (void)lk;
-    drop(instance, io);
+    drop(instance, lk->priv, io);
 }

@@ -249,6 +249,14 @@ static int single_list(struct redis_instance *inst, struct dlock_provider_list *
     return redis_list_page(&inst->pool, inst->prefix, req);
 }
 
+/* The one server's (or the sentinels' master's) pool. */
+static struct redis_pool *single_native_pool(struct redis_instance *inst, const char *key, size_t key_len)
+{
+    (void)key;
+    (void)key_len;
+    return &inst->pool;
+}
+
 const struct redis_route redis_single_route = {
     .name = "single",
     .label = single_label,
@@ -260,6 +268,7 @@ const struct redis_route redis_single_route = {
     .resent = redis_pool_last_resent,
     .renew = single_renew,
     .list = single_list,
+    .native_pool = single_native_pool,
 };
 
 /* ---- a cluster ------------------------------------------------------------------------ */
@@ -313,6 +322,13 @@ static int cluster_renew(struct redis_instance *inst, bool shared, struct dlock_
     return renew_kind_batch(inst, shared, locks, n, results, true);
 }
 
+/* The master of the key's slot, as the map says: a node that has moved
+ * the slot answers MOVED (or ASK), and the blocking call follows it. */
+static struct redis_pool *cluster_native_pool(struct redis_instance *inst, const char *key, size_t key_len)
+{
+    return redis_cluster_pool_of(inst->cluster, key, key_len);
+}
+
 /* A SCAN sees one node's keys: master after master. */
 static int cluster_list(struct redis_instance *inst, struct dlock_provider_list *req)
 {
@@ -334,4 +350,5 @@ const struct redis_route redis_cluster_route = {
     .resent = cluster_resent,
     .renew = cluster_renew,
     .list = cluster_list,
+    .native_pool = cluster_native_pool,
 };

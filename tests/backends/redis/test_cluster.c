@@ -13,6 +13,7 @@
 
 #include "../../../backends/redis/redis_cluster.h"
 #include "../../conformance/conformance.h"
+#include "../../support/async_result.h"
 #include "../../support/redis_server.h"
 #include "../../support/service.h"
 #include "../../support/test_time.h"
@@ -289,6 +290,71 @@ static void set_slot_everywhere(unsigned slot, const char *node)
     }
 }
 
+/* Moves every key of slot from src to dst (MIGRATE, a hundred at a time). */
+static void migrate_keys(unsigned slot, int src, int dst)
+{
+    for (;;) {
+        redisReply *r = test_redis_cmd_at(src, "CLUSTER GETKEYSINSLOT %u 100", slot);
+        assert_non_null(r);
+        size_t n = r->elements;
+        for (size_t i = 0; i < n; i++) {
+            redisReply *m = test_redis_cmd_at(src, "MIGRATE 127.0.0.1 %d %s 0 5000", dst, r->element[i]->str);
+            assert_non_null(m);
+            if (m->type == REDIS_REPLY_ERROR)
+                fail_msg("MIGRATE %s: %s", r->element[i]->str, m->str);
+            freeReplyObject(m);
+        }
+        freeReplyObject(r);
+        if (n == 0)
+            break;
+    }
+}
+
+/* Marks slot as moving from src to dst, on both. */
+static void start_migration(unsigned slot, int src, int dst)
+{
+    char src_id[41], dst_id[41];
+    node_id(src, src_id);
+    node_id(dst, dst_id);
+    redisReply *r = test_redis_cmd_at(dst, "CLUSTER SETSLOT %u IMPORTING %s", slot, src_id);
+    assert_int_equal(r->type, REDIS_REPLY_STATUS);
+    freeReplyObject(r);
+    r = test_redis_cmd_at(src, "CLUSTER SETSLOT %u MIGRATING %s", slot, dst_id);
+    assert_int_equal(r->type, REDIS_REPLY_STATUS);
+    freeReplyObject(r);
+}
+
+/* Moves the rest of the slot's keys, then hands the slot to dst. */
+static void finish_migration(unsigned slot, int src, int dst)
+{
+    char dst_id[41];
+    node_id(dst, dst_id);
+    migrate_keys(slot, src, dst);
+    set_slot_everywhere(slot, dst_id);
+    assert_int_equal(master_of_slot(slot), dst);
+}
+
+/* Another master than port. */
+static int other_master(int port)
+{
+    for (int i = 0; i < NODES; i++)
+        if (!node_killed[i] && node_port(i) != port && is_master(node_port(i)))
+            return node_port(i);
+    return 0;
+}
+
+/* Moves slot, with its keys, to another master at once (as a resharding
+ * does it: importing, migrating, the keys, then the new owner everywhere);
+ * returns that master's port. */
+static int move_slot(unsigned slot)
+{
+    int src = master_of_slot(slot), dst = other_master(src);
+    assert_true(src && dst);
+    start_migration(slot, src, dst);
+    finish_migration(slot, src, dst);
+    return dst;
+}
+
 /* A lock is held while its slot moves to another master: reads of a new
  * lock in the half-migrated slot follow ASK, its acquire is refused with
  * TRYAGAIN until the slot has moved, the held one keeps renewing, and once
@@ -302,20 +368,9 @@ static void a_held_lock_follows_its_slot_to_another_master(void **state)
     uint64_t fence_before;
     assert_int_equal(dlock_fence(held, &fence_before), DLOCK_OK);
     unsigned slot = lock_slot("migrating");
-    int src = master_of_slot(slot), dst = 0;
-    for (int i = 0; i < NODES && !dst; i++)
-        if (node_port(i) != src && is_master(node_port(i)))
-            dst = node_port(i);
+    int src = master_of_slot(slot), dst = other_master(src);
     assert_true(src && dst);
-    char src_id[41], dst_id[41];
-    node_id(src, src_id);
-    node_id(dst, dst_id);
-    redisReply *r = test_redis_cmd_at(dst, "CLUSTER SETSLOT %u IMPORTING %s", slot, src_id);
-    assert_int_equal(r->type, REDIS_REPLY_STATUS);
-    freeReplyObject(r);
-    r = test_redis_cmd_at(src, "CLUSTER SETSLOT %u MIGRATING %s", slot, dst_id);
-    assert_int_equal(r->type, REDIS_REPLY_STATUS);
-    freeReplyObject(r);
+    start_migration(slot, src, dst);
 
     /* A lock of the same slot that has no keys yet: one-key reads are sent
      * on to the target (ASK, then ASKING there); the acquire script, which
@@ -342,23 +397,7 @@ static void a_held_lock_follows_its_slot_to_another_master(void **state)
     assert_int_equal(dlock_renew(held), DLOCK_OK);
 
     /* Move the rest of the slot, then hand it over. */
-    for (;;) {
-        r = test_redis_cmd_at(src, "CLUSTER GETKEYSINSLOT %u 100", slot);
-        assert_non_null(r);
-        size_t n = r->elements;
-        for (size_t i = 0; i < n; i++) {
-            redisReply *m = test_redis_cmd_at(src, "MIGRATE 127.0.0.1 %d %s 0 5000", dst, r->element[i]->str);
-            assert_non_null(m);
-            if (m->type == REDIS_REPLY_ERROR)
-                fail_msg("MIGRATE %s: %s", r->element[i]->str, m->str);
-            freeReplyObject(m);
-        }
-        freeReplyObject(r);
-        if (n == 0)
-            break;
-    }
-    set_slot_everywhere(slot, dst_id);
-    assert_int_equal(master_of_slot(slot), dst);
+    finish_migration(slot, src, dst);
 
     /* Two leases later the migrated hold is still ours (renewals followed
      * MOVED), and both locks release on the new master. */
@@ -379,6 +418,56 @@ static void a_held_lock_follows_its_slot_to_another_master(void **state)
     assert_int_equal(dlock_release(held), DLOCK_OK);
     dlock_lock_free(held);
     dlock_lock_free(fresh);
+    dlock_client_close(c);
+}
+
+/* An acquire and a release of the non-blocking API go to the master of
+ * the lock's slot without a thread (the caller's loop waits on the
+ * connection). After the slot has moved, the attempt sent there on the
+ * client's old map is answered MOVED without running: it is made again by
+ * the blocking path, which follows the redirection, and the grant comes
+ * with a higher fence; the release then goes to the new master. */
+static void non_blocking_round_trips_go_to_the_slots_master(void **state)
+{
+    (void)state;
+    dlock_client *c = open_ok(3000);
+    dlock_lock *l = test_lock_named(c, "native-slot");
+    /* The first use connects to the slot's master and loads the scripts
+     * there: blocking calls, which a round trip without a thread does not make. */
+    assert_int_equal(dlock_acquire(l, 0), DLOCK_OK);
+    assert_int_equal(dlock_release(l), DLOCK_OK);
+    long long parked = test_client_metric(c, "dlock_acquire_attempts_parked_total");
+    long long parked_releases = test_client_metric(c, "dlock_releases_parked_total");
+    struct async_result granted = { 0 }, released = { 0 };
+    assert_int_equal(async_acquire_looping(c, l, 0, slack_ms(5000), &granted), DLOCK_OK);
+    uint64_t fence_before;
+    assert_int_equal(dlock_fence(l, &fence_before), DLOCK_OK);
+    assert_int_equal(dlock_release_start(l, async_record, &released), DLOCK_OK);
+    for (int64_t end = now_ms() + slack_ms(5000); released.calls == 0 && now_ms() < end;)
+        async_loop_turn(c, 20);
+    assert_int_equal(released.calls, 1);
+    assert_int_equal(released.rc, DLOCK_OK);
+    assert_int_equal(test_client_metric(c, "dlock_acquire_attempts_parked_total"), parked + 1);
+    assert_int_equal(test_client_metric(c, "dlock_releases_parked_total"), parked_releases + 1);
+
+    move_slot(lock_slot("native-slot"));
+    memset(&granted, 0, sizeof granted);
+    memset(&released, 0, sizeof released);
+    assert_int_equal(async_acquire_looping(c, l, 0, slack_ms(5000), &granted), DLOCK_OK);
+    uint64_t fence_after;
+    assert_int_equal(dlock_fence(l, &fence_after), DLOCK_OK);
+    assert_true(fence_after > fence_before);
+    assert_true(lock_exists("native-slot"));
+    assert_int_equal(dlock_release_start(l, async_record, &released), DLOCK_OK);
+    for (int64_t end = now_ms() + slack_ms(5000); released.calls == 0 && now_ms() < end;)
+        async_loop_turn(c, 20);
+    assert_int_equal(released.calls, 1);
+    assert_int_equal(released.rc, DLOCK_OK);
+    assert_false(lock_exists("native-slot"));
+    /* Sent to the old master and answered MOVED, then to the new one. */
+    assert_int_equal(test_client_metric(c, "dlock_acquire_attempts_parked_total"), parked + 2);
+    assert_int_equal(test_client_metric(c, "dlock_releases_parked_total"), parked_releases + 2);
+    dlock_lock_free(l);
     dlock_client_close(c);
 }
 
@@ -596,11 +685,13 @@ int main(void)
     int failed = cmocka_run_group_tests_name("redis cluster slots", first, NULL, NULL);
     static const struct conformance_target target = { "redis cluster conformance (3 masters + 3 replicas)",
                                                       write_config, break_hold, flush_masters, 0, CONFORMANCE_LISTS,
-                                                      REDIS_WAITER_TIMEOUT_MS };
+                                                      REDIS_WAITER_TIMEOUT_MS,
+                                                      CONFORMANCE_NATIVE_ATTEMPTS | CONFORMANCE_NATIVE_RELEASES };
     failed += conformance_run(&target);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup(names_spread_over_every_master_and_renew, before_each),
         cmocka_unit_test_setup(a_held_lock_follows_its_slot_to_another_master, before_each),
+        cmocka_unit_test_setup(non_blocking_round_trips_go_to_the_slots_master, before_each),
         cmocka_unit_test_setup(a_manual_failover_keeps_holds_and_waiters, before_each),
         cmocka_unit_test_setup(bad_settings_are_config_errors, before_each),
         /* last: it leaves one master without a replica */
