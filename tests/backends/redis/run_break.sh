@@ -29,7 +29,9 @@ wait $holder
 st=$?
 took=$(( $(now_ms) - t0 ))
 expect_status 70 $st "the holder's dlock run, its lock lost"
-[ $took -lt 2000 ] && ok "the holder stopped $took ms after the break" || not_ok "the holder stopped after $took ms"
+# Within 2 s, widened as the suite's other bounds are (DLOCK_TEST_SLACK).
+bound=$((2000 * ${DLOCK_TEST_SLACK:-1}))
+[ $took -lt $bound ] && ok "the holder stopped $took ms after the break" || not_ok "the holder stopped after $took ms (bound $bound)"
 
 "$DLOCK" run --wait 0 stuck -- sh -c 'echo "$DLOCK_FENCE" > "$0"' "$T/fence2"
 expect_status 0 $? "the next holder gets it at once"
