@@ -503,9 +503,7 @@ int redis_cluster_pipeline(struct redis_cluster *c, struct redis_scripts *s, con
                         slot, MAX_HOPS, text);
 }
 
-/* True when r must be sent again on its own (the map was wrong for it, or
- * the node lacks the script). */
-static bool needs_resend(const redisReply *r)
+bool redis_reply_unrun(const redisReply *r)
 {
     if (r->type != REDIS_REPLY_ERROR)
         return false;
@@ -546,7 +544,7 @@ void redis_cluster_scatter(struct redis_cluster *c, struct redis_scripts *s, siz
         bool ok = redis_pool_pipeline(&node[first]->pool, m, a, v, l, r) == DLOCK_OK;
         for (size_t j = 0; j < m; j++) {
             size_t i = pick[j];
-            if (ok && !needs_resend(r[j])) {
+            if (ok && !redis_reply_unrun(r[j])) {
                 replies[i] = r[j];
                 rcs[i] = DLOCK_OK;
                 done[i] = true;

@@ -86,6 +86,10 @@ int redis_cluster_preload(struct redis_cluster *c, struct redis_scripts *s, cons
 int redis_cluster_subscribe(struct redis_cluster *c, const char *channel, size_t len, int notify_fd,
                             int64_t timeout_ms, struct redis_subscriber **used);
 
+/* True when r is an error that says its command did not run and must be
+ * sent again (in a cluster, to the right node): MOVED, ASK, TRYAGAIN,
+ * CLUSTERDOWN, or NOSCRIPT (the node lacks the script). */
+bool redis_reply_unrun(const redisReply *r);
 /* The pool of the master serving key's slot, as the slot map says now
  * (NULL when no node is known for it). Never connects or waits: for a
  * round trip sent without a thread, which the blocking call makes instead

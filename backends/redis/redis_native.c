@@ -33,18 +33,6 @@ static void give_back(struct redis_pool *pool, redisContext *ctx, bool readonly)
         conn_pool_drop_idle(&pool->conns);
 }
 
-/* Whether an error reply says the script did not run: not loaded there,
- * a replica now, or (a cluster) not the node of the key's slot, or a slot
- * being moved or not served. */
-static bool refused_unrun(const char *err)
-{
-    static const char *const codes[] = { "NOSCRIPT", "READONLY", "MOVED ", "ASK ", "TRYAGAIN", "CLUSTERDOWN" };
-    for (size_t i = 0; i < sizeof codes / sizeof codes[0]; i++)
-        if (strncmp(err, codes[i], strlen(codes[i])) == 0)
-            return true;
-    return false;
-}
-
 /* Writes one EVALSHA of script which on an idle connection of the pool of
  * rl's key, as a native round trip: DLOCK_OK (in flight, *io filled),
  * DLOCK_ENOTSUP (nothing sent: the blocking call makes it), or a failure. */
@@ -119,7 +107,7 @@ static int read_reply(struct redis_instance *inst, struct redis_lock *rl, struct
     bool readonly = r->type == REDIS_REPLY_ERROR && strncmp(r->str, "READONLY", 8) == 0;
     give_back(pool, ctx, readonly);
     int rc = DLOCK_OK;
-    if (r->type == REDIS_REPLY_ERROR && refused_unrun(r->str))
+    if (readonly || redis_reply_unrun(r))
         rc = DLOCK_ENOTSUP;
     else if (r->type == REDIS_REPLY_ERROR)
         rc = redis_script_error(inst->route->label(inst), r->str);
