@@ -223,6 +223,9 @@ struct dlock__timer_thread {
     bool started;
     bool stopping;
     int64_t sleeping_until;         /* on its clock; when it looks again (INFINITE: no timer) */
+    int64_t last_lead_ms;           /* how far ahead the last timer was scheduled */
+    uint64_t scheduled;             /* timers scheduled so far */
+    uint64_t wakeups;               /* returns from its waits, for the tests */
     const char *what;
     int64_t (*now)(void);
     int64_t window_ms, max_nap_ms;

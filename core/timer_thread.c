@@ -67,23 +67,39 @@ static void *thread_main(void *arg)
     struct dlock__entry **batch = small_batch;
     size_t batch_max = SMALL;
 
+    uint64_t lingered_after = 0; /* t->scheduled when it last lingered */
+
     pthread_mutex_lock(&t->mu);
     while (!t->stopping) {
         struct dlock__timer *top = dlock__timer_heap_peek(&t->heap);
         int64_t now = t->now();
-        if (!top) {
+        int64_t nap = DLOCK__INFINITE;
+        if (!top && t->scheduled != lingered_after && t->last_lead_ms > 0) {
+            /* The heap emptied since the last timer came: in a loop of
+             * short holds, a release takes its timer away, and the next
+             * grant brings one with the same lead. Waiting that lead first,
+             * not for ever, lets that grant's schedule leave this thread
+             * asleep; waiting for ever, every grant would have to wake it
+             * (a context switch per acquire). An idle client lingers once,
+             * then waits for ever. */
+            lingered_after = t->scheduled;
+            nap = t->last_lead_ms;
+        } else if (!top) {
             t->sleeping_until = DLOCK__INFINITE;
             pthread_cond_wait(&t->cv, &t->mu);
+            t->wakeups++;
             continue;
+        } else if (top->due_ms > now) {
+            nap = top->due_ms - now;
         }
-        if (top->due_ms > now) {
-            int64_t nap = top->due_ms - now;
+        if (nap != DLOCK__INFINITE) {
             if (nap > t->max_nap_ms)
                 nap = t->max_nap_ms;
             struct timespec ts;
             t->sleeping_until = now + nap;
             dlock__abstime(dlock__now_ms() + nap, &ts);
             pthread_cond_timedwait(&t->cv, &t->mu, &ts);
+            t->wakeups++;
             continue;
         }
         t->sleeping_until = 0; /* awake and working */
@@ -159,6 +175,10 @@ int dlock__timer_thread_schedule(struct dlock__timer_thread *t, struct dlock__en
         dlock__timer_heap_remove(&t->heap, timer);
         timer->due_ms = due_ms;
         timer->early_ms = early_ms;
+        int64_t lead = due_ms - t->now();
+        if (lead > 0)
+            t->last_lead_ms = lead;
+        t->scheduled++;
         rc = dlock__timer_heap_push(&t->heap, timer);
         if (rc != DLOCK_OK)
             rc = dlock_seterr(rc, "out of memory for the %s's timers", t->what);

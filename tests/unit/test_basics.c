@@ -9,6 +9,8 @@
 #include "../../core/internal.h"
 
 #include <pthread.h>
+#include <stdbool.h>
+#include <time.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -111,6 +113,59 @@ static void timer_heap_orders_and_removes(void **state)
     }
     assert_int_equal(popped, N - (N + 2) / 3);
     dlock__timer_heap_free(&h);
+}
+
+/* A stand-in for an entry: a timer thread only touches its timer and busy
+ * flag, at the offsets its spec gives. */
+struct timed_thing {
+    struct dlock__timer timer;
+    bool busy;
+};
+
+static void count_runs(dlock_client *client, struct dlock__entry **due, size_t n)
+{
+    (void)client;
+    (void)due;
+    (void)n;
+}
+
+static void spin_us(int64_t us)
+{
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    do
+        clock_gettime(CLOCK_MONOTONIC, &b);
+    while ((b.tv_sec - a.tv_sec) * 1000000 + (b.tv_nsec - a.tv_nsec) / 1000 < us);
+}
+
+/* A loop of short holds schedules a timer at each grant and takes it away at
+ * each release. The thread must not be woken for each: it lingers for the
+ * lead of the last timer once the heap empties, and the next grant's timer,
+ * due later than that, leaves it asleep. */
+static void a_loop_of_short_holds_does_not_wake_the_timer_thread(void **state)
+{
+    (void)state;
+    static const struct dlock__timer_thread_spec spec = { "test timer", dlock__now_ms, 0, DLOCK__INFINITE,
+        offsetof(struct timed_thing, timer), offsetof(struct timed_thing, busy), count_runs };
+    struct dlock__timer_thread t;
+    dlock__timer_thread_init(&t, &spec, NULL);
+    struct timed_thing thing = { .timer = { .heap_index = SIZE_MAX } };
+    struct dlock__entry *e = (struct dlock__entry *)&thing;
+    for (int i = 0; i < 1000; i++) {
+        /* A hold shorter than the thread takes to wake, so that it finds
+         * the heap empty, then a pause before the next acquire. */
+        assert_int_equal(dlock__timer_thread_schedule(&t, e, dlock__now_ms() + 60000, 0), DLOCK_OK);
+        dlock__timer_thread_cancel(&t, e);
+        spin_us(50);
+    }
+    pthread_mutex_lock(&t.mu);
+    uint64_t wakeups = t.wakeups;
+    pthread_mutex_unlock(&t.mu);
+    /* The first timer starts the thread, which may find the heap empty
+     * once and linger; nothing else wakes it within the minute's lead. */
+    assert_true(wakeups <= 2);
+    dlock__timer_thread_join(&t);
+    dlock__timer_thread_destroy(&t);
 }
 
 static void suggestions_find_near_names(void **state)
@@ -236,6 +291,7 @@ int main(void)
         cmocka_unit_test(backoff_stays_within_full_jitter_bounds),
         cmocka_unit_test(deadlines_saturate),
         cmocka_unit_test(timer_heap_orders_and_removes),
+        cmocka_unit_test(a_loop_of_short_holds_does_not_wake_the_timer_thread),
         cmocka_unit_test(suggestions_find_near_names),
         cmocka_unit_test(random_bytes_are_not_constant),
         cmocka_unit_test(a_million_owner_tokens_are_unique),
