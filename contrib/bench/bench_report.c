@@ -82,7 +82,8 @@ double figure_median(const char *label, const char *scenario, const char *metric
 static double ratio_of(const struct figure *f)
 {
     double base = NAN;
-    if (!strcmp(f->scenario, "uncontended") && !strcmp(f->metric, "acquire+release/s"))
+    if ((!strcmp(f->scenario, "uncontended") || !strcmp(f->scenario, "baseline-scripts")) &&
+        !strcmp(f->metric, "acquire+release/s"))
         base = figure_median(f->label, "baseline-uncontended", "acquire+release/s");
     else if (!strcmp(f->scenario, "many-locks") && !strcmp(f->metric, "renewal of all locks"))
         base = figure_median(f->label, "baseline-many-locks", "renewal of all locks");

@@ -9,7 +9,7 @@ printf 'backend = "local";\nlocal = { dir = "%s/locks"; };\n' "$T" > "$T/with,co
 mkdir -p "$T/locks"
 "$BENCH" -c "$T/with,comma.conf" --scenario uncontended --scenario contended --workers 2 \
     --duration 0.2 --repeat 1 --csv "$T/out.csv" > "$T/bench.out" 2>&1
-expect_status 0 $? "dlock-bench runs on the local backend"
+expect_status 0 $? "dlock-bench runs on the local backend" || tail -5 "$T/bench.out" | sed "s/^/# /"
 python3 - "$T/out.csv" > "$T/check.out" 2>&1 <<'PY'
 import csv, sys
 rows = list(csv.reader(open(sys.argv[1], newline="")))
@@ -31,7 +31,7 @@ else not_ok "the CSV does not read back: $(cat "$T/check.out")"; fi
 if command -v gnuplot > /dev/null; then
     "$BENCH" -c "$T/with,comma.conf" --scenario contended --workers 2 --duration 0.2 --repeat 1 \
         --plot "$T/plots" > "$T/plot.out" 2>&1
-    expect_status 0 $? "dlock-bench --plot with only the contended scenario"
+    expect_status 0 $? "dlock-bench --plot with only the contended scenario" || tail -5 "$T/plot.out" | sed "s/^/# /"
     [ -f "$T/plots/handoff.png" ] && [ ! -f "$T/plots/throughput.png" ] && ok "the hand-off plot, no throughput plot" \
         || not_ok "plots: $(ls "$T/plots" | tr '\n' ' ')"
     # A full run: the three plots are drawn at their size and are not blank
@@ -39,7 +39,8 @@ if command -v gnuplot > /dev/null; then
     # group per backend at 8 workers, and each carries its stamp.
     DLOCK_BENCH_COMMIT=test-commit "$BENCH" -c "$T/with,comma.conf" --scenario uncontended --scenario baseline \
         --scenario contended --workers 2,8 --duration 0.2 --repeat 1 --plot "$T/full" > "$T/full.out" 2>&1
-    expect_status 0 $? "dlock-bench --plot with the uncontended, baseline and contended scenarios"
+    expect_status 0 $? "dlock-bench --plot with the uncontended, baseline and contended scenarios" ||
+        tail -5 "$T/full.out" | sed "s/^/# /"
     if python3 "$DLOCK_TEST_SRCDIR/cli/png_check.py" 900 640 "$T/full/throughput.png" "$T/full/latency.png" \
         "$T/full/handoff.png" > "$T/png.out" 2>&1; then
         ok "the PNGs are 900x640 and drawn: $(tr '\n' ';' < "$T/png.out")"

@@ -14,8 +14,10 @@ trap cleanup EXIT
 ok() { PASSED=$((PASSED + 1)); echo "ok - $1"; }
 not_ok() { FAILED=$((FAILED + 1)); echo "not ok - $1"; }
 # expect_status WANT GOT WHAT
+# expect_status WANT GOT WHAT: ok or not ok; returns 1 on not ok, so that a
+# caller can show what the program said.
 expect_status() {
-    if [ "$2" = "$1" ]; then ok "$3 (exit $2)"; else not_ok "$3: exit $2, wanted $1"; fi
+    if [ "$2" = "$1" ]; then ok "$3 (exit $2)"; else not_ok "$3: exit $2, wanted $1"; return 1; fi
 }
 # A port nothing listens on now (the kernel's pick), for a throwaway
 # server: ports derived from $$ collide when two tests' PIDs differ by the
