@@ -47,13 +47,23 @@ static int idle_wait(int wake_fd, int64_t ms)
 
 /* Waits, queued behind other threads of this client, until this thread may
  * contend. Called and returns with e->mu held. */
+/* Whether an acquire must wait in this client before it may contend or
+ * take over a cached hold (e->mu held). */
+static bool kept_waiting_here(const struct dlock__entry *e)
+{
+    return e->contending || (e->count > 0 && !(e->cached && !e->cache_dropping));
+}
+
 static int queue_locally(struct dlock__entry *e, int64_t wait_ms, int64_t deadline, uint64_t gen)
 {
-    if ((e->count > 0 || e->contending) && wait_ms != 0)
+    if (kept_waiting_here(e) && wait_ms != 0)
         dlock__async_entry_off_loop(e->client, e);
-    while (e->count > 0 || e->contending) {
+    while (kept_waiting_here(e)) {
         if (e->cancel_gen != gen)
             return dlock_seterr(DLOCK_ECANCELLED, "lock '%s': acquire cancelled", dlock__entry_show(e));
+        if (wait_ms == 0 && e->cached)
+            return dlock_seterr(DLOCK_EBUSY, "lock '%s': this client's cached hold of it is being given back",
+                                dlock__entry_show(e));
         if (wait_ms == 0)
             return dlock_seterr(DLOCK_EBUSY, "lock '%s' is held by another thread of this client", dlock__entry_show(e));
         if (dlock__now_ms() >= deadline)
@@ -215,10 +225,21 @@ int dlock__acquire_for(dlock_lock *h, int64_t wait_ms, uint64_t self)
     }
     uint64_t gen = e->cancel_gen;
     e->waiters++;
-    bool kept_waiting = e->count > 0 || e->contending;
-    rc = queue_locally(e, wait_ms, deadline, gen);
+    bool kept_waiting = kept_waiting_here(e);
+    bool hit = false;
+    for (;;) {
+        rc = queue_locally(e, wait_ms, deadline, gen);
+        if (rc != DLOCK_OK || !(e->count > 0 && e->cached))
+            break;
+        /* This client's cached hold of the name: taken over with no round
+         * trip, or (other options, lost, too little validity) given back
+         * first, which the next turn of the loop waits for. */
+        if ((hit = dlock__cache_hit(c, e, h, self)))
+            break;
+        kept_waiting = true;
+    }
     int wake_fd = -1;
-    if (rc == DLOCK_OK) {
+    if (rc == DLOCK_OK && !hit) {
         wake_fd = dlock__thread_wake_fd();
         dlock__contender_begin(c, e, h, self, wake_fd);
         pthread_mutex_unlock(&e->mu);

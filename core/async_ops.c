@@ -115,6 +115,8 @@ static enum dlock__step queue_locally(struct dlock__aop *op)
     struct dlock__entry *e = op->entry;
     dlock_client *c = e->client;
     pthread_mutex_lock(&e->mu);
+    if (e->count > 0 && e->cached)
+        dlock__cache_drop_soon(c, e); /* given back first: holds taken here are the handle's */
     if (e->count > 0 || e->contending) {
         pthread_mutex_unlock(&e->mu);
         if (op->wait_ms == 0)

@@ -106,6 +106,14 @@ static int client_open(dlock_client **out, const char *path, const char *text)
     rc = dlock__p_open(c, &env);
     if (rc != DLOCK_OK)
         return open_failed(c, rc);
+    if (c->config.cache_idle_ms > 0 && !(c->capabilities & DLOCK_CAP_CACHE)) {
+        dlock__p_close(c);
+        return open_failed(c, dlock_seterr(DLOCK_ENOTSUP, "%s: the %s backend cannot keep released holds "
+                                           "(cache.idle_ms = %lld): drop the cache group for this backend",
+                                           c->config.source, c->provider->name,
+                                           (long long)c->config.cache_idle_ms));
+    }
+    c->cache_holder = dlock__holder_no_new();
     pthread_mutex_init(&c->entries_mu, NULL);
     dlock__async_init(c);
     dlock__watchdog_init(c);

@@ -13,7 +13,13 @@
 #include <sys/stat.h>
 
 static const char *const top_level_names[] = {
-    "backend", "lease_ms", "watchdog", "retry_base_ms", "retry_cap_ms", "prefix", "metrics",
+    "backend", "lease_ms", "watchdog", "retry_base_ms", "retry_cap_ms", "prefix", "metrics", "cache",
+};
+
+/* The `cache` group's settings. */
+static const struct dlock_setting_spec cache_spec[] = {
+    { "idle_ms", DLOCK_SETTING_INT, 0, 3600000 },
+    { NULL, 0, 0, 0 },
 };
 
 /* The `metrics` group's settings; the values are checked further below. */
@@ -209,6 +215,16 @@ static void check_top_level(struct dlock__config *cfg, struct dlock__diag *diag,
                                 "'metrics' must be a group, e.g. metrics = { listen = \"127.0.0.1:9464\"; }");
             continue;
         }
+        if (strcmp(name, "cache") == 0) {
+            if (type != CONFIG_TYPE_GROUP) {
+                dlock__diag_add(diag, 1, file, line, "'cache' must be a group, e.g. cache = { idle_ms = 1000; }");
+            } else if (dlock__settings_validate(s, cfg->source, cache_spec, "cache", diag) == 0) {
+                const config_setting_t *idle = config_setting_get_member(s, "idle_ms");
+                if (idle)
+                    cfg->cache_idle_ms = config_setting_get_int64(idle);
+            }
+            continue;
+        }
         if (type == CONFIG_TYPE_GROUP)
             continue; /* backend groups: checked once the backends are known */
         if (strcmp(name, "backend") == 0) {
@@ -256,8 +272,9 @@ static void check_groups(struct dlock__config *cfg, struct dlock__diag *diag)
     for (int i = 0; i < config_setting_length(root); i++) {
         const config_setting_t *s = config_setting_get_elem(root, (unsigned)i);
         const char *name = config_setting_name(s);
-        if (config_setting_type(s) != CONFIG_TYPE_GROUP || strcmp(name, "metrics") == 0)
-            continue; /* the metrics group is the core's own (check_top_level) */
+        if (config_setting_type(s) != CONFIG_TYPE_GROUP || strcmp(name, "metrics") == 0 ||
+            strcmp(name, "cache") == 0)
+            continue; /* the metrics and cache groups are the core's own (check_top_level) */
         const char *file = file_of(s, cfg->source);
         int line = config_setting_source_line(s);
         bool chosen = cfg->provider && strcmp(name, cfg->provider->name) == 0;
@@ -270,10 +287,11 @@ static void check_groups(struct dlock__config *cfg, struct dlock__diag *diag)
              * ours not built here, or an out-of-tree one) is not an error:
              * one file can serve hosts with different builds. A near miss
              * of a backend we know is taken for a typo. */
-            const char *known[MAX_KNOWN + 1];
+            const char *known[MAX_KNOWN + 2];
             char names[512];
             size_t nknown = known_backends(known, names, sizeof names);
-            known[nknown++] = "metrics"; /* the one group that is not a backend's */
+            known[nknown++] = "metrics"; /* the two groups that are not a backend's */
+            known[nknown++] = "cache";
             const char *hint = dlock__suggest(name, known, nknown);
             if (hint && strcmp(hint, name) == 0)
                 hint = NULL;

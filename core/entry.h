@@ -50,6 +50,13 @@ struct dlock__entry {
     void *on_lost_arg;
     dlock_lock *on_lost_handle;
     bool release_pending;           /* a dlock_release_start() of the hold is queued */
+    /* A cached hold: released by the application but kept on the server
+     * for this client (count 1, holder client->cache_holder, no on_lost),
+     * so that the next acquire of the name here needs no round trip. */
+    bool cached;
+    bool cache_dropping;            /* cached, and to be given back: no more hits */
+    int64_t cache_last_used_ms;     /* monotonic: when it was last released into the cache */
+    int64_t renew_due_ms;           /* monotonic: the next renewal's due time (atomic) */
     struct dlock__aop *aops, *aops_tail; /* pending non-blocking operations, oldest first
                                      * (client->async.mu; aops also read atomically) */
 
@@ -149,6 +156,7 @@ int dlock__hold_release(dlock_client *c, struct dlock__entry *e);
 struct dlock__release_plan {
     bool lost;            /* the hold had been lost: nothing is released */
     bool call_backend;
+    bool cached;          /* a cached hold given back: the application's release was counted at its park */
     int64_t granted_at;
 };
 bool dlock__hold_release_begin(dlock_client *c, struct dlock__entry *e, bool nowait,
@@ -182,6 +190,29 @@ void dlock__hold_give_back(dlock_client *c, struct dlock__entry *e);
  * marks are cleared: begin before the round, flush after. */
 void dlock__loss_defer_begin(void);
 void dlock__loss_defer_flush(void);
+
+/* ---- cache.c: holds kept for this client after their release ---------------- */
+/* Whether the outermost release of e by thread self may keep the hold
+ * cached instead (e->mu held). */
+bool dlock__cache_may_park(const dlock_client *c, const struct dlock__entry *e, uint64_t self);
+/* Keeps e's hold as a cached one (e->mu held; returns with it released):
+ * the release of the application's hold, without a round trip. */
+void dlock__cache_park(dlock_client *c, struct dlock__entry *e);
+/* Serves an acquire of e by thread self through handle h from the cache
+ * (e->mu held, e cached): true and the hold is self's, or false and the
+ * cached hold is being given back (the caller waits for that, queued as
+ * behind any hold of this client). */
+bool dlock__cache_hit(dlock_client *c, struct dlock__entry *e, const dlock_lock *h, uint64_t self);
+/* Has the watchdog give e's cached hold back now (e->mu held). */
+void dlock__cache_drop_soon(dlock_client *c, struct dlock__entry *e);
+/* The watchdog's part for a cached entry due in a round (e->mu held;
+ * returns with it released): true when it took care of e (given back, or
+ * its timer moved to the next renewal or idle check), false when e is to
+ * be renewed with the round. */
+bool dlock__cache_round(dlock_client *c, struct dlock__entry *e);
+/* Gives e's cached hold back now, waiting for the watchdog (not on its
+ * thread): the last handle of the name is being freed. */
+void dlock__cache_drop_now(dlock_client *c, struct dlock__entry *e);
 
 /* ---- watchdog.c: when to renew ---------------------------------------------- */
 /* The renewal interval of a lease (a third of it, Redisson's rule). */

@@ -431,6 +431,7 @@ void dlock_lock_free(dlock_lock *lock)
     /* A hold of the handle's own is released with it, last handle or not:
      * no other handle can release it. */
     bool held_by_handle = e->count > 0 && e->holder == lock->async_no;
+    bool cached = e->count > 0 && e->cached;
     pthread_mutex_unlock(&e->mu);
     pthread_mutex_unlock(&c->entries_mu);
     /* An on_lost call already under way may use this handle until it
@@ -443,6 +444,8 @@ void dlock_lock_free(dlock_lock *lock)
 
     if ((last && held_by_me) || held_by_handle)
         dlock__hold_release(c, e);
+    else if (last && cached)
+        dlock__cache_drop_now(c, e); /* nothing could take it over any more */
     entry_unpin_maybe_destroy(c, e);
 }
 

@@ -59,6 +59,7 @@ int dlock__hold_grant_kept(dlock_client *c, struct dlock__entry *e, dlock_lock *
     e->has_fence = g->has_fence != 0;
     e->renewed_by_watchdog = watchdog;
     e->downgraded = false;
+    e->cached = e->cache_dropping = false;
     e->lease_ms = lease;
     e->valid_until_ms = t_send.boot_ms + valid - dlock__drift_ms(lease);
     e->granted_at_ms = dlock__now_ms();
@@ -111,6 +112,7 @@ bool dlock__hold_release_begin(dlock_client *c, struct dlock__entry *e, bool now
      * yet: send it here, owner-checked, so the server forgets the hold now
      * rather than at its own expiry (or, for a session, never). */
     plan->call_backend = !e->lost || e->give_back_due;
+    plan->cached = e->cached;
     e->give_back_due = false;
     plan->granted_at = e->granted_at_ms;
     pthread_mutex_unlock(&e->mu);
@@ -126,12 +128,22 @@ int dlock__hold_release_end(dlock_client *c, struct dlock__entry *e, const struc
     e->holder = 0;
     e->lost = e->lost_notified = e->give_back_due = false;
     e->downgraded = false;
+    e->cached = e->cache_dropping = false;
     e->on_lost = NULL;
     e->on_lost_handle = NULL;
     e->release_pending = false;
     pthread_cond_broadcast(&e->cv);
     dlock__async_entry_free(c, e);
     pthread_mutex_unlock(&e->mu);
+
+    if (plan->cached) {
+        /* The application's release was counted when the hold was parked;
+         * a cached hold found gone is simply over. */
+        if (plan->lost || rc == DLOCK_OK || rc == DLOCK_ENOTOWNER || rc == DLOCK_ELOST)
+            return DLOCK_OK;
+        dlock__metric_inc(&c->metrics.backend_errors);
+        return rc; /* provider detail; the lease frees it */
+    }
 
     int64_t held = dlock__now_ms() - plan->granted_at;
     dlock__histogram_observe(&c->metrics.hold_ms, held);
@@ -211,6 +223,10 @@ int dlock_release(dlock_lock *h)
     if (rc == DLOCK_OK && e->count > 1) {
         e->count--;
         pthread_mutex_unlock(&e->mu);
+        return DLOCK_OK;
+    }
+    if (rc == DLOCK_OK && dlock__cache_may_park(e->client, e, dlock__thread_no())) {
+        dlock__cache_park(e->client, e);
         return DLOCK_OK;
     }
     pthread_mutex_unlock(&e->mu);
@@ -354,11 +370,15 @@ void dlock__hold_renewed(dlock_client *c, struct dlock__entry *e, int rc, struct
         e->valid_until_ms = t_send.boot_ms + lease - dlock__drift_ms(lease);
         int64_t valid_until = e->valid_until_ms;
         bool watchdog = e->renewed_by_watchdog;
+        bool cached = e->cached;
+        int64_t idle_due = e->cache_last_used_ms + c->config.cache_idle_ms;
         pthread_mutex_unlock(&e->mu);
         dlock__metric_inc(&c->metrics.renewals);
         dlock__expiry_arm(c, e, valid_until);
         if (watchdog)
             dlock__watchdog_schedule_renewal(c, e, t_send.mono_ms, lease);
+        if (cached) /* its idle check, which may come before the next renewal */
+            dlock__watchdog_schedule_earlier(c, e, idle_due);
         return;
     }
     dlock__metric_inc(&c->metrics.renewal_failures);

@@ -91,6 +91,9 @@ struct dlock__config {
     const char *metrics_listen;
     const char **metrics_names;
     size_t metrics_nnames;
+    /* The `cache` group: how long a released hold is kept for this client
+     * (0: caching off, the default). */
+    int64_t cache_idle_ms;
 };
 
 /* Receives each finding; is_error 0 = warning. */
@@ -241,6 +244,9 @@ void dlock__timer_thread_init(struct dlock__timer_thread *t, const struct dlock_
  * due_ms, e's timer joins it. DLOCK_OK or an error with its detail. */
 int dlock__timer_thread_schedule(struct dlock__timer_thread *t, struct dlock__entry *e, int64_t due_ms,
                                  int64_t early_ms);
+/* The same, but only ever brings e's timer nearer: a timer already due at
+ * or before due_ms is left as it is. */
+int dlock__timer_thread_schedule_earlier(struct dlock__timer_thread *t, struct dlock__entry *e, int64_t due_ms);
 /* Takes e's timer out after waiting until the thread is not working on e
  * (unless called from that thread). Returns the due time it had, or -1. */
 int64_t dlock__timer_thread_cancel(struct dlock__timer_thread *t, struct dlock__entry *e);
@@ -322,6 +328,7 @@ struct dlock_client {
     size_t nbuckets, nentries;
     unsigned own_holders;           /* entries of shared/semaphore handles now (entries_mu) */
     unsigned holders_made;          /* numbers them for their owner ids (entries_mu) */
+    uint64_t cache_holder;          /* the holder number of cached holds (constant) */
     struct dlock_lock *handles;     /* every live handle, to free on close */
     struct dlock__async async;      /* the non-blocking API (core/async_engine.c) */
 };
@@ -344,6 +351,8 @@ int dlock__client_usable(const dlock_client *client);
 
 /* Watchdog: renews watchdog holds and gives back lost ones. */
 int dlock__watchdog_schedule(dlock_client *client, struct dlock__entry *entry, int64_t due_ms);
+/* Brings entry's timer to due_ms if it is due later (or not scheduled). */
+int dlock__watchdog_schedule_earlier(dlock_client *client, struct dlock__entry *entry, int64_t due_ms);
 /* Schedules the renewal of a hold valid for valid_ms from sent_mono_ms: due
  * at a third of it, and taken into any renewal round from a sixth of it on,
  * so that holds granted at different times come to be renewed together. */

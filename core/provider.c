@@ -59,6 +59,9 @@ int dlock__p_open(dlock_client *c, const struct dlock_provider_env *env)
         caps &= ~(unsigned)DLOCK_CAP_ELECTION;
     if (p->version < DLOCK_PROVIDER_VERSION_7)
         caps &= ~(unsigned)DLOCK_CAP_IN_PROCESS;
+    /* A cached hold lives on its renewals. */
+    if (p->version < DLOCK_PROVIDER_VERSION_7 || !(caps & DLOCK_CAP_RENEW))
+        caps &= ~(unsigned)DLOCK_CAP_CACHE;
     c->capabilities = caps;
     return DLOCK_OK;
 }

@@ -163,14 +163,18 @@ static int start_locked(struct dlock__timer_thread *t)
     return DLOCK_OK;
 }
 
-int dlock__timer_thread_schedule(struct dlock__timer_thread *t, struct dlock__entry *e, int64_t due_ms,
-                                 int64_t early_ms)
+static int schedule(struct dlock__timer_thread *t, struct dlock__entry *e, int64_t due_ms, int64_t early_ms,
+                    bool only_earlier)
 {
     struct dlock__timer *timer = timer_of(t, e);
     int rc = DLOCK_OK;
     pthread_mutex_lock(&t->mu);
     if (!t->started && !t->stopping)
         rc = start_locked(t);
+    if (rc == DLOCK_OK && only_earlier && dlock__timer_in_heap(timer) && timer->due_ms <= due_ms) {
+        pthread_mutex_unlock(&t->mu);
+        return DLOCK_OK;
+    }
     if (rc == DLOCK_OK) {
         dlock__timer_heap_remove(&t->heap, timer);
         timer->due_ms = due_ms;
@@ -189,6 +193,17 @@ int dlock__timer_thread_schedule(struct dlock__timer_thread *t, struct dlock__en
     }
     pthread_mutex_unlock(&t->mu);
     return rc;
+}
+
+int dlock__timer_thread_schedule(struct dlock__timer_thread *t, struct dlock__entry *e, int64_t due_ms,
+                                 int64_t early_ms)
+{
+    return schedule(t, e, due_ms, early_ms, false);
+}
+
+int dlock__timer_thread_schedule_earlier(struct dlock__timer_thread *t, struct dlock__entry *e, int64_t due_ms)
+{
+    return schedule(t, e, due_ms, 0, true);
 }
 
 bool dlock__timer_thread_try_cancel(struct dlock__timer_thread *t, struct dlock__entry *e)

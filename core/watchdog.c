@@ -60,6 +60,11 @@ static void renewal_round(dlock_client *c, struct dlock__entry **due, size_t n)
             pthread_mutex_unlock(&e->mu);
             continue;
         }
+        if (e->cached) {
+            if (dlock__cache_round(c, e))
+                continue; /* given back, or not due for a renewal yet */
+            pthread_mutex_lock(&e->mu);
+        }
         if (e->lost) {
             /* Give a lost hold back, owner-checked: harmless where the
              * server already let it go, and it frees a backend without
@@ -115,9 +120,15 @@ int dlock__watchdog_schedule(dlock_client *c, struct dlock__entry *e, int64_t du
     return dlock__timer_thread_schedule(&c->watchdog, e, due_ms, 0);
 }
 
+int dlock__watchdog_schedule_earlier(dlock_client *c, struct dlock__entry *e, int64_t due_ms)
+{
+    return dlock__timer_thread_schedule_earlier(&c->watchdog, e, due_ms);
+}
+
 int dlock__watchdog_schedule_renewal(dlock_client *c, struct dlock__entry *e, int64_t sent_mono_ms, int64_t valid_ms)
 {
     int64_t after = dlock__watchdog_renew_after(valid_ms);
+    __atomic_store_n(&e->renew_due_ms, sent_mono_ms + after, __ATOMIC_RELAXED);
     return dlock__timer_thread_schedule(&c->watchdog, e, sent_mono_ms + after, after / 2);
 }
 

@@ -75,6 +75,7 @@ typedef enum dlock_error {
 #define DLOCK_CAP_DOWNGRADE          (1u << 9) /* an exclusive hold turns shared in place (dlock_downgrade) */
 #define DLOCK_CAP_ELECTION           (1u << 10) /* leader election (dlock_campaign): a value beside a hold */
 #define DLOCK_CAP_IN_PROCESS         (1u << 11) /* no call waits for a network or another process's answer */
+#define DLOCK_CAP_CACHE              (1u << 12) /* a released hold can be kept for this client (cache.idle_ms) */
 
 typedef struct dlock_client dlock_client;
 typedef struct dlock_lock dlock_lock;

@@ -361,20 +361,22 @@ void fake_answer_all(void)
     pthread_mutex_unlock(&fake.mu);
 }
 
+/* What "fake" and "fakecache" share: every call, renewals in batches. */
+#define FAKE_BATCHING_MEMBERS                                                                               \
+    .version = DLOCK_PROVIDER_VERSION, .lock_priv_size = 24, .settings = fake_settings, .open = fake_open, \
+    .close = fake_close, .acquire = fake_acquire, .release = fake_release, .renew = fake_renew,            \
+    .renew_batch = fake_renew_batch, .lock_fini = fake_lock_fini, .ctl = fake_ctl
+
 const struct dlock_provider fake_provider = {
-    .version = DLOCK_PROVIDER_VERSION,
+    FAKE_BATCHING_MEMBERS,
     .name = "fake",
     .capabilities = DLOCK_CAP_RENEW | DLOCK_CAP_FENCE,
-    .lock_priv_size = 24,
-    .settings = fake_settings,
-    .open = fake_open,
-    .close = fake_close,
-    .acquire = fake_acquire,
-    .release = fake_release,
-    .renew = fake_renew,
-    .renew_batch = fake_renew_batch,
-    .lock_fini = fake_lock_fini,
-    .ctl = fake_ctl,
+};
+
+const struct dlock_provider fake_cache_provider = {
+    FAKE_BATCHING_MEMBERS,
+    .name = "fakecache",
+    .capabilities = DLOCK_CAP_RENEW | DLOCK_CAP_FENCE | DLOCK_CAP_CACHE,
 };
 
 const struct dlock_provider fake_wait_provider = {

@@ -52,6 +52,8 @@ struct fake_server {
 extern struct fake_server fake;
 extern const struct dlock_provider fake_provider;
 extern const struct dlock_provider fake_wait_provider;
+/* "fakecache": the fake with DLOCK_CAP_CACHE (released holds may be kept). */
+extern const struct dlock_provider fake_cache_provider;
 extern const struct dlock_provider fake_send_provider;
 /* "fakequick": the fake with DLOCK_CAP_IN_PROCESS (its calls never wait). */
 extern const struct dlock_provider fake_in_process_provider;

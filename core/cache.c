@@ -1,0 +1,155 @@
+/* core/cache.c - holds kept for this client after their release (the
+ * `cache` group, on backends with DLOCK_CAP_CACHE).
+ *
+ * The outermost dlock_release() of an exclusive watchdog hold, when
+ * caching is on, does not go to the server: the hold stays there, renewed
+ * by the watchdog as before, and is marked cached here (its holder becomes
+ * the client's cache holder, a number no thread or handle has, and its
+ * on_lost is dropped, since no application holds it). The next
+ * dlock_acquire() of the name by any thread of the client takes it over
+ * with no round trip and the same fencing token: the server-side hold has
+ * been continuous, so no other owner can have held the name in between,
+ * and a fenced resource cannot tell the two holds from one long one.
+ *
+ * A cached hold is given back (an owner-checked release, on the watchdog's
+ * thread) when it has not been used for cache.idle_ms, when it is lost (a
+ * renewal found it gone, or its validity ended), when an acquire cannot
+ * take it over (other options, too little validity left), when a
+ * non-blocking acquire of the name comes, and when the name's last handle
+ * is freed or the client closed. After any of these, the next acquire goes
+ * to the server and gets a greater token. */
+#include "config.h"
+
+#include "entry.h"
+
+/* The validity a cached hold must have left to be parked or taken over: a
+ * third of the lease, the renewal interval. A healthy hold has at least
+ * twice that; one with less has renewals failing. */
+static int64_t validity_margin_ms(const struct dlock__entry *e)
+{
+    return dlock__watchdog_renew_after(e->lease_ms);
+}
+
+static bool enough_validity(const struct dlock__entry *e)
+{
+    return e->valid_until_ms - dlock__boot_ms() >= validity_margin_ms(e);
+}
+
+bool dlock__cache_may_park(const dlock_client *c, const struct dlock__entry *e, uint64_t self)
+{
+    /* Non-blocking acquires queued here would wait behind the cached hold
+     * until it is given back; with them, the release is a real one. */
+    return c->config.cache_idle_ms > 0 && e->count == 1 && e->holder == self && !e->lost &&
+           !e->release_pending && e->renewed_by_watchdog && !e->own_holder && !e->downgraded &&
+           e->plock.mode == DLOCK_MODE_EXCLUSIVE && !__atomic_load_n(&e->aops, __ATOMIC_ACQUIRE) &&
+           enough_validity(e);
+}
+
+void dlock__cache_park(dlock_client *c, struct dlock__entry *e)
+{
+    int64_t now = dlock__now_ms();
+    int64_t held = now - e->granted_at_ms;
+    e->holder = c->cache_holder;
+    e->cached = true;
+    e->cache_dropping = false;
+    e->cache_last_used_ms = now;
+    e->on_lost = NULL;
+    e->on_lost_arg = NULL;
+    e->on_lost_handle = NULL;
+    if (e->waiters > 0)
+        pthread_cond_broadcast(&e->cv); /* a thread of ours queued behind it takes it over */
+    pthread_mutex_unlock(&e->mu);
+
+    /* The application's hold ended here, as far as the metrics go. */
+    dlock__histogram_observe(&c->metrics.hold_ms, held);
+    if (e->named)
+        dlock__histogram_observe(&e->named->hold_ms, held);
+    dlock__metric_inc(&c->metrics.releases);
+    if (e->named)
+        dlock__metric_inc(&e->named->releases);
+    /* The idle check: the renewal timer may be due later than that. */
+    dlock__watchdog_schedule_earlier(c, e, now + c->config.cache_idle_ms);
+}
+
+void dlock__cache_drop_soon(dlock_client *c, struct dlock__entry *e)
+{
+    if (e->cache_dropping)
+        return;
+    e->cache_dropping = true;
+    /* Lock order e->mu, then the watchdog's mutex, as everywhere; this
+     * never waits for the watchdog's round. */
+    dlock__watchdog_schedule(c, e, dlock__now_ms());
+}
+
+bool dlock__cache_hit(dlock_client *c, struct dlock__entry *e, const dlock_lock *h, uint64_t self)
+{
+    /* The hold on the server was asked for with the lease and flags of the
+     * handle that contended for it; another handle's options need a new
+     * request. */
+    bool same_request = dlock__hold_renewed_by_watchdog(c, h) && e->plock.lease_ms == c->config.lease_ms &&
+                        e->plock.flags == h->options.flags;
+    if (e->cache_dropping || e->lost || !same_request || !enough_validity(e)) {
+        dlock__cache_drop_soon(c, e);
+        return false;
+    }
+    e->holder = self;
+    e->cached = false;
+    e->on_lost = h->options.on_lost;
+    e->on_lost_arg = h->options.on_lost_arg;
+    e->on_lost_handle = (dlock_lock *)h;
+    e->granted_at_ms = dlock__now_ms();
+    return true;
+}
+
+/* The owner-checked release of a cached hold (lost ones only when the
+ * backend may still have them), and the wake-up of whoever waits for the
+ * name in this client. */
+static void give_back(dlock_client *c, struct dlock__entry *e)
+{
+    struct dlock__release_plan plan;
+    dlock__hold_release_begin(c, e, false, &plan);
+    int rc = plan.call_backend ? dlock__p_release(c, e) : DLOCK_OK;
+    rc = dlock__hold_release_end(c, e, &plan, rc);
+    if (rc != DLOCK_OK)
+        dlock__logf(&c->log, DLOCK_LOG_DEBUG, "lock '%s': giving back its cached hold: %s", dlock__entry_show(e),
+                    dlock_errmsg());
+}
+
+bool dlock__cache_round(dlock_client *c, struct dlock__entry *e)
+{
+    int64_t now = dlock__now_ms();
+    int64_t idle_due = e->cache_last_used_ms + c->config.cache_idle_ms;
+    if (e->lost || e->cache_dropping || now >= idle_due || !enough_validity(e)) {
+        e->cache_dropping = true;
+        pthread_mutex_unlock(&e->mu);
+        give_back(c, e);
+        return true;
+    }
+    pthread_mutex_unlock(&e->mu);
+    int64_t renew_due = __atomic_load_n(&e->renew_due_ms, __ATOMIC_RELAXED);
+    if (now >= renew_due)
+        return false; /* renewed with the round; the renewal brings the idle check back */
+    dlock__watchdog_schedule(c, e, renew_due < idle_due ? renew_due : idle_due);
+    return true;
+}
+
+void dlock__cache_drop_now(dlock_client *c, struct dlock__entry *e)
+{
+    dlock__expiry_disarm(c, e);
+    dlock__watchdog_cancel(c, e); /* after this, no round works on e */
+    pthread_mutex_lock(&e->mu);
+    bool cached = e->count > 0 && e->cached;
+    bool held = e->count > 0 && !e->cached && !e->lost;
+    int64_t valid_until = e->valid_until_ms;
+    if (cached)
+        e->cache_dropping = true;
+    pthread_mutex_unlock(&e->mu);
+    if (cached) {
+        give_back(c, e);
+    } else if (held) {
+        /* Taken over meanwhile through this very handle: its hold is
+         * looked after again. */
+        dlock__expiry_arm(c, e, valid_until);
+        dlock__watchdog_schedule(c, e, __atomic_load_n(&e->renew_due_ms, __ATOMIC_RELAXED));
+    }
+}

@@ -1,0 +1,386 @@
+/* tests/unit/test_cache.c - holds kept for the client after their release
+ * (the `cache` group), against the counting fake provider: what a release
+ * and a later acquire send, the token a taken-over hold carries, and every
+ * way a cached hold ends (idle, loss, other options, the last handle, close,
+ * a non-blocking acquire). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "fake_provider.h"
+#include "../support/test_time.h"
+
+#include <dlock.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static dlock_client *open_caching(const char *backend, int lease_ms, int idle_ms)
+{
+    char text[256];
+    snprintf(text, sizeof text, "backend = \"%s\"; lease_ms = %d; cache = { idle_ms = %d; };", backend, lease_ms,
+             idle_ms);
+    dlock_client *c = NULL;
+    int rc = dlock_client_open_string(&c, text);
+    if (rc != DLOCK_OK)
+        fail_msg("open: %s (%s)", dlock_strerror(rc), dlock_errmsg());
+    return c;
+}
+
+static dlock_lock *lock_with(dlock_client *c, const char *name, int64_t lease_ms, dlock_lost_fn on_lost, void *arg)
+{
+    dlock_lock_options o = DLOCK_LOCK_OPTIONS_INIT;
+    o.lease_ms = lease_ms;
+    o.on_lost = on_lost;
+    o.on_lost_arg = arg;
+    dlock_lock *l = NULL;
+    assert_int_equal(dlock_lock_new(c, name, strlen(name), &o, &l), DLOCK_OK);
+    return l;
+}
+
+static uint64_t fence_of(dlock_lock *l)
+{
+    uint64_t f = 0;
+    assert_int_equal(dlock_fence(l, &f), DLOCK_OK);
+    return f;
+}
+
+/* Waits up to ms (widened by the slack) for *counter to reach at least want. */
+static bool counter_reaches(int *counter, int want, int64_t ms)
+{
+    int64_t end = now_ms() + slack_ms(ms);
+    while (fake_get(counter) < want && now_ms() < end)
+        sleep_ms(5);
+    return fake_get(counter) >= want;
+}
+
+/* Takes l's name from the server and releases it into the cache; its token. */
+static uint64_t hold_then_park(dlock_lock *l)
+{
+    assert_int_equal(dlock_acquire(l, 0), DLOCK_OK);
+    uint64_t fence = fence_of(l);
+    assert_int_equal(dlock_release(l), DLOCK_OK);
+    return fence;
+}
+
+/* An acquire that must have gone to the server (the acquires-th attempt
+ * there) for a token above the cached one's, then its release. */
+static void held_anew(dlock_lock *l, int acquires, uint64_t above)
+{
+    assert_int_equal(dlock_acquire(l, 0), DLOCK_OK);
+    assert_int_equal(fake_get(&fake.acquires), acquires);
+    assert_true(fence_of(l) > above);
+    assert_int_equal(dlock_release(l), DLOCK_OK);
+}
+
+static void done_with(dlock_client *c, dlock_lock *l)
+{
+    dlock_lock_free(l);
+    dlock_client_close(c);
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    fake_reset();
+    return 0;
+}
+
+static void a_released_hold_is_taken_again_without_a_round_trip(void **state)
+{
+    (void)state;
+    dlock_client *c = open_caching("fakecache", 3000, 60000);
+    dlock_lock *l = lock_with(c, "a", 0, NULL, NULL);
+    assert_int_equal(dlock_acquire(l, 0), DLOCK_OK);
+    uint64_t first = fence_of(l);
+    for (int i = 0; i < 100; i++) {
+        assert_int_equal(dlock_release(l), DLOCK_OK);
+        assert_int_equal(dlock_hold_count(l), 0);
+        assert_int_equal(dlock_acquire(l, 0), DLOCK_OK);
+        assert_int_equal(fence_of(l), first); /* the server's hold never ended */
+    }
+    assert_int_equal(fake_get(&fake.acquires), 1);
+    assert_int_equal(fake_get(&fake.releases), 0);
+    assert_int_equal(dlock_release(l), DLOCK_OK);
+    dlock_lock_free(l); /* the last handle: the hold is given back */
+    assert_int_equal(fake_get(&fake.releases), 1);
+    dlock_client_close(c);
+}
+
+struct taker {
+    dlock_lock *lock;
+    int rc;
+    uint64_t fence;
+};
+
+static void *take_and_release(void *arg)
+{
+    struct taker *t = arg;
+    t->rc = dlock_acquire(t->lock, 1000);
+    if (t->rc == DLOCK_OK) {
+        dlock_fence(t->lock, &t->fence);
+        t->rc = dlock_release(t->lock);
+    }
+    return NULL;
+}
+
+static void another_thread_of_the_client_takes_the_cached_hold(void **state)
+{
+    (void)state;
+    dlock_client *c = open_caching("fakecache", 3000, 60000);
+    dlock_lock *l = lock_with(c, "b", 0, NULL, NULL);
+    uint64_t first = hold_then_park(l);
+    struct taker t = { .lock = l };
+    pthread_t th;
+    pthread_create(&th, NULL, take_and_release, &t);
+    pthread_join(th, NULL);
+    assert_int_equal(t.rc, DLOCK_OK);
+    assert_int_equal(t.fence, first);
+    assert_int_equal(fake_get(&fake.acquires), 1);
+    /* Parked again by that thread's release: this one takes it back. */
+    assert_int_equal(dlock_acquire(l, 0), DLOCK_OK);
+    assert_int_equal(fence_of(l), first);
+    assert_int_equal(fake_get(&fake.acquires), 1);
+    assert_int_equal(dlock_release(l), DLOCK_OK);
+    done_with(c, l);
+}
+
+static void a_reentered_hold_is_kept_only_at_its_outermost_release(void **state)
+{
+    (void)state;
+    dlock_client *c = open_caching("fakecache", 3000, 60000);
+    dlock_lock *l = lock_with(c, "r", 0, NULL, NULL);
+    assert_int_equal(dlock_acquire(l, 0), DLOCK_OK);
+    assert_int_equal(dlock_acquire(l, 0), DLOCK_OK);
+    assert_int_equal(dlock_release(l), DLOCK_OK);
+    assert_int_equal(dlock_hold_count(l), 1); /* still this thread's */
+    assert_int_equal(dlock_release(l), DLOCK_OK);
+    assert_int_equal(dlock_hold_count(l), 0);
+    assert_int_equal(fake_get(&fake.releases), 0);
+    dlock_lock_free(l);
+    assert_int_equal(fake_get(&fake.releases), 1);
+    dlock_client_close(c);
+}
+
+static void an_idle_cached_hold_is_given_back(void **state)
+{
+    (void)state;
+    dlock_client *c = open_caching("fakecache", 3000, 100);
+    dlock_lock *l = lock_with(c, "i", 0, NULL, NULL);
+    int64_t released_at = now_ms();
+    uint64_t first = hold_then_park(l);
+    assert_true(counter_reaches(&fake.releases, 1, 2000));
+    assert_true(now_ms() - released_at >= 100);
+    held_anew(l, 2, first); /* a new server hold, and a greater token */
+    done_with(c, l);
+}
+
+static int lost_calls;
+static void count_lost(dlock_lock *l, void *arg)
+{
+    (void)l;
+    (void)arg;
+    __atomic_add_fetch(&lost_calls, 1, __ATOMIC_SEQ_CST);
+}
+
+static void a_cached_hold_the_server_lost_is_not_served_and_calls_no_on_lost(void **state)
+{
+    (void)state;
+    __atomic_store_n(&lost_calls, 0, __ATOMIC_SEQ_CST);
+    /* Renewed every 100 ms; kept idle for a minute. */
+    dlock_client *c = open_caching("fakecache", 300, 60000);
+    dlock_lock *l = lock_with(c, "l", 0, count_lost, NULL);
+    uint64_t first = hold_then_park(l);
+    int renews = fake_get(&fake.renews);
+    fake_expire("l");
+    /* The next renewal finds it gone, and the cached hold is over: given
+     * back (owner-checked), nobody told, since nobody held it. */
+    assert_true(counter_reaches(&fake.renews, renews + 1, 2000));
+    assert_true(counter_reaches(&fake.releases, 1, 2000));
+    assert_int_equal(__atomic_load_n(&lost_calls, __ATOMIC_SEQ_CST), 0);
+    held_anew(l, 2, first);
+    done_with(c, l);
+}
+
+static void a_handle_with_other_options_gets_a_new_hold(void **state)
+{
+    (void)state;
+    dlock_client *c = open_caching("fakecache", 3000, 60000);
+    dlock_lock *kept = lock_with(c, "o", 0, NULL, NULL);
+    dlock_lock *fixed = lock_with(c, "o", 2000, NULL, NULL); /* a fixed lease: another request */
+    uint64_t first = hold_then_park(kept);
+    /* The cached hold is given back first, then asked for anew. */
+    assert_int_equal(dlock_acquire(fixed, 2000), DLOCK_OK);
+    assert_int_equal(fake_get(&fake.releases), 1);
+    assert_int_equal(fake_get(&fake.acquires), 2);
+    assert_true(fence_of(fixed) > first);
+    /* A hold with a fixed lease is not kept. */
+    assert_int_equal(dlock_release(fixed), DLOCK_OK);
+    assert_int_equal(fake_get(&fake.releases), 2);
+    dlock_lock_free(fixed);
+    dlock_lock_free(kept);
+    dlock_client_close(c);
+}
+
+static void closing_the_client_gives_cached_holds_back(void **state)
+{
+    (void)state;
+    dlock_client *c = open_caching("fakecache", 3000, 60000);
+    dlock_lock *a = lock_with(c, "c1", 0, NULL, NULL);
+    dlock_lock *b = lock_with(c, "c2", 0, NULL, NULL);
+    assert_int_equal(dlock_acquire(a, 0), DLOCK_OK);
+    assert_int_equal(dlock_acquire(b, 0), DLOCK_OK);
+    assert_int_equal(dlock_release(a), DLOCK_OK);
+    assert_int_equal(dlock_release(b), DLOCK_OK);
+    assert_int_equal(fake_get(&fake.releases), 0);
+    dlock_client_close(c);
+    assert_int_equal(fake_get(&fake.releases), 2);
+}
+
+static int async_rc = 1;
+static void async_done(dlock_lock *l, int rc, void *arg)
+{
+    (void)l;
+    (void)arg;
+    async_rc = rc;
+}
+
+/* Runs c's loop until the operation started last completes (at most 3 s). */
+static int async_result(dlock_client *c)
+{
+    int64_t end = now_ms() + slack_ms(3000);
+    while (async_rc == 1 && now_ms() < end) {
+        dlock_client_process(c);
+        sleep_ms(2);
+    }
+    return async_rc;
+}
+
+static void a_non_blocking_acquire_has_the_cached_hold_given_back_first(void **state)
+{
+    (void)state;
+    dlock_client *c = open_caching("fakecache", 3000, 60000);
+    dlock_lock *l = lock_with(c, "n", 0, NULL, NULL);
+    uint64_t first = hold_then_park(l);
+    async_rc = 1;
+    assert_int_equal(dlock_acquire_start(l, 2000, async_done, NULL), DLOCK_OK);
+    assert_int_equal(async_result(c), DLOCK_OK);
+    assert_int_equal(fake_get(&fake.releases), 1);
+    assert_int_equal(fake_get(&fake.acquires), 2);
+    assert_true(fence_of(l) > first);
+    async_rc = 1;
+    assert_int_equal(dlock_release_start(l, async_done, NULL), DLOCK_OK);
+    assert_int_equal(async_result(c), DLOCK_OK);
+    assert_int_equal(fake_get(&fake.releases), 2); /* a non-blocking release is not kept */
+    done_with(c, l);
+}
+
+struct racer {
+    dlock_lock *lock;
+    int64_t until;
+    int *inside;
+    int cycles, failures, overlaps;
+    uint64_t last_fence;
+    int fence_went_back;
+};
+
+static void *race(void *arg)
+{
+    struct racer *r = arg;
+    while (now_ms() < r->until) {
+        if (dlock_acquire(r->lock, 5000) != DLOCK_OK) {
+            r->failures++;
+            continue;
+        }
+        if (__atomic_add_fetch(r->inside, 1, __ATOMIC_SEQ_CST) != 1)
+            r->overlaps++;
+        uint64_t f = 0;
+        dlock_fence(r->lock, &f);
+        if (f < r->last_fence)
+            r->fence_went_back++;
+        r->last_fence = f;
+        __atomic_sub_fetch(r->inside, 1, __ATOMIC_SEQ_CST);
+        if (dlock_release(r->lock) != DLOCK_OK)
+            r->failures++;
+        r->cycles++;
+    }
+    return NULL;
+}
+
+/* Takeovers by two threads race the watchdog giving the cached hold back
+ * (idle after 1 ms): every acquire is granted, once at a time, and no
+ * thread sees its token go back. */
+static void takeovers_race_the_give_back(void **state)
+{
+    (void)state;
+    dlock_client *c = open_caching("fakecache", 3000, 1);
+    dlock_lock *l = lock_with(c, "race", 0, NULL, NULL);
+    int inside = 0;
+    struct racer r[2] = { { .lock = l, .until = now_ms() + 400, .inside = &inside },
+                          { .lock = l, .until = now_ms() + 400, .inside = &inside } };
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++)
+        pthread_create(&th[i], NULL, race, &r[i]);
+    for (int i = 0; i < 2; i++)
+        pthread_join(th[i], NULL);
+    for (int i = 0; i < 2; i++) {
+        assert_true(r[i].cycles > 0);
+        assert_int_equal(r[i].failures, 0);
+        assert_int_equal(r[i].overlaps, 0);
+        assert_int_equal(r[i].fence_went_back, 0);
+    }
+    /* Some went to the server and some did not. */
+    int acquires = fake_get(&fake.acquires);
+    assert_true(acquires >= 1 && acquires < r[0].cycles + r[1].cycles);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+    assert_int_equal(fake_get(&fake.releases), acquires);
+}
+
+static void caching_is_refused_where_the_backend_cannot_keep_holds(void **state)
+{
+    (void)state;
+    dlock_client *c = NULL;
+    assert_int_equal(dlock_client_open_string(&c, "backend = \"fake\"; cache = { idle_ms = 100; };"), DLOCK_ENOTSUP);
+    assert_null(c);
+    assert_non_null(strstr(dlock_errmsg(), "cache.idle_ms"));
+    assert_int_equal(dlock_client_open_string(&c, "backend = \"fakecache\"; cache = { idle_ms = -1; };"),
+                     DLOCK_ECONFIG);
+    assert_int_equal(dlock_client_open_string(&c, "backend = \"fakecache\"; cache = { idle = 100; };"),
+                     DLOCK_ECONFIG);
+    assert_int_equal(dlock_client_open_string(&c, "backend = \"fakecache\"; cache = 100;"), DLOCK_ECONFIG);
+    /* idle_ms = 0, or no group: off, on any backend. */
+    assert_int_equal(dlock_client_open_string(&c, "backend = \"fake\"; cache = { idle_ms = 0; };"), DLOCK_OK);
+    dlock_lock *l = lock_with(c, "z", 0, NULL, NULL);
+    assert_int_equal(dlock_acquire(l, 0), DLOCK_OK);
+    assert_int_equal(dlock_release(l), DLOCK_OK);
+    assert_int_equal(fake_get(&fake.releases), 1);
+    done_with(c, l);
+}
+
+int main(void)
+{
+    if (dlock_provider_register(&fake_provider) != DLOCK_OK ||
+        dlock_provider_register(&fake_cache_provider) != DLOCK_OK) {
+        fprintf(stderr, "cannot register the fake providers: %s\n", dlock_errmsg());
+        return 1;
+    }
+    if (getenv("CMOCKA_FILTER"))
+        cmocka_set_test_filter(getenv("CMOCKA_FILTER"));
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup(a_released_hold_is_taken_again_without_a_round_trip, setup),
+        cmocka_unit_test_setup(another_thread_of_the_client_takes_the_cached_hold, setup),
+        cmocka_unit_test_setup(a_reentered_hold_is_kept_only_at_its_outermost_release, setup),
+        cmocka_unit_test_setup(an_idle_cached_hold_is_given_back, setup),
+        cmocka_unit_test_setup(a_cached_hold_the_server_lost_is_not_served_and_calls_no_on_lost, setup),
+        cmocka_unit_test_setup(a_handle_with_other_options_gets_a_new_hold, setup),
+        cmocka_unit_test_setup(closing_the_client_gives_cached_holds_back, setup),
+        cmocka_unit_test_setup(a_non_blocking_acquire_has_the_cached_hold_given_back_first, setup),
+        cmocka_unit_test_setup(takeovers_race_the_give_back, setup),
+        cmocka_unit_test_setup(caching_is_refused_where_the_backend_cannot_keep_holds, setup),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
