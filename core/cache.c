@@ -22,6 +22,8 @@
 
 #include "entry.h"
 
+#include <stddef.h>
+
 /* The validity a cached hold must have left to be parked or taken over: a
  * third of the lease, the renewal interval. A healthy hold has at least
  * twice that; one with less has renewals failing. */
@@ -35,11 +37,33 @@ static bool enough_validity(const struct dlock__entry *e)
     return e->valid_until_ms - dlock__boot_ms() >= validity_margin_ms(e);
 }
 
+bool dlock__cache_may_keep(const dlock_client *c, const struct dlock__entry *e, const dlock_lock *h)
+{
+    /* A fair handle's turn comes in arrival order: a hold kept for this
+     * client would let its threads in ahead of the line. */
+    return c->config.cache_idle_ms > 0 && (c->capabilities & DLOCK_CAP_CACHE) && !e->own_holder &&
+           !(h->options.flags & DLOCK_LOCK_FAIR) && dlock__hold_renewed_by_watchdog(c, h);
+}
+
+void dlock__cache_wanted(struct dlock_provider_lock *lk)
+{
+    struct dlock__entry *e = (struct dlock__entry *)((char *)lk - offsetof(struct dlock__entry, plock));
+    pthread_mutex_lock(&e->mu);
+    /* Watched from the grant until the hold's end, so the entry is alive. */
+    if (e->count > 0 && !e->wanted) {
+        e->wanted = true;
+        if (e->cached)
+            dlock__cache_drop_soon(e->client, e);
+    }
+    pthread_mutex_unlock(&e->mu);
+}
+
 bool dlock__cache_may_park(const dlock_client *c, const struct dlock__entry *e, uint64_t self)
 {
     /* Non-blocking acquires queued here would wait behind the cached hold
      * until it is given back; with them, the release is a real one. */
-    return c->config.cache_idle_ms > 0 && e->count == 1 && e->holder == self && !e->lost &&
+    /* Another owner asked meanwhile: this release is a real one. */
+    return c->config.cache_idle_ms > 0 && e->watching && !e->wanted && e->count == 1 && e->holder == self && !e->lost &&
            !e->release_pending && e->renewed_by_watchdog && !e->own_holder && !e->downgraded &&
            e->plock.mode == DLOCK_MODE_EXCLUSIVE && !__atomic_load_n(&e->aops, __ATOMIC_ACQUIRE) &&
            enough_validity(e);
@@ -88,7 +112,7 @@ bool dlock__cache_hit(dlock_client *c, struct dlock__entry *e, const dlock_lock 
      * request. */
     bool same_request = dlock__hold_renewed_by_watchdog(c, h) && e->plock.lease_ms == c->config.lease_ms &&
                         e->plock.flags == h->options.flags;
-    if (e->cache_dropping || e->lost || !same_request || !enough_validity(e)) {
+    if (e->cache_dropping || e->wanted || e->lost || !same_request || !enough_validity(e)) {
         dlock__cache_drop_soon(c, e);
         return false;
     }
@@ -119,7 +143,7 @@ bool dlock__cache_round(dlock_client *c, struct dlock__entry *e)
 {
     int64_t now = dlock__now_ms();
     int64_t idle_due = e->cache_last_used_ms + c->config.cache_idle_ms;
-    if (e->lost || e->cache_dropping || now >= idle_due || !enough_validity(e)) {
+    if (e->lost || e->cache_dropping || e->wanted || now >= idle_due || !enough_validity(e)) {
         e->cache_dropping = true;
         pthread_mutex_unlock(&e->mu);
         give_back(c, e);

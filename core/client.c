@@ -102,6 +102,7 @@ static int client_open(dlock_client **out, const char *path, const char *text)
         .prefix = c->config.prefix,
         .default_lease_ms = c->config.lease_ms,
         .log_handle = &c->log,
+        .wanted = dlock__cache_wanted,
     };
     rc = dlock__p_open(c, &env);
     if (rc != DLOCK_OK)
@@ -145,6 +146,9 @@ void dlock_client_close(dlock_client *c)
     dlock__async_shutdown(c);
     /* The server reads the metrics, which go with the client below. */
     metrics_http_stop(c);
+    /* No provider thread tells an entry of a request for its name any
+     * more: that would schedule on the timer threads stopped below. */
+    dlock__entries_unwatch_all(c);
     /* Both threads stopped before either is torn down: each may schedule
      * on the other until it has stopped. */
     dlock__timer_thread_join(&c->expiry);

@@ -55,6 +55,8 @@ struct dlock__entry {
      * so that the next acquire of the name here needs no round trip. */
     bool cached;
     bool cache_dropping;            /* cached, and to be given back: no more hits */
+    bool wanted;                    /* another owner asked for the name during this hold */
+    bool watching;                  /* the provider tells us when another owner asks (watch_wanted) */
     int64_t cache_last_used_ms;     /* monotonic: when it was last released into the cache */
     int64_t renew_due_ms;           /* monotonic: the next renewal's due time (atomic) */
     struct dlock__aop *aops, *aops_tail; /* pending non-blocking operations, oldest first
@@ -203,6 +205,11 @@ void dlock__cache_park(dlock_client *c, struct dlock__entry *e);
  * cached hold is being given back (the caller waits for that, queued as
  * behind any hold of this client). */
 bool dlock__cache_hit(dlock_client *c, struct dlock__entry *e, const dlock_lock *h, uint64_t self);
+/* Whether holds of e taken through h may be kept after their release:
+ * caching on and offered, an exclusive watchdog hold. */
+bool dlock__cache_may_keep(const dlock_client *c, const struct dlock__entry *e, const dlock_lock *h);
+/* env->wanted: another owner asks for lk's name (provider threads). */
+void dlock__cache_wanted(struct dlock_provider_lock *lk);
 /* Has the watchdog give e's cached hold back now (e->mu held). */
 void dlock__cache_drop_soon(dlock_client *c, struct dlock__entry *e);
 /* The watchdog's part for a cached entry due in a round (e->mu held;
@@ -279,6 +286,10 @@ int dlock__p_release_recv(dlock_client *c, struct dlock__entry *e, struct dlock_
 /* release_drop, after the answer did not come in io->timeout_ms. */
 void dlock__p_release_drop(dlock_client *c, struct dlock__entry *e, struct dlock_provider_io *io);
 void dlock__p_abandon(dlock_client *c, struct dlock__entry *e);
+/* watch_wanted (DLOCK_ENOTSUP without DLOCK_CAP_CACHE) and unwatch_wanted,
+ * under e->op_mu. */
+int dlock__p_watch_wanted(dlock_client *c, struct dlock__entry *e);
+void dlock__p_unwatch_wanted(dlock_client *c, struct dlock__entry *e);
 /* Calls lock_fini once if the provider ever touched e. */
 void dlock__p_lock_fini(dlock_client *c, struct dlock__entry *e);
 /* DLOCK_ENOTSUP when the provider has no ctl. */

@@ -59,7 +59,8 @@ int dlock__hold_grant_kept(dlock_client *c, struct dlock__entry *e, dlock_lock *
     e->has_fence = g->has_fence != 0;
     e->renewed_by_watchdog = watchdog;
     e->downgraded = false;
-    e->cached = e->cache_dropping = false;
+    e->cached = e->cache_dropping = e->wanted = false;
+    bool watch = !e->watching && dlock__cache_may_keep(c, e, h);
     e->lease_ms = lease;
     e->valid_until_ms = t_send.boot_ms + valid - dlock__drift_ms(lease);
     e->granted_at_ms = dlock__now_ms();
@@ -69,6 +70,13 @@ int dlock__hold_grant_kept(dlock_client *c, struct dlock__entry *e, dlock_lock *
     int64_t valid_until = e->valid_until_ms;
     pthread_mutex_unlock(&e->mu);
 
+    /* Told from now on when another owner asks, so that a hold kept after
+     * its release is given back then (asynchronous: no round trip here). */
+    if (watch && dlock__p_watch_wanted(c, e) == DLOCK_OK) {
+        pthread_mutex_lock(&e->mu);
+        e->watching = true;
+        pthread_mutex_unlock(&e->mu);
+    }
     int rc = dlock__expiry_arm(c, e, valid_until);
     if (rc == DLOCK_OK && watchdog)
         rc = dlock__watchdog_schedule_renewal(c, e, t_send.mono_ms, valid);
@@ -122,13 +130,21 @@ bool dlock__hold_release_begin(dlock_client *c, struct dlock__entry *e, bool now
 int dlock__hold_release_end(dlock_client *c, struct dlock__entry *e, const struct dlock__release_plan *plan, int rc)
 {
     char reason[sizeof e->lost_reason];
+    /* Before the name is free here: the next grant's watch must not be
+     * the one undone. */
+    pthread_mutex_lock(&e->mu);
+    bool watching = e->watching;
+    e->watching = false;
+    pthread_mutex_unlock(&e->mu);
+    if (watching)
+        dlock__p_unwatch_wanted(c, e);
     pthread_mutex_lock(&e->mu);
     memcpy(reason, e->lost_reason, sizeof reason);
     e->count = 0;
     e->holder = 0;
     e->lost = e->lost_notified = e->give_back_due = false;
     e->downgraded = false;
-    e->cached = e->cache_dropping = false;
+    e->cached = e->cache_dropping = e->wanted = false;
     e->on_lost = NULL;
     e->on_lost_handle = NULL;
     e->release_pending = false;

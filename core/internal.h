@@ -370,6 +370,9 @@ void dlock__watchdog_init(dlock_client *client);
  * ten thousand holds to be renewed in one round. */
 #define DLOCK__WATCHDOG_BATCH_MAX 16384
 /* Releases every hold and frees every handle (client close). */
+/* Ends every entry's watch_wanted (dlock_client_close, before the timer
+ * threads stop: after it no provider thread calls into an entry). */
+void dlock__entries_unwatch_all(dlock_client *client);
 void dlock__entries_close_all(dlock_client *client);
 
 /* ---- validity --------------------------------------------------------------------- */

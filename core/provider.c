@@ -59,8 +59,9 @@ int dlock__p_open(dlock_client *c, const struct dlock_provider_env *env)
         caps &= ~(unsigned)DLOCK_CAP_ELECTION;
     if (p->version < DLOCK_PROVIDER_VERSION_7)
         caps &= ~(unsigned)DLOCK_CAP_IN_PROCESS;
-    /* A cached hold lives on its renewals. */
-    if (p->version < DLOCK_PROVIDER_VERSION_7 || !(caps & DLOCK_CAP_RENEW))
+    /* A cached hold lives on its renewals, and is given back when another
+     * owner asks (version 8). */
+    if (p->version < DLOCK_PROVIDER_VERSION_8 || !(caps & DLOCK_CAP_RENEW))
         caps &= ~(unsigned)DLOCK_CAP_CACHE;
     c->capabilities = caps;
     return DLOCK_OK;
@@ -420,4 +421,21 @@ void dlock__p_watch_close(dlock_client *c, void *watch)
 {
     if (watch)
         c->provider->watch_close(c->instance, watch);
+}
+
+int dlock__p_watch_wanted(dlock_client *c, struct dlock__entry *e)
+{
+    if (!(c->capabilities & DLOCK_CAP_CACHE))
+        return DLOCK_ENOTSUP;
+    pthread_mutex_lock(&e->op_mu);
+    int rc = checked(c->provider, "watch_wanted", c->provider->watch_wanted(c->instance, &e->plock));
+    pthread_mutex_unlock(&e->op_mu);
+    return rc;
+}
+
+void dlock__p_unwatch_wanted(dlock_client *c, struct dlock__entry *e)
+{
+    pthread_mutex_lock(&e->op_mu);
+    c->provider->unwatch_wanted(c->instance, &e->plock);
+    pthread_mutex_unlock(&e->op_mu);
 }

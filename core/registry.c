@@ -65,6 +65,9 @@ int dlock__provider_check(const struct dlock_provider *p, const char *origin)
                         : (p->version >= DLOCK_PROVIDER_VERSION_7 &&
                            !(!p->release_send == !p->release_recv && !p->release_send == !p->release_drop))
                             ? "release_send, release_recv and release_drop (all three or none)"
+                        : ((p->capabilities & DLOCK_CAP_CACHE) && p->version >= DLOCK_PROVIDER_VERSION_8 &&
+                           (!p->watch_wanted || !p->unwatch_wanted))
+                            ? "watch_wanted and unwatch_wanted (it claims DLOCK_CAP_CACHE)"
                         : NULL;
     if (missing)
         return dlock_seterr(DLOCK_EINVAL, "%s: provider '%s' lacks the required member %s", origin,

@@ -148,6 +148,7 @@ static int redis_open(void **instance, const struct dlock_provider_env *env)
     }
     snprintf(inst->prefix, sizeof inst->prefix, "%s", prefix);
     inst->log_handle = env->log_handle;
+    inst->wanted = env->wanted;
     inst->publish = "publish";
     inst->route = nseeds > 0 ? &redis_cluster_route : &redis_single_route;
     redis_pool_init(&inst->pool, &srv, (int)pool_size);
@@ -304,6 +305,14 @@ void redis_attempt_args(struct redis_instance *inst, struct dlock_provider_lock 
     ARG(a->queue_timeout, qt_len);
     if (shared || !is_fair(lk))
         ARG(registered, 1);
+    if (!shared && inst->subscriber) {
+        /* A busy answer tells a holder that keeps released holds that
+         * someone asks (where one subscriber serves the whole server). */
+        if (!is_fair(lk))
+            ARG("1", 1); /* the fence's clock unit, as when left out */
+        ARG(rl->k.wanted_prefix, rl->k.wanted_prefix_len);
+        ARG(inst->publish, strlen(inst->publish));
+    }
     if (shared) {
         ARG(a->kind, kind_len);
         ARG(a->permits, permits_len);
@@ -567,10 +576,50 @@ static void redis_abandon(void *instance, struct dlock_provider_lock *lk)
     unsubscribe(rl);
 }
 
+/* A hold that may be kept after its release hears of every owner that
+ * asks for its name: the busy answer's script publishes "wanted" on the
+ * name's channel for this client (redis_script_text.c). */
+static int redis_watch_wanted(void *instance, struct dlock_provider_lock *lk)
+{
+    struct redis_instance *inst = instance;
+    struct redis_lock *rl = lk->priv;
+    if (!inst->subscriber || !inst->wanted || !rl->k.key)
+        return dlock_seterr(DLOCK_ENOTSUP, "redis: holds are not kept on a cluster");
+    const char *colon = strchr(lk->owner, ':');
+    size_t id_len = colon ? (size_t)(colon - lk->owner) : strlen(lk->owner);
+    size_t len = rl->k.wanted_prefix_len + id_len;
+    char *channel = malloc(len + 1);
+    if (!channel)
+        return dlock_seterr(DLOCK_ENOMEM, "redis: out of memory for a channel name");
+    memcpy(channel, rl->k.wanted_prefix, rl->k.wanted_prefix_len);
+    memcpy(channel + rl->k.wanted_prefix_len, lk->owner, id_len);
+    channel[len] = 0;
+    int rc = redis_subscriber_watch(inst->subscriber, channel, len, inst->wanted, lk);
+    if (rc != DLOCK_OK) {
+        free(channel);
+        return rc;
+    }
+    free(rl->wanted_channel);
+    rl->wanted_channel = channel;
+    rl->wanted_channel_len = len;
+    return DLOCK_OK;
+}
+
+static void redis_unwatch_wanted(void *instance, struct dlock_provider_lock *lk)
+{
+    struct redis_instance *inst = instance;
+    struct redis_lock *rl = lk->priv;
+    if (!rl->wanted_channel)
+        return;
+    redis_subscriber_unwatch(inst->subscriber, rl->wanted_channel, rl->wanted_channel_len, lk);
+    free(rl->wanted_channel);
+    rl->wanted_channel = NULL;
+}
+
 static void redis_lock_fini(void *instance, struct dlock_provider_lock *lk)
 {
-    (void)instance;
     struct redis_lock *rl = lk->priv;
+    redis_unwatch_wanted(instance, lk);
     unsubscribe(rl);
     redis_lock_keys_free(&rl->k);
     memset(rl, 0, sizeof *rl);
@@ -675,17 +724,25 @@ static int redis_downgrade(void *instance, struct dlock_provider_lock *lk)
 
 static int redis_ctl(void *instance, int op, void *arg)
 {
+    struct redis_instance *inst = instance;
     if (op == DLOCK_CTL_STATUS)
         return redis_status(instance, arg);
+    if (op == DLOCK_CTL_CAPABILITIES) {
+        /* A cluster has a subscriber per node, which the holds' watches do
+         * not use yet: it keeps no released holds. */
+        if (!inst->subscriber)
+            *(unsigned *)arg &= ~(unsigned)DLOCK_CAP_CACHE;
+        return DLOCK_OK;
+    }
     return DLOCK_ENOTSUP;
 }
 
 static const struct dlock_provider redis_provider = {
-    .version = DLOCK_PROVIDER_VERSION_7,
+    .version = DLOCK_PROVIDER_VERSION_8,
     .name = "redis",
     .capabilities = DLOCK_CAP_RENEW | DLOCK_CAP_FENCE | DLOCK_CAP_NATIVE_WAIT | DLOCK_CAP_SERVER_EXPIRY |
                     DLOCK_CAP_MULTI_HOST | DLOCK_CAP_FAIR | DLOCK_CAP_SHARED | DLOCK_CAP_SEMAPHORE |
-                    DLOCK_CAP_DOWNGRADE | DLOCK_CAP_ELECTION,
+                    DLOCK_CAP_DOWNGRADE | DLOCK_CAP_ELECTION | DLOCK_CAP_CACHE,
     .lock_priv_size = sizeof(struct redis_lock),
     .settings = redis_settings,
     .open = redis_open,
@@ -714,6 +771,8 @@ static const struct dlock_provider redis_provider = {
     .release_send = redis_release_send,
     .release_recv = redis_release_recv,
     .release_drop = redis_release_drop,
+    .watch_wanted = redis_watch_wanted,
+    .unwatch_wanted = redis_unwatch_wanted,
 };
 
 DLOCK_MODULE(redis_provider)

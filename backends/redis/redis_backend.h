@@ -35,6 +35,7 @@ struct redis_instance {
     int64_t wait_timeout_ms;
     void *log_handle;
     int native_in_flight;       /* attempts sent by acquire_send, not yet read (atomic) */
+    void (*wanted)(struct dlock_provider_lock *lk); /* the core's: someone asks for a kept hold */
 };
 
 struct redis_lock {
@@ -47,6 +48,8 @@ struct redis_lock {
     bool published;             /* this hold stored an election value (redis_election.c) */
     bool release_sent_before;   /* a release went out on a connection that died with it (redis_native.c) */
     struct redis_pool *native_pool; /* the pool of the round trip in flight without a thread (redis_native.c) */
+    char *wanted_channel;       /* <prefix>{name}:cw:<client id>, while watched (watch_wanted) */
+    size_t wanted_channel_len;
 };
 
 struct redis_route {

@@ -34,7 +34,9 @@ int redis_lock_keys_init(struct redis_lock_keys *k, const char *prefix, const ch
     k->timeouts_key = redis_key_for(prefix, name, len, ":timeouts", &k->timeouts_key_len);
     k->channel_prefix = redis_key_for(prefix, name, len, ":ch:", &k->channel_prefix_len);
     k->holders_key = redis_key_for(prefix, name, len, ":holders", &k->holders_key_len);
-    if (!k->key || !k->fence_key || !k->queue_key || !k->timeouts_key || !k->channel_prefix || !k->holders_key) {
+    k->wanted_prefix = redis_key_for(prefix, name, len, ":cw:", &k->wanted_prefix_len);
+    if (!k->key || !k->fence_key || !k->queue_key || !k->timeouts_key || !k->channel_prefix || !k->holders_key ||
+        !k->wanted_prefix) {
         redis_lock_keys_free(k);
         return dlock_seterr(DLOCK_ENOMEM, "redis: out of memory for key names");
     }
@@ -59,5 +61,6 @@ void redis_lock_keys_free(struct redis_lock_keys *k)
     free(k->timeouts_key);
     free(k->channel_prefix);
     free(k->holders_key);
+    free(k->wanted_prefix);
     memset(k, 0, sizeof *k);
 }

@@ -26,8 +26,10 @@ struct redis_lock_keys {
     char *queue_key;            /* <prefix>{name}:queue: waiters in arrival order */
     char *timeouts_key;         /* <prefix>{name}:timeouts: each waiter's deadline */
     char *channel_prefix;       /* <prefix>{name}:ch: + owner: a waiter's own channel */
+    char *wanted_prefix;        /* <prefix>{name}:cw: + client id: a caching holder's channel */
     char *holders_key;          /* <prefix>{name}:holders: shared or permit holders by expiry */
     size_t key_len, fence_key_len, queue_key_len, timeouts_key_len, channel_prefix_len, holders_key_len;
+    size_t wanted_prefix_len;
 };
 
 /* Fills k for a name (k->key NULL before); DLOCK_OK or DLOCK_ENOMEM with

@@ -62,6 +62,20 @@
     "end\n"
 #define LUA_NEXT_FENCE LUA_NEXT_FENCE_IN("1")
 
+/* A busy answer for an exclusive hold tells its holder that someone asks
+ * (a holder that keeps released holds gives it back): "wanted" on
+ * ARGV[at] (the name's channel prefix) .. the holder's client id, with the
+ * publish command ARGV[at + 1]. Without ARGV[at], nobody is told. (HGETALL,
+ * not HKEYS: the commands a least-privilege user needs stay the same.) */
+#define LUA_TELL_HOLDER(at)                                                   \
+    "if ARGV[" at "] and ARGV[" at "] ~= '' then\n"                           \
+    "  local h = redis.call('hgetall', KEYS[1])\n"                             \
+    "  for i = 1, #h, 2 do\n"                                                 \
+    "    local id = string.match(h[i], '^(%x+):')\n"                          \
+    "    if id then redis.call(ARGV[" at " + 1], ARGV[" at "] .. id, 'wanted') end\n" \
+    "  end\n"                                                                 \
+    "end\n"
+
 /* The clock unit of SCRIPT_ACQUIRE: its optional fifth argument. */
 #define ACQUIRE_UNIT "(tonumber(ARGV[5]) or 1)"
 
@@ -94,6 +108,7 @@ static const char *const script_text[SCRIPT_COUNT] = {
     "  return {1, fence}\n"
     "end\n"
     LUA_OWN_FIELD_IN(ACQUIRE_UNIT)
+    LUA_TELL_HOLDER("6")
     LUA_REGISTER_WAITER,
 
     /* fair acquire (Redisson's fair lock, with the server's clock): waiters
@@ -122,6 +137,7 @@ static const char *const script_text[SCRIPT_COUNT] = {
     "    return {1, fence}\n"
     "  end\n"
     "end\n"
+    LUA_TELL_HOLDER("4")
     LUA_REGISTER_WAITER,
 
     /* release: only the owner's field; at zero, delete and wake the first

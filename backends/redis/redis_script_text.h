@@ -9,9 +9,13 @@
 enum redis_script {
     /* KEYS: lock, fence, queue, timeouts; ARGV: owner, lease, queue timeout,
      * "1" if this owner registered as a waiter[, the clock's unit in the
-     * fence in microseconds, 1 if left out] -> {1, fence} | {0, retry in ms} */
+     * fence in microseconds, 1 if left out[, the name's wanted-channel
+     * prefix and the publish command: a busy answer publishes "wanted" to
+     * the prefix .. the holder's client id]] -> {1, fence} | {0, retry in
+     * ms} */
     SCRIPT_ACQUIRE,
-    /* same, first come first served */
+    /* same, first come first served; ARGV: owner, lease, queue timeout[,
+     * wanted-channel prefix, publish command] */
     SCRIPT_ACQUIRE_FAIR,
     /* KEYS: lock, queue, timeouts; ARGV: owner, channel prefix, lease, publish
      * command ("publish", or "spublish" in a sharded cluster) -> count left,

@@ -36,6 +36,13 @@ struct subscription {
     size_t len;
     int fds[SUB_FDS_MAX]; /* written on each message; none once dropped */
     int nfds;
+    /* Called on each message (and when one may have been missed), under
+     * the subscriber's mutex: the holds told that someone asks. */
+    struct {
+        redis_watch_fn fn;
+        struct dlock_provider_lock *lk;
+    } watchers[SUB_FDS_MAX];
+    int nwatchers;
     enum sub_state state;
     enum sub_state before_drop;  /* where the server stood when it was dropped */
     uint64_t conn_gen;   /* connection it was confirmed on */
@@ -78,6 +85,7 @@ static void drop(struct redis_subscriber *sub, struct subscription *s)
     s->before_drop = s->state;
     s->state = SUB_DROPPED;
     s->nfds = 0;
+    s->nwatchers = 0;
     poke(sub);
 }
 
@@ -89,7 +97,7 @@ static void remove_fd(struct redis_subscriber *sub, struct subscription *s, int 
             s->fds[i] = s->fds[--s->nfds];
             break;
         }
-    if (s->nfds == 0)
+    if (s->nfds == 0 && s->nwatchers == 0)
         drop(sub, s);
 }
 
@@ -100,6 +108,8 @@ static void notify(const struct subscription *s)
         ssize_t ignored = write(s->fds[i], &one, sizeof one);
         (void)ignored;
     }
+    for (int i = 0; i < s->nwatchers; i++)
+        s->watchers[i].fn(s->watchers[i].lk);
 }
 
 static void poke(struct redis_subscriber *sub)
@@ -329,6 +339,38 @@ void redis_subscriber_stop(struct redis_subscriber *sub)
     free(sub);
 }
 
+/* The subscription of channel, live or made (mu held): a dropped one not
+ * yet unsubscribed is taken back as it stood on the server, since a new
+ * entry would have its SUBSCRIBE undone by the old one's UNSUBSCRIBE.
+ * NULL with the detail set when out of memory. */
+static struct subscription *subscription_for(struct redis_subscriber *sub, const char *channel, size_t len)
+{
+    struct subscription *s = find(sub, channel, len);
+    if (s)
+        return s;
+    if ((s = find_in(sub, channel, len, true)) != NULL) {
+        s->state = s->before_drop == SUB_ACTIVE && s->conn_gen == sub->conn_gen && sub->connected ? SUB_ACTIVE
+                 : s->before_drop == SUB_SENT ? SUB_SENT : SUB_WANTED;
+    } else if (!s) {
+        s = calloc(1, sizeof *s);
+        char *copy = malloc(len + 1);
+        if (!s || !copy) {
+            free(s);
+            free(copy);
+            dlock_seterr(DLOCK_ENOMEM, "redis: out of memory for a subscription");
+            return NULL;
+        }
+        memcpy(copy, channel, len);
+        copy[len] = 0;
+        s->channel = copy;
+        s->len = len;
+        s->state = SUB_WANTED;
+        s->next = sub->subs;
+        sub->subs = s;
+    }
+    return s;
+}
+
 int redis_subscriber_add(struct redis_subscriber *sub, const char *channel, size_t len, int notify_fd,
                          int64_t timeout_ms)
 {
@@ -340,28 +382,9 @@ int redis_subscriber_add(struct redis_subscriber *sub, const char *channel, size
         return dlock_seterr(DLOCK_EUNAVAILABLE, "redis: more than %d watches of one channel in one client",
                             SUB_FDS_MAX);
     }
-    /* A subscription of this channel dropped but not yet unsubscribed is
-     * taken back as it stood on the server: a new entry would have its
-     * SUBSCRIBE undone by the old one's UNSUBSCRIBE. */
-    if (!s && (s = find_in(sub, channel, len, true)) != NULL) {
-        s->state = s->before_drop == SUB_ACTIVE && s->conn_gen == sub->conn_gen && sub->connected ? SUB_ACTIVE
-                 : s->before_drop == SUB_SENT ? SUB_SENT : SUB_WANTED;
-    } else if (!s) {
-        s = calloc(1, sizeof *s);
-        char *copy = malloc(len + 1);
-        if (!s || !copy) {
-            pthread_mutex_unlock(&sub->mu);
-            free(s);
-            free(copy);
-            return dlock_seterr(DLOCK_ENOMEM, "redis: out of memory for a subscription");
-        }
-        memcpy(copy, channel, len);
-        copy[len] = 0;
-        s->channel = copy;
-        s->len = len;
-        s->state = SUB_WANTED;
-        s->next = sub->subs;
-        sub->subs = s;
+    if (!(s = subscription_for(sub, channel, len))) {
+        pthread_mutex_unlock(&sub->mu);
+        return DLOCK_ENOMEM;
     }
     s->fds[s->nfds++] = notify_fd;
     poke(sub);
@@ -390,6 +413,44 @@ int redis_subscriber_add(struct redis_subscriber *sub, const char *channel, size
     }
     pthread_mutex_unlock(&sub->mu);
     return rc;
+}
+
+int redis_subscriber_watch(struct redis_subscriber *sub, const char *channel, size_t len, redis_watch_fn fn,
+                           struct dlock_provider_lock *lk)
+{
+    pthread_mutex_lock(&sub->mu);
+    struct subscription *s = find(sub, channel, len);
+    if (s && s->nwatchers == SUB_FDS_MAX) {
+        pthread_mutex_unlock(&sub->mu);
+        return dlock_seterr(DLOCK_EUNAVAILABLE, "redis: more than %d holds watching one channel in one client",
+                            SUB_FDS_MAX);
+    }
+    if (!(s = subscription_for(sub, channel, len))) {
+        pthread_mutex_unlock(&sub->mu);
+        return DLOCK_ENOMEM;
+    }
+    s->watchers[s->nwatchers].fn = fn;
+    s->watchers[s->nwatchers++].lk = lk;
+    poke(sub);
+    pthread_mutex_unlock(&sub->mu);
+    return DLOCK_OK;
+}
+
+void redis_subscriber_unwatch(struct redis_subscriber *sub, const char *channel, size_t len,
+                              struct dlock_provider_lock *lk)
+{
+    pthread_mutex_lock(&sub->mu);
+    struct subscription *s = find(sub, channel, len);
+    if (s) {
+        for (int i = 0; i < s->nwatchers; i++)
+            if (s->watchers[i].lk == lk) {
+                s->watchers[i] = s->watchers[--s->nwatchers];
+                break;
+            }
+        if (s->nfds == 0 && s->nwatchers == 0)
+            drop(sub, s);
+    }
+    pthread_mutex_unlock(&sub->mu);
 }
 
 void redis_subscriber_remove(struct redis_subscriber *sub, const char *channel, size_t len, int notify_fd)

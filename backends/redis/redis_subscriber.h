@@ -24,6 +24,23 @@ void redis_subscriber_stop(struct redis_subscriber *sub);
  * DLOCK_OK or DLOCK_EUNAVAILABLE (then nothing is registered). */
 int redis_subscriber_add(struct redis_subscriber *sub, const char *channel, size_t len, int notify_fd,
                          int64_t timeout_ms);
+/* Called, under the subscriber's mutex, on each message on a watched
+ * channel and whenever one may have been missed (the subscription made
+ * again on a new connection, or dropped by a cluster node). Must not block
+ * nor call the subscriber. */
+typedef void (*redis_watch_fn)(struct dlock_provider_lock *lk);
+
+/* Subscribes channel (len bytes) for fn(lk) without waiting for the
+ * server's confirmation (a message sent before it is missed; the caller
+ * has its own fallback). DLOCK_OK, DLOCK_ENOMEM, or DLOCK_EUNAVAILABLE
+ * (too many watchers of the channel). */
+int redis_subscriber_watch(struct redis_subscriber *sub, const char *channel, size_t len, redis_watch_fn fn,
+                           struct dlock_provider_lock *lk);
+/* Ends redis_subscriber_watch(channel, lk); after it returns, fn is not
+ * called for lk. */
+void redis_subscriber_unwatch(struct redis_subscriber *sub, const char *channel, size_t len,
+                              struct dlock_provider_lock *lk);
+
 /* Stops notifying notify_fd for channel (the channel is unsubscribed when
  * no fd is left for it); after it returns the fd is no longer written to
  * and may be closed. */

@@ -74,7 +74,12 @@ extern "C" {
  * before it releases on one of the core's pool threads, and the bit is
  * ignored. */
 #define DLOCK_PROVIDER_VERSION_7 7
-#define DLOCK_PROVIDER_VERSION DLOCK_PROVIDER_VERSION_7
+/* Version 8: lock caching (DLOCK_CAP_CACHE): a holder is told that
+ * another owner asks for its name (.watch_wanted and .unwatch_wanted,
+ * dlock_provider_env.wanted). A provider before it keeps no released
+ * holds: the bit is ignored. */
+#define DLOCK_PROVIDER_VERSION_8 8
+#define DLOCK_PROVIDER_VERSION DLOCK_PROVIDER_VERSION_8
 
 /* Name of the function a module exports; see dlock_module_entry_fn. */
 #define DLOCK_MODULE_ENTRY "dlock_module_provider"
@@ -131,11 +136,20 @@ const char *dlock_settings_list_item(const dlock_settings *s, const char *name, 
 const char *dlock_settings_where(const dlock_settings *s, const char *name);
 
 /* What open() receives besides its group. */
+struct dlock_provider_lock;
+
 struct dlock_provider_env {
     const dlock_settings *settings; /* the backend's group; empty if absent */
     const char *prefix;             /* top-level `prefix`, e.g. "dlock:" */
     int64_t default_lease_ms;       /* top-level `lease_ms` */
     void *log_handle;               /* pass to dlock_provider_log() */
+    /* Version 8 (DLOCK_CAP_CACHE): tells the core that another owner asks
+     * for lk's name, busy or waiting, while lk->owner holds it, or that
+     * such a request may have gone unheard (a lost connection or
+     * subscription). Only for a lock between watch_wanted and
+     * unwatch_wanted. Thread-safe, never blocks, never calls the provider,
+     * and may be called with the provider's own mutexes held. */
+    void (*wanted)(struct dlock_provider_lock *lk);
 };
 
 /* ---- per-lock state --------------------------------------------------------- */
@@ -512,6 +526,20 @@ struct dlock_provider {
     int (*release_send)(void *instance, struct dlock_provider_lock *lk, struct dlock_provider_io *io);
     int (*release_recv)(void *instance, struct dlock_provider_lock *lk, struct dlock_provider_io *io);
     void (*release_drop)(void *instance, struct dlock_provider_lock *lk, struct dlock_provider_io *io);
+
+    /* --- version 8 --- */
+    /* Required with DLOCK_CAP_CACHE. Called after a grant of an exclusive
+     * hold that the core may keep after its release: from now until
+     * unwatch_wanted, whenever the backend refuses lk's name to another
+     * owner because lk->owner holds it (a busy answer, a try included),
+     * call env->wanted(lk) promptly; and call it for every watched lock
+     * whenever such a request may have been missed. Arms asynchronously:
+     * it does not wait for the server. DLOCK_OK; anything else and the
+     * hold is released as usual rather than kept. */
+    int (*watch_wanted)(void *instance, struct dlock_provider_lock *lk);
+    /* Ends watch_wanted's promise; after it returns, env->wanted is not
+     * called for lk. Called once the hold has ended, before lock_fini. */
+    void (*unwatch_wanted)(void *instance, struct dlock_provider_lock *lk);
 };
 
 /*

@@ -598,6 +598,7 @@ static void man_row_label(dlock_client *c, char *out, size_t size)
 {
     const char *mode = strstr(target->name, "session mode") ? " session mode"
                        : strstr(target->name, "lease mode") ? " lease mode"
+                       : strstr(target->name, "cluster")    ? " cluster"
                                                              : "";
     snprintf(out, size, "%s%s", dlock_client_backend(c), mode);
 }
@@ -612,7 +613,7 @@ static const struct {
     { "SERVER_EXPIRY", DLOCK_CAP_SERVER_EXPIRY }, { "MULTI_HOST", DLOCK_CAP_MULTI_HOST },
     { "SHARED", DLOCK_CAP_SHARED },         { "SEMAPHORE", DLOCK_CAP_SEMAPHORE },
     { "DOWNGRADE", DLOCK_CAP_DOWNGRADE },     { "ELECTION", DLOCK_CAP_ELECTION },
-    { "IN_PROCESS", DLOCK_CAP_IN_PROCESS },
+    { "IN_PROCESS", DLOCK_CAP_IN_PROCESS },   { "CACHE", DLOCK_CAP_CACHE },
 };
 
 /* The words of bits, in the table's order. */

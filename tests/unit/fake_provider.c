@@ -89,6 +89,7 @@ static int fake_open(void **instance, const struct dlock_provider_env *env)
                             dlock_settings_where(env->settings, "label"));
     pthread_mutex_lock(&fake.mu);
     fake.opens++;
+    fake.wanted = env->wanted;
     pthread_mutex_unlock(&fake.mu);
     *instance = &fake;
     return DLOCK_OK;
@@ -132,6 +133,10 @@ static int fake_acquire(void *instance, struct dlock_provider_lock *lk, struct d
     struct fake_slot *s = slot(lk->name, true);
     if (s->holder[0] && strcmp(s->holder, lk->owner) != 0) {
         g->retry_hint_ms = fake.busy_hint_ms;
+        if (s->watched && fake.wanted) { /* as a server that pushes to the holder */
+            fake.wanted_calls++;
+            fake.wanted(s->watched);
+        }
         pthread_mutex_unlock(&fake.mu);
         return DLOCK_EBUSY;
     }
@@ -361,6 +366,28 @@ void fake_answer_all(void)
     pthread_mutex_unlock(&fake.mu);
 }
 
+static int fake_watch_wanted(void *instance, struct dlock_provider_lock *lk)
+{
+    (void)instance;
+    pthread_mutex_lock(&fake.mu);
+    struct fake_slot *s = slot(lk->name, true);
+    if (s)
+        s->watched = lk;
+    fake.watches++;
+    pthread_mutex_unlock(&fake.mu);
+    return s ? DLOCK_OK : dlock_seterr(DLOCK_ENOMEM, "fake: out of slots");
+}
+
+static void fake_unwatch_wanted(void *instance, struct dlock_provider_lock *lk)
+{
+    (void)instance;
+    pthread_mutex_lock(&fake.mu);
+    struct fake_slot *s = slot(lk->name, false);
+    if (s && s->watched == lk)
+        s->watched = NULL;
+    pthread_mutex_unlock(&fake.mu);
+}
+
 /* What "fake" and "fakecache" share: every call, renewals in batches. */
 #define FAKE_BATCHING_MEMBERS                                                                               \
     .version = DLOCK_PROVIDER_VERSION, .lock_priv_size = 24, .settings = fake_settings, .open = fake_open, \
@@ -377,6 +404,8 @@ const struct dlock_provider fake_cache_provider = {
     FAKE_BATCHING_MEMBERS,
     .name = "fakecache",
     .capabilities = DLOCK_CAP_RENEW | DLOCK_CAP_FENCE | DLOCK_CAP_CACHE,
+    .watch_wanted = fake_watch_wanted,
+    .unwatch_wanted = fake_unwatch_wanted,
 };
 
 const struct dlock_provider fake_wait_provider = {

@@ -17,6 +17,7 @@
 struct fake_slot {
     char name[64];
     char holder[64];          /* owner id, "" when free */
+    struct dlock_provider_lock *watched; /* fakecache: the holder told when someone asks */
 };
 
 struct fake_server {
@@ -47,6 +48,9 @@ struct fake_server {
     int64_t renew_at[FAKE_TIMES];
     int nrenew_at;
     int64_t last_batch_n;
+    void (*wanted)(struct dlock_provider_lock *lk); /* the core's env->wanted */
+    int wanted_calls;         /* fakecache: holders told that someone asks */
+    int watches;              /* fakecache: watch_wanted calls */
 };
 
 extern struct fake_server fake;

@@ -278,6 +278,56 @@ static void a_non_blocking_acquire_has_the_cached_hold_given_back_first(void **s
     done_with(c, l);
 }
 
+static dlock_client *open_plain(void)
+{
+    dlock_client *c = NULL;
+    if (dlock_client_open_string(&c, "backend = \"fake\"; retry_base_ms = 5; retry_cap_ms = 20;") != DLOCK_OK)
+        fail_msg("open: %s", dlock_errmsg());
+    return c;
+}
+
+static void another_owner_asking_has_the_cached_hold_given_back_at_once(void **state)
+{
+    (void)state;
+    dlock_client *a = open_caching("fakecache", 3000, 60000);
+    dlock_client *b = open_plain();
+    dlock_lock *la = lock_with(a, "w", 0, NULL, NULL);
+    dlock_lock *lb = lock_with(b, "w", 0, NULL, NULL);
+    uint64_t first = hold_then_park(la);
+    int64_t t0 = now_ms();
+    assert_int_equal(dlock_acquire(lb, 5000), DLOCK_OK);
+    /* Far sooner than the minute it would stay idle: the busy answer told
+     * the holder, whose watchdog gave it back. */
+    assert_true(now_ms() - t0 < slack_ms(1000));
+    assert_true(fake_get(&fake.wanted_calls) >= 1);
+    assert_int_equal(fake_get(&fake.releases), 1);
+    assert_true(fence_of(lb) > first);
+    assert_int_equal(dlock_release(lb), DLOCK_OK);
+    held_anew(la, fake_get(&fake.acquires) + 1, first); /* back to the server for a new hold */
+    dlock_lock_free(lb);
+    dlock_client_close(b);
+    done_with(a, la);
+}
+
+static void a_request_during_the_hold_makes_its_release_a_real_one(void **state)
+{
+    (void)state;
+    dlock_client *a = open_caching("fakecache", 3000, 60000);
+    dlock_client *b = open_plain();
+    dlock_lock *la = lock_with(a, "h", 0, NULL, NULL);
+    dlock_lock *lb = lock_with(b, "h", 0, NULL, NULL);
+    assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
+    assert_int_equal(dlock_acquire(lb, 0), DLOCK_EBUSY); /* a try asks too */
+    assert_int_equal(fake_get(&fake.wanted_calls), 1);
+    assert_int_equal(dlock_release(la), DLOCK_OK);
+    assert_int_equal(fake_get(&fake.releases), 1); /* not kept */
+    assert_int_equal(dlock_acquire(lb, 0), DLOCK_OK);
+    assert_int_equal(dlock_release(lb), DLOCK_OK);
+    dlock_lock_free(lb);
+    dlock_client_close(b);
+    done_with(a, la);
+}
+
 struct racer {
     dlock_lock *lock;
     int64_t until;
@@ -379,6 +429,8 @@ int main(void)
         cmocka_unit_test_setup(a_handle_with_other_options_gets_a_new_hold, setup),
         cmocka_unit_test_setup(closing_the_client_gives_cached_holds_back, setup),
         cmocka_unit_test_setup(a_non_blocking_acquire_has_the_cached_hold_given_back_first, setup),
+        cmocka_unit_test_setup(another_owner_asking_has_the_cached_hold_given_back_at_once, setup),
+        cmocka_unit_test_setup(a_request_during_the_hold_makes_its_release_a_real_one, setup),
         cmocka_unit_test_setup(takeovers_race_the_give_back, setup),
         cmocka_unit_test_setup(caching_is_refused_where_the_backend_cannot_keep_holds, setup),
     };

@@ -16,6 +16,7 @@
 #include <dlock/fence.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -879,6 +880,156 @@ static void conformance_config(char *buf, size_t size, int lease_ms, int retry_c
              lease_ms, retry_cap_ms, server.port);
 }
 
+/* ---- lock caching ---------------------------------------------------------------- */
+
+static dlock_client *open_redis_caching(int idle_ms)
+{
+    char text[512];
+    snprintf(text, sizeof text,
+             "backend = \"redis\";\nlease_ms = 3000;\nretry_base_ms = 5;\nretry_cap_ms = 100;\n"
+             "cache = { idle_ms = %d; };\nredis = { port = %d; };\n", idle_ms, server.port);
+    dlock_client *c = NULL;
+    if (dlock_client_open_string(&c, text) != DLOCK_OK)
+        fail_msg("open: %s", dlock_errmsg());
+    return c;
+}
+
+static long long script_calls(void)
+{
+    redisReply *r = test_redis_cmd(&server, "INFO commandstats");
+    assert_non_null(r);
+    const char *at = r->type == REDIS_REPLY_STRING ? strstr(r->str, "cmdstat_evalsha:calls=") : NULL;
+    long long n = at ? atoll(at + strlen("cmdstat_evalsha:calls=")) : 0;
+    freeReplyObject(r);
+    return n;
+}
+
+/* Until the caching client's watch of name is confirmed by the server (a
+ * request made before would go unheard until the waiter's next look). */
+static void wait_for_the_watch(const char *name)
+{
+    char pattern[128];
+    snprintf(pattern, sizeof pattern, "dlock:{%s}:cw:*", name);
+    int64_t end = now_ms() + slack_ms(2000);
+    for (;;) {
+        redisReply *r = test_redis_cmd(&server, "PUBSUB CHANNELS %s", pattern);
+        bool active = r && r->type == REDIS_REPLY_ARRAY && r->elements == 1;
+        if (r)
+            freeReplyObject(r);
+        if (active)
+            return;
+        if (now_ms() > end)
+            fail_msg("the watch of %s was not subscribed", pattern);
+        sleep_ms(5);
+    }
+}
+
+static uint64_t fence_now(dlock_lock *l)
+{
+    uint64_t f = 0;
+    assert_int_equal(dlock_fence(l, &f), DLOCK_OK);
+    return f;
+}
+
+static void a_kept_hold_is_taken_again_with_no_command(void **state)
+{
+    (void)state;
+    dlock_client *c = open_redis_caching(60000);
+    dlock_lock *l = lock_of(c, "kept", 0);
+    assert_int_equal(dlock_acquire(l, 0), DLOCK_OK);
+    uint64_t fence = fence_now(l);
+    assert_int_equal(dlock_release(l), DLOCK_OK);
+    assert_int_equal(redis_int("EXISTS %s", "dlock:{kept}"), 1); /* still held for this client */
+    long long before = script_calls();
+    for (int i = 0; i < 50; i++) {
+        assert_int_equal(dlock_acquire(l, 0), DLOCK_OK);
+        assert_int_equal(fence_now(l), fence);
+        assert_int_equal(dlock_release(l), DLOCK_OK);
+    }
+    assert_int_equal(script_calls() - before, 0);
+    dlock_lock_free(l); /* the last handle gives it back */
+    assert_int_equal(redis_int("EXISTS %s", "dlock:{kept}"), 0);
+    dlock_client_close(c);
+}
+
+static void another_client_asking_gets_the_kept_hold_at_once(void **state)
+{
+    (void)state;
+    dlock_client *a = open_redis_caching(60000);
+    dlock_client *b = open_redis(3000, 100, NULL);
+    dlock_lock *la = lock_of(a, "asked", 0);
+    dlock_lock *lb = lock_of(b, "asked", 0);
+    assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
+    uint64_t fence = fence_now(la);
+    wait_for_the_watch("asked");
+    assert_int_equal(dlock_release(la), DLOCK_OK);
+    int64_t t0 = now_ms();
+    assert_int_equal(dlock_acquire(lb, 10000), DLOCK_OK);
+    /* The busy answer told the holder, which gave the hold back, and its
+     * release woke the waiter: far sooner than the minute it stays idle. */
+    assert_true(now_ms() - t0 < slack_ms(1000));
+    assert_true(fence_now(lb) > fence);
+    assert_int_equal(dlock_release(lb), DLOCK_OK);
+    dlock_lock_free(lb);
+    dlock_client_close(b);
+    dlock_lock_free(la);
+    dlock_client_close(a);
+}
+
+static void a_try_during_the_hold_makes_its_release_a_real_one(void **state)
+{
+    (void)state;
+    dlock_client *a = open_redis_caching(60000);
+    dlock_client *b = open_redis(3000, 100, NULL);
+    dlock_lock *la = lock_of(a, "tried", 0);
+    dlock_lock *lb = lock_of(b, "tried", 0);
+    assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
+    wait_for_the_watch("tried");
+    assert_int_equal(dlock_acquire(lb, 0), DLOCK_EBUSY);
+    /* The message comes on the subscriber's connection: wait for it to be
+     * read before releasing. */
+    int64_t end = now_ms() + slack_ms(2000);
+    bool real = false;
+    while (!real && now_ms() < end) {
+        sleep_ms(10);
+        /* Taken again and released: kept only if nobody asked. */
+        assert_int_equal(dlock_release(la), DLOCK_OK);
+        real = redis_int("EXISTS %s", "dlock:{tried}") == 0;
+        if (!real)
+            assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
+    }
+    assert_true(real);
+    assert_int_equal(dlock_acquire(lb, 0), DLOCK_OK);
+    assert_int_equal(dlock_release(lb), DLOCK_OK);
+    dlock_lock_free(lb);
+    dlock_client_close(b);
+    dlock_lock_free(la);
+    dlock_client_close(a);
+}
+
+static void a_kept_hold_is_given_back_when_its_watch_may_have_missed_a_request(void **state)
+{
+    (void)state;
+    dlock_client *a = open_redis_caching(60000);
+    dlock_lock *la = lock_of(a, "cut", 0);
+    assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
+    wait_for_the_watch("cut");
+    assert_int_equal(dlock_release(la), DLOCK_OK);
+    assert_int_equal(redis_int("EXISTS %s", "dlock:{cut}"), 1);
+    /* A request published while the subscriber's connection is down
+     * reaches nobody: made again on a new connection, the watch counts as
+     * told, and the hold goes back. */
+    redisReply *r = test_redis_cmd(&server, "CLIENT KILL TYPE pubsub");
+    if (r)
+        freeReplyObject(r);
+    int64_t end = now_ms() + slack_ms(3000);
+    while (redis_int("EXISTS %s", "dlock:{cut}") == 1 && now_ms() < end)
+        sleep_ms(10);
+    assert_int_equal(redis_int("EXISTS %s", "dlock:{cut}"), 0);
+    dlock_lock_free(la);
+    dlock_client_close(a);
+}
+
 /* An operator deletes the lock's hash. */
 static void delete_the_hash(const char *name)
 {
@@ -927,6 +1078,10 @@ int main(void)
         cmocka_unit_test_setup(server_restart_mid_run, before_each),
         cmocka_unit_test_setup(fences_keep_growing_after_a_restart_from_an_older_snapshot, before_each),
         cmocka_unit_test_setup(eviction_policy_that_can_drop_locks_is_refused, before_each),
+        cmocka_unit_test_setup(a_kept_hold_is_taken_again_with_no_command, before_each),
+        cmocka_unit_test_setup(another_client_asking_gets_the_kept_hold_at_once, before_each),
+        cmocka_unit_test_setup(a_try_during_the_hold_makes_its_release_a_real_one, before_each),
+        cmocka_unit_test_setup(a_kept_hold_is_given_back_when_its_watch_may_have_missed_a_request, before_each),
     };
     failed += cmocka_run_group_tests_name("redis", tests, start_server, stop_server);
     return failed ? 1 : 0;
