@@ -84,13 +84,12 @@ void dlock__cache_park(dlock_client *c, struct dlock__entry *e)
         pthread_cond_broadcast(&e->cv); /* a thread of ours queued behind it takes it over */
     pthread_mutex_unlock(&e->mu);
 
-    /* The application's hold ended here, as far as the metrics go. */
+    /* The application's hold ended here, as far as its length goes; the
+     * release on the backend is counted when the hold is given back. */
     dlock__histogram_observe(&c->metrics.hold_ms, held);
     if (e->named)
         dlock__histogram_observe(&e->named->hold_ms, held);
-    dlock__metric_inc(&c->metrics.releases);
-    if (e->named)
-        dlock__metric_inc(&e->named->releases);
+    dlock__metric_inc(&c->metrics.cache_keeps);
     /* The idle check: the renewal timer may be due later than that. */
     dlock__watchdog_schedule_earlier(c, e, now + c->config.cache_idle_ms);
 }
@@ -122,6 +121,7 @@ bool dlock__cache_hit(dlock_client *c, struct dlock__entry *e, const dlock_lock 
     e->on_lost_arg = h->options.on_lost_arg;
     e->on_lost_handle = (dlock_lock *)h;
     e->granted_at_ms = dlock__now_ms();
+    dlock__metric_inc(&c->metrics.cache_hits);
     return true;
 }
 

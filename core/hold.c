@@ -153,8 +153,14 @@ int dlock__hold_release_end(dlock_client *c, struct dlock__entry *e, const struc
     pthread_mutex_unlock(&e->mu);
 
     if (plan->cached) {
-        /* The application's release was counted when the hold was parked;
-         * a cached hold found gone is simply over. */
+        /* The application's hold was measured when it was kept; a kept
+         * hold found gone is simply over. */
+        dlock__metric_inc(&c->metrics.cache_givebacks);
+        if (rc == DLOCK_OK && !plan->lost) {
+            dlock__metric_inc(&c->metrics.releases);
+            if (e->named)
+                dlock__metric_inc(&e->named->releases);
+        }
         if (plan->lost || rc == DLOCK_OK || rc == DLOCK_ENOTOWNER || rc == DLOCK_ELOST)
             return DLOCK_OK;
         dlock__metric_inc(&c->metrics.backend_errors);

@@ -186,6 +186,7 @@ struct dlock__metrics {
     uint64_t renewals, renewal_failures, losses, backend_errors;
     uint64_t attempts_parked;                   /* round trips parked on a descriptor (acquire_send) */
     uint64_t releases_parked;                   /* the same for releases (release_send) */
+    uint64_t cache_keeps, cache_hits, cache_givebacks; /* lock caching (core/cache.c) */
     uint64_t renewal_rounds, renewal_round_us;  /* watchdog rounds that renewed, and their time */
     struct dlock__histogram wait_ms, hold_ms;
     struct dlock__name_metrics *names;          /* fixed once the client is open */

@@ -107,6 +107,14 @@ static void a_released_hold_is_taken_again_without_a_round_trip(void **state)
     assert_int_equal(dlock_release(l), DLOCK_OK);
     dlock_lock_free(l); /* the last handle: the hold is given back */
     assert_int_equal(fake_get(&fake.releases), 1);
+    char *text = NULL;
+    assert_int_equal(dlock_client_metrics(c, &text), DLOCK_OK);
+    assert_non_null(strstr(text, "dlock_cache_keeps_total{backend=\"fakecache\"} 101\n"));
+    assert_non_null(strstr(text, "dlock_cache_hits_total{backend=\"fakecache\"} 100\n"));
+    assert_non_null(strstr(text, "dlock_cache_givebacks_total{backend=\"fakecache\"} 1\n"));
+    assert_non_null(strstr(text, "dlock_grants_total{backend=\"fakecache\"} 1\n"));
+    assert_non_null(strstr(text, "dlock_releases_total{backend=\"fakecache\"} 1\n"));
+    free(text);
     dlock_client_close(c);
 }
 
