@@ -149,31 +149,38 @@ bool dlock__cache_round(dlock_client *c, struct dlock__entry *e)
         give_back(c, e);
         return true;
     }
-    pthread_mutex_unlock(&e->mu);
     int64_t renew_due = __atomic_load_n(&e->renew_due_ms, __ATOMIC_RELAXED);
-    if (now >= renew_due)
+    if (now >= renew_due) {
+        pthread_mutex_unlock(&e->mu);
         return false; /* renewed with the round; the renewal brings the idle check back */
+    }
+    /* Under e->mu: a request that comes now schedules after this. */
     dlock__watchdog_schedule(c, e, renew_due < idle_due ? renew_due : idle_due);
+    pthread_mutex_unlock(&e->mu);
     return true;
 }
 
 void dlock__cache_drop_now(dlock_client *c, struct dlock__entry *e)
 {
-    dlock__expiry_disarm(c, e);
-    dlock__watchdog_cancel(c, e); /* after this, no round works on e */
+    /* The watchdog gives it back, as every kept hold: a second give-back
+     * from here could release the next holder's hold, taken between the
+     * two. This thread waits for it. */
     pthread_mutex_lock(&e->mu);
-    bool cached = e->count > 0 && e->cached;
-    bool held = e->count > 0 && !e->cached && !e->lost;
-    int64_t valid_until = e->valid_until_ms;
-    if (cached)
-        e->cache_dropping = true;
+    if (e->count > 0 && e->cached)
+        dlock__cache_drop_soon(c, e);
+    while (e->count > 0 && e->cached)
+        pthread_cond_wait(&e->cv, &e->mu);
     pthread_mutex_unlock(&e->mu);
-    if (cached) {
-        give_back(c, e);
-    } else if (held) {
-        /* Taken over meanwhile through this very handle: its hold is
-         * looked after again. */
-        dlock__expiry_arm(c, e, valid_until);
-        dlock__watchdog_schedule(c, e, __atomic_load_n(&e->renew_due_ms, __ATOMIC_RELAXED));
+}
+
+void dlock__cache_timer_check(dlock_client *c, struct dlock__entry *e)
+{
+    pthread_mutex_lock(&e->mu);
+    if (e->count > 0 && e->cached) {
+        if (e->cache_dropping)
+            dlock__watchdog_schedule(c, e, dlock__now_ms());
+        else
+            dlock__watchdog_schedule_earlier(c, e, e->cache_last_used_ms + c->config.cache_idle_ms);
     }
+    pthread_mutex_unlock(&e->mu);
 }

@@ -217,9 +217,13 @@ void dlock__cache_drop_soon(dlock_client *c, struct dlock__entry *e);
  * its timer moved to the next renewal or idle check), false when e is to
  * be renewed with the round. */
 bool dlock__cache_round(dlock_client *c, struct dlock__entry *e);
-/* Gives e's cached hold back now, waiting for the watchdog (not on its
- * thread): the last handle of the name is being freed. */
+/* Has e's cached hold given back and waits until it is (not on the
+ * watchdog's thread): the last handle of the name is being freed. */
 void dlock__cache_drop_now(dlock_client *c, struct dlock__entry *e);
+/* After e's watchdog timer was set for a renewal (e->mu not held): a
+ * cached hold's give-back asked for meanwhile, or its idle check, must
+ * not wait for that renewal. */
+void dlock__cache_timer_check(dlock_client *c, struct dlock__entry *e);
 
 /* ---- watchdog.c: when to renew ---------------------------------------------- */
 /* The renewal interval of a lease (a third of it, Redisson's rule). */

@@ -392,15 +392,12 @@ void dlock__hold_renewed(dlock_client *c, struct dlock__entry *e, int rc, struct
         e->valid_until_ms = t_send.boot_ms + lease - dlock__drift_ms(lease);
         int64_t valid_until = e->valid_until_ms;
         bool watchdog = e->renewed_by_watchdog;
-        bool cached = e->cached;
-        int64_t idle_due = e->cache_last_used_ms + c->config.cache_idle_ms;
         pthread_mutex_unlock(&e->mu);
         dlock__metric_inc(&c->metrics.renewals);
         dlock__expiry_arm(c, e, valid_until);
         if (watchdog)
             dlock__watchdog_schedule_renewal(c, e, t_send.mono_ms, lease);
-        if (cached) /* its idle check, which may come before the next renewal */
-            dlock__watchdog_schedule_earlier(c, e, idle_due);
+        dlock__cache_timer_check(c, e);
         return;
     }
     dlock__metric_inc(&c->metrics.renewal_failures);
@@ -424,6 +421,7 @@ void dlock__hold_renewed(dlock_client *c, struct dlock__entry *e, int rc, struct
     dlock__logf(&c->log, DLOCK_LOG_WARN, "lock '%s': renewal failed (%s); retrying in %lld ms, lost in %lld ms "
                 "unless renewed", dlock__entry_show(e), saved.text, (long long)(due - now.mono_ms), (long long)left);
     dlock__watchdog_schedule(c, e, due);
+    dlock__cache_timer_check(c, e);
 }
 
 int dlock_renew(dlock_lock *h)

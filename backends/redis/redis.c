@@ -305,18 +305,19 @@ void redis_attempt_args(struct redis_instance *inst, struct dlock_provider_lock 
     ARG(a->queue_timeout, qt_len);
     if (shared || !is_fair(lk))
         ARG(registered, 1);
-    if (!shared && inst->subscriber) {
-        /* A busy answer tells a holder that keeps released holds that
-         * someone asks (where one subscriber serves the whole server). */
-        if (!is_fair(lk))
-            ARG("1", 1); /* the fence's clock unit, as when left out */
-        ARG(rl->k.wanted_prefix, rl->k.wanted_prefix_len);
-        ARG(inst->publish, strlen(inst->publish));
-    }
+    if (!shared && inst->subscriber && !is_fair(lk))
+        ARG("1", 1); /* the fence's clock unit, as when left out */
     if (shared) {
         ARG(a->kind, kind_len);
         ARG(a->permits, permits_len);
         ARG(rl->k.channel_prefix, rl->k.channel_prefix_len);
+        ARG(inst->publish, strlen(inst->publish));
+    }
+    if (inst->subscriber) {
+        /* A busy answer tells an exclusive holder that keeps released
+         * holds that someone asks (where one subscriber serves the whole
+         * server). */
+        ARG(rl->k.wanted_prefix, rl->k.wanted_prefix_len);
         ARG(inst->publish, strlen(inst->publish));
     }
 #undef ARG

@@ -95,8 +95,8 @@ extern const struct redis_route redis_cluster_route;
 struct redis_attempt_args {
     enum redis_script which;
     int nkeys, nargs;
-    const char *args[13];
-    size_t lens[13];
+    const char *args[16];
+    size_t lens[16];
     char lease[24], queue_timeout[24], kind[16], permits[16];
 };
 void redis_attempt_args(struct redis_instance *inst, struct dlock_provider_lock *lk, struct redis_attempt_args *a);

@@ -276,6 +276,7 @@ static const char *const script_text[SCRIPT_COUNT] = {
     "end\n"
     /* Busy: out of permits, the earliest holder's expiry is when one may
      * come back; otherwise the exclusive holder's TTL. */
+    LUA_TELL_HOLDER("9")
     "local hint\n"
     "if limit > 0 then\n"
     "  local first = redis.call('zrange', KEYS[5], 0, 0, 'withscores')\n"

@@ -34,7 +34,8 @@ enum redis_script {
      * member of the holders set scored by its expiry on the server's clock.
      * KEYS: lock, fence, queue, timeouts, holders; ARGV: owner, lease, queue
      * timeout, "1" if registered, kind, permits ("0" for shared), channel
-     * prefix, publish command -> {1, fence} | {0, retry in ms} | {2, the
+     * prefix, publish command[, wanted-channel prefix, publish command, as
+     * SCRIPT_ACQUIRE's] -> {1, fence} | {0, retry in ms} | {2, the
      * name's permits (0: it is a shared lock)} when held in another kind */
     SCRIPT_ACQUIRE_SHARED,
     /* KEYS: lock, queue, timeouts, holders; ARGV: owner, channel prefix,

@@ -188,6 +188,16 @@ static void handle_reply(struct redis_subscriber *sub, redisReply *r)
     }
 }
 
+/* Tells every watcher that a message may have been missed (mu held): a
+ * request published while there is no connection reaches nobody. */
+static void tell_all_watchers(struct redis_subscriber *sub)
+{
+    for (struct subscription *s = sub->subs; s; s = s->next)
+        if (s->state != SUB_DROPPED)
+            for (int i = 0; i < s->nwatchers; i++)
+                s->watchers[i].fn(s->watchers[i].lk);
+}
+
 /* Connection lost (mu held): every live subscription must be sent again. */
 static void mark_disconnected(struct redis_subscriber *sub)
 {
@@ -200,6 +210,7 @@ static void mark_disconnected(struct redis_subscriber *sub)
         else
             s->state = SUB_WANTED;
     }
+    tell_all_watchers(sub);
     pthread_cond_broadcast(&sub->cv);
 }
 
@@ -234,6 +245,7 @@ static void *subscriber_main(void *arg)
                 retry_at = dlock_provider_now_ms() + backoff_ms;
                 snprintf(sub->last_error, sizeof sub->last_error, "%s", dlock_errmsg());
                 sub->connect_failures++;
+                tell_all_watchers(sub);
                 pthread_cond_broadcast(&sub->cv);
                 dlock_provider_log(sub->log_handle, DLOCK_LOG_WARN, "redis subscriber: %s; retrying in %lld ms",
                                    sub->last_error, (long long)backoff_ms);

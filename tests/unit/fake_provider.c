@@ -141,6 +141,7 @@ static int fake_acquire(void *instance, struct dlock_provider_lock *lk, struct d
         return DLOCK_EBUSY;
     }
     snprintf(s->holder, sizeof s->holder, "%s", lk->owner);
+    fake.grants_made++;
     g->fence = ++fake.fence;
     g->has_fence = 1;
     if (fake.granted_lease_ms > 0)
@@ -163,6 +164,8 @@ static int fake_release(void *instance, struct dlock_provider_lock *lk)
         s->holder[0] = 0;
         fake.release_seq++;
         rc = DLOCK_OK;
+    } else {
+        fake.foreign_releases++;
     }
     pthread_mutex_unlock(&fake.mu);
     return rc;

@@ -51,6 +51,8 @@ struct fake_server {
     void (*wanted)(struct dlock_provider_lock *lk); /* the core's env->wanted */
     int wanted_calls;         /* fakecache: holders told that someone asks */
     int watches;              /* fakecache: watch_wanted calls */
+    int grants_made;          /* acquires answered with a grant */
+    int foreign_releases;     /* releases by an owner that did not hold the name */
 };
 
 extern struct fake_server fake;

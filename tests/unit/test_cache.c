@@ -368,6 +368,88 @@ static void *race(void *arg)
     return NULL;
 }
 
+struct churner {
+    dlock_client *client;
+    int64_t until;
+    int *inside;
+    int cycles, failures, overlaps;
+};
+
+/* A handle made, held, released and freed each cycle: its free is the
+ * last of the name's handles as often as not, which gives the kept hold
+ * back from the freeing thread while other threads take the name anew. */
+static void *churn(void *arg)
+{
+    struct churner *t = arg;
+    while (now_ms() < t->until) {
+        dlock_lock *l = lock_with(t->client, "churn", 0, NULL, NULL);
+        if (dlock_acquire(l, 5000) == DLOCK_OK) {
+            if (__atomic_add_fetch(t->inside, 1, __ATOMIC_SEQ_CST) != 1)
+                t->overlaps++;
+            sleep_ms(1);
+            __atomic_sub_fetch(t->inside, 1, __ATOMIC_SEQ_CST);
+            if (dlock_release(l) != DLOCK_OK)
+                t->failures++;
+            t->cycles++;
+        } else {
+            t->failures++;
+        }
+        dlock_lock_free(l);
+    }
+    return NULL;
+}
+
+/* Another client trying the name now and then: each busy answer asks the
+ * caching client to give its kept hold back. */
+static void *try_now_and_then(void *arg)
+{
+    struct churner *t = arg;
+    dlock_lock *l = lock_with(t->client, "churn", 0, NULL, NULL);
+    while (now_ms() < t->until) {
+        if (dlock_acquire(l, 0) == DLOCK_OK) {
+            if (__atomic_add_fetch(t->inside, 1, __ATOMIC_SEQ_CST) != 1)
+                t->overlaps++;
+            __atomic_sub_fetch(t->inside, 1, __ATOMIC_SEQ_CST);
+            dlock_release(l);
+            t->cycles++;
+        }
+        sleep_ms(1);
+    }
+    dlock_lock_free(l);
+    return NULL;
+}
+
+/* Frees of the last handle, requests from another client and new holds by
+ * other threads, all at once: one give-back per kept hold, never one that
+ * releases the next holder's hold (the checker: nobody is inside twice, no
+ * release fails). */
+static void last_handle_frees_race_requests_and_new_holds(void **state)
+{
+    (void)state;
+    dlock_client *a = open_caching("fakecache", 3000, 60000);
+    dlock_client *b = open_plain();
+    int inside = 0;
+    int64_t until = now_ms() + 600;
+    struct churner t[3] = { { a, until, &inside, 0, 0, 0 }, { a, until, &inside, 0, 0, 0 },
+                            { b, until, &inside, 0, 0, 0 } };
+    pthread_t th[3];
+    pthread_create(&th[0], NULL, churn, &t[0]);
+    pthread_create(&th[1], NULL, churn, &t[1]);
+    pthread_create(&th[2], NULL, try_now_and_then, &t[2]);
+    for (int i = 0; i < 3; i++)
+        pthread_join(th[i], NULL);
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(t[i].overlaps, 0);
+        assert_int_equal(t[i].failures, 0);
+    }
+    assert_true(t[0].cycles > 0 && t[1].cycles > 0);
+    dlock_client_close(b);
+    dlock_client_close(a);
+    /* Every grant on the server was released once, by its own holder. */
+    assert_int_equal(fake_get(&fake.releases), fake_get(&fake.grants_made));
+    assert_int_equal(fake_get(&fake.foreign_releases), 0);
+}
+
 /* Takeovers by two threads race the watchdog giving the cached hold back
  * (idle after 1 ms): every acquire is granted, once at a time, and no
  * thread sees its token go back. */
@@ -440,6 +522,7 @@ int main(void)
         cmocka_unit_test_setup(another_owner_asking_has_the_cached_hold_given_back_at_once, setup),
         cmocka_unit_test_setup(a_request_during_the_hold_makes_its_release_a_real_one, setup),
         cmocka_unit_test_setup(takeovers_race_the_give_back, setup),
+        cmocka_unit_test_setup(last_handle_frees_race_requests_and_new_holds, setup),
         cmocka_unit_test_setup(caching_is_refused_where_the_backend_cannot_keep_holds, setup),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -976,6 +976,28 @@ static void another_client_asking_gets_the_kept_hold_at_once(void **state)
     dlock_client_close(a);
 }
 
+/* A reader of another client is refused while the name is kept: its busy
+ * answer asks the holder as an exclusive request's does. */
+static void a_shared_request_gets_the_kept_hold_at_once(void **state)
+{
+    (void)state;
+    dlock_client *a = open_redis_caching(60000);
+    dlock_client *b = open_redis(3000, 100, NULL);
+    dlock_lock *la = lock_of(a, "read-asked", 0);
+    dlock_lock *reader = test_lock_of_kind(b, "read-asked", DLOCK_MODE_SHARED, 0);
+    assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
+    wait_for_the_watch("read-asked");
+    assert_int_equal(dlock_release(la), DLOCK_OK);
+    int64_t t0 = now_ms();
+    assert_int_equal(dlock_acquire(reader, 10000), DLOCK_OK);
+    assert_true(now_ms() - t0 < slack_ms(1000));
+    assert_int_equal(dlock_release(reader), DLOCK_OK);
+    dlock_lock_free(reader);
+    dlock_client_close(b);
+    dlock_lock_free(la);
+    dlock_client_close(a);
+}
+
 static void a_try_during_the_hold_makes_its_release_a_real_one(void **state)
 {
     (void)state;
@@ -1081,6 +1103,7 @@ int main(void)
         cmocka_unit_test_setup(a_kept_hold_is_taken_again_with_no_command, before_each),
         cmocka_unit_test_setup(another_client_asking_gets_the_kept_hold_at_once, before_each),
         cmocka_unit_test_setup(a_try_during_the_hold_makes_its_release_a_real_one, before_each),
+        cmocka_unit_test_setup(a_shared_request_gets_the_kept_hold_at_once, before_each),
         cmocka_unit_test_setup(a_kept_hold_is_given_back_when_its_watch_may_have_missed_a_request, before_each),
     };
     failed += cmocka_run_group_tests_name("redis", tests, start_server, stop_server);
