@@ -45,6 +45,16 @@ bool dlock__cache_may_keep(const dlock_client *c, const struct dlock__entry *e, 
            !(h->options.flags & DLOCK_LOCK_FAIR) && dlock__hold_renewed_by_watchdog(c, h);
 }
 
+void dlock__cache_unwatch(dlock_client *c, struct dlock__entry *e)
+{
+    pthread_mutex_lock(&e->mu);
+    bool watching = e->watching;
+    e->watching = false;
+    pthread_mutex_unlock(&e->mu);
+    if (watching)
+        dlock__p_unwatch_wanted(c, e);
+}
+
 void dlock__cache_wanted(struct dlock_provider_lock *lk)
 {
     struct dlock__entry *e = (struct dlock__entry *)((char *)lk - offsetof(struct dlock__entry, plock));

@@ -208,6 +208,9 @@ bool dlock__cache_hit(dlock_client *c, struct dlock__entry *e, const dlock_lock 
 /* Whether holds of e taken through h may be kept after their release:
  * caching on and offered, an exclusive watchdog hold. */
 bool dlock__cache_may_keep(const dlock_client *c, const struct dlock__entry *e, const dlock_lock *h);
+/* Ends e's watch_wanted, if it has one (e->mu not held): after it, no
+ * provider thread calls in for e. */
+void dlock__cache_unwatch(dlock_client *c, struct dlock__entry *e);
 /* env->wanted: another owner asks for lk's name (provider threads). */
 void dlock__cache_wanted(struct dlock_provider_lock *lk);
 /* Has the watchdog give e's cached hold back now (e->mu held). */

@@ -225,8 +225,7 @@ static struct dlock__entry *entry_new(dlock_client *c, const char *name, size_t 
 
 static void entry_destroy(dlock_client *c, struct dlock__entry *e)
 {
-    if (e->watching) /* before lock_fini, as the provider's contract says */
-        dlock__p_unwatch_wanted(c, e);
+    dlock__cache_unwatch(c, e); /* before lock_fini, as the provider's contract says */
     dlock__p_lock_fini(c, e);
     pthread_mutex_destroy(&e->mu);
     pthread_mutex_destroy(&e->op_mu);
@@ -526,14 +525,8 @@ int dlock__check_own_holds(dlock_client *c, struct dlock__entry *e, uint64_t sel
 void dlock__entries_unwatch_all(dlock_client *c)
 {
     for (size_t i = 0; i < c->nbuckets; i++)
-        for (struct dlock__entry *e = c->buckets[i]; e; e = e->next_in_bucket) {
-            pthread_mutex_lock(&e->mu);
-            bool watching = e->watching;
-            e->watching = false;
-            pthread_mutex_unlock(&e->mu);
-            if (watching)
-                dlock__p_unwatch_wanted(c, e);
-        }
+        for (struct dlock__entry *e = c->buckets[i]; e; e = e->next_in_bucket)
+            dlock__cache_unwatch(c, e);
 }
 
 void dlock__entries_close_all(dlock_client *c)

@@ -132,12 +132,7 @@ int dlock__hold_release_end(dlock_client *c, struct dlock__entry *e, const struc
     char reason[sizeof e->lost_reason];
     /* Before the name is free here: the next grant's watch must not be
      * the one undone. */
-    pthread_mutex_lock(&e->mu);
-    bool watching = e->watching;
-    e->watching = false;
-    pthread_mutex_unlock(&e->mu);
-    if (watching)
-        dlock__p_unwatch_wanted(c, e);
+    dlock__cache_unwatch(c, e);
     pthread_mutex_lock(&e->mu);
     memcpy(reason, e->lost_reason, sizeof reason);
     e->count = 0;
