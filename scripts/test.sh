@@ -16,6 +16,10 @@ set -u
 cd "$(dirname "$0")/.."
 top=$(pwd)
 status=0
+# Each step's line says how far into the run it starts, so a run's length
+# can be read step by step.
+started=$(date +%s)
+step() { echo "== $* ($(($(date +%s) - started)) s in)"; }
 # Every backend this tree has is required here (=yes): a missing dependency
 # must fail the run, not quietly drop that backend's tests as =auto would.
 # The same for metrics over HTTP: without libmicrohttpd tests/metrics would
@@ -35,7 +39,7 @@ build_tree build-tsan $BACKENDS --enable-sanitizers=thread
 build_tree build-valgrind $BACKENDS
 built() { case " $failed_builds " in *" $1 "*) return 1 ;; esac; return 0; }
 
-echo "== build: a backend module built out of tree, against the installed headers"
+step "build: a backend module built out of tree, against the installed headers"
 if built build; then
     tests/modules/out_of_tree.sh build > /dev/null || status=1
 fi
@@ -48,7 +52,7 @@ check_in_background() {
     njobs=$2
     shift 2
     built "$dir" || return 0
-    echo "== $dir: make check"
+    step "$dir: make check"
     (cd "$dir" && { env "$@" make -j"$njobs" check > check.log 2>&1; echo $? > check.status; }) &
 }
 rm -f build/check.status build-asan/check.status build-tsan/check.status build-valgrind/check.status
@@ -78,12 +82,12 @@ wait
 # bounds of the core tests leave little room for two of them sharing two
 # cores. The fuzzers take the other core meanwhile.
 if built build-valgrind; then
-    echo "== build-valgrind: cmocka programs under valgrind"
+    step "build-valgrind: cmocka programs under valgrind"
     (cd build-valgrind && make -j1 check TESTS="tests/unit/test_basics tests/unit/test_config tests/unit/test_core tests/unit/test_async_native tests/unit/test_modules tests/metrics/test_metrics tests/backends/local/test_local tests/backends/local/test_local_queue" \
         LOG_COMPILER="$top/tests/valgrind.sh" > check.log 2>&1; echo $? > check.status) &
 fi
 if built build; then
-    echo "== fuzzing: the config loader and every backend's name mapping, 30 s each"
+    step "fuzzing: the config loader and every backend's name mapping, 30 s each"
     tests/fuzz/run.sh build 30 || status=1
 fi
 wait
@@ -95,9 +99,10 @@ done
 # in a copy, and installs and purges the packages).
 logs=""
 if built build; then
-    echo "== packages: build, lintian, install, use, purge"
+    step "packages: build, lintian, install, use, purge"
     scripts/packages.sh > packages.log 2>&1 || status=1
     logs=packages.log
 fi
+step "summary"
 tests/summary.sh build build-asan build-tsan build-valgrind $logs || status=1
 exit $status

@@ -26,7 +26,10 @@ expect_status 64 $? "--interval 0"
 # On a terminal: redrawn every 0.2 s until SIGTERM.
 script -qfec "$DLOCK top --interval 0.2" "$T/tty" > /dev/null 2>&1 &
 tty_pid=$!
-sleep 1.2
+for _ in $(seq 1 200); do
+    [ "$(grep -o "$(printf '\033\\[H\033\\[2J')" "$T/tty" 2> /dev/null | wc -l)" -ge 3 ] && break
+    sleep 0.1
+done
 kill "$tty_pid"
 wait "$tty_pid" 2> /dev/null
 draws=$(grep -o "$(printf '\033\\[H\033\\[2J')" "$T/tty" | wc -l)

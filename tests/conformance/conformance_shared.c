@@ -521,7 +521,7 @@ static void killed_holder_lets_in(const char *name, unsigned mode, unsigned perm
     conformance_child_kill(pid);
     int64_t t0 = now_ms();
     assert_int_equal(dlock_acquire(waiter, 5000), DLOCK_OK);
-    if (now_ms() - t0 > 1000 + 250 + target->expiry_slack_ms)
+    if (now_ms() - t0 > 1000 + slack_ms(250) + target->expiry_slack_ms)
         fail_msg("the killed holder of '%s' let go after %lld ms", name, (long long)(now_ms() - t0));
     assert_int_equal(dlock_release(waiter), DLOCK_OK);
     dlock_lock_free(waiter);

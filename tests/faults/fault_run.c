@@ -47,12 +47,14 @@ static int writer_paused_past_its_lease(struct fault_run *run, const char *scena
                                         struct history_report *r)
 {
     fault_sleep_ms(1500);
+    fault_run_keep_going(run, true);
     pid_t writer = fault_run_pause_holder(run, 7000);
     assert_true(writer > 0);
     int64_t paused_at = fault_now_us();
     fault_sleep_ms(lease_ms);
     int grants = fault_run_await_grant(run, paused_at + (int64_t)lease_ms * 1000, 3 * lease_ms);
     fault_sleep_ms(300); /* the next holder has read */
+    fault_run_keep_going(run, false);
     kill(writer, SIGCONT);
     fault_run_finish(run, scenario, r);
     return grants;
@@ -99,6 +101,7 @@ void fault_run_election_leader_paused_then_killed(const char *scenario, const ch
     struct history_report r;
     start_candidates(&run, config_text, 3, 9000 * fault_run_scale(), lease_ms / 2);
     fault_sleep_ms(1500);
+    fault_run_keep_going(&run, true);
     pid_t leader = fault_run_pause_holder(&run, 7000);
     assert_true(leader > 0);
     int64_t paused_at = fault_now_us();
@@ -112,6 +115,7 @@ void fault_run_election_leader_paused_then_killed(const char *scenario, const ch
     int64_t killed_at = fault_now_us();
     kill(next, SIGKILL);
     int after_kill = fault_run_await_grant(&run, killed_at, 3 * lease_ms + 2000);
+    fault_run_keep_going(&run, false);
     fault_run_finish(&run, scenario, &r);
     assert_true(while_paused >= 1);
     assert_true(after_kill >= 1);
@@ -304,11 +308,28 @@ int fault_run_await_grant(const struct fault_run *run, int64_t since_us, int max
     }
 }
 
+void fault_run_keep_going(const struct fault_run *run, bool on)
+{
+    char path[200];
+    snprintf(path, sizeof path, "%s/keep-going", run->dir);
+    if (on) {
+        FILE *f = fopen(path, "w");
+        assert_non_null(f);
+        fclose(f);
+    } else {
+        unlink(path);
+    }
+}
+
 static void reap(struct fault_run *run)
 {
-    /* Every worker ends on its own after its duration plus one acquire
-     * wait; give them that and a margin, then stop the rest. */
-    int64_t deadline = run->started_us + ((int64_t)run->duration_ms + fault_worker_wait_ms(run->hold_ms) + 6000) * 1000;
+    /* Every worker ends on its own after its duration (or, kept going,
+     * from now) plus one acquire wait; give them that and a margin, then
+     * stop the rest. */
+    int64_t ends_us = run->started_us + (int64_t)run->duration_ms * 1000;
+    if (fault_now_us() > ends_us)
+        ends_us = fault_now_us();
+    int64_t deadline = ends_us + (fault_worker_wait_ms(run->hold_ms) + 6000) * 1000;
     for (int i = 0; i < run->nworkers; i++) {
         if (run->pids[i] <= 0)
             continue;

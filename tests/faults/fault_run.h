@@ -15,6 +15,7 @@
 
 #include "history_check.h"
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -72,6 +73,11 @@ pid_t fault_run_holder(const struct fault_run *run, int wait_ms);
  * this, a short hold often ends between reading the holder file and the
  * signal, and the pause then tests nothing. */
 pid_t fault_run_pause_holder(const struct fault_run *run, int wait_ms);
+
+/* While on, the workers go on past the run's duration: for a scenario
+ * that must see grants after a fault, whenever the fault came. Turn it
+ * off before fault_run_finish. */
+void fault_run_keep_going(const struct fault_run *run, bool on);
 
 /* Grants made since since_us, waiting up to max_ms for the first one; 0 if
  * none came. A paused holder is resumed only after the next holder's grant

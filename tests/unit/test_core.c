@@ -639,16 +639,25 @@ static void on_lost_fires_at_validity_end_while_renewal_blocks(void **state)
     dlock_client_close(c);
 }
 
+static int releases_when_lost;
+
+static void note_releases_when_lost(dlock_lock *lock, void *arg)
+{
+    __atomic_store_n(&releases_when_lost, fake_get(&fake.releases), __ATOMIC_SEQ_CST);
+    count_lost(lock, arg);
+}
+
 /* A fixed lease whose courtesy release is slow: on_lost comes first. */
 static void fixed_lease_on_lost_before_the_slow_give_back(void **state)
 {
     (void)state;
     lost_calls = 0;
+    releases_when_lost = -1;
     dlock_client *c = open_fake("fake", 3000);
     FAKE_SET(release_delay_ms, 400);
     dlock_lock_options o = DLOCK_LOCK_OPTIONS_INIT;
     o.lease_ms = 100;
-    o.on_lost = count_lost;
+    o.on_lost = note_releases_when_lost;
     dlock_lock *l;
     assert_int_equal(dlock_lock_new(c, "give", 4, &o, &l), DLOCK_OK);
     int64_t t0 = now_ms();
@@ -656,9 +665,13 @@ static void fixed_lease_on_lost_before_the_slow_give_back(void **state)
     while (__atomic_load_n(&lost_calls, __ATOMIC_SEQ_CST) == 0 && now_ms() - t0 < 2000)
         sleep_ms(5);
     assert_true(now_ms() - t0 <= 97 + slack_ms(40));
-    sleep_ms(450);
+    /* The give-back, 400 ms long, ends after on_lost, which did not wait
+     * for it. */
+    while (fake_get(&fake.releases) == 0 && now_ms() - t0 < 5000)
+        sleep_ms(5);
     FAKE_SET(release_delay_ms, 0);
-    assert_int_equal(fake_get(&fake.releases), 1); /* given back after on_lost */
+    assert_int_equal(__atomic_load_n(&releases_when_lost, __ATOMIC_SEQ_CST), 0);
+    assert_int_equal(fake_get(&fake.releases), 1);
     assert_int_equal(dlock_release(l), DLOCK_ELOST);
     dlock_lock_free(l);
     dlock_client_close(c);

@@ -67,7 +67,8 @@ static dlock_lock *lock_of(dlock_client *c, const char *name, int64_t lease_ms)
 }
 
 /* Forks a child that opens its own client, takes NAME, writes 'H' to the
- * pipe, then sleeps until killed or hold_ms passes and releases. */
+ * pipe, then sleeps until killed or hold_ms passes, releases, and writes
+ * the monotonic time (ms, an int64_t) at which its release returned. */
 static pid_t child_holding(const char *name, int64_t hold_ms, int *ready_fd)
 {
     int p[2];
@@ -85,6 +86,9 @@ static pid_t child_holding(const char *name, int64_t hold_ms, int *ready_fd)
         struct timespec ts = { hold_ms / 1000, (hold_ms % 1000) * 1000000L };
         nanosleep(&ts, NULL);
         int rc = dlock_release(l);
+        int64_t released_at = now_ms();
+        if (write(p[1], &released_at, sizeof released_at) != sizeof released_at)
+            _exit(4);
         dlock_lock_free(l);
         dlock_client_close(c);
         _exit(rc == DLOCK_OK ? 0 : 5);
@@ -106,9 +110,14 @@ static void two_processes_contend(void **state)
     assert_int_equal(dlock_acquire(l, 0), DLOCK_EBUSY);
     int64_t t0 = now_ms();
     assert_int_equal(dlock_acquire(l, 5000), DLOCK_OK); /* after the child releases */
-    int64_t took = now_ms() - t0;
-    /* The child holds ~300 ms; the release wakes us at once. */
-    assert_true(took >= 150 && took < 300 + 150);
+    int64_t granted_at = now_ms();
+    int64_t released_at = 0;
+    assert_int_equal(read(fd, &released_at, sizeof released_at), sizeof released_at);
+    /* The child holds ~300 ms, and its release wakes us at once: not at
+     * the next retry of a backoff, which grows towards a second. */
+    assert_true(granted_at - t0 >= 150);
+    if (granted_at - released_at > slack_ms(100))
+        fail_msg("granted %lld ms after the child's release returned", (long long)(granted_at - released_at));
     int status;
     waitpid(pid, &status, 0);
     assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
