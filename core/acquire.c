@@ -276,7 +276,7 @@ void dlock__contender_begin(dlock_client *c, struct dlock__entry *e, const dlock
         e->owner_thread = self;
     }
     e->plock.lease_ms = effective_lease(c, h);
-    e->plock.flags = h->options.flags;
+    e->plock.flags = h->options.flags & DLOCK_LOCK_FAIR; /* what the backend sees */
     if (!e->own_holder) /* a downgrade made the last hold shared */
         e->plock.mode = DLOCK_MODE_EXCLUSIVE;
 }

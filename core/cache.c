@@ -37,12 +37,46 @@ static bool enough_validity(const struct dlock__entry *e)
     return e->valid_until_ms - dlock__boot_ms() >= validity_margin_ms(e);
 }
 
+int64_t dlock__cache_idle_for(const dlock_client *c, const dlock_lock *h)
+{
+    if (h->options.flags & DLOCK_LOCK_NOCACHE)
+        return 0;
+    if (c->config.cache_idle_ms > 0)
+        return c->config.cache_idle_ms;
+    return (h->options.flags & DLOCK_LOCK_CACHE) ? DLOCK__DEFAULT_CACHE_IDLE_MS : 0;
+}
+
 bool dlock__cache_may_keep(const dlock_client *c, const struct dlock__entry *e, const dlock_lock *h)
 {
     /* A fair handle's turn comes in arrival order: a hold kept for this
      * client would let its threads in ahead of the line. */
-    return c->config.cache_idle_ms > 0 && (c->capabilities & DLOCK_CAP_CACHE) && !e->own_holder &&
+    return dlock__cache_idle_for(c, h) > 0 && (c->capabilities & DLOCK_CAP_CACHE) && !e->own_holder &&
            !(h->options.flags & DLOCK_LOCK_FAIR) && dlock__hold_renewed_by_watchdog(c, h);
+}
+
+/* How a kept hold ended: taken over here (hit), given back because another
+ * owner asked (asked), or neither (idle, lost, freed). A name whose last
+ * sixteen kept holds were asked for more than eight times, and taken over
+ * at most once, is one that clients take in turns: keeping it only makes
+ * the next owner ask and wait for the give-back. It is not kept for
+ * cache.cooldown_ms, twice as long each time that recurs with no hit in
+ * between (at most 32 times). e->mu held. */
+static void note_end(dlock_client *c, struct dlock__entry *e, bool hit, bool asked)
+{
+    e->cache_ends_hit = (uint16_t)(e->cache_ends_hit << 1 | (hit ? 1u : 0u));
+    e->cache_ends_asked = (uint16_t)(e->cache_ends_asked << 1 | (asked ? 1u : 0u));
+    if (hit)
+        e->cache_cooldown_ms = 0;
+    int64_t base = c->config.cache_cooldown_ms;
+    if (base <= 0 || __builtin_popcount(e->cache_ends_asked) <= 8 || __builtin_popcount(e->cache_ends_hit) > 1)
+        return;
+    int64_t pause = e->cache_cooldown_ms > 0 ? e->cache_cooldown_ms : base;
+    e->cache_off_until_ms = dlock__now_ms() + pause;
+    e->cache_cooldown_ms = pause * 2 <= base * 32 ? pause * 2 : base * 32;
+    e->cache_ends_hit = e->cache_ends_asked = 0;
+    dlock__metric_inc(&c->metrics.cache_pauses);
+    dlock__logf(&c->log, DLOCK_LOG_DEBUG, "lock '%s': its kept holds keep being asked for: not kept for %lld ms",
+                dlock__entry_show(e), (long long)pause);
 }
 
 void dlock__cache_unwatch(dlock_client *c, struct dlock__entry *e)
@@ -68,18 +102,18 @@ void dlock__cache_wanted(struct dlock_provider_lock *lk)
     pthread_mutex_unlock(&e->mu);
 }
 
-bool dlock__cache_may_park(const dlock_client *c, const struct dlock__entry *e, uint64_t self)
+bool dlock__cache_may_park(const dlock_client *c, const struct dlock__entry *e, const dlock_lock *h, uint64_t self)
 {
-    /* Non-blocking acquires queued here would wait behind the cached hold
-     * until it is given back; with them, the release is a real one. */
-    /* Another owner asked meanwhile: this release is a real one. */
-    return c->config.cache_idle_ms > 0 && e->watching && !e->wanted && e->count == 1 && e->holder == self && !e->lost &&
-           !e->release_pending && e->renewed_by_watchdog && !e->own_holder && !e->downgraded &&
+    /* Another owner asked meanwhile: this release is a real one. So it is
+     * with non-blocking acquires queued here, which would otherwise wait
+     * behind the kept hold until it is given back. */
+    return dlock__cache_idle_for(c, h) > 0 && e->watching && !e->wanted && e->count == 1 && e->holder == self &&
+           !e->lost && !e->release_pending && e->renewed_by_watchdog && !e->own_holder && !e->downgraded &&
            e->plock.mode == DLOCK_MODE_EXCLUSIVE && !__atomic_load_n(&e->aops, __ATOMIC_ACQUIRE) &&
-           enough_validity(e);
+           enough_validity(e) && dlock__now_ms() >= e->cache_off_until_ms;
 }
 
-void dlock__cache_park(dlock_client *c, struct dlock__entry *e)
+void dlock__cache_park(dlock_client *c, struct dlock__entry *e, const dlock_lock *h)
 {
     int64_t now = dlock__now_ms();
     int64_t held = now - e->granted_at_ms;
@@ -87,6 +121,7 @@ void dlock__cache_park(dlock_client *c, struct dlock__entry *e)
     e->cached = true;
     e->cache_dropping = false;
     e->cache_last_used_ms = now;
+    e->cache_idle_ms = dlock__cache_idle_for(c, h);
     e->on_lost = NULL;
     e->on_lost_arg = NULL;
     e->on_lost_handle = NULL;
@@ -101,7 +136,7 @@ void dlock__cache_park(dlock_client *c, struct dlock__entry *e)
         dlock__histogram_observe(&e->named->hold_ms, held);
     dlock__metric_inc(&c->metrics.cache_keeps);
     /* The idle check: the renewal timer may be due later than that. */
-    dlock__watchdog_schedule_earlier(c, e, now + c->config.cache_idle_ms);
+    dlock__watchdog_schedule_earlier(c, e, now + e->cache_idle_ms);
 }
 
 void dlock__cache_drop_soon(dlock_client *c, struct dlock__entry *e)
@@ -120,7 +155,7 @@ bool dlock__cache_hit(dlock_client *c, struct dlock__entry *e, const dlock_lock 
      * handle that contended for it; another handle's options need a new
      * request. */
     bool same_request = dlock__hold_renewed_by_watchdog(c, h) && e->plock.lease_ms == c->config.lease_ms &&
-                        e->plock.flags == h->options.flags;
+                        e->plock.flags == (h->options.flags & DLOCK_LOCK_FAIR);
     if (e->cache_dropping || e->wanted || e->lost || !same_request || !enough_validity(e)) {
         dlock__cache_drop_soon(c, e);
         return false;
@@ -131,6 +166,7 @@ bool dlock__cache_hit(dlock_client *c, struct dlock__entry *e, const dlock_lock 
     e->on_lost_arg = h->options.on_lost_arg;
     e->on_lost_handle = (dlock_lock *)h;
     e->granted_at_ms = dlock__now_ms();
+    note_end(c, e, true, false);
     dlock__metric_inc(&c->metrics.cache_hits);
     return true;
 }
@@ -152,9 +188,10 @@ static void give_back(dlock_client *c, struct dlock__entry *e)
 bool dlock__cache_round(dlock_client *c, struct dlock__entry *e)
 {
     int64_t now = dlock__now_ms();
-    int64_t idle_due = e->cache_last_used_ms + c->config.cache_idle_ms;
+    int64_t idle_due = e->cache_last_used_ms + e->cache_idle_ms;
     if (e->lost || e->cache_dropping || e->wanted || now >= idle_due || !enough_validity(e)) {
         e->cache_dropping = true;
+        note_end(c, e, false, e->wanted);
         pthread_mutex_unlock(&e->mu);
         give_back(c, e);
         return true;
@@ -190,7 +227,7 @@ void dlock__cache_timer_check(dlock_client *c, struct dlock__entry *e)
         if (e->cache_dropping)
             dlock__watchdog_schedule(c, e, dlock__now_ms());
         else
-            dlock__watchdog_schedule_earlier(c, e, e->cache_last_used_ms + c->config.cache_idle_ms);
+            dlock__watchdog_schedule_earlier(c, e, e->cache_last_used_ms + e->cache_idle_ms);
     }
     pthread_mutex_unlock(&e->mu);
 }

@@ -19,6 +19,7 @@ static const char *const top_level_names[] = {
 /* The `cache` group's settings. */
 static const struct dlock_setting_spec cache_spec[] = {
     { "idle_ms", DLOCK_SETTING_INT, 0, 3600000 },
+    { "cooldown_ms", DLOCK_SETTING_INT, 0, 3600000 },
     { NULL, 0, 0, 0 },
 };
 
@@ -222,6 +223,9 @@ static void check_top_level(struct dlock__config *cfg, struct dlock__diag *diag,
                 const config_setting_t *idle = config_setting_get_member(s, "idle_ms");
                 if (idle)
                     cfg->cache_idle_ms = config_setting_get_int64(idle);
+                const config_setting_t *cooldown = config_setting_get_member(s, "cooldown_ms");
+                if (cooldown)
+                    cfg->cache_cooldown_ms = config_setting_get_int64(cooldown);
             }
             continue;
         }
@@ -395,6 +399,7 @@ static void set_defaults(struct dlock__config *cfg)
     cfg->watchdog = true;
     cfg->retry_base_ms = DLOCK__DEFAULT_RETRY_BASE_MS;
     cfg->retry_cap_ms = DLOCK__DEFAULT_RETRY_CAP_MS;
+    cfg->cache_cooldown_ms = DLOCK__DEFAULT_CACHE_COOLDOWN_MS;
     snprintf(cfg->prefix, sizeof cfg->prefix, "%s", DLOCK__DEFAULT_PREFIX);
     cfg->provider = NULL;
     cfg->backend_group = NULL;

@@ -58,6 +58,14 @@ struct dlock__entry {
     bool wanted;                    /* another owner asked for the name during this hold */
     bool watching;                  /* the provider tells us when another owner asks (watch_wanted) */
     int64_t cache_last_used_ms;     /* monotonic: when it was last released into the cache */
+    int64_t cache_idle_ms;          /* the idle limit of the handle that kept it */
+    /* How the name's last kept holds ended (bit i: the i-th latest), for
+     * the switch that stops keeping a name whose kept holds keep being
+     * asked for; e->mu. */
+    uint16_t cache_ends_asked;      /* given back because another owner asked */
+    uint16_t cache_ends_hit;        /* taken over by an acquire here */
+    int64_t cache_off_until_ms;     /* monotonic: no keeping before this */
+    int64_t cache_cooldown_ms;      /* the next pause's length (doubles while it persists) */
     int64_t renew_due_ms;           /* monotonic: the next renewal's due time (atomic) */
     struct dlock__aop *aops, *aops_tail; /* pending non-blocking operations, oldest first
                                      * (client->async.mu; aops also read atomically) */
@@ -196,10 +204,10 @@ void dlock__loss_defer_flush(void);
 /* ---- cache.c: holds kept for this client after their release ---------------- */
 /* Whether the outermost release of e by thread self may keep the hold
  * cached instead (e->mu held). */
-bool dlock__cache_may_park(const dlock_client *c, const struct dlock__entry *e, uint64_t self);
+bool dlock__cache_may_park(const dlock_client *c, const struct dlock__entry *e, const dlock_lock *h, uint64_t self);
 /* Keeps e's hold as a cached one (e->mu held; returns with it released):
  * the release of the application's hold, without a round trip. */
-void dlock__cache_park(dlock_client *c, struct dlock__entry *e);
+void dlock__cache_park(dlock_client *c, struct dlock__entry *e, const dlock_lock *h);
 /* Serves an acquire of e by thread self through handle h from the cache
  * (e->mu held, e cached): true and the hold is self's, or false and the
  * cached hold is being given back (the caller waits for that, queued as
@@ -208,6 +216,10 @@ bool dlock__cache_hit(dlock_client *c, struct dlock__entry *e, const dlock_lock 
 /* Whether holds of e taken through h may be kept after their release:
  * caching on and offered, an exclusive watchdog hold. */
 bool dlock__cache_may_keep(const dlock_client *c, const struct dlock__entry *e, const dlock_lock *h);
+/* How long h's released holds may be kept unused (0: never kept): the
+ * cache group's idle_ms, or DLOCK_LOCK_CACHE's default; DLOCK_LOCK_NOCACHE
+ * makes it 0. */
+int64_t dlock__cache_idle_for(const dlock_client *c, const dlock_lock *h);
 /* Ends e's watch_wanted, if it has one (e->mu not held): after it, no
  * provider thread calls in for e. */
 void dlock__cache_unwatch(dlock_client *c, struct dlock__entry *e);

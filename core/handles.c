@@ -271,6 +271,32 @@ static int check_name(const char *name, size_t len)
     return DLOCK_OK;
 }
 
+/* DLOCK_LOCK_CACHE asks for holds that can be kept: refused where they
+ * never are, rather than quietly never kept. */
+static int check_cache_flags(const dlock_client *c, const dlock_lock_options *o)
+{
+    if (!(o->flags & DLOCK_LOCK_CACHE))
+        return DLOCK_OK;
+    if (o->flags & DLOCK_LOCK_NOCACHE)
+        return dlock_seterr(DLOCK_EINVAL, "DLOCK_LOCK_CACHE and DLOCK_LOCK_NOCACHE together: choose one");
+    if (o->flags & DLOCK_LOCK_FAIR)
+        return dlock_seterr(DLOCK_EINVAL, "a DLOCK_LOCK_FAIR hold is never kept (its turn comes in arrival "
+                            "order): drop DLOCK_LOCK_CACHE or DLOCK_LOCK_FAIR");
+    if (o->lease_ms > 0)
+        return dlock_seterr(DLOCK_EINVAL, "a fixed lease (lease_ms %lld) is never kept, since no watchdog "
+                            "renews it: drop DLOCK_LOCK_CACHE or set lease_ms to 0", (long long)o->lease_ms);
+    if (o->version >= 2 && o->mode != DLOCK_MODE_EXCLUSIVE)
+        return dlock_seterr(DLOCK_EINVAL, "only exclusive holds are kept, not shared holds or permits: "
+                            "drop DLOCK_LOCK_CACHE");
+    if (!(c->capabilities & DLOCK_CAP_CACHE))
+        return dlock_seterr(DLOCK_ENOTSUP, "the %s backend cannot keep released holds (DLOCK_LOCK_CACHE)",
+                            c->provider->name);
+    if (!c->config.watchdog)
+        return dlock_seterr(DLOCK_EINVAL, "caching keeps holds the watchdog renews, and watchdog = false "
+                            "here: drop DLOCK_LOCK_CACHE");
+    return DLOCK_OK;
+}
+
 static int check_options(const dlock_client *c, const dlock_lock_options *o)
 {
     if (!o)
@@ -283,10 +309,14 @@ static int check_options(const dlock_client *c, const dlock_lock_options *o)
         return dlock_seterr(DLOCK_EINVAL,
                             "lease_ms must be 0 (watchdog) or 10..86400000 ms, not %lld",
                             (long long)o->lease_ms);
-    if (o->flags & ~DLOCK_LOCK_FAIR)
-        return dlock_seterr(DLOCK_EINVAL, "unknown lock flags 0x%x", o->flags & ~DLOCK_LOCK_FAIR);
+    const unsigned known = DLOCK_LOCK_FAIR | DLOCK_LOCK_CACHE | DLOCK_LOCK_NOCACHE;
+    if (o->flags & ~known)
+        return dlock_seterr(DLOCK_EINVAL, "unknown lock flags 0x%x", o->flags & ~known);
     if ((o->flags & DLOCK_LOCK_FAIR) && !(c->capabilities & DLOCK_CAP_FAIR))
         return dlock_seterr(DLOCK_ENOTSUP, "the %s backend has no fair mode", c->provider->name);
+    int rc = check_cache_flags(c, o);
+    if (rc != DLOCK_OK)
+        return rc;
     if (o->version < 2)
         return DLOCK_OK;
     unsigned caps = c->capabilities;

@@ -242,8 +242,8 @@ int dlock_release(dlock_lock *h)
         pthread_mutex_unlock(&e->mu);
         return DLOCK_OK;
     }
-    if (rc == DLOCK_OK && dlock__cache_may_park(e->client, e, dlock__thread_no())) {
-        dlock__cache_park(e->client, e);
+    if (rc == DLOCK_OK && dlock__cache_may_park(e->client, e, h, dlock__thread_no())) {
+        dlock__cache_park(e->client, e, h);
         return DLOCK_OK;
     }
     pthread_mutex_unlock(&e->mu);

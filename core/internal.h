@@ -92,8 +92,10 @@ struct dlock__config {
     const char **metrics_names;
     size_t metrics_nnames;
     /* The `cache` group: how long a released hold is kept for this client
-     * (0: caching off, the default). */
+     * (0: caching off, the default), and how long a name whose kept holds
+     * keep being asked for is not kept (0: always kept). */
     int64_t cache_idle_ms;
+    int64_t cache_cooldown_ms;
 };
 
 /* Receives each finding; is_error 0 = warning. */
@@ -108,6 +110,11 @@ struct dlock__diag {
 
 #define DLOCK__DEFAULT_LEASE_MS 30000
 #define DLOCK__DEFAULT_RETRY_BASE_MS 10
+/* Lock caching: the idle limit of a handle with DLOCK_LOCK_CACHE when the
+ * configuration has no cache group, and how long a name whose kept holds
+ * keep being asked for is not kept at first. */
+#define DLOCK__DEFAULT_CACHE_IDLE_MS 1000
+#define DLOCK__DEFAULT_CACHE_COOLDOWN_MS 10000
 #define DLOCK__DEFAULT_RETRY_CAP_MS 1000
 #define DLOCK__DEFAULT_PREFIX "dlock:"
 
@@ -186,7 +193,7 @@ struct dlock__metrics {
     uint64_t renewals, renewal_failures, losses, backend_errors;
     uint64_t attempts_parked;                   /* round trips parked on a descriptor (acquire_send) */
     uint64_t releases_parked;                   /* the same for releases (release_send) */
-    uint64_t cache_keeps, cache_hits, cache_givebacks; /* lock caching (core/cache.c) */
+    uint64_t cache_keeps, cache_hits, cache_givebacks, cache_pauses; /* lock caching (core/cache.c) */
     uint64_t renewal_rounds, renewal_round_us;  /* watchdog rounds that renewed, and their time */
     struct dlock__histogram wait_ms, hold_ms;
     struct dlock__name_metrics *names;          /* fixed once the client is open */

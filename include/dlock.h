@@ -219,6 +219,17 @@ typedef struct dlock_lock_options {
 /* Fair mode: first come, first served across all clients, and a release
  * wakes only the next waiter. Needs DLOCK_CAP_FAIR (else DLOCK_ENOTSUP). */
 #define DLOCK_LOCK_FAIR (1u << 0)
+/* Lock caching for this handle's holds (see `cache` in dlock.conf(5)),
+ * even when the configuration has no cache group: its outermost release
+ * keeps an exclusive watchdog hold on the server for the client, for at
+ * most cache.idle_ms without use (1000 ms without the group). Needs
+ * DLOCK_CAP_CACHE (else DLOCK_ENOTSUP); DLOCK_EINVAL beside
+ * DLOCK_LOCK_FAIR, DLOCK_LOCK_NOCACHE, a fixed lease_ms or a mode other
+ * than DLOCK_MODE_EXCLUSIVE, since such holds are never kept. */
+#define DLOCK_LOCK_CACHE (1u << 1)
+/* Never keep this handle's holds after their release, whatever the
+ * configuration says: each release goes to the server. */
+#define DLOCK_LOCK_NOCACHE (1u << 2)
 
 #define DLOCK_LOCK_OPTIONS_INIT { DLOCK_LOCK_OPTIONS_VERSION, 0, NULL, NULL, 0, DLOCK_MODE_EXCLUSIVE, 0 }
 

@@ -294,46 +294,58 @@ static dlock_client *open_plain(void)
     return c;
 }
 
+/* Client a (caching, opened by the caller) and a plain client b, each
+ * with a handle of one name. */
+struct two_clients {
+    dlock_client *a, *b;
+    dlock_lock *la, *lb;
+};
+
+static struct two_clients two_clients(dlock_client *a, const char *name)
+{
+    struct two_clients t = { .a = a, .b = open_plain() };
+    t.la = lock_with(t.a, name, 0, NULL, NULL);
+    t.lb = lock_with(t.b, name, 0, NULL, NULL);
+    return t;
+}
+
+static void two_clients_done(struct two_clients *t)
+{
+    dlock_lock_free(t->lb);
+    dlock_client_close(t->b);
+    done_with(t->a, t->la);
+}
+
 static void another_owner_asking_has_the_cached_hold_given_back_at_once(void **state)
 {
     (void)state;
-    dlock_client *a = open_caching("fakecache", 3000, 60000);
-    dlock_client *b = open_plain();
-    dlock_lock *la = lock_with(a, "w", 0, NULL, NULL);
-    dlock_lock *lb = lock_with(b, "w", 0, NULL, NULL);
-    uint64_t first = hold_then_park(la);
+    struct two_clients t = two_clients(open_caching("fakecache", 3000, 60000), "w");
+    uint64_t first = hold_then_park(t.la);
     int64_t t0 = now_ms();
-    assert_int_equal(dlock_acquire(lb, 5000), DLOCK_OK);
+    assert_int_equal(dlock_acquire(t.lb, 5000), DLOCK_OK);
     /* Far sooner than the minute it would stay idle: the busy answer told
      * the holder, whose watchdog gave it back. */
     assert_true(now_ms() - t0 < slack_ms(1000));
     assert_true(fake_get(&fake.wanted_calls) >= 1);
     assert_int_equal(fake_get(&fake.releases), 1);
-    assert_true(fence_of(lb) > first);
-    assert_int_equal(dlock_release(lb), DLOCK_OK);
-    held_anew(la, fake_get(&fake.acquires) + 1, first); /* back to the server for a new hold */
-    dlock_lock_free(lb);
-    dlock_client_close(b);
-    done_with(a, la);
+    assert_true(fence_of(t.lb) > first);
+    assert_int_equal(dlock_release(t.lb), DLOCK_OK);
+    held_anew(t.la, fake_get(&fake.acquires) + 1, first); /* back to the server for a new hold */
+    two_clients_done(&t);
 }
 
 static void a_request_during_the_hold_makes_its_release_a_real_one(void **state)
 {
     (void)state;
-    dlock_client *a = open_caching("fakecache", 3000, 60000);
-    dlock_client *b = open_plain();
-    dlock_lock *la = lock_with(a, "h", 0, NULL, NULL);
-    dlock_lock *lb = lock_with(b, "h", 0, NULL, NULL);
-    assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
-    assert_int_equal(dlock_acquire(lb, 0), DLOCK_EBUSY); /* a try asks too */
+    struct two_clients t = two_clients(open_caching("fakecache", 3000, 60000), "h");
+    assert_int_equal(dlock_acquire(t.la, 0), DLOCK_OK);
+    assert_int_equal(dlock_acquire(t.lb, 0), DLOCK_EBUSY); /* a try asks too */
     assert_int_equal(fake_get(&fake.wanted_calls), 1);
-    assert_int_equal(dlock_release(la), DLOCK_OK);
+    assert_int_equal(dlock_release(t.la), DLOCK_OK);
     assert_int_equal(fake_get(&fake.releases), 1); /* not kept */
-    assert_int_equal(dlock_acquire(lb, 0), DLOCK_OK);
-    assert_int_equal(dlock_release(lb), DLOCK_OK);
-    dlock_lock_free(lb);
-    dlock_client_close(b);
-    done_with(a, la);
+    assert_int_equal(dlock_acquire(t.lb, 0), DLOCK_OK);
+    assert_int_equal(dlock_release(t.lb), DLOCK_OK);
+    two_clients_done(&t);
 }
 
 struct racer {
@@ -501,6 +513,159 @@ static void caching_is_refused_where_the_backend_cannot_keep_holds(void **state)
     done_with(c, l);
 }
 
+static dlock_client *open_text(const char *text)
+{
+    dlock_client *c = NULL;
+    int rc = dlock_client_open_string(&c, text);
+    if (rc != DLOCK_OK)
+        fail_msg("open: %s (%s)", dlock_strerror(rc), dlock_errmsg());
+    return c;
+}
+
+static dlock_lock *lock_flagged(dlock_client *c, const char *name, unsigned flags)
+{
+    dlock_lock_options o = DLOCK_LOCK_OPTIONS_INIT;
+    o.flags = flags;
+    dlock_lock *l = NULL;
+    assert_int_equal(dlock_lock_new(c, name, strlen(name), &o, &l), DLOCK_OK);
+    return l;
+}
+
+/* Whether l's release was kept: no release reached the server. */
+static bool release_kept(dlock_lock *l)
+{
+    int before = fake_get(&fake.releases);
+    assert_int_equal(dlock_release(l), DLOCK_OK);
+    return fake_get(&fake.releases) == before;
+}
+
+/* Client a keeps its hold; client b asks, and a gives it back: n turns. */
+static void turns_asked_for(dlock_lock *la, dlock_lock *lb, int n)
+{
+    for (int i = 0; i < n; i++) {
+        assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
+        assert_true(release_kept(la));
+        assert_int_equal(dlock_acquire(lb, 5000), DLOCK_OK);
+        assert_int_equal(dlock_release(lb), DLOCK_OK);
+    }
+}
+
+static void a_name_taken_in_turns_stops_being_kept_for_a_while(void **state)
+{
+    (void)state;
+    struct two_clients t = two_clients(open_text("backend = \"fakecache\"; lease_ms = 3000; "
+                                                 "cache = { idle_ms = 60000; cooldown_ms = 300; };"),
+                                       "turns");
+    /* Nine of its kept holds asked for, none taken over here: clients
+     * take the name in turns, and keeping it only slows the next one. */
+    turns_asked_for(t.la, t.lb, 9);
+    assert_int_equal(dlock_acquire(t.la, 0), DLOCK_OK);
+    assert_false(release_kept(t.la));
+    char *text = NULL;
+    assert_int_equal(dlock_client_metrics(t.a, &text), DLOCK_OK);
+    assert_non_null(strstr(text, "dlock_cache_pauses_total{backend=\"fakecache\"} 1\n"));
+    free(text);
+    /* After the pause it is kept again, and a hit counts against another. */
+    sleep_ms(350);
+    assert_int_equal(dlock_acquire(t.la, 0), DLOCK_OK);
+    assert_true(release_kept(t.la));
+    assert_int_equal(dlock_acquire(t.la, 0), DLOCK_OK); /* a hit */
+    assert_true(release_kept(t.la));
+    assert_int_equal(dlock_acquire(t.lb, 5000), DLOCK_OK);
+    assert_int_equal(dlock_release(t.lb), DLOCK_OK);
+    two_clients_done(&t);
+}
+
+static void hits_between_the_requests_keep_the_name_kept(void **state)
+{
+    (void)state;
+    struct two_clients t = two_clients(open_caching("fakecache", 3000, 60000), "mostly-mine");
+    /* Asked for after every other kept hold: half the kept holds served a
+     * hit, so keeping the name pays. */
+    for (int i = 0; i < 12; i++) {
+        assert_int_equal(dlock_acquire(t.la, 0), DLOCK_OK);
+        assert_true(release_kept(t.la));
+        assert_int_equal(dlock_acquire(t.la, 0), DLOCK_OK);
+        assert_true(release_kept(t.la));
+        assert_int_equal(dlock_acquire(t.lb, 5000), DLOCK_OK);
+        assert_int_equal(dlock_release(t.lb), DLOCK_OK);
+    }
+    two_clients_done(&t);
+}
+
+static void cooldown_0_keeps_a_name_taken_in_turns(void **state)
+{
+    (void)state;
+    struct two_clients t = two_clients(open_text("backend = \"fakecache\"; lease_ms = 3000; "
+                                                 "cache = { idle_ms = 60000; cooldown_ms = 0; };"),
+                                       "turns0");
+    turns_asked_for(t.la, t.lb, 12);
+    two_clients_done(&t);
+}
+
+static void a_handle_asks_for_caching_or_refuses_it(void **state)
+{
+    (void)state;
+    /* No cache group: only the handle that asks keeps its holds, for
+     * 1000 ms unused by default. */
+    dlock_client *c = open_text("backend = \"fakecache\"; lease_ms = 3000;");
+    dlock_lock *asks = lock_flagged(c, "h-asks", DLOCK_LOCK_CACHE);
+    dlock_lock *plain = lock_flagged(c, "h-plain", 0);
+    assert_int_equal(dlock_acquire(plain, 0), DLOCK_OK);
+    assert_false(release_kept(plain));
+    int64_t t0 = now_ms();
+    assert_int_equal(dlock_acquire(asks, 0), DLOCK_OK);
+    assert_true(release_kept(asks));
+    int releases = fake_get(&fake.releases);
+    assert_true(counter_reaches(&fake.releases, releases + 1, 3000));
+    assert_true(now_ms() - t0 >= 1000);
+    dlock_lock_free(asks);
+    dlock_lock_free(plain);
+    dlock_client_close(c);
+    /* A cache group: a handle may refuse it. */
+    c = open_caching("fakecache", 3000, 60000);
+    dlock_lock *refuses = lock_flagged(c, "h-refuses", DLOCK_LOCK_NOCACHE);
+    assert_int_equal(dlock_acquire(refuses, 0), DLOCK_OK);
+    assert_false(release_kept(refuses));
+    done_with(c, refuses);
+}
+
+static void caching_a_hold_that_is_never_kept_is_refused(void **state)
+{
+    (void)state;
+    dlock_client *c = open_text("backend = \"fakecache\";");
+    dlock_lock *l = NULL;
+    dlock_lock_options o = DLOCK_LOCK_OPTIONS_INIT;
+    o.flags = DLOCK_LOCK_CACHE | DLOCK_LOCK_NOCACHE;
+    assert_int_equal(dlock_lock_new(c, "x", 1, &o, &l), DLOCK_EINVAL);
+    o.flags = DLOCK_LOCK_CACHE;
+    o.lease_ms = 1000;
+    assert_int_equal(dlock_lock_new(c, "x", 1, &o, &l), DLOCK_EINVAL);
+    assert_non_null(strstr(dlock_errmsg(), "fixed lease"));
+    o.lease_ms = 0;
+    o.mode = DLOCK_MODE_SHARED;
+    assert_int_equal(dlock_lock_new(c, "x", 1, &o, &l), DLOCK_EINVAL);
+    o.mode = DLOCK_MODE_SEMAPHORE;
+    o.permits = 2;
+    assert_int_equal(dlock_lock_new(c, "x", 1, &o, &l), DLOCK_EINVAL);
+    assert_null(l);
+    dlock_client_close(c);
+    c = open_text("backend = \"fakecache\"; watchdog = false;");
+    o = (dlock_lock_options)DLOCK_LOCK_OPTIONS_INIT;
+    o.flags = DLOCK_LOCK_CACHE;
+    assert_int_equal(dlock_lock_new(c, "x", 1, &o, &l), DLOCK_EINVAL);
+    dlock_client_close(c);
+    /* A backend that cannot keep holds. */
+    c = open_text("backend = \"fake\";");
+    assert_int_equal(dlock_lock_new(c, "x", 1, &o, &l), DLOCK_ENOTSUP);
+    assert_non_null(strstr(dlock_errmsg(), "DLOCK_LOCK_CACHE"));
+    /* Refusing caching is fine anywhere. */
+    o.flags = DLOCK_LOCK_NOCACHE;
+    assert_int_equal(dlock_lock_new(c, "x", 1, &o, &l), DLOCK_OK);
+    dlock_lock_free(l);
+    dlock_client_close(c);
+}
+
 int main(void)
 {
     if (dlock_provider_register(&fake_provider) != DLOCK_OK ||
@@ -524,6 +689,11 @@ int main(void)
         cmocka_unit_test_setup(takeovers_race_the_give_back, setup),
         cmocka_unit_test_setup(last_handle_frees_race_requests_and_new_holds, setup),
         cmocka_unit_test_setup(caching_is_refused_where_the_backend_cannot_keep_holds, setup),
+        cmocka_unit_test_setup(a_name_taken_in_turns_stops_being_kept_for_a_while, setup),
+        cmocka_unit_test_setup(hits_between_the_requests_keep_the_name_kept, setup),
+        cmocka_unit_test_setup(cooldown_0_keeps_a_name_taken_in_turns, setup),
+        cmocka_unit_test_setup(a_handle_asks_for_caching_or_refuses_it, setup),
+        cmocka_unit_test_setup(caching_a_hold_that_is_never_kept_is_refused, setup),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
