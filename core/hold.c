@@ -71,7 +71,8 @@ int dlock__hold_grant_kept(dlock_client *c, struct dlock__entry *e, dlock_lock *
     pthread_mutex_unlock(&e->mu);
 
     /* Told from now on when another owner asks, so that a hold kept after
-     * its release is given back then (asynchronous: no round trip here). */
+     * its release is given back then; made once per entry (the provider
+     * may wait for the server here, that once). */
     if (watch && dlock__p_watch_wanted(c, e) == DLOCK_OK) {
         pthread_mutex_lock(&e->mu);
         e->watching = true;
@@ -130,9 +131,6 @@ bool dlock__hold_release_begin(dlock_client *c, struct dlock__entry *e, bool now
 int dlock__hold_release_end(dlock_client *c, struct dlock__entry *e, const struct dlock__release_plan *plan, int rc)
 {
     char reason[sizeof e->lost_reason];
-    /* Before the name is free here: the next grant's watch must not be
-     * the one undone. */
-    dlock__cache_unwatch(c, e);
     pthread_mutex_lock(&e->mu);
     memcpy(reason, e->lost_reason, sizeof reason);
     e->count = 0;

@@ -579,7 +579,10 @@ static void redis_abandon(void *instance, struct dlock_provider_lock *lk)
 
 /* A hold that may be kept after its release hears of every owner that
  * asks for its name: the busy answer's script publishes "wanted" on the
- * name's channel for this client (redis_script_text.c). */
+ * name's channel for this client (redis_script_text.c). The subscription
+ * is confirmed before the hold may be kept (one round trip, at the name's
+ * first such grant in the client: the watch lasts across its holds), so
+ * that no owner asks unheard after the release. */
 static int redis_watch_wanted(void *instance, struct dlock_provider_lock *lk)
 {
     struct redis_instance *inst = instance;
@@ -595,7 +598,8 @@ static int redis_watch_wanted(void *instance, struct dlock_provider_lock *lk)
     memcpy(channel, rl->k.wanted_prefix, rl->k.wanted_prefix_len);
     memcpy(channel + rl->k.wanted_prefix_len, lk->owner, id_len);
     channel[len] = 0;
-    int rc = redis_subscriber_watch(inst->subscriber, channel, len, inst->wanted, lk);
+    int rc = redis_subscriber_watch(inst->subscriber, channel, len, inst->wanted, lk,
+                                    inst->pool.server.command_timeout_ms);
     if (rc != DLOCK_OK) {
         free(channel);
         return rc;

@@ -383,6 +383,45 @@ static struct subscription *subscription_for(struct redis_subscriber *sub, const
     return s;
 }
 
+/* Takes lk's watch off s (sub->mu held), and s itself once nobody uses it. */
+static void remove_watcher(struct redis_subscriber *sub, struct subscription *s, struct dlock_provider_lock *lk)
+{
+    for (int i = 0; i < s->nwatchers; i++)
+        if (s->watchers[i].lk == lk) {
+            s->watchers[i] = s->watchers[--s->nwatchers];
+            break;
+        }
+    if (s->nfds == 0 && s->nwatchers == 0)
+        drop(sub, s);
+}
+
+/* Waits (sub->mu held) until s is confirmed, the thread failed to
+ * connect, or timeout_ms passed: DLOCK_OK once confirmed, else
+ * DLOCK_EUNAVAILABLE. */
+static int await_active(struct redis_subscriber *sub, struct subscription *s, int64_t timeout_ms)
+{
+    int64_t deadline = dlock_provider_now_ms() + timeout_ms;
+    uint64_t failures_before = sub->connect_failures;
+    while (s->state != SUB_ACTIVE && sub->connect_failures == failures_before) {
+        int64_t now = dlock_provider_now_ms();
+        if (now >= deadline)
+            break;
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        int64_t step = deadline - now < 20 ? deadline - now : 20;
+        ts.tv_nsec += (long)step * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&sub->cv, &sub->mu, &ts);
+    }
+    if (s->state == SUB_ACTIVE)
+        return DLOCK_OK;
+    return dlock_seterr(DLOCK_EUNAVAILABLE, "%s",
+                        sub->last_error[0] ? sub->last_error : "redis: subscription not confirmed in time");
+}
+
 int redis_subscriber_add(struct redis_subscriber *sub, const char *channel, size_t len, int notify_fd,
                          int64_t timeout_ms)
 {
@@ -400,35 +439,15 @@ int redis_subscriber_add(struct redis_subscriber *sub, const char *channel, size
     }
     s->fds[s->nfds++] = notify_fd;
     poke(sub);
-    int64_t deadline = dlock_provider_now_ms() + timeout_ms;
-    uint64_t failures_before = sub->connect_failures;
-    /* Until confirmed, or the thread failed to connect, or out of time. */
-    while (s->state != SUB_ACTIVE && sub->connect_failures == failures_before) {
-        int64_t now = dlock_provider_now_ms();
-        if (now >= deadline)
-            break;
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        int64_t step = deadline - now < 20 ? deadline - now : 20;
-        ts.tv_nsec += (long)step * 1000000L;
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
-        pthread_cond_timedwait(&sub->cv, &sub->mu, &ts);
-    }
-    int rc = DLOCK_OK;
-    if (s->state != SUB_ACTIVE) {
-        rc = dlock_seterr(DLOCK_EUNAVAILABLE, "%s", sub->last_error[0] ? sub->last_error
-                                                                        : "redis: subscription not confirmed in time");
+    int rc = await_active(sub, s, timeout_ms);
+    if (rc != DLOCK_OK)
         remove_fd(sub, s, notify_fd);
-    }
     pthread_mutex_unlock(&sub->mu);
     return rc;
 }
 
 int redis_subscriber_watch(struct redis_subscriber *sub, const char *channel, size_t len, redis_watch_fn fn,
-                           struct dlock_provider_lock *lk)
+                           struct dlock_provider_lock *lk, int64_t timeout_ms)
 {
     pthread_mutex_lock(&sub->mu);
     struct subscription *s = find(sub, channel, len);
@@ -444,8 +463,11 @@ int redis_subscriber_watch(struct redis_subscriber *sub, const char *channel, si
     s->watchers[s->nwatchers].fn = fn;
     s->watchers[s->nwatchers++].lk = lk;
     poke(sub);
+    int rc = await_active(sub, s, timeout_ms);
+    if (rc != DLOCK_OK)
+        remove_watcher(sub, s, lk);
     pthread_mutex_unlock(&sub->mu);
-    return DLOCK_OK;
+    return rc;
 }
 
 void redis_subscriber_unwatch(struct redis_subscriber *sub, const char *channel, size_t len,
@@ -453,15 +475,8 @@ void redis_subscriber_unwatch(struct redis_subscriber *sub, const char *channel,
 {
     pthread_mutex_lock(&sub->mu);
     struct subscription *s = find(sub, channel, len);
-    if (s) {
-        for (int i = 0; i < s->nwatchers; i++)
-            if (s->watchers[i].lk == lk) {
-                s->watchers[i] = s->watchers[--s->nwatchers];
-                break;
-            }
-        if (s->nfds == 0 && s->nwatchers == 0)
-            drop(sub, s);
-    }
+    if (s)
+        remove_watcher(sub, s, lk);
     pthread_mutex_unlock(&sub->mu);
 }
 

@@ -30,12 +30,13 @@ int redis_subscriber_add(struct redis_subscriber *sub, const char *channel, size
  * nor call the subscriber. */
 typedef void (*redis_watch_fn)(struct dlock_provider_lock *lk);
 
-/* Subscribes channel (len bytes) for fn(lk) without waiting for the
- * server's confirmation (a message sent before it is missed; the caller
- * has its own fallback). DLOCK_OK, DLOCK_ENOMEM, or DLOCK_EUNAVAILABLE
- * (too many watchers of the channel). */
+/* Subscribes channel (len bytes) for fn(lk), waiting up to timeout_ms for
+ * the server's confirmation (no wait when the channel is already
+ * subscribed): a message published before it would be missed. DLOCK_OK,
+ * DLOCK_ENOMEM, or DLOCK_EUNAVAILABLE (not confirmed in time, or too many
+ * watchers of the channel). */
 int redis_subscriber_watch(struct redis_subscriber *sub, const char *channel, size_t len, redis_watch_fn fn,
-                           struct dlock_provider_lock *lk);
+                           struct dlock_provider_lock *lk, int64_t timeout_ms);
 /* Ends redis_subscriber_watch(channel, lk); after it returns, fn is not
  * called for lk. */
 void redis_subscriber_unwatch(struct redis_subscriber *sub, const char *channel, size_t len,

@@ -528,17 +528,20 @@ struct dlock_provider {
     void (*release_drop)(void *instance, struct dlock_provider_lock *lk, struct dlock_provider_io *io);
 
     /* --- version 8 --- */
-    /* Required with DLOCK_CAP_CACHE. Called after a grant of an exclusive
-     * hold that the core may keep after its release: from now until
-     * unwatch_wanted, whenever the backend refuses lk's name to another
-     * owner because lk->owner holds it (a busy answer, a try included),
-     * call env->wanted(lk) promptly; and call it for every watched lock
-     * whenever such a request may have been missed. Arms asynchronously:
-     * it does not wait for the server. DLOCK_OK; anything else and the
-     * hold is released as usual rather than kept. */
+    /* Required with DLOCK_CAP_CACHE. Called after the first grant of an
+     * exclusive hold of lk that the core may keep after its release: from
+     * now until unwatch_wanted, across lk's later holds too, whenever the
+     * backend refuses lk's name to another owner because this client holds
+     * it (a busy answer, a try included), call env->wanted(lk) promptly;
+     * and call it for every watched lock whenever such a request may have
+     * been missed. The core ignores calls between holds. May wait for the
+     * server once, for the watch to be in place (a request made before it
+     * would go unheard). DLOCK_OK; anything else and the hold is released
+     * as usual rather than kept. */
     int (*watch_wanted)(void *instance, struct dlock_provider_lock *lk);
     /* Ends watch_wanted's promise; after it returns, env->wanted is not
-     * called for lk. Called once the hold has ended, before lock_fini. */
+     * called for lk. Called before lock_fini (the name's last handle
+     * freed, or the client closed), with no hold of lk. */
     void (*unwatch_wanted)(void *instance, struct dlock_provider_lock *lk);
 };
 
