@@ -55,6 +55,16 @@ void run_semaphore(const struct bench_config *cfg, int workers, int64_t *samples
  * from one loop thread, then drained ("pending-N"). */
 void run_pending(const struct bench_config *cfg, int n, int64_t *samples);
 
+/* Lock caching against no caching, the same config's handles opened with
+ * DLOCK_LOCK_NOCACHE and DLOCK_LOCK_CACHE in turn (bench_cache.c):
+ * hand-off to another client, 4 clients passing the name with affinity p,
+ * a cold client beside a tight loop; skipped where the backend cannot keep
+ * holds. bench_cache_compare adds their ratios once all repeats ran. */
+void run_cache_handoff(const struct bench_config *cfg, int64_t *samples);
+void run_cache_affinity(const struct bench_config *cfg);
+void run_cache_starvation(const struct bench_config *cfg, int64_t *samples);
+void bench_cache_compare(const struct bench_config *cfg);
+
 /* The plain client loop of each backend (bench_baselines.c): the limit the
  * library is compared with. They return false when the backend has none. */
 bool run_baseline_uncontended(const struct bench_config *cfg, int64_t *samples);
@@ -75,6 +85,9 @@ void bench_etcd_compact(const struct bench_config *cfg);
 /* A hiredis connection to "host:port" (2 s timeouts, no AUTH), or NULL. */
 struct redisContext;
 struct redisContext *bench_redis_connect_to(const char *host_port);
+/* A hiredis connection to cfg's single redis server (AUTH and SELECT as
+ * configured), or NULL for other backends and a cluster. */
+struct redisContext *bench_redis_connect_for(const struct bench_config *cfg);
 /* The plain Redlock loop over the same masters (bench_redlock_baseline.c):
  * SET NX PX and compare-and-delete sent to all masters at once, a majority
  * counted; false for other backends. */

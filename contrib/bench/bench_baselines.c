@@ -28,7 +28,7 @@ static const char *config_string(config_t *c, const char *path, const char *def)
     return config_lookup_string(c, path, &v) ? v : def;
 }
 
-static redisContext *redis_connect_for(const struct bench_config *cfg)
+redisContext *bench_redis_connect_for(const struct bench_config *cfg)
 {
     if (strcmp(cfg->backend, "redis") != 0)
         return NULL;
@@ -72,7 +72,7 @@ static redisContext *redis_connect_for(const struct bench_config *cfg)
 
 long long redis_commands_sent(const struct bench_config *cfg)
 {
-    redisContext *c = redis_connect_for(cfg);
+    redisContext *c = bench_redis_connect_for(cfg);
     if (!c)
         return -1;
     /* What clients sent, not the redis.call()s inside scripts (INFO counts
@@ -183,7 +183,7 @@ static redisContext *redis_cluster_node_for(const struct bench_config *cfg)
 
 static bool redis_set_nx_loop(const struct bench_config *cfg, int64_t *samples)
 {
-    redisContext *c = redis_connect_for(cfg);
+    redisContext *c = bench_redis_connect_for(cfg);
     if (!c)
         c = redis_cluster_node_for(cfg);
     if (!c)
@@ -253,7 +253,7 @@ bool run_baseline_uncontended(const struct bench_config *cfg, int64_t *samples)
 
 bool run_baseline_many_locks(const struct bench_config *cfg)
 {
-    redisContext *c = redis_connect_for(cfg);
+    redisContext *c = bench_redis_connect_for(cfg);
     if (!c)
         return false;
     char *renew = redis_load(c, "if redis.call('hexists', KEYS[1], ARGV[1]) == 1 then "

@@ -21,7 +21,7 @@ struct bench_options opt = { 3.0, 3, { 8 }, 1, false, 1, 5, 10000, false, NULL, 
 
 static const char *const default_scenarios[] = { "uncontended", "contended", "many-locks", "baseline" };
 static const char *const all_scenarios[] = { "uncontended", "contended", "many-locks", "baseline", "rw", "semaphore",
-                                             "pending" };
+                                             "pending", "cache-handoff", "cache-affinity", "cache-starvation" };
 
 /* The pending scenario's size: --pending, else 10,000 on the redis family
  * and 1,000 on the others. */
@@ -39,6 +39,7 @@ static void usage(FILE *f)
             "                   [--workers N[,N...]] [--threads] [--hold-ms X] [--pause-ms Y] [--locks K]\n"
             "                   [--fair] [--pending N] [--csv FILE] [--plot DIR]\n"
             "scenarios: uncontended contended many-locks baseline rw semaphore pending\n"
+            "           cache-handoff cache-affinity cache-starvation\n"
             "(default: the first four)\n"
             "Each -c FILE is one backend setup; see dlock-bench(1).\n");
 }
@@ -189,6 +190,12 @@ int main(int argc, char **argv)
                 } else if (!strcmp(scenarios[s], "semaphore")) {
                     for (int w = 0; w < opt.nworker_counts; w++)
                         run_semaphore(cfg, opt.worker_counts[w], samples);
+                } else if (!strcmp(scenarios[s], "cache-handoff")) {
+                    run_cache_handoff(cfg, samples);
+                } else if (!strcmp(scenarios[s], "cache-affinity")) {
+                    run_cache_affinity(cfg);
+                } else if (!strcmp(scenarios[s], "cache-starvation")) {
+                    run_cache_starvation(cfg, samples);
                 } else if (!strcmp(scenarios[s], "pending")) {
                     run_pending(cfg, pending_count(cfg), samples);
                 } else if (!strcmp(scenarios[s], "many-locks")) {
@@ -233,6 +240,8 @@ int main(int argc, char **argv)
                 figure_add(configs[i].label, pending, name, "ratio", b / a);
         }
     }
+    for (int i = 0; i < nconfigs; i++)
+        bench_cache_compare(&configs[i]);
     report_table(configs, nconfigs);
     int status = 0;
     if (opt.csv && report_csv(opt.csv) != 0)
