@@ -690,10 +690,10 @@ static int redis_break(void *instance, const char *name, size_t name_len, int *b
     int rc = redis_lock_keys_init(&k, inst->prefix, name, name_len);
     if (rc != DLOCK_OK)
         return rc;
-    const char *args[7];
-    size_t lens[7];
+    const char *args[9];
+    size_t lens[9];
     redis_break_args(&k, inst->publish, args, lens);
-    redisReply *r = inst->route->script(inst, SCRIPT_BREAK, 5, 7, args, lens, &rc, NULL);
+    redisReply *r = inst->route->script(inst, SCRIPT_BREAK, 5, 9, args, lens, &rc, NULL);
     if (r && !redis_is_int_array(r, 2))
         rc = redis_unexpected(inst, "break");
     if (rc == DLOCK_OK) {

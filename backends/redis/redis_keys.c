@@ -43,12 +43,12 @@ int redis_lock_keys_init(struct redis_lock_keys *k, const char *prefix, const ch
     return DLOCK_OK;
 }
 
-void redis_break_args(const struct redis_lock_keys *k, const char *publish, const char *args[7], size_t lens[7])
+void redis_break_args(const struct redis_lock_keys *k, const char *publish, const char *args[9], size_t lens[9])
 {
-    const char *a[7] = { k->key, k->fence_key, k->holders_key, k->queue_key, k->timeouts_key, k->channel_prefix,
-                         publish };
-    size_t l[7] = { k->key_len, k->fence_key_len, k->holders_key_len, k->queue_key_len, k->timeouts_key_len,
-                    k->channel_prefix_len, strlen(publish) };
+    const char *a[9] = { k->key, k->fence_key, k->holders_key, k->queue_key, k->timeouts_key, k->channel_prefix,
+                         publish, k->wanted_prefix, publish };
+    size_t l[9] = { k->key_len, k->fence_key_len, k->holders_key_len, k->queue_key_len, k->timeouts_key_len,
+                    k->channel_prefix_len, strlen(publish), k->wanted_prefix_len, strlen(publish) };
     memcpy(args, a, sizeof a);
     memcpy(lens, l, sizeof l);
 }

@@ -37,8 +37,9 @@ struct redis_lock_keys {
 int redis_lock_keys_init(struct redis_lock_keys *k, const char *prefix, const char *name, size_t len);
 void redis_lock_keys_free(struct redis_lock_keys *k);
 
-/* The arguments of SCRIPT_BREAK for k (5 keys, then the channel prefix and
- * the publish command), into args/lens. */
-void redis_break_args(const struct redis_lock_keys *k, const char *publish, const char *args[7], size_t lens[7]);
+/* The arguments of SCRIPT_BREAK for k (5 keys, then the channel prefix,
+ * the publish command, the prefix of the channels that tell a holder it is
+ * asked for, and the publish command again), into args/lens. */
+void redis_break_args(const struct redis_lock_keys *k, const char *publish, const char *args[9], size_t lens[9]);
 
 #endif

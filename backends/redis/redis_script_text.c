@@ -350,10 +350,13 @@ static const char *const script_text[SCRIPT_COUNT] = {
 
     /* break: every hold of the name goes at once, the fence counter moves
      * past every token handed out, and the first live waiter is woken. A
-     * free name is left as it is. */
+     * client that kept the hold after its release is told, as by a busy
+     * answer, so that it stops taking it over at once rather than at its
+     * next renewal. A free name is left as it is. */
     "if redis.call('exists', KEYS[1]) == 0 then\n"
     "  return {0, tonumber(redis.call('get', KEYS[2]) or '0')}\n"
     "end\n"
+    LUA_TELL_HOLDER("3")
     "redis.call('del', KEYS[1], KEYS[3])\n"
     LUA_NEXT_FENCE
     LUA_NOW

@@ -688,10 +688,10 @@ static int redlock_break(void *instance, const char *name, size_t name_len, int 
     int rc = redis_lock_keys_init(&k, inst->prefix, name, name_len);
     if (rc != DLOCK_OK)
         return rc;
-    const char *args[7];
-    size_t lens[7];
+    const char *args[9];
+    size_t lens[9];
     redis_break_args(&k, "publish", args, lens);
-    struct call call = { 5, 7, args, lens };
+    struct call call = { 5, 9, args, lens };
     redisReply *replies[REDLOCK_MAX_SERVERS];
     int answered = fan_out(inst, SCRIPT_BREAK, &call, NULL, replies);
     *broken = 0;

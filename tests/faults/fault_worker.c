@@ -27,6 +27,10 @@
  *   <t_us> lost                         on_lost fired
  *   <t_us> releasing                    about to release
  *   <t_us> release <code>               released (or what release said)
+ * Between holds it pauses up to 3 ms, or up to $DLOCK_FAULT_WORKER_PAUSE_MS
+ * (a run with lock caching: a pause longer than the holds leaves the name
+ * unasked for between some of a worker's holds, so that its next acquire
+ * takes over the hold its client kept).
  * Read and write outcomes are in the resource's own log. A worker stopped
  * mid-hold resumes and carries on as a real process would: its late write is
  * what the fence guard must refuse. */
@@ -194,6 +198,8 @@ int main(int argc, char **argv)
      * other workers' turns, in a line of several kinds) could then time out
      * on every turn under load and never hold at all. */
     int64_t wait_ms = fault_worker_wait_ms(hold_us / 1000);
+    const char *pause_env = getenv("DLOCK_FAULT_WORKER_PAUSE_MS");
+    int64_t pause_us = pause_env ? atoll(pause_env) * 1000 : 3000;
     /* A run goes on past its duration while the test's keep-going file is
      * there: a scenario that waits for a grant after a fault keeps the
      * workers asking however late, on a loaded machine, the fault came;
@@ -242,7 +248,7 @@ int main(int argc, char **argv)
         /* Beside readers, a writer pauses for half a hold: the run is about
          * exclusion and fences, and a backend whose waiters poll would
          * otherwise hardly ever let a reader in between two writers. */
-        sleep_us(writer_among_readers ? hold_us / 2 : rand() % 3000);
+        sleep_us(writer_among_readers ? hold_us / 2 : rand() % (pause_us > 0 ? pause_us : 1));
     }
     dlock_lock_free(h.lock);
     dlock_election_free(h.election);

@@ -130,6 +130,36 @@ static void check_overlaps(struct hold_list *holds, struct history_report *r)
     }
 }
 
+/* A token granted again to the worker that had it (lock caching: an
+ * acquire took over the hold its client kept) is one continuous server
+ * hold: the grant just before it, in time, is that worker's, with that
+ * token. Another worker's grant between the two means the kept hold had
+ * ended (lost, given back, broken, dropped by the server), and taking it
+ * over was a stale grant. holds sorted by start. */
+static void check_kept_tokens(const struct hold_list *holds, struct history_report *r)
+{
+    enum { MAX_WORKERS = 64 };
+    unsigned long long last_fence[MAX_WORKERS] = { 0 };
+    bool had[MAX_WORKERS] = { false };
+    for (size_t i = 0; i < holds->n; i++) {
+        const struct hold *h = &holds->v[i];
+        if (h->worker < 0 || h->worker >= MAX_WORKERS)
+            continue;
+        if (had[h->worker] && last_fence[h->worker] == h->fence) {
+            r->kept_grants++;
+            const struct hold *before = &holds->v[i - 1];
+            if (before->worker != h->worker || before->fence != h->fence) {
+                r->stale_grants++;
+                violation(r, "stale grant: worker %d took token %llu again at %lld us, after worker %d was "
+                          "granted token %llu at %lld us", h->worker, h->fence, h->start, before->worker,
+                          before->fence, before->start);
+            }
+        }
+        had[h->worker] = true;
+        last_fence[h->worker] = h->fence;
+    }
+}
+
 /* The resource's log, in its own order. */
 static void check_resource(const char *dir, struct history_report *r)
 {
@@ -240,9 +270,10 @@ int history_check(const char *dir, int nworkers, struct history_report *r)
     for (int w = 0; w < nworkers; w++)
         read_worker(dir, w, &holds, r);
     check_overlaps(&holds, r);
+    check_kept_tokens(&holds, r);
     check_resource(dir, r);
     free(holds.v);
-    return r->overlaps + r->fence_disorder + r->stale_admitted + r->lost_updates + r->unreadable;
+    return r->overlaps + r->stale_grants + r->fence_disorder + r->stale_admitted + r->lost_updates + r->unreadable;
 }
 
 /* Read/write runs: a writer's window meets no other worker's; readers'

@@ -14,7 +14,12 @@
  *     was refused;
  *  4. no lost update: every admitted write replaced exactly the value its
  *     worker had read (read-sleep-write increments), so the counter equals
- *     the number of admitted writes. */
+ *     the number of admitted writes;
+ *  5. kept tokens (lock caching): a worker granted the token it held
+ *     before (its client took over the hold it kept) was granted nothing
+ *     else in between by anyone: the grant just before, in time, is its
+ *     own with that token. Another worker's grant between the two is a
+ *     stale grant. */
 #ifndef TEST_HISTORY_CHECK_H
 #define TEST_HISTORY_CHECK_H
 
@@ -23,8 +28,10 @@ struct history_report {
     int grants, failed_acquires, writes_admitted, writes_refused, reads_refused, lost_notes, invalid_checks;
     int releases_refused;   /* release answered DLOCK_ELOST or DLOCK_ENOTOWNER */
     long long counter;
+    int kept_grants;        /* grants of a token the same worker held just before (lock caching) */
     /* violations: all must be 0 */
     int overlaps, fence_disorder, stale_admitted, lost_updates, unreadable;
+    int stale_grants;       /* a kept token taken again after another worker's grant */
     int reader_saw_partial; /* a shared read between a writer's read and its admitted write */
     int shared_reads;       /* shared holders' reads admitted */
     int most_at_once;       /* a semaphore's run: the most holds at one moment */

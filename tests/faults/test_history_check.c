@@ -127,6 +127,26 @@ static void a_late_write_after_a_newer_reader_must_be_refused(void **state)
  * semaphore of 1. A reader beside a permit holder is found, and so are two
  * permits of a semaphore of one at once; permits one after the other are
  * not. */
+/* Lock caching: worker 0 takes its kept token 10 again with nobody
+ * granted in between (fine), then again after worker 1 held token 11
+ * (stale: its kept hold had ended). */
+static void a_kept_token_taken_after_another_grant_is_stale(void **state)
+{
+    (void)state;
+    write_file("worker-0.log", "1000 grant 10 10000000\n1500 releasing\n1500 release 0\n"
+                               "2000 grant 10 10000000\n2500 releasing\n2500 release 0\n");
+    write_file("worker-1.log", "3000 grant 11 10000000\n3500 releasing\n3500 release 0\n");
+    write_file("resource.log", "");
+    struct history_report r;
+    assert_int_equal(history_check(dir, 2, &r), 0);
+    assert_int_equal(r.kept_grants, 1);
+    write_file("worker-0.log", "1000 grant 10 10000000\n1500 releasing\n1500 release 0\n"
+                               "4000 grant 10 10000000\n4500 releasing\n4500 release 0\n");
+    assert_int_equal(history_check(dir, 2, &r), 1);
+    assert_int_equal(r.stale_grants, 1);
+    assert_non_null(strstr(r.first_violation, "stale grant: worker 0 took token 10 again"));
+}
+
 static void a_reader_beside_a_permit_is_found(void **state)
 {
     (void)state;
@@ -155,6 +175,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(a_stale_shared_read_admitted_is_found, make_dir, remove_dir),
         cmocka_unit_test_setup_teardown(a_late_write_after_a_newer_reader_must_be_refused, make_dir, remove_dir),
         cmocka_unit_test_setup_teardown(a_reader_beside_a_permit_is_found, make_dir, remove_dir),
+        cmocka_unit_test_setup_teardown(a_kept_token_taken_after_another_grant_is_stale, make_dir, remove_dir),
     };
     return cmocka_run_group_tests_name("fault suite checker", tests, NULL, NULL);
 }

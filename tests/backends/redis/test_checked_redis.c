@@ -16,6 +16,7 @@
 #include "../../faults/fault_run.h"
 
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,14 +31,31 @@
 static struct test_redis server;
 static struct fault_proxy *proxy;
 static int proxy_port;
+/* The cases of kept holds: the workers keep their released holds (lock
+ * caching) and pause between holds for longer than they hold. */
+static bool caching;
 
 /* The workers' configuration: redis through the fault proxy. */
 static void worker_config(char *config, size_t size)
 {
     snprintf(config, size,
              "backend = \"redis\";\nlease_ms = %d;\nretry_base_ms = 5;\nretry_cap_ms = 100;\n"
-             "redis = { port = %d; command_timeout_ms = 1000; connect_timeout_ms = 500; };\n",
-             LEASE_MS, proxy_port);
+             "redis = { port = %d; command_timeout_ms = 1000; connect_timeout_ms = 500; };\n%s",
+             LEASE_MS, proxy_port, caching ? "cache = { idle_ms = 1000; };\n" : "");
+}
+
+static int caching_on(void **state)
+{
+    (void)state;
+    caching = true;
+    return setenv("DLOCK_FAULT_WORKER_PAUSE_MS", "100", 1);
+}
+
+static int caching_off(void **state)
+{
+    (void)state;
+    caching = false;
+    return unsetenv("DLOCK_FAULT_WORKER_PAUSE_MS");
 }
 
 static void start(struct fault_run *run, int hold_ms)
@@ -243,6 +261,61 @@ static void replies_later_than_the_lease(void **state)
     assert_true(r.lost_notes + r.invalid_checks >= 1);
 }
 
+/* ---- kept holds (lock caching) ------------------------------------------------- */
+
+/* Workers that keep their released holds and pause between holds: some
+ * acquires take over the hold their client kept, with its token, and the
+ * checker proves each was one continuous hold (no other worker's grant in
+ * between), besides the usual rules. */
+static void kept_holds_no_fault(void **state)
+{
+    (void)state;
+    struct fault_run run;
+    struct history_report r;
+    start(&run, SHORT_HOLD_MS);
+    fault_sleep_ms(2000);
+    fault_run_finish(&run, "redis, kept holds, no fault", &r);
+    assert_true(r.kept_grants >= 1);
+    assert_int_equal(r.lost_notes + r.invalid_checks, 0);
+}
+
+/* The subscriber connections (which carry the requests to kept holds)
+ * cut three times: a kept hold whose watch may have missed a request is
+ * given back, waiters subscribe again; no violation, and grants go on. */
+static void kept_holds_and_pubsub_cut(void **state)
+{
+    (void)state;
+    struct fault_run run;
+    struct history_report r;
+    start(&run, SHORT_HOLD_MS);
+    int64_t cut_at = 0;
+    for (int i = 0; i < 3; i++) {
+        redisReply *k = test_redis_cmd(&server, "CLIENT KILL TYPE pubsub");
+        if (k)
+            freeReplyObject(k);
+        cut_at = fault_now_us();
+        fault_sleep_ms(700);
+    }
+    int after = fault_run_await_grant(&run, cut_at, 5000);
+    fault_run_finish(&run, "redis, kept holds, Pub/Sub connections cut 3 times", &r);
+    assert_true(after >= 1);
+    assert_true(r.kept_grants >= 1);
+}
+
+/* A holder stopped mid-hold past its lease, in a run of kept holds: its
+ * kept token is not taken over after the others held (stale grant), and
+ * its late write is refused. */
+static void kept_holds_and_a_holder_paused(void **state)
+{
+    (void)state;
+    struct history_report r;
+    int after;
+    run_with_fault("redis, kept holds, holder SIGSTOPped for 1.5 leases", HOLDER_STOPPED, LEASE_MS * 3 / 2, &r,
+                   &after);
+    assert_true(r.writes_refused + r.reads_refused >= 1);
+    assert_true(after >= 1);
+}
+
 /* Killed and restarted empty (no persistence): the holder learns at its
  * next renewal, but another worker may be granted before that (the
  * documented overlap). The fence counter is re-seeded from the server's
@@ -344,6 +417,9 @@ int main(void)
         cmocka_unit_test(network_partition),
         cmocka_unit_test(replies_later_than_the_lease),
         cmocka_unit_test(connections_half_closed_then_cut),
+        cmocka_unit_test_setup_teardown(kept_holds_no_fault, caching_on, caching_off),
+        cmocka_unit_test_setup_teardown(kept_holds_and_pubsub_cut, caching_on, caching_off),
+        cmocka_unit_test_setup_teardown(kept_holds_and_a_holder_paused, caching_on, caching_off),
         cmocka_unit_test(server_restarted_from_an_older_snapshot),
         cmocka_unit_test(server_restarted_empty), /* last: fences restart */
     };

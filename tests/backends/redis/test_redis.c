@@ -1012,6 +1012,39 @@ static void two_caching_clients_take_turns_at_once(void **state)
     dlock_client_close(a);
 }
 
+/* An operator breaks a name whose hold a client kept: the break tells the
+ * client, as a busy answer would, so its next acquire goes to the server
+ * for a token past the break's, not at the next renewal (up to a second
+ * here). */
+static void a_broken_kept_hold_is_not_taken_over(void **state)
+{
+    (void)state;
+    dlock_client *a = open_redis_caching(60000);
+    dlock_client *op = open_redis(3000, 100, NULL);
+    dlock_lock *la = lock_of(a, "broken-kept", 0);
+    assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
+    uint64_t kept = fence_now(la);
+    assert_int_equal(dlock_release(la), DLOCK_OK);
+    int broken = 0;
+    uint64_t past = 0;
+    assert_int_equal(dlock_break(op, "broken-kept", strlen("broken-kept"), &broken, &past), DLOCK_OK);
+    assert_int_equal(broken, 1);
+    int64_t t0 = now_ms();
+    uint64_t fence = kept;
+    while (fence == kept && now_ms() - t0 < slack_ms(300)) {
+        assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
+        fence = fence_now(la);
+        assert_int_equal(dlock_release(la), DLOCK_OK);
+        sleep_ms(5);
+    }
+    if (fence <= past)
+        fail_msg("still taking over the broken hold (token %llu, the break's %llu) after %lld ms",
+                 (unsigned long long)fence, (unsigned long long)past, (long long)(now_ms() - t0));
+    dlock_client_close(op);
+    dlock_lock_free(la);
+    dlock_client_close(a);
+}
+
 /* A reader of another client is refused while the name is kept: its busy
  * answer asks the holder as an exclusive request's does. */
 static void a_shared_request_gets_the_kept_hold_at_once(void **state)
@@ -1139,6 +1172,7 @@ int main(void)
         cmocka_unit_test_setup(a_kept_hold_is_taken_again_with_no_command, before_each),
         cmocka_unit_test_setup(another_client_asking_gets_the_kept_hold_at_once, before_each),
         cmocka_unit_test_setup(two_caching_clients_take_turns_at_once, before_each),
+        cmocka_unit_test_setup(a_broken_kept_hold_is_not_taken_over, before_each),
         cmocka_unit_test_setup(a_try_during_the_hold_makes_its_release_a_real_one, before_each),
         cmocka_unit_test_setup(a_shared_request_gets_the_kept_hold_at_once, before_each),
         cmocka_unit_test_setup(a_kept_hold_is_given_back_when_its_watch_may_have_missed_a_request, before_each),
