@@ -59,7 +59,11 @@ int dlock__hold_grant_kept(dlock_client *c, struct dlock__entry *e, dlock_lock *
     e->has_fence = g->has_fence != 0;
     e->renewed_by_watchdog = watchdog;
     e->downgraded = false;
-    e->cached = e->cache_dropping = e->wanted = false;
+    e->cached = e->cache_dropping = false;
+    /* Others already queued: their requests may have been answered before
+     * this grant, so this hold is not kept (else this client could take
+     * the name again and again while they wait). */
+    e->wanted = g->others_waiting != 0;
     bool watch = !e->watching && dlock__cache_may_keep(c, e, h);
     e->lease_ms = lease;
     e->valid_until_ms = t_send.boot_ms + valid - dlock__drift_ms(lease);

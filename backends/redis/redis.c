@@ -332,6 +332,8 @@ int redis_attempt_answer(struct redis_instance *inst, struct dlock_provider_lock
         return redis_unexpected(inst, "acquire");
     }
     long long granted = r->element[0]->integer, value = r->element[1]->integer;
+    /* A grant's third element: whether others are queued for the name. */
+    int others_waiting = r->elements >= 3 && r->element[2]->type == REDIS_REPLY_INTEGER && r->element[2]->integer > 0;
     freeReplyObject(r);
     if (granted == 2)
         return kind_mismatch(inst->route->label(inst), lk, (unsigned long long)value); /* {2, permits} */
@@ -349,6 +351,7 @@ int redis_attempt_answer(struct redis_instance *inst, struct dlock_provider_lock
     if (granted) {
         g->fence = (uint64_t)value;
         g->has_fence = 1;
+        g->others_waiting = others_waiting;
         return DLOCK_OK;
     }
     /* The holder's TTL, capped so that the waiter keeps its place. */

@@ -96,7 +96,10 @@
 
 static const char *const script_text[SCRIPT_COUNT] = {
     /* acquire: a free lock goes to whoever asks (barging allowed); a waiter
-     * that gets it leaves the queue. */
+     * that gets it leaves the queue. The grant says whether others are
+     * queued (1) or not (0), so that a client that keeps holds does not keep
+     * this one (LINDEX, not LLEN: the commands a least-privilege user needs
+     * stay the same). */
     "if redis.call('exists', KEYS[1]) == 0 then\n"
     "  redis.call('hset', KEYS[1], ARGV[1], 1)\n"
     "  redis.call('pexpire', KEYS[1], ARGV[2])\n"
@@ -105,7 +108,7 @@ static const char *const script_text[SCRIPT_COUNT] = {
     "    redis.call('zrem', KEYS[4], ARGV[1])\n"
     "  end\n"
     LUA_NEXT_FENCE_IN(ACQUIRE_UNIT)
-    "  return {1, fence}\n"
+    "  return {1, fence, redis.call('lindex', KEYS[3], 0) and 1 or 0}\n"
     "end\n"
     LUA_OWN_FIELD_IN(ACQUIRE_UNIT)
     LUA_TELL_HOLDER("6")

@@ -213,6 +213,13 @@ struct dlock_grant {
      * first renewal. 0 (the core's preset) means the whole lease is left;
      * a negative value means nothing is. Appended like lease_ms. */
     int64_t valid_ms;
+    /* On grant, optional (DLOCK_CAP_CACHE): nonzero when other owners are
+     * known to be waiting for the name already, so that the core does not
+     * keep this hold after its release: a waiter's request may have been
+     * answered before this grant, and a kept hold would let this client
+     * take the name again and again while it waits. Appended like
+     * lease_ms. */
+    int others_waiting;
 };
 
 /* Arguments of DLOCK_CTL_STATUS. out arrives zeroed, with held,

@@ -1012,6 +1012,40 @@ static void two_caching_clients_take_turns_at_once(void **state)
     dlock_client_close(a);
 }
 
+/* A grant made while others are queued for the name (a waiter of another
+ * client, put in the queue here by hand, its deadline a minute away) is
+ * not kept: the waiter's request may have been answered before the grant,
+ * and a kept hold would let this client take the name again and again
+ * while the waiter waits for a release. */
+static void a_hold_granted_while_others_wait_is_not_kept(void **state)
+{
+    (void)state;
+    dlock_client *a = open_redis_caching(60000);
+    dlock_lock *la = lock_of(a, "queued-grant", 0);
+    redisReply *r = test_redis_cmd(&server, "RPUSH %s %s", "dlock:{queued-grant}:queue", "ffff:1");
+    assert_non_null(r);
+    freeReplyObject(r);
+    r = test_redis_cmd(&server, "TIME");
+    assert_non_null(r);
+    long long now_us = atoll(r->element[0]->str) * 1000000LL + atoll(r->element[1]->str);
+    freeReplyObject(r);
+    char deadline[32];
+    snprintf(deadline, sizeof deadline, "%lld", now_us / 1000 + 60000);
+    r = test_redis_cmd(&server, "ZADD %s %s %s", "dlock:{queued-grant}:timeouts", deadline, "ffff:1");
+    if (r)
+        freeReplyObject(r);
+    assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
+    assert_int_equal(dlock_release(la), DLOCK_OK);
+    assert_int_equal(redis_int("EXISTS %s", "dlock:{queued-grant}"), 0); /* released for real */
+    /* Nobody queued any more: the next hold is kept. */
+    assert_int_equal(redis_int("DEL %s", "dlock:{queued-grant}:queue"), 1);
+    assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
+    assert_int_equal(dlock_release(la), DLOCK_OK);
+    assert_int_equal(redis_int("EXISTS %s", "dlock:{queued-grant}"), 1);
+    dlock_lock_free(la);
+    dlock_client_close(a);
+}
+
 /* An operator breaks a name whose hold a client kept: the break tells the
  * client, as a busy answer would, so its next acquire goes to the server
  * for a token past the break's, not at the next renewal (up to a second
@@ -1032,7 +1066,8 @@ static void a_broken_kept_hold_is_not_taken_over(void **state)
     int64_t t0 = now_ms();
     uint64_t fence = kept;
     while (fence == kept && now_ms() - t0 < slack_ms(300)) {
-        assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
+        /* A try while the kept hold is being given back would be busy. */
+        assert_int_equal(dlock_acquire(la, 1000), DLOCK_OK);
         fence = fence_now(la);
         assert_int_equal(dlock_release(la), DLOCK_OK);
         sleep_ms(5);
@@ -1173,6 +1208,7 @@ int main(void)
         cmocka_unit_test_setup(another_client_asking_gets_the_kept_hold_at_once, before_each),
         cmocka_unit_test_setup(two_caching_clients_take_turns_at_once, before_each),
         cmocka_unit_test_setup(a_broken_kept_hold_is_not_taken_over, before_each),
+        cmocka_unit_test_setup(a_hold_granted_while_others_wait_is_not_kept, before_each),
         cmocka_unit_test_setup(a_try_during_the_hold_makes_its_release_a_real_one, before_each),
         cmocka_unit_test_setup(a_shared_request_gets_the_kept_hold_at_once, before_each),
         cmocka_unit_test_setup(a_kept_hold_is_given_back_when_its_watch_may_have_missed_a_request, before_each),
