@@ -12,6 +12,11 @@ cleanup() { rm -rf "$T"; }
 trap cleanup EXIT
 
 ok() { PASSED=$((PASSED + 1)); echo "ok - $1"; }
+# rounds N: how many times a test that starts many dlock processes repeats
+# its step: N, or $DLOCK_TEST_ROUNDS_PERCENT of it (at least 2). The
+# sanitizer builds set it: there every process takes seconds to start,
+# and what they check (memory, races) the same path shows each round.
+rounds() { r=$(($1 * ${DLOCK_TEST_ROUNDS_PERCENT:-100} / 100)); [ "$r" -ge 2 ] && echo "$r" || echo 2; }
 not_ok() { FAILED=$((FAILED + 1)); echo "not ok - $1"; }
 # expect_status WANT GOT WHAT
 # expect_status WANT GOT WHAT: ok or not ok; returns 1 on not ok, so that a

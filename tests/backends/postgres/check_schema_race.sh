@@ -15,8 +15,8 @@ stop_pg() { sh "$SUPPORT/postgres.sh" stop "$T/pg"; rm -rf "$T"; }
 trap stop_pg EXIT
 printf 'backend = "postgres";\npostgres = { port = %d; user = "postgres"; database = "postgres"; };\n' "$port" > "$T/dlock.conf"
 : > "$T/failures"
-rounds=80
-for round in $(seq 1 $rounds); do
+nrounds=$(rounds 80)
+for round in $(seq 1 "$nrounds"); do
     drop='DROP TABLE IF EXISTS dlock_locks, dlock_locks_values; DROP SEQUENCE IF EXISTS dlock_locks_fence'
     [ $((round % 2)) = 0 ] && drop='DROP TABLE IF EXISTS dlock_locks_values'
     psql -X -q -h 127.0.0.1 -p "$port" -U postgres -d postgres -c "SET client_min_messages = warning; $drop" \
@@ -32,6 +32,6 @@ done
 if [ -s "$T/failures" ]; then
     not_ok "clients creating the tables at once failed: $(sort "$T/failures" | uniq -c | head -5 | tr '\n' ' ')"
 else
-    ok "$rounds rounds of 8 clients creating the tables at once all opened"
+    ok "$nrounds rounds of 8 clients creating the tables at once all opened"
 fi
 finish
