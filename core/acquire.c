@@ -115,7 +115,7 @@ static int contend_loop(dlock_client *c, struct dlock__entry *e, dlock_lock *h, 
         /* An earlier monotonic stamp only schedules the first renewal
          * sooner; the validity counts from the boot clock, read now. */
         struct dlock__stamp t_send = attempt == 0 && first_send_ms > 0
-                                         ? (struct dlock__stamp){ first_send_ms, dlock__boot_ms() }
+                                         ? (struct dlock__stamp){ first_send_ms, dlock__boot_ms(), dlock__now_us() }
                                          : dlock__stamp_now();
         int rc = dlock__p_acquire(c, e, &g);
         dlock__metric_inc(&c->metrics.attempts);

@@ -93,7 +93,11 @@ void dlock__cache_wanted(struct dlock_provider_lock *lk)
 {
     struct dlock__entry *e = (struct dlock__entry *)((char *)lk - offsetof(struct dlock__entry, plock));
     pthread_mutex_lock(&e->mu);
-    /* Watched from the grant until the hold's end, so the entry is alive. */
+    /* Watched until the entry goes (unwatch comes first), so it is alive.
+     * Between holds the time is noted: a request answered just after the
+     * server granted our next hold, but heard before the grant's answer
+     * was read, is one for that hold (the grant then marks it wanted). */
+    __atomic_store_n(&e->wanted_at_us, dlock__now_us(), __ATOMIC_RELAXED);
     if (e->count > 0 && !e->wanted) {
         e->wanted = true;
         if (e->cached)
@@ -107,7 +111,8 @@ bool dlock__cache_may_park(const dlock_client *c, const struct dlock__entry *e, 
     /* Another owner asked meanwhile: this release is a real one. So it is
      * with non-blocking acquires queued here, which would otherwise wait
      * behind the kept hold until it is given back. */
-    return dlock__cache_idle_for(c, h) > 0 && e->watching && !e->wanted && e->count == 1 && e->holder == self &&
+    return dlock__cache_idle_for(c, h) > 0 && !(h->options.flags & DLOCK_LOCK_FAIR) &&
+           !(e->plock.flags & DLOCK_LOCK_FAIR) && e->watching && !e->wanted && e->count == 1 && e->holder == self &&
            !e->lost && !e->release_pending && e->renewed_by_watchdog && !e->own_holder && !e->downgraded &&
            e->plock.mode == DLOCK_MODE_EXCLUSIVE && !__atomic_load_n(&e->aops, __ATOMIC_ACQUIRE) &&
            enough_validity(e) && dlock__now_ms() >= e->cache_off_until_ms;

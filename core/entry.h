@@ -57,6 +57,8 @@ struct dlock__entry {
     bool cache_dropping;            /* cached, and to be given back: no more hits */
     bool wanted;                    /* another owner asked for the name during this hold */
     bool watching;                  /* the provider tells us when another owner asks (watch_wanted) */
+    int64_t wanted_at_us;           /* monotonic: when another owner last asked (atomic) */
+    int64_t watch_retry_at_ms;      /* monotonic: a failed watch_wanted is not tried again before this */
     int64_t cache_last_used_ms;     /* monotonic: when it was last released into the cache */
     int64_t cache_idle_ms;          /* the idle limit of the handle that kept it */
     /* How the name's last kept holds ended (bit i: the i-th latest), for
@@ -87,10 +89,12 @@ int dlock__check_own_holds(dlock_client *client, struct dlock__entry *e, uint64_
 /* A moment on both clocks: monotonic for timers, boot for validity. */
 struct dlock__stamp {
     int64_t mono_ms, boot_ms;
+    int64_t mono_us;        /* the monotonic time in microseconds, for ordering events */
 };
 static inline struct dlock__stamp dlock__stamp_now(void)
 {
-    struct dlock__stamp s = { dlock__now_ms(), dlock__boot_ms() };
+    int64_t us = dlock__now_us();
+    struct dlock__stamp s = { us / 1000, dlock__boot_ms(), us };
     return s;
 }
 

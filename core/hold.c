@@ -60,11 +60,17 @@ int dlock__hold_grant_kept(dlock_client *c, struct dlock__entry *e, dlock_lock *
     e->renewed_by_watchdog = watchdog;
     e->downgraded = false;
     e->cached = e->cache_dropping = false;
-    /* Others already queued: their requests may have been answered before
-     * this grant, so this hold is not kept (else this client could take
-     * the name again and again while they wait). */
-    e->wanted = g->others_waiting != 0;
-    bool watch = !e->watching && dlock__cache_may_keep(c, e, h);
+    /* Others already queued, or one that asked since this attempt was
+     * sent: their requests may have been answered before this grant, so
+     * this hold is not kept (else this client could take the name again
+     * and again while they wait). */
+    e->wanted = g->others_waiting != 0 || __atomic_load_n(&e->wanted_at_us, __ATOMIC_RELAXED) >= t_send.mono_us;
+    /* A hold of the non-blocking API is its handle's, not this thread's,
+     * and is never kept; its grant may run on an event loop, which must
+     * not wait for a watch to be confirmed. A watch that failed is tried
+     * again a while later, not at every grant. */
+    bool watch = !e->watching && self == dlock__thread_no() && dlock__now_ms() >= e->watch_retry_at_ms &&
+                 dlock__cache_may_keep(c, e, h);
     e->lease_ms = lease;
     e->valid_until_ms = t_send.boot_ms + valid - dlock__drift_ms(lease);
     e->granted_at_ms = dlock__now_ms();
@@ -77,9 +83,12 @@ int dlock__hold_grant_kept(dlock_client *c, struct dlock__entry *e, dlock_lock *
     /* Told from now on when another owner asks, so that a hold kept after
      * its release is given back then; made once per entry (the provider
      * may wait for the server here, that once). */
-    if (watch && dlock__p_watch_wanted(c, e) == DLOCK_OK) {
+    if (watch) {
+        bool ok = dlock__p_watch_wanted(c, e) == DLOCK_OK;
         pthread_mutex_lock(&e->mu);
-        e->watching = true;
+        e->watching = ok;
+        if (!ok)
+            e->watch_retry_at_ms = dlock__now_ms() + DLOCK__WATCH_RETRY_MS;
         pthread_mutex_unlock(&e->mu);
     }
     int rc = dlock__expiry_arm(c, e, valid_until);

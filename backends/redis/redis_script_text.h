@@ -11,7 +11,7 @@ enum redis_script {
      * "1" if this owner registered as a waiter[, the clock's unit in the
      * fence in microseconds, 1 if left out[, the name's wanted-channel
      * prefix and the publish command: a busy answer publishes "wanted" to
-     * the prefix .. the holder's client id]] -> {1, fence} | {0, retry in
+     * the prefix .. the holder's client id]] -> {1, fence, 1 if others are queued else 0} | {0, retry in
      * ms} */
     SCRIPT_ACQUIRE,
     /* same, first come first served; ARGV: owner, lease, queue timeout[,
@@ -45,7 +45,8 @@ enum redis_script {
     /* KEYS: (lock, holders)...; ARGV: (owner, lease)... -> {1|0, ...} */
     SCRIPT_RENEW_SHARED,
     /* KEYS: lock, fence, holders, queue, timeouts; ARGV: channel prefix,
-     * publish command -> {1 if it was held, the fence counter} */
+     * publish command, the prefix of the channels that tell a holder it is
+     * asked for, publish command -> {1 if it was held, the fence counter} */
     SCRIPT_BREAK,
     /* KEYS: lock, fence, queue, timeouts, holders; ARGV: owner, channel
      * prefix, publish command -> 1 (the owner's exclusive hold is now

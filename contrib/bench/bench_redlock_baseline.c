@@ -92,7 +92,7 @@ static void redlock_cycle(void *arg)
 
 static bool granted_by_script(const redisReply *r)
 {
-    return r->type == REDIS_REPLY_ARRAY && r->elements == 2 && r->element[0]->type == REDIS_REPLY_INTEGER &&
+    return r->type == REDIS_REPLY_ARRAY && r->elements >= 2 && r->element[0]->type == REDIS_REPLY_INTEGER &&
            r->element[0]->integer == 1;
 }
 

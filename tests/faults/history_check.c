@@ -143,7 +143,8 @@ static void check_kept_tokens(const struct hold_list *holds, struct history_repo
     bool had[MAX_WORKERS] = { false };
     for (size_t i = 0; i < holds->n; i++) {
         const struct hold *h = &holds->v[i];
-        if (h->worker < 0 || h->worker >= MAX_WORKERS)
+        /* 0: the worker could not read its token (the hold ended first). */
+        if (h->worker < 0 || h->worker >= MAX_WORKERS || h->fence == 0)
             continue;
         if (had[h->worker] && last_fence[h->worker] == h->fence) {
             r->kept_grants++;

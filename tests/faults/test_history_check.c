@@ -145,6 +145,12 @@ static void a_kept_token_taken_after_another_grant_is_stale(void **state)
     assert_int_equal(history_check(dir, 2, &r), 1);
     assert_int_equal(r.stale_grants, 1);
     assert_non_null(strstr(r.first_violation, "stale grant: worker 0 took token 10 again"));
+    /* Token 0 is a worker that could not read its token (the hold ended
+     * first), twice: not a kept token. */
+    write_file("worker-0.log", "1000 grant 0 1000\n1500 releasing\n1500 release 0\n"
+                               "4000 grant 0 4000\n4500 releasing\n4500 release 0\n");
+    assert_int_equal(history_check(dir, 2, &r), 0);
+    assert_int_equal(r.kept_grants, 0);
 }
 
 static void a_reader_beside_a_permit_is_found(void **state)

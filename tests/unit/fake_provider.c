@@ -142,6 +142,10 @@ static int fake_acquire(void *instance, struct dlock_provider_lock *lk, struct d
     }
     snprintf(s->holder, sizeof s->holder, "%s", lk->owner);
     fake.grants_made++;
+    if (fake.asked_at_grant && s->watched && fake.wanted) {
+        fake.wanted_calls++;
+        fake.wanted(s->watched);
+    }
     g->fence = ++fake.fence;
     g->has_fence = 1;
     if (fake.granted_lease_ms > 0)

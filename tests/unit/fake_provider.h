@@ -52,6 +52,8 @@ struct fake_server {
     int wanted_calls;         /* fakecache: holders told that someone asks */
     int watches;              /* fakecache: watch_wanted calls */
     int grants_made;          /* acquires answered with a grant */
+    int asked_at_grant;       /* fakecache: a grant tells its (watched) holder someone asks, as when
+                               * another owner's busy answer follows the grant at once */
     int foreign_releases;     /* releases by an owner that did not hold the name */
 };
 

@@ -286,6 +286,27 @@ static void a_non_blocking_acquire_has_the_cached_hold_given_back_first(void **s
     done_with(c, l);
 }
 
+/* A non-blocking acquire's hold is its handle's and never kept: its grant
+ * (which may run on an event loop) makes no watch, which could wait for
+ * the server; a blocking acquire's grant does. */
+static void a_non_blocking_grant_makes_no_watch(void **state)
+{
+    (void)state;
+    dlock_client *c = open_caching("fakecache", 3000, 60000);
+    dlock_lock *l = lock_with(c, "nw", 0, NULL, NULL);
+    async_rc = 1;
+    assert_int_equal(dlock_acquire_start(l, 2000, async_done, NULL), DLOCK_OK);
+    assert_int_equal(async_result(c), DLOCK_OK);
+    assert_int_equal(fake_get(&fake.watches), 0);
+    async_rc = 1;
+    assert_int_equal(dlock_release_start(l, async_done, NULL), DLOCK_OK);
+    assert_int_equal(async_result(c), DLOCK_OK);
+    assert_int_equal(dlock_acquire(l, 0), DLOCK_OK);
+    assert_int_equal(fake_get(&fake.watches), 1);
+    assert_int_equal(dlock_release(l), DLOCK_OK);
+    done_with(c, l);
+}
+
 static dlock_client *open_plain(void)
 {
     dlock_client *c = NULL;
@@ -576,6 +597,26 @@ static void a_name_taken_in_turns_stops_being_kept_for_a_while(void **state)
     two_clients_done(&t);
 }
 
+/* Another owner asks right after the server granted this client's next
+ * hold, and the provider hears it before the grant's answer is read
+ * (while the name is not yet held here): that request is for this hold,
+ * whose release is then a real one. */
+static void a_request_heard_before_the_grant_is_read_counts(void **state)
+{
+    (void)state;
+    struct two_clients t = two_clients(open_caching("fakecache", 3000, 60000), "early");
+    /* Watched from the first hold on; given back when b asks. */
+    assert_int_equal(dlock_acquire(t.la, 0), DLOCK_OK);
+    assert_true(release_kept(t.la));
+    assert_int_equal(dlock_acquire(t.lb, 5000), DLOCK_OK);
+    assert_int_equal(dlock_release(t.lb), DLOCK_OK);
+    FAKE_SET(asked_at_grant, 1);
+    assert_int_equal(dlock_acquire(t.la, 0), DLOCK_OK);
+    FAKE_SET(asked_at_grant, 0);
+    assert_false(release_kept(t.la));
+    two_clients_done(&t);
+}
+
 static void hits_between_the_requests_keep_the_name_kept(void **state)
 {
     (void)state;
@@ -691,6 +732,8 @@ int main(void)
         cmocka_unit_test_setup(caching_is_refused_where_the_backend_cannot_keep_holds, setup),
         cmocka_unit_test_setup(a_name_taken_in_turns_stops_being_kept_for_a_while, setup),
         cmocka_unit_test_setup(hits_between_the_requests_keep_the_name_kept, setup),
+        cmocka_unit_test_setup(a_non_blocking_grant_makes_no_watch, setup),
+        cmocka_unit_test_setup(a_request_heard_before_the_grant_is_read_counts, setup),
         cmocka_unit_test_setup(cooldown_0_keeps_a_name_taken_in_turns, setup),
         cmocka_unit_test_setup(a_handle_asks_for_caching_or_refuses_it, setup),
         cmocka_unit_test_setup(caching_a_hold_that_is_never_kept_is_refused, setup),

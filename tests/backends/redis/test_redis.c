@@ -1046,6 +1046,29 @@ static void a_hold_granted_while_others_wait_is_not_kept(void **state)
     dlock_client_close(a);
 }
 
+/* A fair handle's hold is never kept, even on a name whose holds the
+ * client watches because a plain handle's hold of it was kept: its turn
+ * comes in arrival order. */
+static void a_fair_hold_of_a_watched_name_is_not_kept(void **state)
+{
+    (void)state;
+    dlock_client *a = open_redis_caching(60000);
+    dlock_lock *plain = lock_of(a, "fair-after", 0);
+    dlock_lock_options o = DLOCK_LOCK_OPTIONS_INIT;
+    o.flags = DLOCK_LOCK_FAIR;
+    dlock_lock *fair = NULL;
+    assert_int_equal(dlock_lock_new(a, "fair-after", strlen("fair-after"), &o, &fair), DLOCK_OK);
+    assert_int_equal(dlock_acquire(plain, 0), DLOCK_OK);
+    assert_int_equal(dlock_release(plain), DLOCK_OK);
+    assert_int_equal(redis_int("EXISTS %s", "dlock:{fair-after}"), 1); /* kept */
+    assert_int_equal(dlock_acquire(fair, 5000), DLOCK_OK); /* the kept hold given back first */
+    assert_int_equal(dlock_release(fair), DLOCK_OK);
+    assert_int_equal(redis_int("EXISTS %s", "dlock:{fair-after}"), 0); /* released for real */
+    dlock_lock_free(fair);
+    dlock_lock_free(plain);
+    dlock_client_close(a);
+}
+
 /* An operator breaks a name whose hold a client kept: the break tells the
  * client, as a busy answer would, so its next acquire goes to the server
  * for a token past the break's, not at the next renewal (up to a second
@@ -1208,6 +1231,7 @@ int main(void)
         cmocka_unit_test_setup(another_client_asking_gets_the_kept_hold_at_once, before_each),
         cmocka_unit_test_setup(two_caching_clients_take_turns_at_once, before_each),
         cmocka_unit_test_setup(a_broken_kept_hold_is_not_taken_over, before_each),
+        cmocka_unit_test_setup(a_fair_hold_of_a_watched_name_is_not_kept, before_each),
         cmocka_unit_test_setup(a_hold_granted_while_others_wait_is_not_kept, before_each),
         cmocka_unit_test_setup(a_try_during_the_hold_makes_its_release_a_real_one, before_each),
         cmocka_unit_test_setup(a_shared_request_gets_the_kept_hold_at_once, before_each),
