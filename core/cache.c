@@ -126,7 +126,7 @@ void dlock__cache_park(dlock_client *c, struct dlock__entry *e, const dlock_lock
     e->cached = true;
     e->cache_dropping = false;
     e->cache_last_used_ms = now;
-    e->cache_idle_ms = dlock__cache_idle_for(c, h);
+    int64_t idle_ms = e->cache_idle_ms = dlock__cache_idle_for(c, h);
     e->on_lost = NULL;
     e->on_lost_arg = NULL;
     e->on_lost_handle = NULL;
@@ -140,8 +140,10 @@ void dlock__cache_park(dlock_client *c, struct dlock__entry *e, const dlock_lock
     if (e->named)
         dlock__histogram_observe(&e->named->hold_ms, held);
     dlock__metric_inc(&c->metrics.cache_keeps);
-    /* The idle check: the renewal timer may be due later than that. */
-    dlock__watchdog_schedule_earlier(c, e, now + e->cache_idle_ms);
+    /* The idle check: the renewal timer may be due later than that. (The
+     * limit as read under e->mu: a take-over and a park by other threads
+     * may have come since.) */
+    dlock__watchdog_schedule_earlier(c, e, now + idle_ms);
 }
 
 void dlock__cache_drop_soon(dlock_client *c, struct dlock__entry *e)

@@ -41,14 +41,14 @@ static void worker_config(char *config, size_t size)
     snprintf(config, size,
              "backend = \"redis\";\nlease_ms = %d;\nretry_base_ms = 5;\nretry_cap_ms = 100;\n"
              "redis = { port = %d; command_timeout_ms = 1000; connect_timeout_ms = 500; };\n%s",
-             LEASE_MS, proxy_port, caching ? "cache = { idle_ms = 1000; };\n" : "");
+             LEASE_MS, proxy_port, caching ? "cache = { idle_ms = 1000; cooldown_ms = 0; };\n" : "");
 }
 
 static int caching_on(void **state)
 {
     (void)state;
     caching = true;
-    return setenv("DLOCK_FAULT_WORKER_PAUSE_MS", "100", 1);
+    return setenv("DLOCK_FAULT_WORKER_PAUSE_MS", "200", 1);
 }
 
 static int caching_off(void **state)
@@ -62,7 +62,10 @@ static void start(struct fault_run *run, int hold_ms)
 {
     char config[512];
     worker_config(config, sizeof config);
-    fault_run_start(run, config, WORKERS, (hold_ms > 1000 ? 9000 : 5000) * fault_run_scale(), hold_ms);
+    /* Kept holds: two workers, so that the name is often free of waiters
+     * when a worker comes back for it (a hold granted while others are
+     * queued is not kept). */
+    fault_run_start(run, config, caching ? 2 : WORKERS, (hold_ms > 1000 ? 9000 : 5000) * fault_run_scale(), hold_ms);
     fault_sleep_ms(1200); /* let them get going */
 }
 
