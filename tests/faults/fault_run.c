@@ -62,6 +62,8 @@ static int writer_paused_past_its_lease(struct fault_run *run, const char *scena
         setenv("DLOCK_FAULTS_KEEP", "1", 1);
     }
     fault_run_finish(run, scenario, r);
+    if (grants == 0)
+        unsetenv("DLOCK_FAULTS_KEEP"); /* this run's logs only */
     return grants;
 }
 
