@@ -56,13 +56,14 @@ static int writer_paused_past_its_lease(struct fault_run *run, const char *scena
     fault_sleep_ms(300); /* the next holder has read */
     fault_run_keep_going(run, false);
     kill(writer, SIGCONT);
+    bool keep_asked = getenv("DLOCK_FAULTS_KEEP") != NULL;
     if (grants == 0) { /* what the others did meanwhile is in the logs */
         printf("# no grant from %lld ms after the pause for %d ms; the run began %lld ms before the pause\n",
                (long long)lease_ms, 3 * lease_ms, (long long)((paused_at - run->started_us) / 1000));
         setenv("DLOCK_FAULTS_KEEP", "1", 1);
     }
     fault_run_finish(run, scenario, r);
-    if (grants == 0)
+    if (grants == 0 && !keep_asked)
         unsetenv("DLOCK_FAULTS_KEEP"); /* this run's logs only */
     return grants;
 }
