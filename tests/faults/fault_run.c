@@ -28,12 +28,14 @@ void fault_run_semaphore_holder_killed(const char *scenario, const char *config_
     struct history_report r;
     fault_run_start_permits(&run, config_text, 5, 5000 * fault_run_scale(), 40, 2);
     fault_sleep_ms(1500);
+    fault_run_keep_going(&run, true); /* a kill late in the run still meets workers */
     pid_t holder = fault_run_holder(&run, 3000);
     assert_true(holder > 0);
     int64_t killed_at = fault_now_us();
     kill(holder, SIGKILL);
     fault_sleep_ms(lease_ms + 1000);
     int grants = history_grants_between(run.dir, run.nworkers, killed_at, fault_now_us());
+    fault_run_keep_going(&run, false);
     fault_run_finish(&run, scenario, &r);
     assert_true(grants >= 1);
     assert_int_equal(r.most_at_once, 2); /* the permits were used, not one at a time */
