@@ -29,7 +29,9 @@ void fault_run_semaphore_holder_killed(const char *scenario, const char *config_
     fault_run_start_permits(&run, config_text, 5, 5000 * fault_run_scale(), 40, 2);
     fault_sleep_ms(1500);
     fault_run_keep_going(&run, true); /* a kill late in the run still meets workers */
-    pid_t holder = fault_run_holder(&run, 3000);
+    /* Kept going, the workers hold again and again; on a machine whose
+     * cores are all taken the next hold may still be seconds away. */
+    pid_t holder = fault_run_holder(&run, 10000);
     assert_true(holder > 0);
     int64_t killed_at = fault_now_us();
     kill(holder, SIGKILL);
@@ -70,15 +72,36 @@ static int writer_paused_past_its_lease(struct fault_run *run, const char *scena
     return grants;
 }
 
+/* A run in which nobody was granted while the writer was stopped checked
+ * its history (fault_run_finish) but not the stopped writer's late write:
+ * the fault did not happen as meant. That happens when the machine's cores
+ * are all taken for the pause's seconds; such a run is done once more, and
+ * a second one is a failure. */
+enum { PAUSED_WRITER_ATTEMPTS = 2 };
+
+static bool paused_writer_inconclusive(int grants, int attempt, const char *scenario)
+{
+    if (grants > 0 || attempt + 1 >= PAUSED_WRITER_ATTEMPTS)
+        return false;
+    printf("# %s: nobody was granted while the writer was stopped; the run is done again\n", scenario);
+    return true;
+}
+
 void fault_run_rw_writer_paused(const char *scenario, const char *config_text, int lease_ms)
 {
     struct fault_run run;
     struct history_report r;
-    /* Holds of half to all of half a lease: long enough to catch a writer
-     * inside one, short enough that on a loaded machine the writers get
-     * turns between the readers' holds. */
-    fault_run_start_rw(&run, config_text, 2, 3, 9000 * fault_run_scale(), lease_ms / 2);
-    assert_true(writer_paused_past_its_lease(&run, scenario, lease_ms, &r) >= 1);
+    int grants = 0;
+    for (int attempt = 0; attempt < PAUSED_WRITER_ATTEMPTS; attempt++) {
+        /* Holds of half to all of half a lease: long enough to catch a
+         * writer inside one, short enough that on a loaded machine the
+         * writers get turns between the readers' holds. */
+        fault_run_start_rw(&run, config_text, 2, 3, 9000 * fault_run_scale(), lease_ms / 2);
+        grants = writer_paused_past_its_lease(&run, scenario, lease_ms, &r);
+        if (!paused_writer_inconclusive(grants, attempt, scenario))
+            break;
+    }
+    assert_true(grants >= 1);
     /* The stopped writer's late write (or its read, when the stop landed
      * between its grant and its read) was refused. */
     assert_true(r.writes_refused + r.reads_refused >= 1);
@@ -95,10 +118,17 @@ void fault_run_mixed_kinds_writer_paused(const char *scenario, const char *confi
 {
     struct fault_run run;
     struct history_report r;
-    /* Holds of a quarter lease: six workers in one line of three kinds get
-     * several turns each in the run's length, even on a loaded machine. */
-    start_workers(&run, config_text, 6, 9000 * fault_run_scale(), lease_ms / 4, 2, 2, 2);
-    assert_true(writer_paused_past_its_lease(&run, scenario, lease_ms, &r) >= 1);
+    int grants = 0;
+    for (int attempt = 0; attempt < PAUSED_WRITER_ATTEMPTS; attempt++) {
+        /* Holds of a quarter lease: six workers in one line of three kinds
+         * get several turns each in the run's length, even on a loaded
+         * machine. */
+        start_workers(&run, config_text, 6, 9000 * fault_run_scale(), lease_ms / 4, 2, 2, 2);
+        grants = writer_paused_past_its_lease(&run, scenario, lease_ms, &r);
+        if (!paused_writer_inconclusive(grants, attempt, scenario))
+            break;
+    }
+    assert_true(grants >= 1);
     assert_true(r.writes_admitted >= 1);
     /* Permits may never be granted: where a request in another kind is
      * refused (DLOCK_EINVAL) rather than queued, four lock workers can keep
