@@ -63,7 +63,7 @@ static dlock_lock *named(dlock_client *c, const char *name)
  * no holder outlives its case (nor keeps the test's output open). */
 static pid_t children[16];
 
-static void remember_child(pid_t pid)
+void conformance_child_remember(pid_t pid)
 {
     for (size_t i = 0; i < sizeof children / sizeof children[0]; i++)
         if (!children[i]) {
@@ -430,34 +430,55 @@ static void fences_increase_across_holders(void **state)
     dlock_client_close(b);
 }
 
-pid_t conformance_child_holding(const char *name, unsigned mode, unsigned permits)
+pid_t conformance_child_ready(int (*prepare)(const void *arg), const void *arg)
 {
     int p[2];
     assert_int_equal(pipe(p), 0);
     pid_t pid = fork();
     if (pid == 0) {
         close(p[0]);
-        char text[2048];
-        target->config(text, sizeof text, 1000, 100);
-        dlock_client *c = NULL;
-        dlock_lock_options o = DLOCK_LOCK_OPTIONS_INIT;
-        o.mode = mode;
-        o.permits = permits;
-        dlock_lock *l = NULL;
-        if (dlock_client_open_string(&c, text) != DLOCK_OK ||
-            dlock_lock_new(c, name, strlen(name), &o, &l) != DLOCK_OK || dlock_acquire(l, 2000) != DLOCK_OK)
-            _exit(3);
-        if (write(p[1], "H", 1) != 1)
+        int rc = prepare(arg);
+        if (rc != 0)
+            _exit(rc);
+        if (write(p[1], "R", 1) != 1)
             _exit(4);
         pause();
         _exit(0);
     }
     close(p[1]);
-    remember_child(pid);
+    conformance_child_remember(pid);
     char ch;
     assert_int_equal(read(p[0], &ch, 1), 1);
     close(p[0]);
     return pid;
+}
+
+struct child_hold {
+    const char *name;
+    unsigned mode, permits;
+};
+
+/* In the child: its own client (lease 1 s) takes the name. */
+static int hold_in_child(const void *arg)
+{
+    const struct child_hold *h = arg;
+    char text[2048];
+    target->config(text, sizeof text, 1000, 100);
+    dlock_client *c = NULL;
+    dlock_lock_options o = DLOCK_LOCK_OPTIONS_INIT;
+    o.mode = h->mode;
+    o.permits = h->permits;
+    dlock_lock *l = NULL;
+    if (dlock_client_open_string(&c, text) != DLOCK_OK ||
+        dlock_lock_new(c, h->name, strlen(h->name), &o, &l) != DLOCK_OK || dlock_acquire(l, 2000) != DLOCK_OK)
+        return 3;
+    return 0;
+}
+
+pid_t conformance_child_holding(const char *name, unsigned mode, unsigned permits)
+{
+    const struct child_hold h = { name, mode, permits };
+    return conformance_child_ready(hold_in_child, &h);
 }
 
 static void killed_holder_is_replaced_within_its_lease(void **state)
@@ -719,5 +740,5 @@ int conformance_run(const struct conformance_target *t)
     int failed = _cmocka_run_group_tests(t->name, cases, sizeof cases / sizeof cases[0], NULL,
                                          conformance_group_teardown);
     return failed + conformance_run_shared(t) + conformance_run_kinds(t) + conformance_run_model(t) + conformance_run_list(t) + conformance_run_waiting(t) +
-           conformance_run_async(t) + conformance_run_election(t);
+           conformance_run_async(t) + conformance_run_election(t) + conformance_run_cache(t);
 }

@@ -66,6 +66,15 @@ int conformance_before_each(void **state);
  * (permits for a semaphore), tells the parent and waits to be killed;
  * returns its pid once it holds. */
 pid_t conformance_child_holding(const char *name, unsigned mode, unsigned permits);
+
+/* Has the next case (or the group's end) kill a child the case forked,
+ * should the case fail before it does. */
+void conformance_child_remember(pid_t pid);
+
+/* Forks a child that runs prepare(arg) (0 when done, else the child's exit
+ * status), tells the parent and waits to be killed; returns its pid once
+ * prepare returned 0, remembered as above. */
+pid_t conformance_child_ready(int (*prepare)(const void *arg), const void *arg);
 /* Kills such a child (SIGKILL) and reaps it. A child a failed case left
  * behind is killed before the next case. */
 void conformance_child_kill(pid_t pid);
@@ -93,6 +102,13 @@ int conformance_run_kinds(const struct conformance_target *target);
  * checked against a model of what a name may grant. DLOCK_MODEL_SEED and
  * DLOCK_MODEL_MS set its seed and length. */
 int conformance_run_model(const struct conformance_target *target);
+
+/* Lock caching (conformance_cache.c): where the backend claims
+ * DLOCK_CAP_CACHE, kept holds taken again with no round trip and their
+ * token, renewed, given back when asked for, idle or closed, and never
+ * served once broken; elsewhere the cache group and DLOCK_LOCK_CACHE
+ * refused with DLOCK_ENOTSUP. */
+int conformance_run_cache(const struct conformance_target *target);
 
 /* The listing cases (conformance_list.c): run where target->lists is set,
  * and otherwise a check that dlock_list() answers DLOCK_ENOTSUP. */

@@ -9,6 +9,7 @@
 #include <cmocka.h>
 
 #include "conformance.h"
+#include "../support/test_client.h"
 #include "../support/test_time.h"
 
 #include <pthread.h>
@@ -47,13 +48,6 @@ static dlock_lock *handle(dlock_client *c, const char *name, unsigned mode, unsi
     return l;
 }
 
-static uint64_t fence_of(dlock_lock *l)
-{
-    uint64_t f = 0;
-    assert_int_equal(dlock_fence(l, &f), DLOCK_OK);
-    return f;
-}
-
 
 /* ---- shared and exclusive ------------------------------------------------------------ */
 
@@ -70,7 +64,7 @@ static void shared_holders_overlap(void **state)
     assert_int_equal(dlock_acquire(a1, 0), DLOCK_OK);
     assert_int_equal(dlock_acquire(a2, 0), DLOCK_OK);
     assert_int_equal(dlock_acquire(b1, 0), DLOCK_OK);
-    uint64_t f1 = fence_of(a1), f2 = fence_of(a2), f3 = fence_of(b1);
+    uint64_t f1 = test_fence(a1), f2 = test_fence(a2), f3 = test_fence(b1);
     assert_true(f1 < f2 && f2 < f3);
     assert_true(dlock_validity_ms(b1) > 0);
     assert_int_equal(dlock_release(a1), DLOCK_OK);
@@ -352,19 +346,19 @@ static void a_downgraded_hold_is_shared(void **state)
     assert_int_equal(dlock_downgrade(x), DLOCK_ENOTOWNER);
     assert_int_equal(dlock_downgrade(own_reader), DLOCK_EINVAL);
     assert_int_equal(dlock_acquire(x, 0), DLOCK_OK);
-    uint64_t exclusive_fence = fence_of(x);
+    uint64_t exclusive_fence = test_fence(x);
     assert_int_equal(dlock_acquire(x, 0), DLOCK_OK);
     assert_int_equal(dlock_downgrade(x), DLOCK_EINVAL); /* held twice: the outer hold counts on exclusivity */
     assert_int_equal(dlock_release(x), DLOCK_OK);
     assert_int_equal(dlock_acquire(reader, 0), DLOCK_EBUSY);
 
     assert_int_equal(dlock_downgrade(x), DLOCK_OK);
-    uint64_t shared_fence = fence_of(x);
+    uint64_t shared_fence = test_fence(x);
     assert_int_equal(shared_fence, exclusive_fence); /* the same hold */
     assert_int_equal(dlock_downgrade(x), DLOCK_OK); /* already shared */
-    assert_int_equal(fence_of(x), shared_fence);
+    assert_int_equal(test_fence(x), shared_fence);
     assert_int_equal(dlock_acquire(reader, 0), DLOCK_OK);
-    assert_true(fence_of(reader) > shared_fence);
+    assert_true(test_fence(reader) > shared_fence);
     assert_int_equal(dlock_acquire(writer, 0), DLOCK_EBUSY);
     assert_int_equal(dlock_acquire(x, 0), DLOCK_EDEADLK); /* exclusive again: an upgrade */
     assert_int_equal(dlock_acquire(own_reader, 0), DLOCK_OK); /* another shared hold of its own is fine */
@@ -374,7 +368,7 @@ static void a_downgraded_hold_is_shared(void **state)
     assert_true(dlock_validity_ms(x) > 0);
     assert_int_equal(dlock_release(x), DLOCK_OK);
     assert_int_equal(dlock_acquire(writer, 0), DLOCK_OK);
-    assert_true(fence_of(writer) > shared_fence);
+    assert_true(test_fence(writer) > shared_fence);
     assert_int_equal(dlock_release(writer), DLOCK_OK);
 
     /* The handle takes exclusive holds again afterwards. */
@@ -553,7 +547,7 @@ static void no_more_than_n_holders(void **state)
     uint64_t last = 0;
     for (int i = 0; i < 3; i++) {
         assert_int_equal(dlock_acquire(h[i], 0), DLOCK_OK);
-        uint64_t f = fence_of(h[i]);
+        uint64_t f = test_fence(h[i]);
         assert_true(f > last);
         last = f;
     }

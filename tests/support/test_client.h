@@ -40,6 +40,26 @@ static inline dlock_lock *test_lock_of_kind(dlock_client *c, const char *name, u
     return l;
 }
 
+/* A handle for NAME with options.flags = flags (DLOCK_LOCK_*). */
+static inline dlock_lock *test_lock_with_flags(dlock_client *c, const char *name, unsigned flags)
+{
+    dlock_lock_options o = DLOCK_LOCK_OPTIONS_INIT;
+    o.flags = flags;
+    dlock_lock *l = NULL;
+    int rc = dlock_lock_new(c, name, strlen(name), &o, &l);
+    if (rc != DLOCK_OK)
+        fail_msg("lock_new: %s: %s", dlock_strerror(rc), dlock_errmsg());
+    return l;
+}
+
+/* The fencing token of l's hold (the case fails if it has none). */
+static inline uint64_t test_fence(dlock_lock *l)
+{
+    uint64_t f = 0;
+    assert_int_equal(dlock_fence(l, &f), DLOCK_OK);
+    return f;
+}
+
 /* on_lost that counts its calls in the int at arg (atomically). */
 static inline void test_count_loss(dlock_lock *l, void *arg)
 {

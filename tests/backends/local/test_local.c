@@ -1057,7 +1057,7 @@ int main(void)
     /* The conformance suite after the cases that fork: a child forked once
      * this process has had library threads trips TSan's thread registry. */
     make_dir(NULL);
-    static const struct conformance_target target = { "local conformance", conformance_config, NULL, NULL, 0, 1, 0 };
+    static const struct conformance_target target = { "local conformance", conformance_config, NULL, NULL, 0, 1, 0, 0 };
     failed += conformance_run(&target);
     remove_dir(NULL);
     return failed ? 1 : 0;
