@@ -319,6 +319,79 @@ static void kept_holds_and_a_holder_paused(void **state)
     assert_true(after >= 1);
 }
 
+static bool redis_exists(const char *key)
+{
+    redisReply *r = test_redis_cmd(&server, "EXISTS %s", key);
+    bool yes = r && r->type == REDIS_REPLY_INTEGER && r->integer == 1;
+    if (r)
+        freeReplyObject(r);
+    return yes;
+}
+
+/* The worker that has just released, while its client keeps the hold
+ * (released in the worker, still on the server: the holder file empty,
+ * the key there); 0 when no such moment came within wait_ms. */
+static pid_t a_keeper(const struct fault_run *run, int wait_ms)
+{
+    int64_t end = fault_now_us() + (int64_t)wait_ms * 1000;
+    while (fault_now_us() < end) {
+        pid_t held = fault_run_holder(run, 1000);
+        if (held <= 0)
+            continue;
+        while (fault_run_holder(run, 0) == held && fault_now_us() < end)
+            fault_sleep_ms(1);
+        if (fault_run_holder(run, 0) == 0 && redis_exists("dlock:{fault-suite-lock}") &&
+            fault_run_holder(run, 0) == 0)
+            return held;
+    }
+    return 0;
+}
+
+/* A worker SIGKILLed while its client keeps the hold: nobody can give it
+ * back, so the other worker is granted when its lease runs out, with a
+ * greater token; no violation. */
+static void kept_holds_and_a_keeper_killed(void **state)
+{
+    (void)state;
+    struct fault_run run;
+    struct history_report r;
+    start(&run, SHORT_HOLD_MS);
+    fault_run_keep_going(&run, true); /* a kill late in the run still meets the other worker */
+    pid_t keeper = a_keeper(&run, 5000);
+    assert_true(keeper > 0);
+    int64_t killed_at = fault_now_us();
+    kill(keeper, SIGKILL);
+    int after = fault_run_await_grant(&run, killed_at, LEASE_MS + 5000);
+    int64_t granted_after_ms = (fault_now_us() - killed_at) / 1000;
+    fault_run_keep_going(&run, false);
+    fault_run_finish(&run, "redis, kept holds, a keeper SIGKILLed", &r);
+    printf("# the next grant came %lld ms after the kill (lease %d ms)\n", (long long)granted_after_ms, LEASE_MS);
+    assert_true(after >= 1);
+}
+
+/* The server killed and restarted empty while holds are kept: a kept hold
+ * the server no longer has is not taken over (the renewal finds it gone,
+ * the reconnect makes the watch give it back), tokens keep growing, and
+ * grants go on; the overlap any redis hold has at such a restart is the
+ * documented one. */
+static void kept_holds_and_the_server_restarted(void **state)
+{
+    (void)state;
+    struct fault_run run;
+    struct history_report r;
+    start(&run, SHORT_HOLD_MS);
+    fault_run_keep_going(&run, true);
+    assert_true(a_keeper(&run, 5000) > 0);
+    test_redis_kill(&server, 1);
+    assert_int_equal(test_redis_start(&server), 0); /* same port, empty */
+    int64_t restarted_at = fault_now_us();
+    int after = fault_run_await_grant(&run, restarted_at, LEASE_MS + 5000);
+    fault_sleep_ms(1000);
+    fault_run_keep_going(&run, false);
+    fault_run_finish_overlap_documented(&run, "redis, kept holds, server killed and restarted empty", &r);
+    assert_true(after >= 1);
+}
+
 /* Killed and restarted empty (no persistence): the holder learns at its
  * next renewal, but another worker may be granted before that (the
  * documented overlap). The fence counter is re-seeded from the server's
@@ -423,7 +496,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(kept_holds_no_fault, caching_on, caching_off),
         cmocka_unit_test_setup_teardown(kept_holds_and_pubsub_cut, caching_on, caching_off),
         cmocka_unit_test_setup_teardown(kept_holds_and_a_holder_paused, caching_on, caching_off),
+        cmocka_unit_test_setup_teardown(kept_holds_and_a_keeper_killed, caching_on, caching_off),
         cmocka_unit_test(server_restarted_from_an_older_snapshot),
+        cmocka_unit_test_setup_teardown(kept_holds_and_the_server_restarted, caching_on, caching_off),
         cmocka_unit_test(server_restarted_empty), /* last: fences restart */
     };
     int failed = cmocka_run_group_tests_name("checked faults (redis)", tests, NULL, NULL);
