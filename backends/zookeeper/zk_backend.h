@@ -27,6 +27,7 @@ struct zk_orphan {
 };
 
 struct zk_call;
+struct zk_wanted;
 
 struct zk_instance {
     struct zk_session session;
@@ -38,6 +39,11 @@ struct zk_instance {
     pthread_mutex_t orphan_mu;
     struct zk_orphan *orphans;
     void *log_handle;
+    /* Lock caching (zk_wanted.c): the core's "another owner asks", and
+     * every name's watch for requests, under wanted_mu. */
+    void (*tell_wanted)(struct dlock_provider_lock *lk);
+    pthread_mutex_t wanted_mu;
+    struct zk_wanted *wanted_list;
 };
 
 struct zk_lock {
@@ -55,6 +61,9 @@ struct zk_lock {
     int call_step;                   /* which of its calls: create, then the children */
     uint64_t call_generation;        /* the session it was sent on */
     int call_lease_ms;               /* that session's timeout, as the server granted it */
+    bool others_after;               /* at the grant: other requests queued behind ours */
+    int32_t held_cversion;           /* at the grant: the parent's child version the read saw */
+    struct zk_wanted *wanted;        /* while watched for requests (watch_wanted) */
 };
 
 /* Where our node stands among the parent's children: DLOCK_OK (we hold
@@ -149,5 +158,19 @@ int zk_leader_get(void *instance, const char *name, size_t name_len, struct dloc
 int zk_watch_open(void *instance, const char *name, size_t name_len, void **watch, int *fd);
 int zk_watch_consume(void *instance, void *watch);
 void zk_watch_close(void *instance, void *watch);
+
+/* Lock caching (zk_wanted.c). zk_wanted_watch leaves a child watch on
+ * lk's parent that tells the core (inst->tell_wanted) when another owner
+ * asks while we hold; it lasts across holds until zk_wanted_unwatch.
+ * zk_wanted_read_children reads the parent's children, and leaves that
+ * watch with the read where lk is watched. zk_wanted_held says whether we
+ * hold (zl->held_cversion being the granting read's). zk_wanted_close
+ * frees what is left, after the session's end. */
+int zk_wanted_watch(struct zk_instance *inst, struct dlock_provider_lock *lk);
+void zk_wanted_unwatch(struct zk_instance *inst, struct dlock_provider_lock *lk);
+int zk_wanted_read_children(struct zk_instance *inst, zhandle_t *zh, struct zk_lock *zl,
+                            struct String_vector *children, struct Stat *st);
+void zk_wanted_held(struct zk_instance *inst, struct zk_lock *zl, bool held);
+void zk_wanted_close(struct zk_instance *inst);
 
 #endif

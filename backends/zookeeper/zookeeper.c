@@ -95,11 +95,13 @@ static int standing(struct zk_instance *inst, zhandle_t *zh, const struct dlock_
                     struct zk_lock *zl)
 {
     struct String_vector children = { 0, NULL };
-    int zrc = zoo_get_children(zh, zl->parent, 0, &children);
+    struct Stat st;
+    int zrc = zk_wanted_read_children(inst, zh, zl, &children, &st);
     if (zrc != ZOK)
         return zrc == ZNONODE ? DLOCK_ENOTOWNER : zk_error(&inst->session, zrc, "listing", zl->parent);
     int rc = zk_standing_among(lk, zl, &children);
     deallocate_String_vector(&children);
+    zl->held_cversion = st.cversion;
     return rc;
 }
 
@@ -110,7 +112,7 @@ int zk_standing_among(const struct dlock_provider_lock *lk, struct zk_lock *zl,
     const char *own = strrchr(zl->node, '/') + 1;
     int64_t own_seq = zk_sequence_of(own), best_below = -1;
     const char *pred = NULL;
-    bool found = false, lock_below = false;
+    bool found = false, lock_below = false, any_above = false;
     unsigned below = 0, other_n = 0;
     for (int i = 0; i < children.count; i++) {
         int64_t seq = zk_sequence_of(children.data[i]);
@@ -120,6 +122,8 @@ int zk_standing_among(const struct dlock_provider_lock *lk, struct zk_lock *zl,
             other_n = n;
         if (strcmp(children.data[i], own) == 0)
             found = true;
+        else if (seq > own_seq)
+            any_above = true;
         else if (seq >= 0 && seq < own_seq) {
             below++;
             /* A lock request's node below a permit keeps it out, as it
@@ -135,6 +139,7 @@ int zk_standing_among(const struct dlock_provider_lock *lk, struct zk_lock *zl,
         }
     }
     zl->wait_children = false;
+    zl->others_after = any_above;
     int rc;
     if (!found)
         rc = DLOCK_ENOTOWNER;
@@ -192,6 +197,8 @@ static int zk_acquire(void *instance, struct dlock_provider_lock *lk, struct dlo
         int negotiated = zoo_recv_timeout(zh);
         if (negotiated > 0)
             g->lease_ms = negotiated;
+        g->others_waiting = zl->others_after;
+        zk_wanted_held(inst, zl, true);
     } else if (rc == DLOCK_EBUSY) {
         g->retry_hint_ms = -1;
     } else if (zl->node) {
@@ -209,6 +216,8 @@ static int zk_release(void *instance, struct dlock_provider_lock *lk)
 {
     struct zk_instance *inst = instance;
     struct zk_lock *zl = lk->priv;
+    /* Forgotten before our node goes: its deletion is no one's request. */
+    zk_wanted_held(inst, zl, false);
     zhandle_t *zh;
     uint64_t generation;
     int rc = zk_session_get(&inst->session, &zh, &generation);
@@ -430,9 +439,21 @@ static void zk_abandon(void *instance, struct dlock_provider_lock *lk)
     zk_session_put(&inst->session);
 }
 
+/* See zk_wanted.c. */
+static int zk_watch_wanted(void *instance, struct dlock_provider_lock *lk)
+{
+    return zk_wanted_watch(instance, lk);
+}
+
+static void zk_unwatch_wanted(void *instance, struct dlock_provider_lock *lk)
+{
+    zk_wanted_unwatch(instance, lk);
+}
+
 static void zk_lock_fini(void *instance, struct dlock_provider_lock *lk)
 {
     struct zk_lock *zl = lk->priv;
+    zk_wanted_unwatch(instance, lk);
     zk_abandon(instance, lk);
     zk_native_forget(zl);
     if (zl->notify_fd)
@@ -501,6 +522,8 @@ static void zk_close(void *instance)
 {
     struct zk_instance *inst = instance;
     zk_session_close(&inst->session);
+    zk_wanted_close(inst);
+    pthread_mutex_destroy(&inst->wanted_mu);
     while (inst->orphans) {
         struct zk_orphan *o = inst->orphans;
         inst->orphans = o->next;
@@ -560,8 +583,11 @@ static int zk_open(void **instance, const struct dlock_provider_env *env)
         inst->acl = &ZOO_OPEN_ACL_UNSAFE;
     }
     pthread_mutex_init(&inst->orphan_mu, NULL);
+    pthread_mutex_init(&inst->wanted_mu, NULL);
+    inst->tell_wanted = env->wanted;
     rc = zk_session_open(&inst->session);
     if (rc != DLOCK_OK) {
+        pthread_mutex_destroy(&inst->wanted_mu);
         pthread_mutex_destroy(&inst->orphan_mu);
         free(inst);
         return rc;
@@ -572,11 +598,12 @@ static int zk_open(void **instance, const struct dlock_provider_env *env)
 }
 
 static const struct dlock_provider zk_provider = {
-    .version = DLOCK_PROVIDER_VERSION_6,
+    .version = DLOCK_PROVIDER_VERSION_8,
     .name = "zookeeper",
     .capabilities = DLOCK_CAP_RENEW | DLOCK_CAP_FENCE | DLOCK_CAP_FENCE_LINEARIZABLE | DLOCK_CAP_NATIVE_WAIT |
                     DLOCK_CAP_FAIR | DLOCK_CAP_SERVER_EXPIRY | DLOCK_CAP_MULTI_HOST |
-                    DLOCK_CAP_SHARED | DLOCK_CAP_SEMAPHORE | DLOCK_CAP_DOWNGRADE | DLOCK_CAP_ELECTION,
+                    DLOCK_CAP_SHARED | DLOCK_CAP_SEMAPHORE | DLOCK_CAP_DOWNGRADE | DLOCK_CAP_ELECTION |
+                    DLOCK_CAP_CACHE,
     .lock_priv_size = sizeof(struct zk_lock),
     .settings = zk_settings,
     .open = zk_open,
@@ -602,6 +629,8 @@ static const struct dlock_provider zk_provider = {
     .acquire_send = zk_acquire_send,
     .acquire_recv = zk_acquire_recv,
     .acquire_drop = zk_acquire_drop,
+    .watch_wanted = zk_watch_wanted,
+    .unwatch_wanted = zk_unwatch_wanted,
 };
 
 DLOCK_MODULE(zk_provider)

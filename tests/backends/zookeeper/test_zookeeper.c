@@ -14,6 +14,7 @@
 #include "../../support/fault_proxy.h"
 #include "../../support/test_time.h"
 #include "../../support/test_client.h"
+#include "../../support/waiters.h"
 #include "../../support/async_result.h"
 
 #define THREADED 1
@@ -897,6 +898,80 @@ static void holds_survive_the_leader_being_killed(void **state)
 
 enum { BATCH_HOLDS = 100, BATCH_LEASE_MS = 1200 };
 
+/* ---- lock caching ------------------------------------------------------------------------ */
+
+/* A client of the standalone server (or through a proxy on port) whose
+ * released holds are kept. */
+static dlock_client *open_caching(int port, int lease_ms)
+{
+    char text[1024];
+    snprintf(text, sizeof text,
+             "backend = \"zookeeper\";\nlease_ms = %d;\nretry_base_ms = 5;\nretry_cap_ms = 100;\n"
+             "zookeeper = { hosts = \"127.0.0.1:%d\"; root = \"/dlock-test\"; connect_timeout_ms = 3000; };\n"
+             "cache = { idle_ms = 60000; cooldown_ms = 0; };\n",
+             lease_ms, port ? port : server.port);
+    return test_client_open(text);
+}
+
+/* A hold granted with another request queued behind it is not kept: its
+ * release is a real one and the request behind is granted. */
+static void a_hold_granted_while_others_wait_is_not_kept(void **state)
+{
+    (void)state;
+    dlock_client *h = open_ok("", 4000), *c = open_ok("", 4000);
+    dlock_client *a = open_caching(0, 4000);
+    dlock_lock *lh = test_lock_named(h, "zk-queued-grant");
+    assert_int_equal(dlock_acquire(lh, 0), DLOCK_OK);
+    struct waiter wa = { .lock = test_lock_named(a, "zk-queued-grant") };
+    struct waiter wc = { .lock = test_lock_named(c, "zk-queued-grant") };
+    pthread_t ta, tc;
+    start_waiter(&wa, &ta, a); /* queued first */
+    start_waiter(&wc, &tc, c); /* then behind it */
+    assert_int_equal(dlock_release(lh), DLOCK_OK);
+    pthread_join(ta, NULL); /* a is granted and releases at once */
+    pthread_join(tc, NULL);
+    assert_int_equal(wa.rc, DLOCK_OK);
+    assert_int_equal(wc.rc, DLOCK_OK);
+    assert_int_equal(test_client_metric(a, "dlock_cache_keeps_total"), 0);
+    /* Nobody queued any more: a's next hold is kept. */
+    assert_int_equal(dlock_acquire(wa.lock, 0), DLOCK_OK);
+    assert_int_equal(dlock_release(wa.lock), DLOCK_OK);
+    assert_int_equal(test_client_metric(a, "dlock_cache_keeps_total"), 1);
+    dlock_lock_free(wa.lock);
+    dlock_lock_free(wc.lock);
+    dlock_lock_free(lh);
+    dlock_client_close(a);
+    dlock_client_close(c);
+    dlock_client_close(h);
+}
+
+/* The keeper's connection lost (the session lives on): a request could
+ * have come unseen, so the kept hold is given back though nobody asked. */
+static void a_lost_connection_gives_a_kept_hold_back(void **state)
+{
+    (void)state;
+    int port;
+    struct fault_proxy *proxy = fault_proxy_start(server.port, &port);
+    assert_non_null(proxy);
+    dlock_client *a = open_caching(port, 4000);
+    dlock_lock *l = test_lock_named(a, "zk-kept-cut");
+    assert_int_equal(dlock_acquire(l, 0), DLOCK_OK);
+    assert_int_equal(dlock_release(l), DLOCK_OK);
+    assert_int_equal(test_client_metric(a, "dlock_cache_keeps_total"), 1);
+    assert_int_equal(test_client_metric(a, "dlock_cache_givebacks_total"), 0);
+    fault_proxy_set(proxy, FAULT_RESET, 0);
+    sleep_ms(100);
+    fault_proxy_set(proxy, FAULT_PASS, 0);
+    int64_t t0 = now_ms();
+    while (test_client_metric(a, "dlock_cache_givebacks_total") < 1 && now_ms() - t0 < slack_ms(3000))
+        sleep_ms(10);
+    assert_int_equal(test_client_metric(a, "dlock_cache_givebacks_total"), 1);
+    assert_int_equal(test_client_metric(a, "dlock_cache_hits_total"), 0);
+    dlock_lock_free(l);
+    dlock_client_close(a);
+    fault_proxy_stop(proxy);
+}
+
 /* 100 holds on one session are renewed together (pipelined checks of
  * their nodes) through 3 leases; a node deleted by an operator loses that
  * hold alone, reported once. */
@@ -943,6 +1018,8 @@ int main(void)
         cmocka_unit_test(names_never_leave_their_parent),
         cmocka_unit_test(empty_parents_and_foreign_nodes_are_not_listed),
         cmocka_unit_test(expired_session_fires_on_lost_and_frees_the_lock),
+        cmocka_unit_test(a_hold_granted_while_others_wait_is_not_kept),
+        cmocka_unit_test(a_lost_connection_gives_a_kept_hold_back),
         cmocka_unit_test(many_holds_renew_together),
         cmocka_unit_test(digest_auth_guards_the_nodes),
         cmocka_unit_test(bad_settings_are_config_errors),
