@@ -316,6 +316,22 @@ pid_t fault_run_holder(const struct fault_run *run, int wait_ms)
     return 0;
 }
 
+pid_t fault_run_released_holder(const struct fault_run *run, int wait_ms)
+{
+    int64_t end = fault_now_us() + (int64_t)wait_ms * 1000;
+    while (fault_now_us() < end) {
+        pid_t held = fault_run_holder(run, (int)((end - fault_now_us()) / 1000) + 1);
+        if (held <= 0)
+            return 0;
+        pid_t now;
+        while ((now = fault_run_holder(run, 0)) == held && fault_now_us() < end)
+            fault_sleep_ms(1);
+        if (now == 0)
+            return held;
+    }
+    return 0;
+}
+
 pid_t fault_run_pause_holder(const struct fault_run *run, int wait_ms)
 {
     int64_t end = fault_now_us() + (int64_t)wait_ms * 1000;

@@ -65,6 +65,11 @@ void fault_run_start_rw(struct fault_run *run, const char *config_text, int writ
  * one; 0 if none. */
 pid_t fault_run_holder(const struct fault_run *run, int wait_ms);
 
+/* A worker that has just released (DIR/holder went from its pid to
+ * none), within wait_ms; 0 if none did. With lock caching its client
+ * may keep the hold now. */
+pid_t fault_run_released_holder(const struct fault_run *run, int wait_ms);
+
 /* Stops (SIGSTOP) the worker holding the lock in the middle of its hold,
  * waiting up to wait_ms for one: it is stopped, then the holder file is
  * read again, and a worker that had already left its hold when the signal

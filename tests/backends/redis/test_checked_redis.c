@@ -335,14 +335,9 @@ static pid_t a_keeper(const struct fault_run *run, int wait_ms)
 {
     int64_t end = fault_now_us() + (int64_t)wait_ms * 1000;
     while (fault_now_us() < end) {
-        pid_t held = fault_run_holder(run, 1000);
-        if (held <= 0)
-            continue;
-        while (fault_run_holder(run, 0) == held && fault_now_us() < end)
-            fault_sleep_ms(1);
-        if (fault_run_holder(run, 0) == 0 && redis_exists("dlock:{fault-suite-lock}") &&
-            fault_run_holder(run, 0) == 0)
-            return held;
+        pid_t released = fault_run_released_holder(run, (int)((end - fault_now_us()) / 1000) + 1);
+        if (released > 0 && redis_exists("dlock:{fault-suite-lock}") && fault_run_holder(run, 0) == 0)
+            return released;
     }
     return 0;
 }
