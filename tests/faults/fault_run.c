@@ -332,6 +332,20 @@ pid_t fault_run_released_holder(const struct fault_run *run, int wait_ms)
     return 0;
 }
 
+void fault_run_kill_a_keeper(struct fault_run *run, pid_t keeper, const char *scenario, int lease_ms)
+{
+    struct history_report r;
+    assert_true(keeper > 0);
+    int64_t killed_at = fault_now_us();
+    kill(keeper, SIGKILL);
+    int after = fault_run_await_grant(run, killed_at, lease_ms + 5000);
+    int64_t granted_after_ms = (fault_now_us() - killed_at) / 1000;
+    fault_run_keep_going(run, false);
+    fault_run_finish(run, scenario, &r);
+    printf("# the next grant came %lld ms after the kill (lease %d ms)\n", (long long)granted_after_ms, lease_ms);
+    assert_true(after >= 1);
+}
+
 pid_t fault_run_pause_holder(const struct fault_run *run, int wait_ms)
 {
     int64_t end = fault_now_us() + (int64_t)wait_ms * 1000;

@@ -70,6 +70,12 @@ pid_t fault_run_holder(const struct fault_run *run, int wait_ms);
  * may keep the hold now. */
 pid_t fault_run_released_holder(const struct fault_run *run, int wait_ms);
 
+/* Kills keeper (SIGKILL; the keep-going file must be on), waits up to
+ * lease_ms + 5 s for another worker's grant, ends the run and checks it
+ * (scenario names it), prints how long the grant took, and fails the case
+ * when no grant came. */
+void fault_run_kill_a_keeper(struct fault_run *run, pid_t keeper, const char *scenario, int lease_ms);
+
 /* Stops (SIGSTOP) the worker holding the lock in the middle of its hold,
  * waiting up to wait_ms for one: it is stopped, then the holder file is
  * read again, and a worker that had already left its hold when the signal

@@ -349,19 +349,9 @@ static void kept_holds_and_a_keeper_killed(void **state)
 {
     (void)state;
     struct fault_run run;
-    struct history_report r;
     start(&run, SHORT_HOLD_MS);
     fault_run_keep_going(&run, true); /* a kill late in the run still meets the other worker */
-    pid_t keeper = a_keeper(&run, 5000);
-    assert_true(keeper > 0);
-    int64_t killed_at = fault_now_us();
-    kill(keeper, SIGKILL);
-    int after = fault_run_await_grant(&run, killed_at, LEASE_MS + 5000);
-    int64_t granted_after_ms = (fault_now_us() - killed_at) / 1000;
-    fault_run_keep_going(&run, false);
-    fault_run_finish(&run, "redis, kept holds, a keeper SIGKILLed", &r);
-    printf("# the next grant came %lld ms after the kill (lease %d ms)\n", (long long)granted_after_ms, LEASE_MS);
-    assert_true(after >= 1);
+    fault_run_kill_a_keeper(&run, a_keeper(&run, 5000), "redis, kept holds, a keeper SIGKILLed", LEASE_MS);
 }
 
 /* The server killed and restarted empty while holds are kept: a kept hold
