@@ -68,6 +68,15 @@ static long long metric(dlock_client *c, const char *name)
     return v;
 }
 
+/* Until c has given a kept hold back (at most a few seconds). */
+static void await_give_back(dlock_client *c)
+{
+    int64_t t0 = now_ms();
+    while (metric(c, "dlock_cache_givebacks_total") < 1 && now_ms() - t0 < slack_ms(3000))
+        sleep_ms(10);
+    assert_int_equal(metric(c, "dlock_cache_givebacks_total"), 1);
+}
+
 /* ---- where the backend keeps holds ---------------------------------------------------- */
 
 static void a_kept_hold_is_taken_again_with_no_round_trip(void **state)
@@ -91,11 +100,14 @@ static void a_kept_hold_is_taken_again_with_no_round_trip(void **state)
 static void a_kept_hold_goes_on_being_renewed(void **state)
 {
     (void)state;
-    dlock_client *c = open_caching(900, IDLE_MS);
+    /* A short lease, widened with the build's slack: a timer thread kept
+     * off a core for two thirds of a lease would lose the hold. */
+    int lease_ms = (int)slack_ms(900);
+    dlock_client *c = open_caching(lease_ms, IDLE_MS);
     dlock_lock *l = test_lock_with_flags(c, "conf-cache-renewed", 0);
     uint64_t first = keep(l);
     long long attempts = metric(c, "dlock_acquire_attempts_total");
-    sleep_ms(2700); /* three leases */
+    sleep_ms(3 * lease_ms);
     /* About nine renewals (a third of the lease each) kept it... */
     assert_true(metric(c, "dlock_renewals_total") >= 6);
     dlock_client *other = conformance_open_client(LEASE_MS, RETRY_CAP_MS);
@@ -176,8 +188,9 @@ static void a_kept_hold_broken_on_the_server_is_not_served(void **state)
     dlock_lock *l = test_lock_with_flags(c, "conf-cache-broken", 0);
     uint64_t kept = keep(l);
     target->break_hold("conf-cache-broken");
-    /* The next renewal round (a third of the lease) finds it gone. */
-    sleep_ms(300 + slack_ms(600));
+    /* The next renewal round (a third of the lease) finds it gone, and
+     * it is given back. */
+    await_give_back(c);
     assert_int_equal(dlock_acquire(l, 5000), DLOCK_OK);
     assert_true(test_fence(l) > kept);
     assert_int_equal(dlock_release(l), DLOCK_OK);
@@ -225,9 +238,10 @@ static void an_idle_kept_hold_is_given_back(void **state)
     dlock_client *a = open_caching(900, 200);
     dlock_lock *la = test_lock_with_flags(a, "conf-cache-idle", 0);
     keep(la);
-    /* Asked for by nobody: the watchdog's round after the idle limit
-     * gives it back. */
-    sleep_ms(200 + 300 + slack_ms(600));
+    /* Asked for by nobody: the watchdog gives it back at the idle limit. */
+    int64_t t0 = now_ms();
+    await_give_back(a);
+    assert_true(now_ms() - t0 >= 150);
     dlock_client *b = open_caching(LEASE_MS, IDLE_MS);
     dlock_lock *lb = test_lock_with_flags(b, "conf-cache-idle", DLOCK_LOCK_NOCACHE);
     assert_int_equal(dlock_acquire(lb, 0), DLOCK_OK);
