@@ -69,8 +69,17 @@ done
 took=$(($(now_ms) - t0))
 [ "$(leaders)" = 2 ] && ok "a standby took over ${took} ms after the leader was killed" \
     || not_ok "no takeover: $(cat "$T"/*.out)"
-# alive PID: running (a zombie whose parent died has ended)
-alive() { [ -r "/proc/$1/stat" ] && ! grep -q '^[0-9]* ([^)]*) Z' "/proc/$1/stat"; }
+# alive PID: running (a zombie whose parent died has ended). The stat
+# line is read once: a process that ends between a test for the file and
+# a read of it is not alive.
+alive() {
+    stat_line=$(cat "/proc/$1/stat" 2> /dev/null) || return 1
+    [ -n "$stat_line" ] || return 1
+    case "${stat_line##*) }" in
+    Z*) return 1 ;;
+    esac
+    return 0
+}
 for _ in $(seq 1 40); do
     alive "$a_cmd" || break
     sleep 0.05
