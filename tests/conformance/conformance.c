@@ -554,7 +554,7 @@ static char *fd_table(int *count, int *sockets)
     for (struct dirent *de; (de = readdir(d));) {
         if (de->d_name[0] == '.' || atoi(de->d_name) == dirfd(d))
             continue;
-        char path[64], link[256];
+        char path[300], link[256];
         snprintf(path, sizeof path, "/proc/self/fd/%s", de->d_name);
         ssize_t len = readlink(path, link, sizeof link - 1);
         link[len > 0 ? len : 0] = 0;

@@ -38,7 +38,7 @@ cc -std=gnu11 -Wall -Wextra -Werror -shared -fPIC $cflags -o "$T/modules/dlock_f
 # shellcheck disable=SC2086
 cc -std=gnu11 -Wall -Wextra $cflags $(pkg-config --cflags cmocka) -o "$T/run_conformance" \
     "$top/tests/modules/outoftree/run_conformance.c" "$top/tests/conformance/conformance.c" \
-    "$top/tests/conformance/conformance_shared.c" "$top/tests/conformance/conformance_kinds.c" "$top/tests/conformance/conformance_model.c" "$top/tests/conformance/conformance_list.c" "$top/tests/conformance/conformance_waiting.c" "$top/tests/conformance/conformance_async.c" "$top/tests/conformance/conformance_election.c" \
+    "$top/tests/conformance/conformance_shared.c" "$top/tests/conformance/conformance_kinds.c" "$top/tests/conformance/conformance_model.c" "$top/tests/conformance/conformance_list.c" "$top/tests/conformance/conformance_waiting.c" "$top/tests/conformance/conformance_async.c" "$top/tests/conformance/conformance_election.c" "$top/tests/conformance/conformance_cache.c" \
     $libs $(pkg-config --libs cmocka) -lpthread >> "$log" 2>&1 || fail "the conformance runner does not build"
 # Only the installed library and the out-of-tree module: none of the build's.
 LD_LIBRARY_PATH="$T/root$libdir" DLOCK_MODULE_PATH="$T/modules" DLOCK_TEST_SRCDIR="$top/tests" \

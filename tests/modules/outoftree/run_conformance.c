@@ -26,6 +26,6 @@ int main(int argc, char **argv)
     }
     dir = argv[1];
     static const struct conformance_target target = { "out-of-tree module conformance (flockdir)", config, NULL,
-                                                      NULL, 0, 0, 0 };
+                                                      NULL, 0, 0, 0, 0 };
     return conformance_run(&target) ? 1 : 0;
 }
