@@ -5,23 +5,22 @@
  * name's parent; a dlock break deletes the holder's node. So a child watch
  * on the parent, left by the very read of the children that granted our
  * hold, sees every request that comes after the grant: nothing can come
- * unseen between the read and the watch. A watch fires once; it is left
- * again at once (an asynchronous read of the children, from the client's
- * completion thread), and the read's answer is looked at too, since a
- * request may have come while the watch was down.
+ * unseen between the read and the watch.
  *
- * What a change means: the parent's cversion counts every change of its
- * children. The read that granted our hold gave one; a later read (the
- * one that leaves the watch again) with a greater one, while we still
- * hold, saw a change that was not ours (our node does not change while
- * we hold; our release forgets the hold before it deletes the node), so
- * the holder is told. A try that created its node and deleted it again
- * before the read still counts twice. Between our holds nothing is told:
- * the core ignores calls then, and a request already queued at our next
- * grant is reported by the grant itself (others_waiting). A lost
- * connection may have hidden a change: the holder is told too. After an
- * expired session the watch is gone; the next grant's read of the
- * children leaves it again on the new session.
+ * What a change means: while we hold, our node does not change (our
+ * release forgets the hold before it deletes the node), so an event while
+ * we hold is someone else's change, and the holder is told at once. A
+ * watch fires once and is not left again then: once told, the hold ends
+ * for real, and the next grant's read leaves a new watch (between holds a
+ * watch would only cost every watching client a read at each change).
+ * The first watch of a name is left after its grant, by a read of its
+ * own: the parent's cversion, which counts every change of the children,
+ * tells whether anyone came between the granting read and that one.
+ * Between our holds nothing is told: the core ignores calls then, and a
+ * request already queued at our next grant is reported by the grant
+ * itself (others_waiting). A lost connection may have hidden a change:
+ * the holder is told too. After an expired session the watch is gone;
+ * the next grant's read leaves it again on the new session.
  *
  * Lifetime: the client library may still call a watcher or a completion
  * after the lock stopped watching, so the state is its own allocation,
@@ -45,8 +44,6 @@ struct zk_wanted {
 };
 
 static void child_watch_fired(zhandle_t *zh, int type, int state, const char *path, void *ctx);
-static void children_read(int rc, const struct String_vector *children, const struct Stat *stat,
-                          const void *data);
 
 /* Tells the holder (inst->wanted_mu held); nothing between holds. */
 static void tell(struct zk_wanted *w)
@@ -70,21 +67,9 @@ static void free_if_done(struct zk_wanted *w)
     free(w);
 }
 
-/* Leaves the watch again from the completion thread (inst->wanted_mu
- * held): an asynchronous read of the children that leaves a watch. */
-static void rearm(struct zk_wanted *w, zhandle_t *zh)
-{
-    if (!w->lk)
-        return;
-    w->pending += 2; /* the watch, and the read's completion */
-    if (zoo_awget_children2(zh, w->parent, child_watch_fired, w, children_read, w) != ZOK) {
-        w->pending -= 2;
-        tell(w); /* no watch: a request could go unheard */
-    }
-}
-
 static void child_watch_fired(zhandle_t *zh, int type, int state, const char *path, void *ctx)
 {
+    (void)zh;
     (void)path;
     struct zk_wanted *w = ctx;
     struct zk_instance *inst = w->inst;
@@ -104,28 +89,14 @@ static void child_watch_fired(zhandle_t *zh, int type, int state, const char *pa
         return;
     }
     w->pending--; /* one call for every watch left on this path */
-    /* What changed is for the read that leaves the watch again to say. */
-    rearm(w, zh);
-    free_if_done(w);
-    pthread_mutex_unlock(&inst->wanted_mu);
-}
-
-static void children_read(int rc, const struct String_vector *children, const struct Stat *stat,
-                          const void *data)
-{
-    (void)children;
-    struct zk_wanted *w = (struct zk_wanted *)data;
-    struct zk_instance *inst = w->inst;
-    pthread_mutex_lock(&inst->wanted_mu);
-    w->pending--;
-    if (rc != ZOK) {
-        /* No watch was left: the next grant leaves one. Until then a
-         * request could go unheard. */
-        w->pending--;
-        tell(w);
-    } else if (stat && stat->cversion > w->held_cversion) {
-        tell(w); /* the children changed since our grant, not by us */
-    }
+    /* While we hold, our node does not change: the change is someone
+     * else's, told at once (the client library delivers a change's event
+     * before the answer of any later read, so an event of our own node's
+     * creation has run before the grant's read returned). The watch is
+     * not left again here: once told, this hold ends for real, and the
+     * next grant's read leaves a new one; between holds a watch would
+     * only cost every watching client a read at each change. */
+    tell(w);
     free_if_done(w);
     pthread_mutex_unlock(&inst->wanted_mu);
 }
