@@ -163,13 +163,14 @@ void zk_watch_close(void *instance, void *watch);
  * lk's parent that tells the core (inst->tell_wanted) when another owner
  * asks while we hold; it lasts across holds until zk_wanted_unwatch.
  * zk_wanted_read_children reads the parent's children, and leaves that
- * watch with the read where lk is watched (zl->held_cversion is the
- * granting read's). zk_wanted_close frees what is left, after the
- * session's end. */
+ * watch with the read where lk is watched. zk_wanted_held says whether we
+ * hold (zl->held_cversion being the granting read's). zk_wanted_close
+ * frees what is left, after the session's end. */
 int zk_wanted_watch(struct zk_instance *inst, struct dlock_provider_lock *lk);
 void zk_wanted_unwatch(struct zk_instance *inst, struct dlock_provider_lock *lk);
 int zk_wanted_read_children(struct zk_instance *inst, zhandle_t *zh, struct zk_lock *zl,
                             struct String_vector *children, struct Stat *st);
+void zk_wanted_held(struct zk_instance *inst, struct zk_lock *zl, bool held);
 void zk_wanted_close(struct zk_instance *inst);
 
 #endif

@@ -7,22 +7,19 @@
  * hold, sees every request that comes after the grant: nothing can come
  * unseen between the read and the watch.
  *
- * What a change means: while we hold, our node does not change, so an
- * event while we hold is someone else's change, and the core is told at
- * once. Events are told between holds too (see tell()): the core only
- * notes their time then, and a grant whose attempt was sent before such
- * an event is not kept; the event of our own release's delete comes
- * before our next attempt is sent in all but a slow completion thread's
- * case, which costs only a hold not kept. A
+ * What a change means: while we hold, our node does not change (our
+ * release forgets the hold before it deletes the node), so an event while
+ * we hold is someone else's change, and the holder is told at once. A
  * watch fires once and is not left again then: once told, the hold ends
  * for real, and the next grant's read leaves a new watch (between holds a
  * watch would only cost every watching client a read at each change).
  * The first watch of a name is left after its grant, by a read of its
  * own: the parent's cversion, which counts every change of the children,
  * tells whether anyone came between the granting read and that one.
- * A request already queued at our next grant is reported by the grant
+ * Between our holds nothing is told: the core ignores calls then, and a
+ * request already queued at our next grant is reported by the grant
  * itself (others_waiting). A lost connection may have hidden a change:
- * the core is told too. After an expired session the watch is gone;
+ * the holder is told too. After an expired session the watch is gone;
  * the next grant's read leaves it again on the new session.
  *
  * Lifetime: the client library may still call a watcher or a completion
@@ -41,20 +38,17 @@ struct zk_wanted {
     struct zk_instance *inst;
     struct dlock_provider_lock *lk;  /* NULL once unwatched */
     char *parent;
+    bool held;                       /* we hold the name (our node stands first) */
+    int32_t held_cversion;           /* the parent's cversion read by the granting read */
     int pending;                     /* watches left and completions due, not yet called */
 };
 
 static void child_watch_fired(zhandle_t *zh, int type, int state, const char *path, void *ctx);
 
-/* Tells the core (inst->wanted_mu held), whether or not we hold: the
- * client library answers a synchronous read on its IO thread and delivers
- * watch events on its completion thread, so the event of a request made
- * just after our granting read can come before that read's answer, before
- * the grant is ours. The core notes the time of a call between holds and
- * counts it for a grant whose attempt was sent before it. */
+/* Tells the holder (inst->wanted_mu held); nothing between holds. */
 static void tell(struct zk_wanted *w)
 {
-    if (w->lk)
+    if (w->lk && w->held)
         w->inst->tell_wanted(w->lk);
 }
 
@@ -96,10 +90,12 @@ static void child_watch_fired(zhandle_t *zh, int type, int state, const char *pa
     }
     w->pending--; /* one call for every watch left on this path */
     /* While we hold, our node does not change: the change is someone
-     * else's. The watch is not left again here: once told, this hold ends
-     * for real, and the next grant's read leaves a new one; between holds
-     * a watch would only cost every watching client a read at each
-     * change. */
+     * else's, told at once (the client library delivers a change's event
+     * before the answer of any later read, so an event of our own node's
+     * creation has run before the grant's read returned). The watch is
+     * not left again here: once told, this hold ends for real, and the
+     * next grant's read leaves a new one; between holds a watch would
+     * only cost every watching client a read at each change. */
     tell(w);
     free_if_done(w);
     pthread_mutex_unlock(&inst->wanted_mu);
@@ -119,6 +115,8 @@ int zk_wanted_watch(struct zk_instance *inst, struct dlock_provider_lock *lk)
     }
     w->inst = inst;
     w->lk = lk;
+    w->held = true;
+    w->held_cversion = zl->held_cversion;
     pthread_mutex_lock(&inst->wanted_mu);
     w->next = inst->wanted_list;
     inst->wanted_list = w;
@@ -143,7 +141,7 @@ int zk_wanted_watch(struct zk_instance *inst, struct dlock_provider_lock *lk)
     }
     deallocate_String_vector(&children);
     pthread_mutex_lock(&inst->wanted_mu);
-    if (st.cversion > zl->held_cversion)
+    if (st.cversion > w->held_cversion)
         tell(w);
     pthread_mutex_unlock(&inst->wanted_mu);
     return DLOCK_OK;
@@ -157,6 +155,7 @@ void zk_wanted_unwatch(struct zk_instance *inst, struct dlock_provider_lock *lk)
         return;
     pthread_mutex_lock(&inst->wanted_mu);
     w->lk = NULL;
+    w->held = false;
     zl->wanted = NULL;
     free_if_done(w);
     pthread_mutex_unlock(&inst->wanted_mu);
@@ -182,6 +181,17 @@ int zk_wanted_read_children(struct zk_instance *inst, zhandle_t *zh, struct zk_l
         pthread_mutex_unlock(&inst->wanted_mu);
     }
     return zrc;
+}
+
+void zk_wanted_held(struct zk_instance *inst, struct zk_lock *zl, bool held)
+{
+    struct zk_wanted *w = zl->wanted;
+    if (!w)
+        return;
+    pthread_mutex_lock(&inst->wanted_mu);
+    w->held = held;
+    w->held_cversion = zl->held_cversion;
+    pthread_mutex_unlock(&inst->wanted_mu);
 }
 
 void zk_wanted_close(struct zk_instance *inst)

@@ -198,6 +198,7 @@ static int zk_acquire(void *instance, struct dlock_provider_lock *lk, struct dlo
         if (negotiated > 0)
             g->lease_ms = negotiated;
         g->others_waiting = zl->others_after;
+        zk_wanted_held(inst, zl, true);
     } else if (rc == DLOCK_EBUSY) {
         g->retry_hint_ms = -1;
     } else if (zl->node) {
@@ -215,6 +216,8 @@ static int zk_release(void *instance, struct dlock_provider_lock *lk)
 {
     struct zk_instance *inst = instance;
     struct zk_lock *zl = lk->priv;
+    /* Forgotten before our node goes: its deletion is no one's request. */
+    zk_wanted_held(inst, zl, false);
     zhandle_t *zh;
     uint64_t generation;
     int rc = zk_session_get(&inst->session, &zh, &generation);
