@@ -90,12 +90,16 @@ static void child_watch_fired(zhandle_t *zh, int type, int state, const char *pa
     }
     w->pending--; /* one call for every watch left on this path */
     /* While we hold, our node does not change: the change is someone
-     * else's, told at once (the client library delivers a change's event
-     * before the answer of any later read, so an event of our own node's
-     * creation has run before the grant's read returned). The watch is
-     * not left again here: once told, this hold ends for real, and the
-     * next grant's read leaves a new one; between holds a watch would
-     * only cost every watching client a read at each change. */
+     * else's, told at once. Not proven: the client library answers a
+     * synchronous read on its IO thread and runs watchers on its
+     * completion thread, so the event of a request made just after our
+     * granting read can run here before the grant is ours, and is then
+     * not told (telling every event between holds instead made holds
+     * granted after a wait unkeepable: the predecessor's delete comes
+     * late). The watch is not left again here: once told, this hold ends
+     * for real, and the next grant's read leaves a new one; between holds
+     * a watch would only cost every watching client a read at each
+     * change. */
     tell(w);
     free_if_done(w);
     pthread_mutex_unlock(&inst->wanted_mu);
