@@ -67,6 +67,12 @@ int conformance_before_each(void **state);
  * returns its pid once it holds. */
 pid_t conformance_child_holding(const char *name, unsigned mode, unsigned permits);
 
+/* Acquires l (waiting up to 10 s) after a holder with a 1 s lease died,
+ * and fails the case unless the name came free within that lease, the
+ * backend's expiry slack and the build's slack; then releases it. what
+ * names the dead holder in the message. */
+void conformance_acquire_within_a_dead_lease(dlock_lock *l, const char *what);
+
 /* Has the next case (or the group's end) kill a child the case forked,
  * should the case fail before it does. */
 void conformance_child_remember(pid_t pid);

@@ -346,6 +346,32 @@ void fault_run_kill_a_keeper(struct fault_run *run, pid_t keeper, const char *sc
     assert_true(after >= 1);
 }
 
+static bool caching;
+
+int fault_run_caching_on(void **state)
+{
+    (void)state;
+    caching = true;
+    return setenv("DLOCK_FAULT_WORKER_PAUSE_MS", "200", 1);
+}
+
+int fault_run_caching_off(void **state)
+{
+    (void)state;
+    caching = false;
+    return unsetenv("DLOCK_FAULT_WORKER_PAUSE_MS");
+}
+
+const char *fault_run_cache_group(void)
+{
+    return caching ? "cache = { idle_ms = 1000; cooldown_ms = 0; };\n" : "";
+}
+
+bool fault_run_caching(void)
+{
+    return caching;
+}
+
 pid_t fault_run_pause_holder(const struct fault_run *run, int wait_ms)
 {
     int64_t end = fault_now_us() + (int64_t)wait_ms * 1000;

@@ -76,6 +76,17 @@ pid_t fault_run_released_holder(const struct fault_run *run, int wait_ms);
  * when no grant came. */
 void fault_run_kill_a_keeper(struct fault_run *run, pid_t keeper, const char *scenario, int lease_ms);
 
+/* Runs of kept holds (lock caching), as cmocka setup and teardown: on,
+ * the workers pause up to 200 ms between holds (longer than they hold, so
+ * that a worker's next acquire may take over the hold its client kept)
+ * and fault_run_cache_group() gives the configuration's cache group. */
+int fault_run_caching_on(void **state);
+int fault_run_caching_off(void **state);
+/* "cache = { ... };" while caching is on, "" otherwise. */
+const char *fault_run_cache_group(void);
+/* Whether caching is on. */
+bool fault_run_caching(void);
+
 /* Stops (SIGSTOP) the worker holding the lock in the middle of its hold,
  * waiting up to wait_ms for one: it is stopped, then the holder file is
  * read again, and a worker that had already left its hold when the signal

@@ -31,9 +31,6 @@
 static struct test_redis server;
 static struct fault_proxy *proxy;
 static int proxy_port;
-/* The cases of kept holds: the workers keep their released holds (lock
- * caching) and pause between holds for longer than they hold. */
-static bool caching;
 
 /* The workers' configuration: redis through the fault proxy. */
 static void worker_config(char *config, size_t size)
@@ -41,21 +38,7 @@ static void worker_config(char *config, size_t size)
     snprintf(config, size,
              "backend = \"redis\";\nlease_ms = %d;\nretry_base_ms = 5;\nretry_cap_ms = 100;\n"
              "redis = { port = %d; command_timeout_ms = 1000; connect_timeout_ms = 500; };\n%s",
-             LEASE_MS, proxy_port, caching ? "cache = { idle_ms = 1000; cooldown_ms = 0; };\n" : "");
-}
-
-static int caching_on(void **state)
-{
-    (void)state;
-    caching = true;
-    return setenv("DLOCK_FAULT_WORKER_PAUSE_MS", "200", 1);
-}
-
-static int caching_off(void **state)
-{
-    (void)state;
-    caching = false;
-    return unsetenv("DLOCK_FAULT_WORKER_PAUSE_MS");
+             LEASE_MS, proxy_port, fault_run_cache_group());
 }
 
 static void start(struct fault_run *run, int hold_ms)
@@ -65,7 +48,8 @@ static void start(struct fault_run *run, int hold_ms)
     /* Kept holds: two workers, so that the name is often free of waiters
      * when a worker comes back for it (a hold granted while others are
      * queued is not kept). */
-    fault_run_start(run, config, caching ? 2 : WORKERS, (hold_ms > 1000 ? 9000 : 5000) * fault_run_scale(), hold_ms);
+    fault_run_start(run, config, fault_run_caching() ? 2 : WORKERS, (hold_ms > 1000 ? 9000 : 5000) * fault_run_scale(),
+                    hold_ms);
     fault_sleep_ms(1200); /* let them get going */
 }
 
@@ -478,12 +462,12 @@ int main(void)
         cmocka_unit_test(network_partition),
         cmocka_unit_test(replies_later_than_the_lease),
         cmocka_unit_test(connections_half_closed_then_cut),
-        cmocka_unit_test_setup_teardown(kept_holds_no_fault, caching_on, caching_off),
-        cmocka_unit_test_setup_teardown(kept_holds_and_pubsub_cut, caching_on, caching_off),
-        cmocka_unit_test_setup_teardown(kept_holds_and_a_holder_paused, caching_on, caching_off),
-        cmocka_unit_test_setup_teardown(kept_holds_and_a_keeper_killed, caching_on, caching_off),
+        cmocka_unit_test_setup_teardown(kept_holds_no_fault, fault_run_caching_on, fault_run_caching_off),
+        cmocka_unit_test_setup_teardown(kept_holds_and_pubsub_cut, fault_run_caching_on, fault_run_caching_off),
+        cmocka_unit_test_setup_teardown(kept_holds_and_a_holder_paused, fault_run_caching_on, fault_run_caching_off),
+        cmocka_unit_test_setup_teardown(kept_holds_and_a_keeper_killed, fault_run_caching_on, fault_run_caching_off),
         cmocka_unit_test(server_restarted_from_an_older_snapshot),
-        cmocka_unit_test_setup_teardown(kept_holds_and_the_server_restarted, caching_on, caching_off),
+        cmocka_unit_test_setup_teardown(kept_holds_and_the_server_restarted, fault_run_caching_on, fault_run_caching_off),
         cmocka_unit_test(server_restarted_empty), /* last: fences restart */
     };
     int failed = cmocka_run_group_tests_name("checked faults (redis)", tests, NULL, NULL);

@@ -23,9 +23,6 @@
 #define WORKERS 4
 
 static struct test_service ensemble = { .script = "zookeeper", .nodes = 3 };
-/* The runs of kept holds: the workers keep their released holds (lock
- * caching) and pause between holds for longer than they hold. */
-static bool caching;
 
 /* The workers' configuration. */
 static void worker_config(char *config, size_t size)
@@ -35,21 +32,7 @@ static void worker_config(char *config, size_t size)
              "zookeeper = { hosts = \"127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d\"; root = \"/dlock-faults\"; "
              "connect_timeout_ms = 3000; };\n%s",
              LEASE_MS, ensemble.port, ensemble.port + 1, ensemble.port + 2,
-             caching ? "cache = { idle_ms = 1000; cooldown_ms = 0; };\n" : "");
-}
-
-static int caching_on(void **state)
-{
-    (void)state;
-    caching = true;
-    return setenv("DLOCK_FAULT_WORKER_PAUSE_MS", "200", 1);
-}
-
-static int caching_off(void **state)
-{
-    (void)state;
-    caching = false;
-    return unsetenv("DLOCK_FAULT_WORKER_PAUSE_MS");
+             fault_run_cache_group());
 }
 
 static void start(struct fault_run *run)
@@ -59,7 +42,7 @@ static void start(struct fault_run *run)
     /* Kept holds: two workers, so that the name is often free of waiters
      * when a worker comes back for it (a hold granted while others are
      * queued is not kept). */
-    fault_run_start(run, config, caching ? 2 : WORKERS, 6000 * fault_run_scale(), 40);
+    fault_run_start(run, config, fault_run_caching() ? 2 : WORKERS, 6000 * fault_run_scale(), 40);
     fault_sleep_ms(2000); /* sessions set up */
 }
 
@@ -212,8 +195,8 @@ int main(void)
         cmocka_unit_test(readers_and_a_writer_paused),
         cmocka_unit_test(mixed_kinds_and_a_writer_paused),
         cmocka_unit_test(election_leader_paused_then_killed),
-        cmocka_unit_test_setup_teardown(kept_holds_no_fault, caching_on, caching_off),
-        cmocka_unit_test_setup_teardown(kept_holds_and_a_keeper_killed, caching_on, caching_off),
+        cmocka_unit_test_setup_teardown(kept_holds_no_fault, fault_run_caching_on, fault_run_caching_off),
+        cmocka_unit_test_setup_teardown(kept_holds_and_a_keeper_killed, fault_run_caching_on, fault_run_caching_off),
         cmocka_unit_test(leader_killed), /* last: leaves two nodes */
     };
     int failed = cmocka_run_group_tests_name("checked faults (zookeeper, 3 nodes)", tests, NULL, NULL);
