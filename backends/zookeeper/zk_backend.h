@@ -162,13 +162,16 @@ void zk_watch_close(void *instance, void *watch);
 /* Lock caching (zk_wanted.c). zk_wanted_watch leaves a child watch on
  * lk's parent that tells the core (inst->tell_wanted) when another owner
  * asks while we hold; it lasts across holds until zk_wanted_unwatch.
- * zk_wanted_read_children reads the parent's children, and leaves that
- * watch with the read where lk is watched. zk_wanted_held says whether we
- * hold (zl->held_cversion being the granting read's). zk_wanted_close
- * frees what is left, after the session's end. */
+ * zk_wanted_read_children reads the parent's children on zh (of session
+ * generation) and, where lk is watched, leaves a watch of that read's own.
+ * zk_wanted_held says whether we hold: true right after the read that
+ * granted (zl->held_cversion being its cversion), false before our node
+ * is deleted. zk_wanted_close frees what is left, after the session's
+ * end. Thread-safe under inst->wanted_mu; the watchers run on the client
+ * library's completion thread. */
 int zk_wanted_watch(struct zk_instance *inst, struct dlock_provider_lock *lk);
 void zk_wanted_unwatch(struct zk_instance *inst, struct dlock_provider_lock *lk);
-int zk_wanted_read_children(struct zk_instance *inst, zhandle_t *zh, struct zk_lock *zl,
+int zk_wanted_read_children(struct zk_instance *inst, zhandle_t *zh, uint64_t generation, struct zk_lock *zl,
                             struct String_vector *children, struct Stat *st);
 void zk_wanted_held(struct zk_instance *inst, struct zk_lock *zl, bool held);
 void zk_wanted_close(struct zk_instance *inst);

@@ -7,31 +7,50 @@
  * hold, sees every request that comes after the grant: nothing can come
  * unseen between the read and the watch.
  *
- * What a change means: while we hold, our node does not change (our
- * release forgets the hold before it deletes the node), so an event while
- * we hold is someone else's change, and the holder is told at once. A
- * watch fires once and is not left again then: once told, the hold ends
- * for real, and the next grant's read leaves a new watch (between holds a
- * watch would only cost every watching client a read at each change).
+ * Each read of a watched name leaves a watch of its own (its own context,
+ * which the client library keeps apart from the others), numbered in the
+ * order of the reads. The client library answers a synchronous read on its
+ * IO thread but runs watchers on its completion thread, so the event of a
+ * request made just after our granting read may run before the attempt
+ * has said that the read granted. The number tells what the event follows:
+ * - a watch left by the granting read (or a later one) fires for a change
+ *   after the grant, which is someone else's: our node does not change
+ *   while we hold, and our release forgets the hold before it deletes the
+ *   node. The holder is told, at once or, where the event ran first, when
+ *   the grant is said (zk_wanted_held);
+ * - a watch left by an earlier read fires for a change before the grant
+ *   (the predecessor's going, most often), which that read's successor
+ *   has seen; others queued then are reported by the grant itself
+ *   (others_waiting). It is not told.
+ * A watch is not left again by its event: once told, the hold ends for
+ * real, and the next grant's read leaves a new one.
+ *
  * The first watch of a name is left after its grant, by a read of its
  * own: the parent's cversion, which counts every change of the children,
- * tells whether anyone came between the granting read and that one.
- * Between our holds nothing is told: the core ignores calls then, and a
- * request already queued at our next grant is reported by the grant
- * itself (others_waiting). A lost connection may have hidden a change:
- * the holder is told too. After an expired session the watch is gone;
- * the next grant's read leaves it again on the new session.
+ * tells whether anyone came between the granting read and that one. A
+ * lost connection may have hidden a change: the holder is told too.
  *
- * Lifetime: the client library may still call a watcher or a completion
- * after the lock stopped watching, so the state is its own allocation,
- * freed when nothing of the client library refers to it any more (or at
- * close); unwatch only forgets the lock. */
+ * Lifetime: the client library may still call a watcher after the lock
+ * stopped watching, so the state is its own allocation, freed once every
+ * watch it left has fired (or at close); unwatch only forgets the lock.
+ * The watches of an expired session never fire: they are freed at the
+ * next read on a new session, or at close. */
 #include "config.h"
 
 #include "zk_backend.h"
 
 #include <stdlib.h>
 #include <string.h>
+
+struct zk_wanted;
+
+/* The watch one read left; its event is this context's, once. */
+struct zk_read_watch {
+    struct zk_read_watch *next;      /* w->watches */
+    struct zk_wanted *w;
+    uint64_t read_no;                /* the read that left it */
+    uint64_t generation;             /* the session it was left on */
+};
 
 struct zk_wanted {
     struct zk_wanted *next;          /* the instance's list (inst->wanted_mu) */
@@ -40,7 +59,10 @@ struct zk_wanted {
     char *parent;
     bool held;                       /* we hold the name (our node stands first) */
     int32_t held_cversion;           /* the parent's cversion read by the granting read */
-    int pending;                     /* watches left and completions due, not yet called */
+    uint64_t reads;                  /* reads that left a watch, numbered from 1 */
+    uint64_t granting_read;          /* the read that granted the hold (or left its first watch) */
+    uint64_t latest_fired;           /* the latest read whose watch has fired */
+    struct zk_read_watch *watches;   /* left and not fired yet */
 };
 
 static void child_watch_fired(zhandle_t *zh, int type, int state, const char *path, void *ctx);
@@ -52,11 +74,11 @@ static void tell(struct zk_wanted *w)
         w->inst->tell_wanted(w->lk);
 }
 
-/* Unlinks and frees w once it is unwatched and nothing refers to it
+/* Unlinks and frees w once it is unwatched and no watch of it is left
  * (inst->wanted_mu held). */
 static void free_if_done(struct zk_wanted *w)
 {
-    if (w->lk || w->pending > 0)
+    if (w->lk || w->watches)
         return;
     for (struct zk_wanted **p = &w->inst->wanted_list; *p; p = &(*p)->next)
         if (*p == w) {
@@ -67,40 +89,53 @@ static void free_if_done(struct zk_wanted *w)
     free(w);
 }
 
+static void forget_watch(struct zk_wanted *w, struct zk_read_watch *rw)
+{
+    for (struct zk_read_watch **p = &w->watches; *p; p = &(*p)->next)
+        if (*p == rw) {
+            *p = rw->next;
+            break;
+        }
+    free(rw);
+}
+
+/* The watches left on a session before this one never fire: that session
+ * was closed, and its handle with them (inst->wanted_mu held). */
+static void forget_older_sessions(struct zk_wanted *w, uint64_t generation)
+{
+    struct zk_read_watch **p = &w->watches;
+    while (*p) {
+        struct zk_read_watch *rw = *p;
+        if (rw->generation != generation) {
+            *p = rw->next;
+            free(rw);
+        } else
+            p = &rw->next;
+    }
+}
+
 static void child_watch_fired(zhandle_t *zh, int type, int state, const char *path, void *ctx)
 {
     (void)zh;
     (void)path;
-    struct zk_wanted *w = ctx;
+    struct zk_read_watch *rw = ctx;
+    struct zk_wanted *w = rw->w;
     struct zk_instance *inst = w->inst;
     pthread_mutex_lock(&inst->wanted_mu);
     if (type == ZOO_SESSION_EVENT) {
-        /* Every watcher hears the session's events and stays left, but
-         * an expired session takes its watches with it. */
-        if (state == ZOO_EXPIRED_SESSION_STATE) {
-            /* The watches went with the session; how many were left is not
-             * known, so w stays until close. */
-            tell(w);
-        } else if (state != ZOO_CONNECTED_STATE) {
+        /* Every watcher hears the session's events and stays left (an
+         * expired session's watches never fire: see the lifetime above). */
+        if (state != ZOO_CONNECTED_STATE)
             tell(w); /* the connection is gone: a change may not reach us */
-        }
-        free_if_done(w);
         pthread_mutex_unlock(&inst->wanted_mu);
         return;
     }
-    w->pending--; /* one call for every watch left on this path */
-    /* While we hold, our node does not change: the change is someone
-     * else's, told at once. Not proven: the client library answers a
-     * synchronous read on its IO thread and runs watchers on its
-     * completion thread, so the event of a request made just after our
-     * granting read can run here before the grant is ours, and is then
-     * not told (telling every event between holds instead made holds
-     * granted after a wait unkeepable: the predecessor's delete comes
-     * late). The watch is not left again here: once told, this hold ends
-     * for real, and the next grant's read leaves a new one; between holds
-     * a watch would only cost every watching client a read at each
-     * change. */
-    tell(w);
+    uint64_t read_no = rw->read_no;
+    forget_watch(w, rw);
+    if (read_no > w->latest_fired)
+        w->latest_fired = read_no;
+    if (read_no >= w->granting_read)
+        tell(w); /* a change after the grant: someone else's */
     free_if_done(w);
     pthread_mutex_unlock(&inst->wanted_mu);
 }
@@ -121,6 +156,7 @@ int zk_wanted_watch(struct zk_instance *inst, struct dlock_provider_lock *lk)
     w->lk = lk;
     w->held = true;
     w->held_cversion = zl->held_cversion;
+    w->granting_read = 1; /* the read below: its watch is the hold's */
     pthread_mutex_lock(&inst->wanted_mu);
     w->next = inst->wanted_list;
     inst->wanted_list = w;
@@ -137,7 +173,7 @@ int zk_wanted_watch(struct zk_instance *inst, struct dlock_provider_lock *lk)
     }
     struct String_vector children = { 0, NULL };
     struct Stat st;
-    int zrc = zk_wanted_read_children(inst, zh, zl, &children, &st);
+    int zrc = zk_wanted_read_children(inst, zh, generation, zl, &children, &st);
     zk_session_put(&inst->session);
     if (zrc != ZOK) {
         zk_wanted_unwatch(inst, lk);
@@ -165,23 +201,27 @@ void zk_wanted_unwatch(struct zk_instance *inst, struct dlock_provider_lock *lk)
     pthread_mutex_unlock(&inst->wanted_mu);
 }
 
-int zk_wanted_read_children(struct zk_instance *inst, zhandle_t *zh, struct zk_lock *zl,
+int zk_wanted_read_children(struct zk_instance *inst, zhandle_t *zh, uint64_t generation, struct zk_lock *zl,
                             struct String_vector *children, struct Stat *st)
 {
     struct zk_wanted *w = zl->wanted;
     if (!w)
         return zoo_get_children2(zh, zl->parent, 0, children, st);
-    /* Counted even where the client library keeps the one watch it has
-     * for this watcher and path (and so calls it once for both): the
-     * count may stay above what is due, which only keeps w until close,
-     * never frees it while a watch could still call it. */
+    struct zk_read_watch *rw = calloc(1, sizeof *rw);
+    if (!rw)
+        return ZSYSTEMERROR;
+    rw->w = w;
+    rw->generation = generation;
     pthread_mutex_lock(&inst->wanted_mu);
-    w->pending++;
+    forget_older_sessions(w, generation);
+    rw->read_no = ++w->reads;
+    rw->next = w->watches;
+    w->watches = rw;
     pthread_mutex_unlock(&inst->wanted_mu);
-    int zrc = zoo_wget_children2(zh, zl->parent, child_watch_fired, w, children, st);
+    int zrc = zoo_wget_children2(zh, zl->parent, child_watch_fired, rw, children, st);
     if (zrc != ZOK) {
         pthread_mutex_lock(&inst->wanted_mu);
-        w->pending--; /* the read failed: it left no watch */
+        forget_watch(w, rw); /* the read failed: it left no watch */
         pthread_mutex_unlock(&inst->wanted_mu);
     }
     return zrc;
@@ -195,6 +235,13 @@ void zk_wanted_held(struct zk_instance *inst, struct zk_lock *zl, bool held)
     pthread_mutex_lock(&inst->wanted_mu);
     w->held = held;
     w->held_cversion = zl->held_cversion;
+    if (held) {
+        /* The attempt's last read granted. Its watch may have fired
+         * already, before this: someone asked after the grant. */
+        w->granting_read = w->reads;
+        if (w->latest_fired >= w->granting_read)
+            tell(w);
+    }
     pthread_mutex_unlock(&inst->wanted_mu);
 }
 
@@ -204,6 +251,11 @@ void zk_wanted_close(struct zk_instance *inst)
     while (inst->wanted_list) {
         struct zk_wanted *w = inst->wanted_list;
         inst->wanted_list = w->next;
+        while (w->watches) {
+            struct zk_read_watch *rw = w->watches;
+            w->watches = rw->next;
+            free(rw);
+        }
         free(w->parent);
         free(w);
     }

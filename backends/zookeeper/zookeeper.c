@@ -91,12 +91,12 @@ static int ensure_names(struct zk_instance *inst, struct dlock_provider_lock *lk
 
 /* Where our node stands (zk_standing_among), the parent's children read
  * now; DLOCK_ENOTOWNER also when the parent is gone. */
-static int standing(struct zk_instance *inst, zhandle_t *zh, const struct dlock_provider_lock *lk,
-                    struct zk_lock *zl)
+static int standing(struct zk_instance *inst, zhandle_t *zh, uint64_t generation,
+                    const struct dlock_provider_lock *lk, struct zk_lock *zl)
 {
     struct String_vector children = { 0, NULL };
     struct Stat st;
-    int zrc = zk_wanted_read_children(inst, zh, zl, &children, &st);
+    int zrc = zk_wanted_read_children(inst, zh, generation, zl, &children, &st);
     if (zrc != ZOK)
         return zrc == ZNONODE ? DLOCK_ENOTOWNER : zk_error(&inst->session, zrc, "listing", zl->parent);
     int rc = zk_standing_among(lk, zl, &children);
@@ -183,7 +183,7 @@ static int zk_acquire(void *instance, struct dlock_provider_lock *lk, struct dlo
                 break;
             zl->generation = generation;
         }
-        rc = standing(inst, zh, lk, zl);
+        rc = standing(inst, zh, generation, lk, zl);
         if (rc != DLOCK_ENOTOWNER)
             break;
         zk_forget_node(zl); /* deleted behind our back: queue again */
