@@ -159,6 +159,8 @@ static int local_open(void **instance, const struct dlock_provider_env *env)
         return rc;
     }
     inst->line = (struct line_host){ &local_line_ops, "local", env->log_handle };
+    inst->tell_wanted = env->wanted;
+    pthread_mutex_init(&inst->wanted_mu, NULL);
     local_install_fork_handlers();
     dlock_provider_log(env->log_handle, DLOCK_LOG_DEBUG, "local: lock directory %s", inst->dir);
     *instance = inst;
@@ -168,6 +170,8 @@ static int local_open(void **instance, const struct dlock_provider_env *env)
 static void local_close(void *instance)
 {
     struct local_instance *inst = instance;
+    local_wanted_close(inst);
+    pthread_mutex_destroy(&inst->wanted_mu);
     close(inst->dirfd);
     free(inst);
 }
@@ -185,7 +189,8 @@ static void start_watch(struct local_instance *inst, struct dlock_provider_lock 
         return;
     ll->watching = true;
     char path[PATH_MAX + NAME_MAX + 2];
-    (void)local_queue_join(inst->dirfd, ll->file, lk->mode == DLOCK_MODE_SHARED, &ll->waiter);
+    if (local_queue_join(inst->dirfd, ll->file, lk->mode == DLOCK_MODE_SHARED, &ll->waiter) == 0)
+        local_wanted_joined(inst, ll);
     int fd = inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
     if (fd >= 0) {
         snprintf(path, sizeof path, "%s/%s", inst->dir, ll->file);
@@ -461,6 +466,7 @@ static int attempt(void *instance, struct dlock_provider_lock *lk, struct dlock_
             return rc;
         }
         ll->held = true;
+        local_wanted_held(inst, ll, true);
         grant->fence = ll->map->fence;
         grant->has_fence = 1;
         return DLOCK_OK;
@@ -481,6 +487,7 @@ static int attempt(void *instance, struct dlock_provider_lock *lk, struct dlock_
         return rc;
     }
     ll->held = true;
+    local_wanted_held(inst, ll, true);
     grant->fence = h.fence;
     grant->has_fence = 1;
     return DLOCK_OK;
@@ -671,6 +678,7 @@ static int local_release(void *instance, struct dlock_provider_lock *lk)
      * them only while the kernel says the file is locked, and not rewriting
      * them saves a read and a write per release. */
     ll->held = false;
+    local_wanted_held(inst, ll, false); /* before the unlock: a request after it is no one's business here */
     local_value_withdraw(inst, ll);
     int unlocked = lk->mode == DLOCK_MODE_SHARED      ? local_set_range(ll->fd, F_UNLCK, HOLD_BYTE, 1, NULL)
                    : lk->mode == DLOCK_MODE_SEMAPHORE ? local_set_range(ll->fd, F_UNLCK, SLOT_BASE + ll->slot, 1, NULL)
@@ -755,6 +763,17 @@ static int local_break(void *instance, const char *name, size_t name_len, int *b
                         "taken from it; stop that process (dlock status NAME shows its pid)");
 }
 
+/* See local_wanted.c. */
+static int local_watch_wanted(void *instance, struct dlock_provider_lock *lk)
+{
+    return local_wanted_watch(instance, lk);
+}
+
+static void local_unwatch_wanted(void *instance, struct dlock_provider_lock *lk)
+{
+    local_wanted_unwatch(instance, lk);
+}
+
 static int local_list(void *instance, struct dlock_provider_list *req)
 {
     struct local_instance *inst = instance;
@@ -769,11 +788,11 @@ static int local_ctl(void *instance, int op, void *arg)
 }
 
 const struct dlock_provider dlock__local_provider = {
-    .version = DLOCK_PROVIDER_VERSION_7,
+    .version = DLOCK_PROVIDER_VERSION_8,
     .name = "local",
     .capabilities = DLOCK_CAP_RENEW | DLOCK_CAP_FENCE | DLOCK_CAP_FENCE_LINEARIZABLE | DLOCK_CAP_NATIVE_WAIT | DLOCK_CAP_FAIR |
                     DLOCK_CAP_SHARED | DLOCK_CAP_SEMAPHORE | DLOCK_CAP_DOWNGRADE | DLOCK_CAP_ELECTION |
-                    DLOCK_CAP_IN_PROCESS,
+                    DLOCK_CAP_IN_PROCESS | DLOCK_CAP_CACHE,
     .lock_priv_size = sizeof(struct local_lock),
     .settings = local_settings,
     .open = local_open,
@@ -795,4 +814,6 @@ const struct dlock_provider dlock__local_provider = {
     .watch_open = local_watch_open,
     .watch_consume = local_watch_consume,
     .watch_close = local_watch_close,
+    .watch_wanted = local_watch_wanted,
+    .unwatch_wanted = local_unwatch_wanted,
 };

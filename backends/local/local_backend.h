@@ -9,14 +9,26 @@
 
 #include <dlock/provider.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
+
+struct local_wanted;
 
 struct local_instance {
     struct line_host line; /* first: the provider's acquire and wait are the line's */
     char dir[PATH_MAX];
     int dirfd;
+    /* Lock caching (local_wanted.c): the core's "another owner asks", and
+     * the watches of the watched names' lines, under wanted_mu. */
+    void (*tell_wanted)(struct dlock_provider_lock *lk);
+    pthread_mutex_t wanted_mu;
+    struct local_wanted *wanted_list;
+    int wanted_ifd;           /* the inotify instance + 1, once a name is watched */
+    int wanted_stop_fd;       /* an eventfd + 1 that ends the listener */
+    pthread_t wanted_thread;  /* reads wanted_ifd */
+    bool wanted_thread_started;
 };
 
 struct local_lock {
@@ -39,7 +51,22 @@ struct local_lock {
     bool parked_look_again;   /* the armed wait ends at look_again_at, as if called */
     bool published;           /* this hold stored an election value (local_value.c) */
     struct local_lock *prev, *next; /* in open_files while fd_open */
+    struct local_wanted *wanted;  /* while watched for requests (watch_wanted) */
 };
+
+/* Lock caching (local_wanted.c). local_wanted_watch watches lk's line
+ * (lk held) and tells the core (inst->tell_wanted) of every request that
+ * joins it while we hold, until local_wanted_unwatch. local_wanted_joined
+ * notes the name of our own place in the line, just joined, whose event is
+ * not a request of anyone else. local_wanted_held says whether we hold an
+ * exclusive hold of it: true right after the grant, false before the
+ * release. local_wanted_close stops the listener and frees what is left.
+ * Thread-safe under inst->wanted_mu; the listener has its own thread. */
+int local_wanted_watch(struct local_instance *inst, struct dlock_provider_lock *lk);
+void local_wanted_unwatch(struct local_instance *inst, struct dlock_provider_lock *lk);
+void local_wanted_joined(struct local_instance *inst, struct local_lock *ll);
+void local_wanted_held(struct local_instance *inst, struct local_lock *ll, bool held);
+void local_wanted_close(struct local_instance *inst);
 
 /* Once per process: a child of fork() closes its copies of every lock file. */
 void local_install_fork_handlers(void);

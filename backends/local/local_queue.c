@@ -33,6 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/inotify.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -141,6 +142,46 @@ void local_queue_leave(int dirfd, const char *file, struct local_waiter *w, int 
     w->wakes = 0;
     if (owed > 0)
         local_queue_wake_next(dirfd, file, owed);
+}
+
+int local_queue_watch(int ifd, int dirfd, const char *dir, const char *file)
+{
+    int lfd = open_line(dirfd, file, true);
+    if (lfd < 0)
+        return -1;
+    close(lfd);
+    char path[PATH_MAX + sizeof LINES_DIR + NAME_MAX + 3];
+    if ((size_t)snprintf(path, sizeof path, "%s/%s/%s", dir, LINES_DIR, file) >= sizeof path) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    /* A waiter appears by its creation under a hidden name, then a rename. */
+    return inotify_add_watch(ifd, path, IN_CREATE | IN_MOVED_TO | IN_ONLYDIR);
+}
+
+bool local_queue_anyone(int dirfd, const char *file)
+{
+    int lfd = open_line(dirfd, file, false);
+    if (lfd < 0)
+        return false;
+    DIR *d = fdopendir(lfd);
+    if (!d) {
+        close(lfd);
+        return false;
+    }
+    bool anyone = false;
+    struct dirent *de;
+    while (!anyone && (de = readdir(d)))
+        anyone = strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0;
+    closedir(d);
+    return anyone;
+}
+
+bool local_queue_is_own(const char *name, const char *entry)
+{
+    if (name[0] == '.')
+        name++; /* still joining */
+    return entry[0] && strcmp(name, entry) == 0;
 }
 
 /* One byte into a FIFO open for writing. The reader may close it between

@@ -62,6 +62,21 @@ int local_queue_drain(struct local_waiter *w);
  * failures: a waiter it could not wake finds the lock at its next retry. */
 int local_queue_wake_next(int dirfd, const char *file, int n);
 
+/* For a holder that wants to hear of requests (lock caching): adds to the
+ * inotify instance ifd a watch of the folder of FILE's line in the lock
+ * directory dir (opened as dirfd), made first if need be, for the names
+ * that appear in it: every request that finds the lock busy joins the
+ * line, a try included. The watch descriptor, or -1 with errno set. */
+int local_queue_watch(int ifd, int dirfd, const char *dir, const char *file);
+
+/* Whether anyone is in FILE's line or joining it, dead waiters not yet
+ * removed included (false when there is no folder, or it cannot be read). */
+bool local_queue_anyone(int dirfd, const char *file);
+
+/* The name a waiter's FIFO has in the line's folder while it joins, and
+ * after: whether NAME (from an inotify event) is w's. */
+bool local_queue_is_own(const char *name, const char *entry);
+
 /* How long a waiter may leave a wake-up unread in its FIFO before the
  * waiters behind it stop counting it as ahead of them in fair mode. A
  * waiter that polls takes a wake-up at once, so one left this long

@@ -346,6 +346,14 @@ void fault_run_kill_a_keeper(struct fault_run *run, pid_t keeper, const char *sc
     assert_true(after >= 1);
 }
 
+void fault_run_finish_kept_holds(struct fault_run *run, const char *scenario)
+{
+    struct history_report r;
+    fault_run_finish(run, scenario, &r);
+    assert_true(r.kept_grants >= 1);
+    assert_int_equal(r.lost_notes + r.invalid_checks, 0);
+}
+
 static bool caching;
 
 int fault_run_caching_on(void **state)

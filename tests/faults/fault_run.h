@@ -76,6 +76,11 @@ pid_t fault_run_released_holder(const struct fault_run *run, int wait_ms);
  * when no grant came. */
 void fault_run_kill_a_keeper(struct fault_run *run, pid_t keeper, const char *scenario, int lease_ms);
 
+/* Ends a run of kept holds with no fault and checks it (scenario names
+ * it): no violation, no loss, no failed check, and at least one grant of
+ * a kept token. */
+void fault_run_finish_kept_holds(struct fault_run *run, const char *scenario);
+
 /* Runs of kept holds (lock caching), as cmocka setup and teardown: on,
  * the workers pause up to 200 ms between holds (longer than they hold, so
  * that a worker's next acquire may take over the hold its client kept)

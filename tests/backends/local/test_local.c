@@ -14,6 +14,7 @@
 #include "../../support/temp_dir.h"
 #include "../../support/test_client.h"
 #include "../../support/test_time.h"
+#include "../../support/waiters.h"
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -44,17 +45,22 @@ static int remove_dir(void **state)
 
 /* retry_base/cap are huge so that a prompt hand-off can only come from the
  * native wait (inotify), never from a lucky backoff. */
-static dlock_client *open_local(void)
+static dlock_client *open_local_with(const char *more)
 {
     char text[512];
     snprintf(text, sizeof text,
              "backend = \"local\";\nretry_base_ms = 10000;\nretry_cap_ms = 10000;\n"
-             "local = { dir = \"%s\"; };\n", dir);
+             "local = { dir = \"%s\"; };\n%s", dir, more);
     dlock_client *c;
     int rc = dlock_client_open_string(&c, text);
     if (rc != DLOCK_OK)
         fail_msg("open: %s", dlock_errmsg());
     return c;
+}
+
+static dlock_client *open_local(void)
+{
+    return open_local_with("");
 }
 
 static dlock_lock *lock_of(dlock_client *c, const char *name, int64_t lease_ms)
@@ -1019,6 +1025,49 @@ static void fair_mode_keeps_a_newcomer_behind_the_line(void **state)
     dlock_client_close(b);
 }
 
+/* A client that keeps released holds for a minute unused. */
+static dlock_client *open_caching(void)
+{
+    return open_local_with("cache = { idle_ms = 60000; cooldown_ms = 0; };\n");
+}
+
+/* A keeper that already watches the name waits for it behind another
+ * holder, with a third client waiting behind it: the request of the
+ * third joined the line while the keeper held nothing, so only a look at
+ * the line when the keeper is granted shows it, and the hold is not kept
+ * (kept, the third would wait for the idle limit, a minute). */
+static void a_hold_granted_while_others_wait_is_not_kept(void **state)
+{
+    (void)state;
+    dlock_client *a = open_caching(), *h = open_local(), *c = open_local();
+    struct waiter wa = { .lock = test_lock_named(a, "queued-grant") };
+    struct waiter wc = { .lock = test_lock_named(c, "queued-grant") };
+    assert_int_equal(dlock_acquire(wa.lock, 0), DLOCK_OK);
+    assert_int_equal(dlock_release(wa.lock), DLOCK_OK); /* kept: a watches the name now */
+    assert_int_equal(test_client_metric(a, "dlock_cache_keeps_total"), 1);
+    dlock_lock *lh = test_lock_named(h, "queued-grant");
+    assert_int_equal(dlock_acquire(lh, 5000), DLOCK_OK); /* a gives it back */
+    pthread_t ta, tc;
+    start_waiter(&wa, &ta, a); /* queued first */
+    start_waiter(&wc, &tc, c); /* then behind it */
+    assert_int_equal(dlock_release(lh), DLOCK_OK);
+    pthread_join(ta, NULL); /* a is granted and releases at once */
+    int64_t a_done = now_ms();
+    pthread_join(tc, NULL);
+    assert_int_equal(wa.rc, DLOCK_OK);
+    assert_int_equal(wc.rc, DLOCK_OK);
+    if (wc.granted_at - a_done > slack_ms(2000))
+        fail_msg("the waiter behind was granted %lld ms after the keeper's release",
+                 (long long)(wc.granted_at - a_done));
+    assert_int_equal(test_client_metric(a, "dlock_cache_keeps_total"), 1);
+    dlock_lock_free(wa.lock);
+    dlock_lock_free(wc.lock);
+    dlock_lock_free(lh);
+    dlock_client_close(a);
+    dlock_client_close(c);
+    dlock_client_close(h);
+}
+
 static void conformance_config(char *buf, size_t size, int lease_ms, int retry_cap_ms)
 {
     snprintf(buf, size,
@@ -1053,7 +1102,12 @@ int main(void)
         cmocka_unit_test_setup_teardown(timed_out_waiters_keep_no_inotify_instance, make_dir, remove_dir),
         cmocka_unit_test_setup_teardown(forked_child_does_not_keep_a_killed_holders_lock, make_dir, remove_dir),
     };
+    /* After the cases that fork (a keeper has a thread of its own). */
+    const struct CMUnitTest caching[] = {
+        cmocka_unit_test_setup_teardown(a_hold_granted_while_others_wait_is_not_kept, make_dir, remove_dir),
+    };
     int failed = cmocka_run_group_tests_name("local", tests, NULL, NULL);
+    failed += cmocka_run_group_tests_name("local: lock caching", caching, NULL, NULL);
     /* The conformance suite after the cases that fork: a child forked once
      * this process has had library threads trips TSan's thread registry. */
     make_dir(NULL);
