@@ -234,7 +234,7 @@ int dlock__acquire_for(dlock_lock *h, int64_t wait_ms, uint64_t self)
         /* This client's cached hold of the name: taken over with no round
          * trip, or (other options, lost, too little validity) given back
          * first, which the next turn of the loop waits for. */
-        if ((hit = dlock__cache_hit(c, e, h, self)))
+        if ((hit = dlock__cache_hit(c, e, h, self, kept_waiting ? dlock__now_ms() : start)))
             break;
         kept_waiting = true;
     }

@@ -115,7 +115,7 @@ bool dlock__cache_may_park(const dlock_client *c, const struct dlock__entry *e, 
            !(e->plock.flags & DLOCK_LOCK_FAIR) && e->watching && !e->wanted && e->count == 1 && e->holder == self &&
            !e->lost && !e->release_pending && e->renewed_by_watchdog && !e->own_holder && !e->downgraded &&
            e->plock.mode == DLOCK_MODE_EXCLUSIVE && !__atomic_load_n(&e->aops, __ATOMIC_ACQUIRE) &&
-           enough_validity(e) && dlock__now_ms() >= e->cache_off_until_ms;
+           enough_validity(e) && (e->cache_off_until_ms == 0 || dlock__now_ms() >= e->cache_off_until_ms);
 }
 
 void dlock__cache_park(dlock_client *c, struct dlock__entry *e, const dlock_lock *h)
@@ -156,7 +156,7 @@ void dlock__cache_drop_soon(dlock_client *c, struct dlock__entry *e)
     dlock__watchdog_schedule(c, e, dlock__now_ms());
 }
 
-bool dlock__cache_hit(dlock_client *c, struct dlock__entry *e, const dlock_lock *h, uint64_t self)
+bool dlock__cache_hit(dlock_client *c, struct dlock__entry *e, const dlock_lock *h, uint64_t self, int64_t now_ms)
 {
     /* The hold on the server was asked for with the lease and flags of the
      * handle that contended for it; another handle's options need a new
@@ -172,7 +172,7 @@ bool dlock__cache_hit(dlock_client *c, struct dlock__entry *e, const dlock_lock 
     e->on_lost = h->options.on_lost;
     e->on_lost_arg = h->options.on_lost_arg;
     e->on_lost_handle = (dlock_lock *)h;
-    e->granted_at_ms = dlock__now_ms();
+    e->granted_at_ms = now_ms;
     note_end(c, e, true, false);
     dlock__metric_inc(&c->metrics.cache_hits);
     return true;

@@ -215,8 +215,11 @@ void dlock__cache_park(dlock_client *c, struct dlock__entry *e, const dlock_lock
 /* Serves an acquire of e by thread self through handle h from the cache
  * (e->mu held, e cached): true and the hold is self's, or false and the
  * cached hold is being given back (the caller waits for that, queued as
- * behind any hold of this client). */
-bool dlock__cache_hit(dlock_client *c, struct dlock__entry *e, const dlock_lock *h, uint64_t self);
+ * behind any hold of this client). now_ms: the monotonic time, which
+ * starts the taken-over hold (the acquire's start when nothing kept it
+ * waiting, so that a hit reads no clock for it). */
+bool dlock__cache_hit(dlock_client *c, struct dlock__entry *e, const dlock_lock *h, uint64_t self,
+                      int64_t now_ms);
 /* Whether holds of e taken through h may be kept after their release:
  * caching on and offered, an exclusive watchdog hold. */
 bool dlock__cache_may_keep(const dlock_client *c, const struct dlock__entry *e, const dlock_lock *h);
