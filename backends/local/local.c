@@ -466,7 +466,7 @@ static int attempt(void *instance, struct dlock_provider_lock *lk, struct dlock_
             return rc;
         }
         ll->held = true;
-        local_wanted_held(inst, ll, true);
+        local_wanted_granted(inst, ll);
         grant->fence = ll->map->fence;
         grant->has_fence = 1;
         return DLOCK_OK;
@@ -487,7 +487,7 @@ static int attempt(void *instance, struct dlock_provider_lock *lk, struct dlock_
         return rc;
     }
     ll->held = true;
-    local_wanted_held(inst, ll, true);
+    local_wanted_granted(inst, ll);
     grant->fence = h.fence;
     grant->has_fence = 1;
     return DLOCK_OK;
@@ -678,7 +678,6 @@ static int local_release(void *instance, struct dlock_provider_lock *lk)
      * them only while the kernel says the file is locked, and not rewriting
      * them saves a read and a write per release. */
     ll->held = false;
-    local_wanted_held(inst, ll, false); /* before the unlock: a request after it is no one's business here */
     local_value_withdraw(inst, ll);
     int unlocked = lk->mode == DLOCK_MODE_SHARED      ? local_set_range(ll->fd, F_UNLCK, HOLD_BYTE, 1, NULL)
                    : lk->mode == DLOCK_MODE_SEMAPHORE ? local_set_range(ll->fd, F_UNLCK, SLOT_BASE + ll->slot, 1, NULL)

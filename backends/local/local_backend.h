@@ -56,16 +56,16 @@ struct local_lock {
 
 /* Lock caching (local_wanted.c). local_wanted_watch watches lk's line
  * (lk held) and tells the core (inst->tell_wanted) of every request that
- * joins it while we hold, until local_wanted_unwatch. local_wanted_joined
- * notes the name of our own place in the line, just joined, whose event is
- * not a request of anyone else. local_wanted_held says whether we hold an
- * exclusive hold of it: true right after the grant, false before the
- * release. local_wanted_close stops the listener and frees what is left.
- * Thread-safe under inst->wanted_mu; the listener has its own thread. */
+ * joins it, until local_wanted_unwatch. local_wanted_joined notes the
+ * name of our own place in the line, just joined, whose event is not a
+ * request of anyone else. local_wanted_granted, right after an exclusive
+ * grant, tells of a live waiter already in the line. local_wanted_close
+ * stops the listener and frees what is left. Thread-safe under
+ * inst->wanted_mu; the listener has its own thread. */
 int local_wanted_watch(struct local_instance *inst, struct dlock_provider_lock *lk);
 void local_wanted_unwatch(struct local_instance *inst, struct dlock_provider_lock *lk);
 void local_wanted_joined(struct local_instance *inst, struct local_lock *ll);
-void local_wanted_held(struct local_instance *inst, struct local_lock *ll, bool held);
+void local_wanted_granted(struct local_instance *inst, struct local_lock *ll);
 void local_wanted_close(struct local_instance *inst);
 
 /* Once per process: a child of fork() closes its copies of every lock file. */

@@ -159,24 +159,6 @@ int local_queue_watch(int ifd, int dirfd, const char *dir, const char *file)
     return inotify_add_watch(ifd, path, IN_CREATE | IN_MOVED_TO | IN_ONLYDIR);
 }
 
-bool local_queue_anyone(int dirfd, const char *file)
-{
-    int lfd = open_line(dirfd, file, false);
-    if (lfd < 0)
-        return false;
-    DIR *d = fdopendir(lfd);
-    if (!d) {
-        close(lfd);
-        return false;
-    }
-    bool anyone = false;
-    struct dirent *de;
-    while (!anyone && (de = readdir(d)))
-        anyone = strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0;
-    closedir(d);
-    return anyone;
-}
-
 bool local_queue_is_own(const char *name, const char *entry)
 {
     if (name[0] == '.')
@@ -288,6 +270,26 @@ static int open_live(int lfd, const char *name)
         return -1;
     }
     return fd;
+}
+
+bool local_queue_anyone(int dirfd, const char *file)
+{
+    DIR *d;
+    char **names;
+    size_t count = 0;
+    if (!list_line(dirfd, file, &d, &names, &count))
+        return false;
+    bool anyone = false;
+    for (size_t i = 0; i < count && !anyone; i++) {
+        int fd = open_live(dirfd_of(d), names[i]);
+        if (fd >= 0) {
+            anyone = true;
+            close(fd);
+        }
+    }
+    free_names(names, count);
+    closedir(d);
+    return anyone;
 }
 
 int local_queue_wake_next(int dirfd, const char *file, int n)

@@ -69,8 +69,10 @@ int local_queue_wake_next(int dirfd, const char *file, int n);
  * line, a try included. The watch descriptor, or -1 with errno set. */
 int local_queue_watch(int ifd, int dirfd, const char *dir, const char *file);
 
-/* Whether anyone is in FILE's line or joining it, dead waiters not yet
- * removed included (false when there is no folder, or it cannot be read). */
+/* Whether a live waiter is in FILE's line (dead ones met are removed;
+ * one still joining is not counted: its joining is seen by the watch of
+ * local_queue_watch). False when there is no folder, or it cannot be
+ * read. */
 bool local_queue_anyone(int dirfd, const char *file);
 
 /* The name a waiter's FIFO has in the line's folder while it joins, and

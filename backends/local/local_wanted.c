@@ -8,16 +8,17 @@
  * instance per client holds the watches of every watched name, and one
  * thread reads it and tells the core.
  *
- * What an event means: while we hold, a name that appears is someone
- * else's request, except our own FIFO's, made by the very attempt that was
- * then granted (its event can be read after the grant): that one is known
- * by its name and not told. The listener reads events on its own thread,
- * so the event of a request that joined just after our grant may be read
- * before the attempt says it holds, and be dropped then; the grant
- * therefore looks at the folder after it says so (local_wanted_held): a
- * request whose event came too early is still in the line, one that joins
- * later is told by its event. A request already waiting at the grant is
- * seen the same way. Between holds nothing is told.
+ * What an event means: a request, except our own place's, made by an
+ * attempt of ours (its event can be read after that attempt was granted):
+ * that one is known by its name and not told. Every other event is told,
+ * between our holds too: the listener reads events on its own thread, so
+ * the event of a request that joined just after our grant may be read
+ * before the attempt returns, and the core counts a call that comes while
+ * an attempt is out as one for the hold that attempt is granted (a call
+ * about an older request only makes one release a real one). A request
+ * already waiting in the line when we are granted made its event before
+ * the attempt was sent: the grant looks at the line for it
+ * (local_wanted_granted), as the first watch does.
  *
  * A request that cannot join the line (a folder it may not write) polls and
  * is not heard: the keeper gives the hold back at the idle limit. */
@@ -40,15 +41,13 @@ struct local_wanted {
     struct local_wanted *next;       /* inst->wanted_list */
     struct dlock_provider_lock *lk;
     int wd;                          /* the folder's watch, -1 once the folder went */
-    bool held;                       /* we hold the name */
     char own_entry[sizeof ((struct local_waiter *)0)->entry]; /* our latest FIFO's name */
 };
 
-/* Tells the holder (inst->wanted_mu held); nothing between holds. */
+/* Tells the core (inst->wanted_mu held). */
 static void tell(struct local_instance *inst, struct local_wanted *w)
 {
-    if (w->held)
-        inst->tell_wanted(w->lk);
+    inst->tell_wanted(w->lk);
 }
 
 /* The events read from ifd (inst->wanted_mu held). */
@@ -62,7 +61,7 @@ static void take_events(struct local_instance *inst, const char *buf, ssize_t le
                 tell(inst, w); /* events were lost: any may have been a request */
             } else if (ev->wd == w->wd) {
                 if (ev->mask & IN_IGNORED) {
-                    w->wd = -1; /* the folder went: whoever asks now is not seen */
+                    w->wd = -1; /* the folder went: watched again at the next grant */
                     tell(inst, w);
                 } else if (!(ev->len && local_queue_is_own(ev->name, w->own_entry))) {
                     tell(inst, w);
@@ -145,7 +144,6 @@ int local_wanted_watch(struct local_instance *inst, struct dlock_provider_lock *
         free(w);
         return rc;
     }
-    w->held = true;
     w->next = inst->wanted_list;
     inst->wanted_list = w;
     ll->wanted = w;
@@ -192,17 +190,19 @@ void local_wanted_joined(struct local_instance *inst, struct local_lock *ll)
     pthread_mutex_unlock(&inst->wanted_mu);
 }
 
-void local_wanted_held(struct local_instance *inst, struct local_lock *ll, bool held)
+void local_wanted_granted(struct local_instance *inst, struct local_lock *ll)
 {
     struct local_wanted *w = ll->wanted;
     if (!w)
         return;
     pthread_mutex_lock(&inst->wanted_mu);
-    w->held = held;
+    if (w->wd < 0) /* the line's folder was removed since: watch the new one */
+        w->wd = local_queue_watch(inst->wanted_ifd - 1, inst->dirfd, inst->dir, ll->file);
     pthread_mutex_unlock(&inst->wanted_mu);
-    /* Our own place left the line before the grant: anyone in it now asks
-     * (its event may have been read before we held). */
-    if (held && local_queue_anyone(inst->dirfd, ll->file)) {
+    /* Our own place left the line before the grant: a live waiter in it
+     * now asked before this attempt, or its event may have been read
+     * before we held. */
+    if (local_queue_anyone(inst->dirfd, ll->file)) {
         pthread_mutex_lock(&inst->wanted_mu);
         tell(inst, w);
         pthread_mutex_unlock(&inst->wanted_mu);

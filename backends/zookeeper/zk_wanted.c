@@ -34,7 +34,8 @@
  * stopped watching, so the state is its own allocation, freed once every
  * watch it left has fired (or at close); unwatch only forgets the lock.
  * The watches of an expired session never fire: they are freed at the
- * next read on a new session, or at close. */
+ * next read of the name on a new session, or when a name is next watched,
+ * or at close. */
 #include "config.h"
 
 #include "zk_backend.h"
@@ -114,6 +115,24 @@ static void forget_older_sessions(struct zk_wanted *w, uint64_t generation)
     }
 }
 
+/* Frees the states of names no longer watched whose watches were all
+ * left on sessions before this one (generation), so that they do not pile
+ * up until close across expiries. */
+static void forget_unwatched_of_older_sessions(struct zk_instance *inst, uint64_t generation)
+{
+    pthread_mutex_lock(&inst->wanted_mu);
+    struct zk_wanted *w = inst->wanted_list;
+    while (w) {
+        struct zk_wanted *next = w->next;
+        if (!w->lk) {
+            forget_older_sessions(w, generation);
+            free_if_done(w);
+        }
+        w = next;
+    }
+    pthread_mutex_unlock(&inst->wanted_mu);
+}
+
 static void child_watch_fired(zhandle_t *zh, int type, int state, const char *path, void *ctx)
 {
     (void)zh;
@@ -171,6 +190,7 @@ int zk_wanted_watch(struct zk_instance *inst, struct dlock_provider_lock *lk)
         zk_wanted_unwatch(inst, lk);
         return rc;
     }
+    forget_unwatched_of_older_sessions(inst, generation);
     struct String_vector children = { 0, NULL };
     struct Stat st;
     int zrc = zk_wanted_read_children(inst, zh, generation, zl, &children, &st);

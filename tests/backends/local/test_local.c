@@ -1068,6 +1068,50 @@ static void a_hold_granted_while_others_wait_is_not_kept(void **state)
     dlock_client_close(h);
 }
 
+/* FIFOs left in a name's line by waiters that died (one that had joined,
+ * one killed while joining, under its hidden name) are nobody asking: the
+ * name's holds are kept all the same. */
+static void leftovers_of_dead_waiters_do_not_stop_keeping(void **state)
+{
+    (void)state;
+    dlock_client *a = open_local_with("cache = { idle_ms = 100; cooldown_ms = 0; };\n");
+    dlock_lock *l = test_lock_named(a, "leftovers");
+    assert_int_equal(dlock_acquire(l, 0), DLOCK_OK); /* makes the lock file; watched from now on */
+    assert_int_equal(dlock_release(l), DLOCK_OK);
+    int64_t t0 = now_ms();
+    while (test_client_metric(a, "dlock_cache_givebacks_total") < 1 && now_ms() - t0 < 5000)
+        sleep_ms(10); /* given back at the idle limit */
+    char file[256] = "", path[1024];
+    DIR *d = opendir(dir);
+    assert_non_null(d);
+    struct dirent *de;
+    while ((de = readdir(d)))
+        if (de->d_name[0] != '.')
+            snprintf(file, sizeof file, "%s", de->d_name);
+    closedir(d);
+    assert_true(file[0] != 0);
+    snprintf(path, sizeof path, "%s/.q", dir);
+    mkdir(path, 0700);
+    snprintf(path, sizeof path, "%s/.q/%s", dir, file);
+    mkdir(path, 0700);
+    snprintf(path, sizeof path, "%s/.q/%s/00000000000000ff-00000001-00000001.x", dir, file);
+    assert_int_equal(mkfifo(path, 0600), 0);
+    snprintf(path, sizeof path, "%s/.q/%s/.00000000000000fe-00000001-00000002.x", dir, file);
+    assert_int_equal(mkfifo(path, 0600), 0);
+    /* A grant of the watched name looks at the line, */
+    assert_int_equal(dlock_acquire(l, 0), DLOCK_OK);
+    assert_int_equal(dlock_release(l), DLOCK_OK);
+    assert_int_equal(test_client_metric(a, "dlock_cache_keeps_total"), 2);
+    dlock_lock_free(l);
+    /* and so does a first watch. */
+    l = test_lock_named(a, "leftovers");
+    assert_int_equal(dlock_acquire(l, 0), DLOCK_OK);
+    assert_int_equal(dlock_release(l), DLOCK_OK);
+    assert_int_equal(test_client_metric(a, "dlock_cache_keeps_total"), 3);
+    dlock_lock_free(l);
+    dlock_client_close(a);
+}
+
 static void conformance_config(char *buf, size_t size, int lease_ms, int retry_cap_ms)
 {
     snprintf(buf, size,
@@ -1105,6 +1149,7 @@ int main(void)
     /* After the cases that fork (a keeper has a thread of its own). */
     const struct CMUnitTest caching[] = {
         cmocka_unit_test_setup_teardown(a_hold_granted_while_others_wait_is_not_kept, make_dir, remove_dir),
+        cmocka_unit_test_setup_teardown(leftovers_of_dead_waiters_do_not_stop_keeping, make_dir, remove_dir),
     };
     int failed = cmocka_run_group_tests_name("local", tests, NULL, NULL);
     failed += cmocka_run_group_tests_name("local: lock caching", caching, NULL, NULL);
