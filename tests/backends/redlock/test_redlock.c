@@ -437,8 +437,10 @@ static void a_stopped_master_costs_one_timeout_not_the_lock(void **state)
     kill(masters[4].pid, SIGCONT);
     assert_int_equal(rc, DLOCK_OK);
     /* The four live masters answer at once; the stopped one costs its
-     * server_timeout_ms once, in parallel, not per master. */
-    assert_true(took < server_timeout_ms() + 150);
+     * server_timeout_ms once, and the grant is not refused for it. The
+     * margin gets the build's slack: a sanitizer on a loaded machine
+     * took more than 150 ms beyond the timeout. */
+    assert_true(took < server_timeout_ms() + slack_ms(150));
     assert_int_equal(dlock_release(l), DLOCK_OK);
     dlock_lock_free(l);
     dlock_client_close(a);
