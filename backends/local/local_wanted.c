@@ -123,6 +123,17 @@ static int start_listener(struct local_instance *inst)
     return DLOCK_OK;
 }
 
+/* Tells the core when a live waiter is in ll's line: a request made
+ * before the watch or the grant, whose event tells nothing now. */
+static void tell_if_anyone_waits(struct local_instance *inst, struct local_wanted *w, struct local_lock *ll)
+{
+    if (!local_queue_anyone(inst->dirfd, ll->file))
+        return;
+    pthread_mutex_lock(&inst->wanted_mu);
+    tell(inst, w);
+    pthread_mutex_unlock(&inst->wanted_mu);
+}
+
 int local_wanted_watch(struct local_instance *inst, struct dlock_provider_lock *lk)
 {
     struct local_lock *ll = lk->priv;
@@ -148,12 +159,7 @@ int local_wanted_watch(struct local_instance *inst, struct dlock_provider_lock *
     inst->wanted_list = w;
     ll->wanted = w;
     pthread_mutex_unlock(&inst->wanted_mu);
-    /* Whoever asked between the grant and the watch is in the line. */
-    if (local_queue_anyone(inst->dirfd, ll->file)) {
-        pthread_mutex_lock(&inst->wanted_mu);
-        tell(inst, w);
-        pthread_mutex_unlock(&inst->wanted_mu);
-    }
+    tell_if_anyone_waits(inst, w, ll); /* whoever asked between the grant and the watch */
     return DLOCK_OK;
 }
 
@@ -202,11 +208,7 @@ void local_wanted_granted(struct local_instance *inst, struct local_lock *ll)
     /* Our own place left the line before the grant: a live waiter in it
      * now asked before this attempt, or its event may have been read
      * before we held. */
-    if (local_queue_anyone(inst->dirfd, ll->file)) {
-        pthread_mutex_lock(&inst->wanted_mu);
-        tell(inst, w);
-        pthread_mutex_unlock(&inst->wanted_mu);
-    }
+    tell_if_anyone_waits(inst, w, ll);
 }
 
 void local_wanted_close(struct local_instance *inst)
