@@ -65,9 +65,10 @@ void fault_run_start_rw(struct fault_run *run, const char *config_text, int writ
  * one; 0 if none. */
 pid_t fault_run_holder(const struct fault_run *run, int wait_ms);
 
-/* A worker that has just released (DIR/holder went from its pid to
- * none), within wait_ms; 0 if none did. With lock caching its client
- * may keep the hold now. */
+/* A worker that has released and not asked again (its log ends with its
+ * release), within wait_ms; 0 if none did. With lock caching its client
+ * may keep the hold now. The worker is returned stopped (SIGSTOP): the
+ * caller kills it, or continues it with SIGCONT. */
 pid_t fault_run_released_holder(const struct fault_run *run, int wait_ms);
 
 /* Kills keeper (SIGKILL; the keep-going file must be on), waits up to

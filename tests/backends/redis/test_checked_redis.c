@@ -311,14 +311,17 @@ static bool redis_exists(const char *key)
 
 /* The worker that has just released, while its client keeps the hold
  * (released in the worker, still on the server: the holder file empty,
- * the key there); 0 when no such moment came within wait_ms. */
+ * the key there), stopped; 0 when no such moment came within wait_ms. */
 static pid_t a_keeper(const struct fault_run *run, int wait_ms)
 {
     int64_t end = fault_now_us() + (int64_t)wait_ms * 1000;
     while (fault_now_us() < end) {
         pid_t released = fault_run_released_holder(run, (int)((end - fault_now_us()) / 1000) + 1);
-        if (released > 0 && redis_exists("dlock:{fault-suite-lock}") && fault_run_holder(run, 0) == 0)
+        if (released <= 0)
+            continue;
+        if (redis_exists("dlock:{fault-suite-lock}") && fault_run_holder(run, 0) == 0)
             return released;
+        kill(released, SIGCONT);
     }
     return 0;
 }
