@@ -7,6 +7,20 @@
 # line, or as one failure without one.
 total_pass=0
 total_fail=0
+
+# The lines of a failed program's log that say why: cmocka's failures,
+# sanitizer reports with their stacks, valgrind's errors and definite
+# leaks. Valgrind's "possibly lost" and "still reachable" records are left
+# out (they fail nothing, and a forked child prints many), so that they do
+# not crowd out the cause.
+failure_lines() {
+    awk '
+        /^==[0-9]+== [0-9,]+ bytes in [0-9,]+ blocks are (possibly lost|still reachable)/ { skip = 1; next }
+        /^==[0-9]+== *$/ { skip = 0; next }
+        skip { next }
+        /FAILED|not ok|ERROR|error|Sanitizer|==[0-9]+==|^  (Previous )?(Read|Write|Atomic)|^    #[0-9]+ / { print }
+    ' "$1" | head -60
+}
 for dir in "$@"; do
     if [ -f "$dir" ]; then
         line=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$dir" | tail -1)
@@ -38,7 +52,7 @@ for dir in "$@"; do
         if [ "$result" != PASS ] && [ "$f" = 0 ]; then
             f=1 # crashed, hung or leaked without a failing case of its own
         fi
-        [ "$result" != PASS ] && echo "$dir: FAIL ${log#$dir/}" && sed -n '1,200p' "$log" | grep -E 'FAILED|not ok|ERROR|error|Sanitizer|==[0-9]+==|^  (Previous )?(Read|Write|Atomic)|^    #[0-9]+ ' | head -60
+        [ "$result" != PASS ] && echo "$dir: FAIL ${log#$dir/}" && failure_lines "$log"
         pass=$((pass + p))
         fail=$((fail + f))
     done
