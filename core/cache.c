@@ -54,29 +54,60 @@ bool dlock__cache_may_keep(const dlock_client *c, const struct dlock__entry *e, 
            !(h->options.flags & DLOCK_LOCK_FAIR) && dlock__hold_renewed_by_watchdog(c, h);
 }
 
-/* How a kept hold ended: taken over here (hit), given back because another
- * owner asked (asked), or neither (idle, lost, freed). A name whose last
- * sixteen kept holds were asked for more than eight times, and taken over
- * at most once, is one that clients take in turns: keeping it only makes
- * the next owner ask and wait for the give-back. It is not kept for
- * cache.cooldown_ms, twice as long each time that recurs with no hit in
- * between (at most 32 times). e->mu held. */
-static void note_end(dlock_client *c, struct dlock__entry *e, bool hit, bool asked)
+/* A moving average with weight 1/k for the new sample; the first sample
+ * is taken as it is. */
+static int64_t averaged(int64_t avg, int64_t sample, int64_t k)
 {
-    e->cache_ends_hit = (uint16_t)(e->cache_ends_hit << 1 | (hit ? 1u : 0u));
-    e->cache_ends_asked = (uint16_t)(e->cache_ends_asked << 1 | (asked ? 1u : 0u));
-    if (hit)
-        e->cache_cooldown_ms = 0;
+    return avg <= 0 ? sample : avg + (sample - avg) / k;
+}
+
+void dlock__cache_note_attempt(struct dlock__entry *e, int64_t attempt_us)
+{
+    /* The release is one more call of the same kind, so a hold the server
+     * grants and frees costs about two granting attempts: what a hit saves. */
+    e->cache_cycle_us = averaged(e->cache_cycle_us, 2 * (attempt_us > 0 ? attempt_us : 1), 4);
+}
+
+/* A kept hold given back because another owner asked, give_back_us after
+ * the request was heard. Keeping pays while the hits between two such
+ * requests save more than one request costs. The request's cost is
+ * counted twice the keeper's part (hearing it, the give-back): the asker
+ * pays as much again to hear of the give-back and ask once more, where a
+ * name nobody kept would have been granted at its first ask. So a backend
+ * whose cycle is cheap beside its wake-ups (local: two system calls)
+ * keeps only a name that one client takes again and again, and one whose
+ * cycle is round trips keeps a name that is mostly its own. A name whose
+ * averages say it does not pay, after two requests, is not kept for
+ * cache.cooldown_ms, twice as long each time that recurs with no
+ * verdict for keeping in between (at most 32 times). e->mu held. */
+static void note_asked(dlock_client *c, struct dlock__entry *e, int64_t give_back_us)
+{
+    e->cache_give_back_us = averaged(e->cache_give_back_us, give_back_us > 0 ? give_back_us : 1, 4);
+    int64_t hits = e->cache_hits_since_ask < 1024 ? e->cache_hits_since_ask : 1024;
+    e->cache_hits_per_ask_x16 = e->cache_asks == 0 ? 16 * hits : averaged(e->cache_hits_per_ask_x16, 16 * hits, 8);
+    e->cache_hits_since_ask = 0;
+    if (e->cache_asks < UINT32_MAX)
+        e->cache_asks++;
     int64_t base = c->config.cache_cooldown_ms;
-    if (base <= 0 || __builtin_popcount(e->cache_ends_asked) <= 8 || __builtin_popcount(e->cache_ends_hit) > 1)
+    if (base <= 0 || e->cache_asks < 2)
         return;
+    int64_t saved_x16 = e->cache_hits_per_ask_x16 * e->cache_cycle_us;
+    int64_t cost_x16 = 16 * 2 * e->cache_give_back_us;
+    if (saved_x16 >= cost_x16) {
+        e->cache_cooldown_ms = 0;
+        return;
+    }
     int64_t pause = e->cache_cooldown_ms > 0 ? e->cache_cooldown_ms : base;
     e->cache_off_until_ms = dlock__now_ms() + pause;
     e->cache_cooldown_ms = pause * 2 <= base * 32 ? pause * 2 : base * 32;
-    e->cache_ends_hit = e->cache_ends_asked = 0;
+    e->cache_asks = 0;
     dlock__metric_inc(&c->metrics.cache_pauses);
-    dlock__logf(&c->log, DLOCK_LOG_DEBUG, "lock '%s': its kept holds keep being asked for: not kept for %lld ms",
-                dlock__entry_show(e), (long long)pause);
+    dlock__logf(&c->log, DLOCK_LOG_DEBUG,
+                "lock '%s': keeping it does not pay (%lld.%02lld hits between requests, each saving %lld us; a "
+                "request costs %lld us): not kept for %lld ms",
+                dlock__entry_show(e), (long long)(e->cache_hits_per_ask_x16 / 16),
+                (long long)(e->cache_hits_per_ask_x16 % 16 * 100 / 16), (long long)e->cache_cycle_us,
+                (long long)(2 * e->cache_give_back_us), (long long)pause);
 }
 
 void dlock__cache_unwatch(dlock_client *c, struct dlock__entry *e)
@@ -173,7 +204,7 @@ bool dlock__cache_hit(dlock_client *c, struct dlock__entry *e, const dlock_lock 
     e->on_lost_arg = h->options.on_lost_arg;
     e->on_lost_handle = (dlock_lock *)h;
     e->granted_at_ms = now_ms;
-    note_end(c, e, true, false);
+    e->cache_hits_since_ask++;
     dlock__metric_inc(&c->metrics.cache_hits);
     return true;
 }
@@ -181,11 +212,17 @@ bool dlock__cache_hit(dlock_client *c, struct dlock__entry *e, const dlock_lock 
 /* The owner-checked release of a cached hold (lost ones only when the
  * backend may still have them), and the wake-up of whoever waits for the
  * name in this client. */
-static void give_back(dlock_client *c, struct dlock__entry *e)
+static void give_back(dlock_client *c, struct dlock__entry *e, int64_t asked_at_us)
 {
     struct dlock__release_plan plan;
     dlock__hold_release_begin(c, e, false, &plan);
     int rc = plan.call_backend ? dlock__p_release(c, e) : DLOCK_OK;
+    /* Noted before the release ends: from then on the entry may go. */
+    if (asked_at_us > 0) {
+        pthread_mutex_lock(&e->mu);
+        note_asked(c, e, dlock__now_us() - asked_at_us);
+        pthread_mutex_unlock(&e->mu);
+    }
     rc = dlock__hold_release_end(c, e, &plan, rc);
     if (rc != DLOCK_OK)
         dlock__logf(&c->log, DLOCK_LOG_DEBUG, "lock '%s': giving back its cached hold: %s", dlock__entry_show(e),
@@ -198,9 +235,9 @@ bool dlock__cache_round(dlock_client *c, struct dlock__entry *e)
     int64_t idle_due = e->cache_last_used_ms + e->cache_idle_ms;
     if (e->lost || e->cache_dropping || e->wanted || now >= idle_due || !enough_validity(e)) {
         e->cache_dropping = true;
-        note_end(c, e, false, e->wanted);
+        int64_t asked_at_us = e->wanted ? __atomic_load_n(&e->wanted_at_us, __ATOMIC_RELAXED) : 0;
         pthread_mutex_unlock(&e->mu);
-        give_back(c, e);
+        give_back(c, e, asked_at_us);
         return true;
     }
     int64_t renew_due = __atomic_load_n(&e->renew_due_ms, __ATOMIC_RELAXED);

@@ -61,11 +61,13 @@ struct dlock__entry {
     int64_t watch_retry_at_ms;      /* monotonic: a failed watch_wanted is not tried again before this */
     int64_t cache_last_used_ms;     /* monotonic: when it was last released into the cache */
     int64_t cache_idle_ms;          /* the idle limit of the handle that kept it */
-    /* How the name's last kept holds ended (bit i: the i-th latest), for
-     * the switch that stops keeping a name whose kept holds keep being
-     * asked for; e->mu. */
-    uint16_t cache_ends_asked;      /* given back because another owner asked */
-    uint16_t cache_ends_hit;        /* taken over by an acquire here */
+    /* What keeping the name earns and costs, for the switch that stops
+     * keeping it when the give-backs cost more than the hits save; e->mu. */
+    uint32_t cache_hits_since_ask;  /* kept holds taken over here since the last give-back asked for */
+    uint32_t cache_asks;            /* give-backs asked for since the switch last paused keeping */
+    int64_t cache_hits_per_ask_x16; /* moving average of hits between two give-backs asked for, x 16 */
+    int64_t cache_cycle_us;         /* moving average of what a hold costs the server: twice a granting attempt */
+    int64_t cache_give_back_us;     /* moving average from a request heard to its give-back done */
     int64_t cache_off_until_ms;     /* monotonic: no keeping before this */
     int64_t cache_cooldown_ms;      /* the next pause's length (doubles while it persists) */
     int64_t renew_due_ms;           /* monotonic: the next renewal's due time (atomic) */
@@ -220,6 +222,10 @@ void dlock__cache_park(dlock_client *c, struct dlock__entry *e, const dlock_lock
  * waiting, so that a hit reads no clock for it). */
 bool dlock__cache_hit(dlock_client *c, struct dlock__entry *e, const dlock_lock *h, uint64_t self,
                       int64_t now_ms);
+/* A grant of e came attempt_us after its attempt was sent: what a hold
+ * costs the server, beside which the switch weighs give-backs (e->mu
+ * held). */
+void dlock__cache_note_attempt(struct dlock__entry *e, int64_t attempt_us);
 /* Whether holds of e taken through h may be kept after their release:
  * caching on and offered, an exclusive watchdog hold. */
 bool dlock__cache_may_keep(const dlock_client *c, const struct dlock__entry *e, const dlock_lock *h);

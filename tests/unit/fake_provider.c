@@ -116,6 +116,7 @@ static void delay(const int64_t *field)
 static int fake_acquire(void *instance, struct dlock_provider_lock *lk, struct dlock_grant *g)
 {
     (void)instance;
+    delay(&fake.acquire_delay_ms);
     pthread_mutex_lock(&fake.mu);
     fake.acquires++;
     fake.acquire_thread = pthread_self();

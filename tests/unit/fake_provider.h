@@ -31,6 +31,7 @@ struct fake_server {
     int64_t busy_hint_ms;     /* hint on busy (-1 none) */
     int64_t renew_delay_ms;   /* renew/renew_batch block this long first (a slow server) */
     int64_t release_delay_ms; /* release blocks this long first */
+    int64_t acquire_delay_ms; /* acquire blocks this long first (a server far away) */
     int64_t granted_lease_ms; /* if > 0, acquire reports this as the lease granted */
     int64_t granted_valid_ms; /* if non-zero, acquire reports this as what is left of the lease */
     int passing_failures;     /* acquire answers this many DLOCK_EUNAVAILABLE with a 20 ms retry hint */
