@@ -344,6 +344,27 @@ static bool log_ends_with_release(const struct fault_run *run, int i)
     return sscanf(last, "%lld %31s", &t, what) == 2 && strcmp(what, "release") == 0;
 }
 
+uint64_t fault_run_last_fence(const struct fault_run *run, pid_t worker)
+{
+    for (int i = 0; i < run->nworkers; i++) {
+        if (run->pids[i] != worker)
+            continue;
+        char path[256], line[256], what[32];
+        snprintf(path, sizeof path, "%s/worker-%d.log", run->dir, i);
+        FILE *f = fopen(path, "r");
+        if (!f)
+            return 0;
+        unsigned long long fence, last = 0;
+        long long t;
+        while (fgets(line, sizeof line, f))
+            if (sscanf(line, "%lld %31s %llu", &t, what, &fence) == 3 && strcmp(what, "grant") == 0)
+                last = fence;
+        fclose(f);
+        return last;
+    }
+    return 0;
+}
+
 pid_t fault_run_released_holder(const struct fault_run *run, int wait_ms)
 {
     /* The holder file empties before the worker's write and its release:
@@ -369,7 +390,7 @@ pid_t fault_run_released_holder(const struct fault_run *run, int wait_ms)
     return 0;
 }
 
-void fault_run_kill_a_keeper(struct fault_run *run, pid_t keeper, const char *scenario, int lease_ms)
+int64_t fault_run_kill_a_keeper(struct fault_run *run, pid_t keeper, const char *scenario, int lease_ms)
 {
     struct history_report r;
     assert_true(keeper > 0);
@@ -387,6 +408,7 @@ void fault_run_kill_a_keeper(struct fault_run *run, pid_t keeper, const char *sc
     fault_run_finish(run, scenario, &r);
     printf("# the next grant came %lld ms after the kill (lease %d ms)\n", (long long)granted_after_ms, lease_ms);
     assert_true(after >= 1);
+    return granted_after_ms;
 }
 
 void fault_run_finish_kept_holds(struct fault_run *run, const char *scenario)

@@ -71,11 +71,14 @@ pid_t fault_run_holder(const struct fault_run *run, int wait_ms);
  * caller kills it, or continues it with SIGCONT. */
 pid_t fault_run_released_holder(const struct fault_run *run, int wait_ms);
 
+/* The fence of worker's latest grant, from its log; 0 if it has none. */
+uint64_t fault_run_last_fence(const struct fault_run *run, pid_t worker);
+
 /* Kills keeper (SIGKILL; the keep-going file must be on), waits up to
  * lease_ms + 5 s for another worker's grant, ends the run and checks it
  * (scenario names it), prints how long the grant took, and fails the case
- * when no grant came. */
-void fault_run_kill_a_keeper(struct fault_run *run, pid_t keeper, const char *scenario, int lease_ms);
+ * when no grant came. Returns how long it took, in ms. */
+int64_t fault_run_kill_a_keeper(struct fault_run *run, pid_t keeper, const char *scenario, int lease_ms);
 
 /* Ends a run of kept holds with no fault and checks it (scenario names
  * it): no violation, no loss, no failed check, and at least one grant of

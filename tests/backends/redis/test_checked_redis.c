@@ -309,9 +309,21 @@ static bool redis_exists(const char *key)
     return yes;
 }
 
+/* Whether the name's fence counter is still at fence: nobody was granted
+ * the name since the grant that got it. */
+static bool fence_still(uint64_t fence)
+{
+    redisReply *r = test_redis_cmd(&server, "GET dlock:{fault-suite-lock}:fence");
+    bool yes = r && r->type == REDIS_REPLY_STRING && strtoull(r->str, NULL, 10) == fence;
+    if (r)
+        freeReplyObject(r);
+    return yes;
+}
+
 /* The worker that has just released, while its client keeps the hold
- * (released in the worker, still on the server: the holder file empty,
- * the key there), stopped; 0 when no such moment came within wait_ms. */
+ * (released in the worker, still on the server: the key there, and the
+ * fence counter still at the worker's last grant, so the key is that
+ * grant's hold), stopped; 0 when no such moment came within wait_ms. */
 static pid_t a_keeper(const struct fault_run *run, int wait_ms)
 {
     int64_t end = fault_now_us() + (int64_t)wait_ms * 1000;
@@ -319,7 +331,8 @@ static pid_t a_keeper(const struct fault_run *run, int wait_ms)
         pid_t released = fault_run_released_holder(run, (int)((end - fault_now_us()) / 1000) + 1);
         if (released <= 0)
             continue;
-        if (redis_exists("dlock:{fault-suite-lock}") && fault_run_holder(run, 0) == 0)
+        uint64_t fence = fault_run_last_fence(run, released);
+        if (fence > 0 && redis_exists("dlock:{fault-suite-lock}") && fence_still(fence))
             return released;
         kill(released, SIGCONT);
     }
@@ -335,7 +348,12 @@ static void kept_holds_and_a_keeper_killed(void **state)
     struct fault_run run;
     start(&run, SHORT_HOLD_MS);
     fault_run_keep_going(&run, true); /* a kill late in the run still meets the other worker */
-    fault_run_kill_a_keeper(&run, a_keeper(&run, 5000), "redis, kept holds, a keeper SIGKILLed", LEASE_MS);
+    int64_t granted_after_ms =
+        fault_run_kill_a_keeper(&run, a_keeper(&run, 5000), "redis, kept holds, a keeper SIGKILLed", LEASE_MS);
+    /* Renewed every third of the lease, the kept hold had at least two
+     * thirds of it left when its keeper stopped: less than a third would
+     * mean the kill found no kept hold, and the case proved nothing. */
+    assert_true(granted_after_ms >= LEASE_MS / 3);
 }
 
 /* The server killed and restarted empty while holds are kept: a kept hold
