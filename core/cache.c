@@ -63,14 +63,24 @@ static int64_t averaged(int64_t avg, int64_t sample, int64_t k)
 
 void dlock__cache_note_attempt(struct dlock__entry *e, int64_t attempt_us)
 {
-    /* The release is one more call of the same kind, so a hold the server
-     * grants and frees costs about two granting attempts: what a hit saves. */
-    e->cache_cycle_us = averaged(e->cache_cycle_us, 2 * (attempt_us > 0 ? attempt_us : 1), 4);
+    /* A hit replaces a grant made while nobody waits. A grant after a wait
+     * can take far longer (on local, the attempt joins the line and looks
+     * again), so what is kept is a floor: the least recent time at once,
+     * a rise of a sixteenth per grant otherwise. */
+    int64_t t = attempt_us > 0 ? attempt_us : 1;
+    int64_t risen = e->cache_attempt_us + e->cache_attempt_us / 16 + 1;
+    e->cache_attempt_us = e->cache_attempt_us <= 0 || t < risen ? t : risen;
+}
+
+void dlock__cache_note_release(struct dlock__entry *e, int64_t release_us)
+{
+    e->cache_release_us = averaged(e->cache_release_us, release_us > 0 ? release_us : 1, 4);
 }
 
 /* A kept hold given back because another owner asked, give_back_us after
  * the request was heard. Keeping pays while the hits between two such
- * requests save more than one request costs. The request's cost is
+ * requests save more than one request costs. A hit saves a grant made
+ * while nobody waits and a release. The request's cost is
  * counted twice the keeper's part (hearing it, the give-back): the asker
  * pays as much again to hear of the give-back and ask once more, where a
  * name nobody kept would have been granted at its first ask. So a backend
@@ -91,7 +101,8 @@ static void note_asked(dlock_client *c, struct dlock__entry *e, int64_t give_bac
     int64_t base = c->config.cache_cooldown_ms;
     if (base <= 0 || e->cache_asks < 2)
         return;
-    int64_t saved_x16 = e->cache_hits_per_ask_x16 * e->cache_cycle_us;
+    int64_t cycle_us = e->cache_attempt_us + e->cache_release_us;
+    int64_t saved_x16 = e->cache_hits_per_ask_x16 * cycle_us;
     int64_t cost_x16 = 16 * 2 * e->cache_give_back_us;
     if (saved_x16 >= cost_x16) {
         e->cache_cooldown_ms = 0;
@@ -106,7 +117,7 @@ static void note_asked(dlock_client *c, struct dlock__entry *e, int64_t give_bac
                 "lock '%s': keeping it does not pay (%lld.%02lld hits between requests, each saving %lld us; a "
                 "request costs %lld us): not kept for %lld ms",
                 dlock__entry_show(e), (long long)(e->cache_hits_per_ask_x16 / 16),
-                (long long)(e->cache_hits_per_ask_x16 % 16 * 100 / 16), (long long)e->cache_cycle_us,
+                (long long)(e->cache_hits_per_ask_x16 % 16 * 100 / 16), (long long)cycle_us,
                 (long long)(2 * e->cache_give_back_us), (long long)pause);
 }
 

@@ -66,7 +66,8 @@ struct dlock__entry {
     uint32_t cache_hits_since_ask;  /* kept holds taken over here since the last give-back asked for */
     uint32_t cache_asks;            /* give-backs asked for since the switch last paused keeping */
     int64_t cache_hits_per_ask_x16; /* moving average of hits between two give-backs asked for, x 16 */
-    int64_t cache_cycle_us;         /* moving average of what a hold costs the server: twice a granting attempt */
+    int64_t cache_attempt_us;       /* what a granting attempt costs when nothing waits: a floor of their times */
+    int64_t cache_release_us;       /* moving average of the releases sent to the backend */
     int64_t cache_give_back_us;     /* moving average from a request heard to its give-back done */
     int64_t cache_off_until_ms;     /* monotonic: no keeping before this */
     int64_t cache_cooldown_ms;      /* the next pause's length (doubles while it persists) */
@@ -174,6 +175,7 @@ struct dlock__release_plan {
     bool call_backend;
     bool cached;          /* a cached hold given back: the application's release was counted at its park */
     int64_t granted_at;
+    int64_t sent_us;      /* monotonic: when the release began, for the caching switch (0: not timed) */
 };
 bool dlock__hold_release_begin(dlock_client *c, struct dlock__entry *e, bool nowait,
                                struct dlock__release_plan *plan);
@@ -222,10 +224,11 @@ void dlock__cache_park(dlock_client *c, struct dlock__entry *e, const dlock_lock
  * waiting, so that a hit reads no clock for it). */
 bool dlock__cache_hit(dlock_client *c, struct dlock__entry *e, const dlock_lock *h, uint64_t self,
                       int64_t now_ms);
-/* A grant of e came attempt_us after its attempt was sent: what a hold
- * costs the server, beside which the switch weighs give-backs (e->mu
- * held). */
+/* A grant of e came attempt_us after its attempt was sent, and a release
+ * of e sent to the backend took release_us: what a hold costs the server,
+ * beside which the switch weighs give-backs (e->mu held). */
 void dlock__cache_note_attempt(struct dlock__entry *e, int64_t attempt_us);
+void dlock__cache_note_release(struct dlock__entry *e, int64_t release_us);
 /* Whether holds of e taken through h may be kept after their release:
  * caching on and offered, an exclusive watchdog hold. */
 bool dlock__cache_may_keep(const dlock_client *c, const struct dlock__entry *e, const dlock_lock *h);

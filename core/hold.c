@@ -139,6 +139,8 @@ bool dlock__hold_release_begin(dlock_client *c, struct dlock__entry *e, bool now
     plan->cached = e->cached;
     e->give_back_due = false;
     plan->granted_at = e->granted_at_ms;
+    /* Timed only where the caching switch weighs it: a watched name. */
+    plan->sent_us = e->watching && plan->call_backend ? dlock__now_us() : 0;
     pthread_mutex_unlock(&e->mu);
     return true;
 }
@@ -146,7 +148,10 @@ bool dlock__hold_release_begin(dlock_client *c, struct dlock__entry *e, bool now
 int dlock__hold_release_end(dlock_client *c, struct dlock__entry *e, const struct dlock__release_plan *plan, int rc)
 {
     char reason[sizeof e->lost_reason];
+    int64_t released_at_us = plan->sent_us > 0 ? dlock__now_us() : 0;
     pthread_mutex_lock(&e->mu);
+    if (released_at_us > 0 && rc == DLOCK_OK)
+        dlock__cache_note_release(e, released_at_us - plan->sent_us);
     memcpy(reason, e->lost_reason, sizeof reason);
     e->count = 0;
     e->holder = 0;
