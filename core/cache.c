@@ -93,8 +93,19 @@ void dlock__cache_note_release(struct dlock__entry *e, int64_t release_us)
 static void note_asked(dlock_client *c, struct dlock__entry *e, int64_t give_back_us)
 {
     e->cache_give_back_us = averaged(e->cache_give_back_us, give_back_us > 0 ? give_back_us : 1, 4);
-    int64_t hits = e->cache_hits_since_ask < 1024 ? e->cache_hits_since_ask : 1024;
-    e->cache_hits_per_ask_x16 = e->cache_asks == 0 ? 16 * hits : averaged(e->cache_hits_per_ask_x16, 16 * hits, 8);
+    /* Hits past the cap say no more (a name long used alone, then shared,
+     * is weighed on its sharing after a few requests). The average moves
+     * at least one step towards each sample: a name whose hits stopped
+     * comes down to none. */
+    int64_t sample = 16 * (int64_t)e->cache_hits_since_ask;
+    if (e->cache_asks == 0) {
+        e->cache_hits_per_ask_x16 = sample;
+    } else {
+        int64_t step = (sample - e->cache_hits_per_ask_x16) / 8;
+        if (step == 0 && sample != e->cache_hits_per_ask_x16)
+            step = sample > e->cache_hits_per_ask_x16 ? 1 : -1;
+        e->cache_hits_per_ask_x16 += step;
+    }
     e->cache_hits_since_ask = 0;
     if (e->cache_asks < UINT32_MAX)
         e->cache_asks++;
@@ -139,11 +150,16 @@ void dlock__cache_wanted(struct dlock_provider_lock *lk)
      * Between holds the time is noted: a request answered just after the
      * server granted our next hold, but heard before the grant's answer
      * was read, is one for that hold (the grant then marks it wanted). */
-    __atomic_store_n(&e->wanted_at_us, dlock__now_us(), __ATOMIC_RELAXED);
+    int64_t now_us = dlock__now_us();
+    __atomic_store_n(&e->wanted_at_us, now_us, __ATOMIC_RELAXED);
     if (e->count > 0 && !e->wanted) {
         e->wanted = true;
-        if (e->cached)
+        if (e->cached) {
+            /* The first request is the one the give-back answers: a later
+             * one (the asker looking again) does not restart its cost. */
+            e->cache_asked_at_us = now_us;
             dlock__cache_drop_soon(e->client, e);
+        }
     }
     pthread_mutex_unlock(&e->mu);
 }
@@ -215,7 +231,8 @@ bool dlock__cache_hit(dlock_client *c, struct dlock__entry *e, const dlock_lock 
     e->on_lost_arg = h->options.on_lost_arg;
     e->on_lost_handle = (dlock_lock *)h;
     e->granted_at_ms = now_ms;
-    e->cache_hits_since_ask++;
+    if (e->cache_hits_since_ask < DLOCK__CACHE_HITS_WEIGHED)
+        e->cache_hits_since_ask++;
     dlock__metric_inc(&c->metrics.cache_hits);
     return true;
 }
@@ -228,7 +245,8 @@ static void give_back(dlock_client *c, struct dlock__entry *e, int64_t asked_at_
     struct dlock__release_plan plan;
     dlock__hold_release_begin(c, e, false, &plan);
     int rc = plan.call_backend ? dlock__p_release(c, e) : DLOCK_OK;
-    /* Noted before the release ends: from then on the entry may go. */
+    /* Noted here, where e->mu is free and the give-back's round trip is
+     * in the time. */
     if (asked_at_us > 0) {
         pthread_mutex_lock(&e->mu);
         note_asked(c, e, dlock__now_us() - asked_at_us);
@@ -246,7 +264,7 @@ bool dlock__cache_round(dlock_client *c, struct dlock__entry *e)
     int64_t idle_due = e->cache_last_used_ms + e->cache_idle_ms;
     if (e->lost || e->cache_dropping || e->wanted || now >= idle_due || !enough_validity(e)) {
         e->cache_dropping = true;
-        int64_t asked_at_us = e->wanted ? __atomic_load_n(&e->wanted_at_us, __ATOMIC_RELAXED) : 0;
+        int64_t asked_at_us = e->wanted ? e->cache_asked_at_us : 0;
         pthread_mutex_unlock(&e->mu);
         give_back(c, e, asked_at_us);
         return true;

@@ -63,12 +63,14 @@ struct dlock__entry {
     int64_t cache_idle_ms;          /* the idle limit of the handle that kept it */
     /* What keeping the name earns and costs, for the switch that stops
      * keeping it when the give-backs cost more than the hits save; e->mu. */
-    uint32_t cache_hits_since_ask;  /* kept holds taken over here since the last give-back asked for */
+    uint32_t cache_hits_since_ask;  /* kept holds taken over here since the last give-back asked for
+                                     * (at most DLOCK__CACHE_HITS_WEIGHED) */
     uint32_t cache_asks;            /* give-backs asked for since the switch last paused keeping */
     int64_t cache_hits_per_ask_x16; /* moving average of hits between two give-backs asked for, x 16 */
     int64_t cache_attempt_us;       /* what a granting attempt costs when nothing waits: a floor of their times */
     int64_t cache_release_us;       /* moving average of the releases sent to the backend */
     int64_t cache_give_back_us;     /* moving average from a request heard to its give-back done */
+    int64_t cache_asked_at_us;      /* monotonic: when the kept hold was first asked for */
     int64_t cache_off_until_ms;     /* monotonic: no keeping before this */
     int64_t cache_cooldown_ms;      /* the next pause's length (doubles while it persists) */
     int64_t renew_due_ms;           /* monotonic: the next renewal's due time (atomic) */

@@ -75,7 +75,9 @@ int dlock__hold_grant_kept(dlock_client *c, struct dlock__entry *e, dlock_lock *
     e->valid_until_ms = t_send.boot_ms + valid - dlock__drift_ms(lease);
     int64_t now_us = dlock__now_us();
     e->granted_at_ms = now_us / 1000;
-    dlock__cache_note_attempt(e, now_us - t_send.mono_us);
+    /* A non-blocking grant's time includes its loop's turn: not weighed. */
+    if (self == dlock__thread_no())
+        dlock__cache_note_attempt(e, now_us - t_send.mono_us);
     e->on_lost = h->options.on_lost;
     e->on_lost_arg = h->options.on_lost_arg;
     e->on_lost_handle = h;

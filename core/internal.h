@@ -115,6 +115,9 @@ struct dlock__diag {
  * keep being asked for is not kept at first. */
 #define DLOCK__DEFAULT_CACHE_IDLE_MS 1000
 #define DLOCK__DEFAULT_CACHE_COOLDOWN_MS 10000
+/* The caching switch counts at most this many hits between two requests
+ * of other owners. */
+#define DLOCK__CACHE_HITS_WEIGHED 64
 /* A name whose watch_wanted failed (its holds are then not kept) is
  * watched again at a grant this much later at the soonest: each try may
  * wait for the server. */

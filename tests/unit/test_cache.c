@@ -637,10 +637,10 @@ static void hits_that_save_more_than_the_requests_cost_keep_the_name_kept(void *
 {
     (void)state;
     struct two_clients t = two_clients(open_caching("fakecache", 3000, 60000), "mostly-mine");
-    /* A server 30 ms away: a hit saves two such attempts, and a give-back
+    /* A server 60 ms away: a hit saves such an attempt, and a give-back
      * (a thread hop and a release that does not wait) costs far less. One
      * hit between two requests pays. */
-    FAKE_SET(acquire_delay_ms, 30);
+    FAKE_SET(acquire_delay_ms, 60);
     rounds_of_hits_then_a_request(&t, 6, 1, true);
     FAKE_SET(acquire_delay_ms, 0);
     two_clients_done(&t);
