@@ -485,7 +485,10 @@ static void a_queued_waiter_looks_again_without_a_write(void **state)
     dlock_client *a = open_ok(30000), *b = open_ok(30000);
     dlock_lock *la = test_lock_named(a, "look-again"), *lb = test_lock_named(b, "look-again");
     assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
-    struct thread_waiter wb = THREAD_WAITER(lb, 20000, 50);
+    /* Static: a failed check leaves the thread running, and it must not
+     * write into a stack frame the next case reuses. */
+    static struct thread_waiter wb;
+    wb = THREAD_WAITER(lb, 20000, 50);
     pthread_t t;
     assert_int_equal(pthread_create(&t, NULL, thread_waiter_run, &wb), 0);
     int64_t t0 = now_ms();
@@ -493,12 +496,14 @@ static void a_queued_waiter_looks_again_without_a_write(void **state)
         sleep_ms(10);
     assert_int_equal(keys_of("look-again"), 2); /* b's key is queued */
     /* The rest of b's queueing attempt may still be on its way (a loaded
-     * machine): first a quiet spell longer than a slice, for at most 2 s.
-     * A waiter that wrote at every look never has one, and fails below. */
+     * machine): first a quiet spell longer than a slice (and than the
+     * pause a sanitizer's slowness can put between two of the attempt's
+     * writes), for at most 2 s. A waiter that wrote at every look never
+     * has one, and fails below. */
     long writes = server_writes();
     t0 = now_ms();
     for (;;) {
-        sleep_ms(150);
+        sleep_ms(slack_ms(150));
         long now_writes = server_writes();
         if (now_writes == writes || now_ms() - t0 > slack_ms(2000))
             break;
