@@ -179,8 +179,8 @@ int dlock__metrics_format(const struct dlock__metrics *m, const char *backend, c
           &m->cache_hits },
         { "dlock_cache_givebacks_total", "Kept holds released on the backend (idle, asked for, lost, freed).",
           &m->cache_givebacks },
-        { "dlock_cache_pauses_total", "Times a name was not kept for a while, its kept holds asked for "
-          "in turn (cache.cooldown_ms).", &m->cache_pauses },
+        { "dlock_cache_pauses_total", "Times a name was not kept for a while, its give-backs costing "
+          "more than its hits save (cache.cooldown_ms).", &m->cache_pauses },
         { "dlock_reentries_total", "Reentrant acquires served by the client.", &m->reentries },
         { "dlock_busy_total", "Attempts answered busy.", &m->busy },
         { "dlock_timeouts_total", "Acquires that ran out of wait budget.", &m->timeouts },
