@@ -45,7 +45,7 @@ struct conformance_target {
      * suite counts them. CONFORMANCE_FIRST_ATTEMPT_TWO_TRIPS when a first
      * attempt is two round trips, the second sent after the first's
      * answer (zookeeper: create our node, then list the parent's
-     * children), so it wakes the caller's loop twice. */
+     * children), so it may wake the caller's loop twice. */
     int native_round_trips;
 };
 #define CONFORMANCE_NATIVE_ATTEMPTS 1

@@ -880,8 +880,10 @@ static int wakes_until_called(dlock_client *c, struct async_result *r)
  * timer, a socket being writable, a step the loop only passes on to a
  * worker); one on a pool thread is delivered through the done eventfd.
  * (An attempt of two round trips one after the other wakes it for each
- * answer.) Counted over a few cycles after the first (which may
- * connect). */
+ * answer, or once for both: the call that reads the first answer and sends
+ * the second looks at the loop's set again before it returns, and finds
+ * the second answer there when it came back that fast.) Counted over a
+ * few cycles after the first (which may connect). */
 static void async_round_trips_wake_the_loop_once(void **state)
 {
     (void)state;
@@ -893,7 +895,8 @@ static void async_round_trips_wake_the_loop_once(void **state)
         struct async_result r = { 0 };
         assert_int_equal(dlock_acquire_start(l, 0, async_record, &r), DLOCK_OK);
         int wakes = wakes_until_called(c, &r);
-        if (r.rc != DLOCK_OK || wakes != (target->native_round_trips & CONFORMANCE_FIRST_ATTEMPT_TWO_TRIPS ? 2 : 1))
+        int most_wakes = target->native_round_trips & CONFORMANCE_FIRST_ATTEMPT_TWO_TRIPS ? 2 : 1;
+        if (r.rc != DLOCK_OK || wakes < 1 || wakes > most_wakes)
             fail_msg("%s: acquire %d: %s after %d wake-ups", target->name, i, dlock_strerror(r.rc), wakes);
         memset(&r, 0, sizeof r);
         assert_int_equal(dlock_release_start(l, async_record, &r), DLOCK_OK);
