@@ -50,6 +50,7 @@
 
 #include "etcd_backend.h"
 #include "etcd_list.h"
+#include "etcd_wanted.h"
 #include "etcd_watch.h"
 #include "../common/name_escape.h"
 
@@ -252,12 +253,16 @@ static int check_permits(struct etcd_instance *inst, const struct dlock_provider
     return DLOCK_OK;
 }
 
-/* A grant on our key: its create_revision is the fence. */
+/* A grant on our key: its create_revision is the fence. Another key of
+ * the name in the granting read is a request queued behind ours (or a try
+ * about to leave): the core does not keep such a hold. */
 static void grant_on_our_key(struct etcd_lock *el, struct dlock_grant *g)
 {
     el->granted_rev = el->create_rev;
+    __atomic_store_n(&el->wanted_floor, el->create_rev, __ATOMIC_RELEASE);
     g->fence = (uint64_t)el->create_rev;
     g->has_fence = 1;
+    g->others_waiting = el->others_queued;
 }
 
 /* One attempt (etcd_acquire). */
@@ -382,6 +387,9 @@ void etcd_read_queueing(const struct dlock_provider_lock *lk, struct etcd_lock *
         made_shared = etcd_kv_made_shared(kv);
     }
     q->first = is_granted(lk, el, deciding);
+    /* The range's count is of every key in it, past its limit. */
+    el->others_queued = lk->mode == DLOCK_MODE_EXCLUSIVE && etcd_json_int(deciding, "count") > 1;
+    el->read_at_rev = q->at_revision;
     q->consistent = el->create_rev && (lk->mode == DLOCK_MODE_SHARED || etcd_first_kv(deciding));
     if (q->created)
         el->make_key_anew = false;
@@ -676,9 +684,44 @@ static int etcd_open(void **instance, const struct dlock_provider_env *env)
         free(inst);
         return rc;
     }
+    if ((rc = etcd_wanted_new(&inst->http, env->wanted, env->log_handle, &inst->wanted)) != DLOCK_OK) {
+        etcd_orphans_destroy(&inst->orphans);
+        pthread_mutex_destroy(&inst->lease_mu);
+        etcd_http_destroy(&inst->http);
+        free(inst);
+        return rc;
+    }
     etcd_native_init(inst);
     *instance = inst;
     return DLOCK_OK;
+}
+
+/* A name whose holds may be kept: its directory's puts are watched from
+ * just after the read that granted this hold, so a request made since is
+ * told even if the stream starts later. Keys of this client (every owner
+ * id of it starts with the client's id) are not requests of another
+ * owner: another thread of ours queues in the client, not on the server. */
+static int etcd_watch_wanted(void *instance, struct dlock_provider_lock *lk)
+{
+    struct etcd_instance *inst = instance;
+    struct etcd_lock *el = lk->priv;
+    const char *colon = strchr(lk->owner, ':');
+    if (!el->dir || !colon)
+        return dlock_seterr(DLOCK_EINVAL, "etcd: lock '%s' has no key to watch", lk->name);
+    char ours[KEY_MAX];
+    size_t id_len = (size_t)(colon - lk->owner) + 1;
+    if (el->dir_len + id_len > sizeof ours)
+        return dlock_seterr(DLOCK_EINVAL, "etcd: lock '%s': name too long to watch", lk->name);
+    memcpy(ours, el->dir, el->dir_len);
+    memcpy(ours + el->dir_len, lk->owner, id_len);
+    return etcd_wanted_watch(inst->wanted, lk, el->dir, el->dir_len, ours, el->dir_len + id_len, &el->wanted_floor,
+                             el->read_at_rev + 1);
+}
+
+static void etcd_unwatch_wanted(void *instance, struct dlock_provider_lock *lk)
+{
+    struct etcd_instance *inst = instance;
+    etcd_wanted_unwatch(inst->wanted, lk);
 }
 
 static void etcd_close(void *instance)
@@ -694,6 +737,7 @@ static void etcd_close(void *instance)
         if (etcd_lease_call(inst, "/v3/lease/revoke", "ID", inst->leases[i].id, &reply) == DLOCK_OK)
             json_object_put(reply);
     }
+    etcd_wanted_free(inst->wanted);
     etcd_native_destroy(inst);
     etcd_orphans_destroy(&inst->orphans);
     pthread_mutex_destroy(&inst->lease_mu);
@@ -702,11 +746,11 @@ static void etcd_close(void *instance)
 }
 
 static const struct dlock_provider etcd_provider = {
-    .version = DLOCK_PROVIDER_VERSION_7,
+    .version = DLOCK_PROVIDER_VERSION_8,
     .name = "etcd",
     .capabilities = DLOCK_CAP_RENEW | DLOCK_CAP_FENCE | DLOCK_CAP_FENCE_LINEARIZABLE | DLOCK_CAP_NATIVE_WAIT |
                     DLOCK_CAP_FAIR | DLOCK_CAP_SERVER_EXPIRY | DLOCK_CAP_MULTI_HOST | DLOCK_CAP_SHARED |
-                    DLOCK_CAP_SEMAPHORE | DLOCK_CAP_DOWNGRADE | DLOCK_CAP_ELECTION,
+                    DLOCK_CAP_SEMAPHORE | DLOCK_CAP_DOWNGRADE | DLOCK_CAP_ELECTION | DLOCK_CAP_CACHE,
     .lock_priv_size = sizeof(struct etcd_lock),
     .settings = etcd_settings,
     .open = etcd_open,
@@ -735,6 +779,8 @@ static const struct dlock_provider etcd_provider = {
     .release_send = etcd_release_send,
     .release_recv = etcd_release_recv,
     .release_drop = etcd_release_drop,
+    .watch_wanted = etcd_watch_wanted,
+    .unwatch_wanted = etcd_unwatch_wanted,
 };
 
 DLOCK_MODULE(etcd_provider)

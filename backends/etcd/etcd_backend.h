@@ -39,6 +39,7 @@ struct etcd_instance {
     struct etcd_orphans orphans; /* our keys that a delete could not reach */
     void *log_handle;
     struct etcd_native *native;  /* channels for attempts without a thread (etcd_native.c) */
+    struct etcd_wanted *wanted;  /* the watches of names whose holds may be kept (etcd_wanted.c) */
 };
 
 struct etcd_lock {
@@ -50,6 +51,10 @@ struct etcd_lock {
     char owner[64];             /* the owner the key was made for */
     int64_t create_rev;         /* our key's create_revision, 0 when we have none */
     int64_t granted_rev;        /* the create_revision a grant was made on, until released */
+    int64_t wanted_floor;       /* the same, set at each grant and kept after (atomic: the
+                                 * watcher's thread reads it to tell a request from an older key) */
+    int64_t read_at_rev;        /* the revision the last queueing's answer was read at */
+    bool others_queued;         /* that answer had other keys of the name than ours */
     int64_t lease_id;           /* the lease our key is on */
     char *pred;                 /* while busy: the key just before ours */
     size_t pred_len;

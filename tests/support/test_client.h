@@ -131,6 +131,28 @@ static inline long long test_client_metric(dlock_client *c, const char *name)
     return v;
 }
 
+/* The end of a case where a caching client a was granted its name (la)
+ * while a request of client c (lc) waited behind it, after a holder h
+ * (lh) let go: both waiters were granted (rc_a, rc_c), a's hold was not
+ * kept, and a's next one, with nobody else asking, is. Frees and closes
+ * them all. */
+static inline void test_queued_grant_case_end(dlock_client *h, dlock_lock *lh, dlock_client *a, dlock_lock *la,
+                                              int rc_a, dlock_client *c, dlock_lock *lc, int rc_c)
+{
+    assert_int_equal(rc_a, DLOCK_OK);
+    assert_int_equal(rc_c, DLOCK_OK);
+    assert_int_equal(test_client_metric(a, "dlock_cache_keeps_total"), 0);
+    assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
+    assert_int_equal(dlock_release(la), DLOCK_OK);
+    assert_int_equal(test_client_metric(a, "dlock_cache_keeps_total"), 1);
+    dlock_lock_free(la);
+    dlock_lock_free(lc);
+    dlock_lock_free(lh);
+    dlock_client_close(a);
+    dlock_client_close(c);
+    dlock_client_close(h);
+}
+
 /* Lists every page of the names starting with prefix (a C string), limit
  * entries a page, through fn; fails the case on an error or a cursor that
  * does not end within 100 pages. Returns the number of pages. */

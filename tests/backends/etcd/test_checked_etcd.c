@@ -29,16 +29,44 @@ static void worker_config(char *config, size_t size)
     snprintf(config, size,
              "backend = \"etcd\";\nlease_ms = %d;\nretry_base_ms = 5;\nretry_cap_ms = 100;\n"
              "etcd = { endpoints = ( \"http://127.0.0.1:%d\" ); prefix = \"dlock-faults:\"; "
-             "command_timeout_ms = 500; };\n",
-             LEASE_MS, server.port);
+             "command_timeout_ms = 500; };\n%s",
+             LEASE_MS, server.port, fault_run_cache_group());
 }
 
 static void start(struct fault_run *run, int hold_ms)
 {
     char config[512];
     worker_config(config, sizeof config);
-    fault_run_start(run, config, WORKERS, 6000 * fault_run_scale(), hold_ms);
+    /* Kept holds: two workers, so that the name is often free of waiters
+     * when a worker comes back for it (a hold granted while others are
+     * queued is not kept). */
+    fault_run_start(run, config, fault_run_caching() ? 2 : WORKERS, 6000 * fault_run_scale(), hold_ms);
     fault_sleep_ms(1000);
+}
+
+/* Workers that keep their released holds: some acquires take over the
+ * hold their client kept, with its token (the key's create_revision), and
+ * the checker proves each was one continuous hold (no other worker's
+ * grant in between). */
+static void kept_holds_no_fault(void **state)
+{
+    (void)state;
+    struct fault_run run;
+    start(&run, 40);
+    fault_run_finish_kept_holds(&run, "etcd, kept holds, no fault");
+}
+
+/* A worker SIGKILLed just after its release, while its client may keep
+ * the hold: nobody gives it back, so the other worker is granted when the
+ * killed one's lease runs out and its key goes; no violation. */
+static void kept_holds_and_a_keeper_killed(void **state)
+{
+    (void)state;
+    struct fault_run run;
+    start(&run, 40);
+    fault_run_keep_going(&run, true); /* a kill late in the run still meets the other worker */
+    fault_run_kill_a_keeper(&run, fault_run_released_holder(&run, 5000), "etcd, kept holds, a keeper SIGKILLed",
+                            LEASE_MS);
 }
 
 /* Permits of a semaphore, one holder SIGKILLed (see fault_run.h). */
@@ -139,6 +167,8 @@ int main(void)
     }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(no_fault),
+        cmocka_unit_test_setup_teardown(kept_holds_no_fault, fault_run_caching_on, fault_run_caching_off),
+        cmocka_unit_test_setup_teardown(kept_holds_and_a_keeper_killed, fault_run_caching_on, fault_run_caching_off),
         cmocka_unit_test(semaphore_holder_killed),
         cmocka_unit_test(readers_and_a_writer_paused),
         cmocka_unit_test(mixed_kinds_and_a_writer_paused),

@@ -1250,6 +1250,110 @@ static void holds_survive_the_leader_being_killed(void **state)
     assert_int_equal(test_service_stop(&cluster), 0);
 }
 
+/* ---- lock caching ------------------------------------------------------------------------ */
+
+/* A client of the server (or through a proxy on port) whose released holds
+ * are kept for a minute unused. */
+static dlock_client *open_caching(int port)
+{
+    char text[1024];
+    write_config_timeouts(text, sizeof text, port ? port : server.port, 30000, 100, (long long)slack_ms(5000),
+                          "");
+    size_t used = strlen(text);
+    snprintf(text + used, sizeof text - used, "cache = { idle_ms = 60000; cooldown_ms = 0; };\n");
+    return test_client_open(text);
+}
+
+/* Until c has given a kept hold back (a few seconds at most, far less than
+ * the idle limit). */
+static void gives_back_soon(dlock_client *c)
+{
+    int64_t t0 = now_ms();
+    while (test_client_metric(c, "dlock_cache_givebacks_total") < 1 && now_ms() - t0 < slack_ms(5000))
+        sleep_ms(10);
+    assert_int_equal(test_client_metric(c, "dlock_cache_givebacks_total"), 1);
+    assert_int_equal(test_client_metric(c, "dlock_cache_hits_total"), 0);
+}
+
+/* A hold granted with another request queued behind it is not kept: its
+ * release is a real one and the request behind is granted. */
+static void a_hold_granted_while_others_wait_is_not_kept(void **state)
+{
+    (void)state;
+    dlock_client *h = open_ok(30000), *c = open_ok(30000), *a = open_caching(0);
+    dlock_lock *lh = test_lock_named(h, "etcd-queued-grant");
+    assert_int_equal(dlock_acquire(lh, 0), DLOCK_OK);
+    struct thread_waiter wa = THREAD_WAITER(test_lock_named(a, "etcd-queued-grant"), 20000, 0);
+    struct thread_waiter wc = THREAD_WAITER(test_lock_named(c, "etcd-queued-grant"), 20000, 0);
+    pthread_t ta, tc;
+    assert_int_equal(pthread_create(&ta, NULL, thread_waiter_run, &wa), 0);
+    int64_t t0 = now_ms();
+    while (keys_of("etcd-queued-grant") < 2 && now_ms() - t0 < 5000)
+        sleep_ms(10);
+    assert_int_equal(pthread_create(&tc, NULL, thread_waiter_run, &wc), 0); /* behind a */
+    while (keys_of("etcd-queued-grant") < 3 && now_ms() - t0 < 5000)
+        sleep_ms(10);
+    assert_int_equal(keys_of("etcd-queued-grant"), 3);
+    assert_int_equal(dlock_release(lh), DLOCK_OK);
+    pthread_join(ta, NULL); /* a is granted and releases at once */
+    pthread_join(tc, NULL);
+    test_queued_grant_case_end(h, lh, a, wa.lock, wa.rc, c, wc.lock, wc.rc);
+}
+
+/* The keeper's watch reaches the server 300 ms after it was sent, and a
+ * try comes in between: the watch starts at the granting read's revision,
+ * so etcd sends it that try's key from its history, and the hold is given
+ * back long before the idle limit. */
+static void a_request_made_before_the_watch_is_in_place_is_heard(void **state)
+{
+    (void)state;
+    int port;
+    struct fault_proxy *proxy = fault_proxy_start(server.port, &port);
+    assert_non_null(proxy);
+    dlock_client *a = open_caching(port);
+    dlock_lock *la = test_lock_named(a, "etcd-kept-early");
+    fault_proxy_set(proxy, FAULT_DELAY, 300);
+    assert_int_equal(dlock_acquire(la, 0), DLOCK_OK); /* the watch is sent after this grant */
+    assert_int_equal(dlock_release(la), DLOCK_OK);
+    assert_int_equal(test_client_metric(a, "dlock_cache_keeps_total"), 1);
+    dlock_client *b = open_ok(30000);
+    dlock_lock *lb = test_lock_named(b, "etcd-kept-early");
+    assert_int_equal(dlock_acquire(lb, 0), DLOCK_EBUSY);
+    gives_back_soon(a);
+    assert_int_equal(dlock_acquire(lb, slack_ms(5000)), DLOCK_OK);
+    assert_int_equal(dlock_release(lb), DLOCK_OK);
+    fault_proxy_set(proxy, FAULT_PASS, 0);
+    dlock_lock_free(lb);
+    dlock_client_close(b);
+    dlock_lock_free(la);
+    dlock_client_close(a);
+    fault_proxy_stop(proxy);
+}
+
+/* The keeper's connections cut: a request could have come unseen while
+ * its watch was down, so the kept hold is given back though nobody asked. */
+static void a_lost_connection_gives_a_kept_hold_back(void **state)
+{
+    (void)state;
+    int port;
+    struct fault_proxy *proxy = fault_proxy_start(server.port, &port);
+    assert_non_null(proxy);
+    dlock_client *a = open_caching(port);
+    dlock_lock *l = test_lock_named(a, "etcd-kept-cut");
+    assert_int_equal(dlock_acquire(l, 0), DLOCK_OK);
+    assert_int_equal(dlock_release(l), DLOCK_OK);
+    assert_int_equal(test_client_metric(a, "dlock_cache_keeps_total"), 1);
+    sleep_ms(200); /* the watch in place */
+    assert_int_equal(test_client_metric(a, "dlock_cache_givebacks_total"), 0);
+    fault_proxy_set(proxy, FAULT_RESET, 0);
+    sleep_ms(100);
+    fault_proxy_set(proxy, FAULT_PASS, 0);
+    gives_back_soon(a);
+    dlock_lock_free(l);
+    dlock_client_close(a);
+    fault_proxy_stop(proxy);
+}
+
 int main(void)
 {
     if (getenv("CMOCKA_FILTER")) /* one case by name */
@@ -1288,6 +1392,9 @@ int main(void)
         cmocka_unit_test(native_attempt_on_a_dead_idle_connection_is_sent_again),
         cmocka_unit_test(native_release_without_an_answer_ends_at_its_deadline),
         cmocka_unit_test(native_release_on_a_dead_idle_connection_is_sent_again),
+        cmocka_unit_test(a_hold_granted_while_others_wait_is_not_kept),
+        cmocka_unit_test(a_request_made_before_the_watch_is_in_place_is_heard),
+        cmocka_unit_test(a_lost_connection_gives_a_kept_hold_back),
         cmocka_unit_test(bad_settings_are_config_errors),
         cmocka_unit_test(credentials_in_an_endpoint_url_are_never_shown),
         cmocka_unit_test(unreachable_cluster_is_a_clear_error),

@@ -930,19 +930,7 @@ static void a_hold_granted_while_others_wait_is_not_kept(void **state)
     assert_int_equal(dlock_release(lh), DLOCK_OK);
     pthread_join(ta, NULL); /* a is granted and releases at once */
     pthread_join(tc, NULL);
-    assert_int_equal(wa.rc, DLOCK_OK);
-    assert_int_equal(wc.rc, DLOCK_OK);
-    assert_int_equal(test_client_metric(a, "dlock_cache_keeps_total"), 0);
-    /* Nobody queued any more: a's next hold is kept. */
-    assert_int_equal(dlock_acquire(wa.lock, 0), DLOCK_OK);
-    assert_int_equal(dlock_release(wa.lock), DLOCK_OK);
-    assert_int_equal(test_client_metric(a, "dlock_cache_keeps_total"), 1);
-    dlock_lock_free(wa.lock);
-    dlock_lock_free(wc.lock);
-    dlock_lock_free(lh);
-    dlock_client_close(a);
-    dlock_client_close(c);
-    dlock_client_close(h);
+    test_queued_grant_case_end(h, lh, a, wa.lock, wa.rc, c, wc.lock, wc.rc);
 }
 
 /* The keeper's connection lost (the session lives on): a request could
