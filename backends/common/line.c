@@ -44,6 +44,12 @@ static int after_attempt(void *instance, struct dlock_provider_lock *lk, struct 
     const struct line_host *c = instance;
     const struct line_ops *ops = c->ops;
     if (rc == DLOCK_OK) {
+        /* A grant that came through the line: others may be queued behind
+         * us, and a waiter queued there makes no request a keeper could
+         * hear (an exclusive holder keeps the line's head until it
+         * releases), so the hold is not kept (lock caching). */
+        if (ops->place(lk)->state != LINE_OUT)
+            g->others_waiting = 1;
         if (ops->granted)
             ops->granted(instance, lk);
     } else if (rc != DLOCK_EBUSY) {

@@ -14,6 +14,7 @@
 #include "pg_conn.h"
 #include "pg_line.h"
 #include "pg_sql.h"
+#include "pg_wanted.h"
 
 #include <dlock/provider.h>
 #include <pthread.h>
@@ -31,6 +32,7 @@ struct pg_instance {
     struct pg_sql sql;
     struct pg_pool pool;         /* lease-mode statements, status */
     struct pg_pool listeners;    /* connections that LISTEN while a lock is waited for */
+    struct pg_wanted *wanted;    /* the listener of names whose holds may be kept (pg_wanted.c) */
     PGconn *holder;
     void *log_handle;
     int native_in_flight;        /* connections carrying attempts sent without a thread (pg_native.c) */
@@ -59,14 +61,21 @@ extern const struct sql_mode pg_lease_mode;
 extern const struct sql_mode pg_session_mode;
 
 /* The parameters of lease mode's acquire statements: key, owner, lease
- * (exclusive: n = 3), then kind and permits (shared holds and permits:
- * n = 5). Points into lk's state, which must outlive it. */
+ * (exclusive: n = 3), then kind and permits, then the name's wanted
+ * channel (shared holds and permits: n = 6). PG_ACQUIRE takes the wanted
+ * channel as its fourth (n_acquire = 4): its busy answer notifies a
+ * client that keeps the name (pg_wanted.h). Points into lk's state,
+ * which must outlive it. */
 struct pg_attempt_args {
-    char lease[24], kind[16], permits[16];
-    const char *values[5];
-    int lengths[5], formats[5];
-    int n;
+    char lease[24], kind[16], permits[16], wanted[32];
+    const char *values[6];
+    int lengths[6], formats[6];
+    int n, n_acquire;
 };
+
+/* The channel a request that finds lk's name held notifies: the name's
+ * NOTIFY channel with a 'w' after it. */
+void pg_wanted_channel(const struct dlock_provider_lock *lk, char out[32]);
 void pg_attempt_args(struct pg_attempt_args *a, const struct dlock_provider_lock *lk);
 
 /* Lease mode's answers, read the same way whether the statement went

@@ -45,6 +45,12 @@ static PGresult *shared_exec(struct pg_instance *inst, int which, int n, const c
     return res;
 }
 
+void pg_wanted_channel(const struct dlock_provider_lock *lk, char out[32])
+{
+    const struct pg_lock *pl = lk->priv;
+    snprintf(out, 32, "%sw", pl->k.tag);
+}
+
 void pg_attempt_args(struct pg_attempt_args *a, const struct dlock_provider_lock *lk)
 {
     const struct pg_lock *pl = lk->priv;
@@ -55,13 +61,16 @@ void pg_attempt_args(struct pg_attempt_args *a, const struct dlock_provider_lock
     else
         snprintf(a->kind, sizeof a->kind, "~s");
     snprintf(a->permits, sizeof a->permits, "%u", limit);
-    const char *values[5] = { pl->k.key, lk->owner, a->lease, a->kind, a->permits };
+    pg_wanted_channel(lk, a->wanted);
+    bool shared = kind_is_shared(lk);
+    const char *values[6] = { pl->k.key, lk->owner, a->lease, shared ? a->kind : a->wanted, a->permits, a->wanted };
     memcpy(a->values, values, sizeof values);
-    for (int i = 0; i < 5; i++) {
+    for (int i = 0; i < 6; i++) {
         a->lengths[i] = i == 0 ? (int)pl->k.key_len : 0;
         a->formats[i] = i == 0;
     }
-    a->n = kind_is_shared(lk) ? 5 : 3;
+    a->n = shared ? 6 : 3;
+    a->n_acquire = 4;
 }
 
 int pg_answer_take(struct pg_instance *inst, struct dlock_provider_lock *lk, const PGresult *res,
@@ -82,7 +91,7 @@ int pg_answer_acquire(struct pg_instance *inst, struct dlock_provider_lock *lk, 
 {
     struct pg_lock *pl = lk->priv;
     int rc = pg_result_check(&inst->server, res, "acquire");
-    if (rc == DLOCK_OK && (PQntuples(res) != 1 || PQnfields(res) != 2))
+    if (rc == DLOCK_OK && (PQntuples(res) != 1 || PQnfields(res) != 3))
         rc = dlock_seterr(DLOCK_EPROTOCOL, "%s: acquire returned %d rows", inst->server.label, PQntuples(res));
     if (rc == DLOCK_OK) {
         if (!PQgetisnull(res, 0, 0)) {
@@ -106,7 +115,7 @@ int pg_answer_shared(struct pg_instance *inst, struct dlock_provider_lock *lk, c
     int rc = pg_result_check(&inst->server, res, "acquire");
     if (missing_shared_columns(res))
         rc = shared_columns_error(inst);
-    if (rc == DLOCK_OK && (PQntuples(res) != 1 || PQnfields(res) != 3))
+    if (rc == DLOCK_OK && (PQntuples(res) != 1 || PQnfields(res) != 4))
         rc = dlock_seterr(DLOCK_EPROTOCOL, "%s: acquire returned %d rows", inst->server.label, PQntuples(res));
     if (rc == DLOCK_OK && !PQgetisnull(res, 0, 0)) {
         g->fence = strtoull(PQgetvalue(res, 0, 0), NULL, 10);
@@ -169,7 +178,7 @@ static int take_row(struct pg_instance *inst, struct dlock_provider_lock *lk, st
         if (rc != DLOCK_OK || taken)
             return rc;
     }
-    res = pg_pool_exec(&inst->pool, PG_ACQUIRE, a.n, a.values, a.lengths, a.formats, &rc);
+    res = pg_pool_exec(&inst->pool, PG_ACQUIRE, a.n_acquire, a.values, a.lengths, a.formats, &rc);
     if (!res)
         return rc;
     rc = pg_answer_acquire(inst, lk, res, g);

@@ -77,7 +77,8 @@ static bool send_step(struct pg_lock *pl, struct dlock_provider_lock *lk, enum n
     struct pg_attempt_args a;
     pg_attempt_args(&a, lk);
     pl->native_step = step;
-    return pg_send_prepared_now(pl->native_conn, statement_of(step), a.n, a.values, a.lengths, a.formats);
+    int n = step == STEP_ACQUIRE ? a.n_acquire : a.n;
+    return pg_send_prepared_now(pl->native_conn, statement_of(step), n, a.values, a.lengths, a.formats);
 }
 
 static int take_connection(struct pg_instance *inst, struct pg_lock *pl);

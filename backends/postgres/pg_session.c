@@ -179,7 +179,10 @@ static int session_status(void *instance, const struct sql_lock_key *k, dlock_st
  * nothing to downgrade to. */
 const struct sql_mode pg_session_mode = {
     .name = "session",
-    .capabilities_off = DLOCK_CAP_SHARED | DLOCK_CAP_SEMAPHORE | DLOCK_CAP_DOWNGRADE | DLOCK_CAP_ELECTION,
+    /* No kept holds: a hold is the session's lock, whose fence is drawn
+     * when asked for, and nothing here tells the holder of a request. */
+    .capabilities_off = DLOCK_CAP_SHARED | DLOCK_CAP_SEMAPHORE | DLOCK_CAP_DOWNGRADE | DLOCK_CAP_ELECTION |
+                        DLOCK_CAP_CACHE,
     .lease_rows = false,
     .attempt = session_attempt,
     .attempt_late = NULL,

@@ -102,7 +102,9 @@ int pg_sql_init(struct pg_sql *sql, const char *table)
         "  WHERE t.owner IS NULL OR t.expires_at < now() OR t.owner = excluded.owner\n"
         "  RETURNING fence)\n"
         "SELECT (SELECT fence FROM up),\n"
-        "       (SELECT greatest(0, ceil(extract(epoch FROM expires_at - now()) * 1000))::bigint FROM prev)",
+        "       (SELECT greatest(0, ceil(extract(epoch FROM expires_at - now()) * 1000))::bigint FROM prev),\n"
+        /* Busy: a client that keeps the name hears that someone asks. */
+        "       (SELECT pg_notify($4, '') WHERE NOT EXISTS (SELECT 1 FROM up))",
         t, t);
     q[PG_SHARED_ACQUIRE] = sql_format(
         "WITH prev AS (SELECT owner, expires_at, holders FROM \"%s\" WHERE name = $1),\n"
@@ -126,7 +128,8 @@ int pg_sql_init(struct pg_sql *sql, const char *table)
         "       (SELECT greatest(0, CASE WHEN $5::bigint > 0 AND owner = $4\n"
         "          THEN (SELECT min(v::bigint) FROM jsonb_each(holders) AS e(k, v)) - " NOW_MS "\n"
         "          ELSE ceil(extract(epoch FROM expires_at - now()) * 1000) END)::bigint FROM prev),\n"
-        "       (SELECT owner FROM prev WHERE expires_at >= now() AND left(owner, 1) = '~')",
+        "       (SELECT owner FROM prev WHERE expires_at >= now() AND left(owner, 1) = '~'),\n"
+        "       (SELECT pg_notify($6, '') WHERE NOT EXISTS (SELECT 1 FROM up))",
         t, t);
     q[PG_REGISTER_WRITER] = sql_format(
         "UPDATE \"%s\" SET writer = $2, writer_until = now() + 2 * $3::bigint * interval '1 millisecond',\n"

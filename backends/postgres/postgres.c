@@ -344,6 +344,7 @@ static void pg_lock_fini(void *instance, struct dlock_provider_lock *lk)
 static void pg_close(void *instance)
 {
     struct pg_instance *inst = instance;
+    pg_wanted_free(inst->wanted);
     if (inst->holder)
         PQfinish(inst->holder); /* ends the session: the server frees its advisory locks */
     sql_instance_end(&inst->head);
@@ -399,6 +400,8 @@ static int pg_open(void **instance, const struct dlock_provider_env *env)
      * is kept, where a failing statement would cost it. */
     if (inst->head.no_shared_columns)
         inst->head.capabilities_off |= DLOCK_CAP_DOWNGRADE;
+    if (rc == DLOCK_OK)
+        rc = pg_wanted_new(&inst->server, env->wanted, env->log_handle, &inst->wanted);
     if (rc != DLOCK_OK) {
         pg_close(inst);
         return rc;
@@ -411,12 +414,27 @@ static int pg_open(void **instance, const struct dlock_provider_env *env)
     return DLOCK_OK;
 }
 
+/* A name whose holds may be kept (lease mode only: see pg_wanted.h). */
+static int pg_watch_wanted(void *instance, struct dlock_provider_lock *lk)
+{
+    struct pg_instance *inst = instance;
+    char channel[32];
+    pg_wanted_channel(lk, channel);
+    return pg_wanted_watch(inst->wanted, lk, channel);
+}
+
+static void pg_unwatch_wanted(void *instance, struct dlock_provider_lock *lk)
+{
+    struct pg_instance *inst = instance;
+    pg_wanted_unwatch(inst->wanted, lk);
+}
+
 static const struct dlock_provider pg_provider = {
-    .version = DLOCK_PROVIDER_VERSION_7,
+    .version = DLOCK_PROVIDER_VERSION_8,
     .name = "postgres",
     .capabilities = DLOCK_CAP_RENEW | DLOCK_CAP_FENCE | DLOCK_CAP_NATIVE_WAIT | DLOCK_CAP_FAIR | DLOCK_CAP_SERVER_EXPIRY |
                     DLOCK_CAP_MULTI_HOST | DLOCK_CAP_SHARED | DLOCK_CAP_SEMAPHORE | DLOCK_CAP_DOWNGRADE |
-                    DLOCK_CAP_ELECTION,
+                    DLOCK_CAP_ELECTION | DLOCK_CAP_CACHE,
     .lock_priv_size = sizeof(struct pg_lock),
     .settings = pg_settings,
     .open = pg_open,
@@ -446,6 +464,8 @@ static const struct dlock_provider pg_provider = {
     .release_send = pg_release_send,
     .release_recv = pg_release_recv,
     .release_drop = pg_release_drop,
+    .watch_wanted = pg_watch_wanted,
+    .unwatch_wanted = pg_unwatch_wanted,
 };
 
 DLOCK_MODULE(pg_provider)

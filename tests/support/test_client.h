@@ -4,6 +4,8 @@
 #ifndef TEST_CLIENT_H
 #define TEST_CLIENT_H
 
+#include "test_time.h"
+
 #include <dlock.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -129,6 +131,18 @@ static inline long long test_client_metric(dlock_client *c, const char *name)
     long long v = value ? atoll(value + 2) : -1;
     free(text);
     return v;
+}
+
+/* Until caching client c has given its one kept hold back, far sooner
+ * than any idle limit (a few seconds at most, times the build's slack),
+ * with no hit of it. */
+static inline void test_gives_back_soon(dlock_client *c)
+{
+    int64_t t0 = now_ms();
+    while (test_client_metric(c, "dlock_cache_givebacks_total") < 1 && now_ms() - t0 < slack_ms(5000))
+        sleep_ms(10);
+    assert_int_equal(test_client_metric(c, "dlock_cache_givebacks_total"), 1);
+    assert_int_equal(test_client_metric(c, "dlock_cache_hits_total"), 0);
 }
 
 /* The end of a case where a caching client a was granted its name (la)

@@ -92,4 +92,25 @@ static inline void more_waiters_than_waiting_connections(const char *config)
     dlock_client_close(w);
 }
 
+/* A hold of name granted to caching client a while client c waits
+ * behind it: h holds the name, a queues, then c behind a; h lets go. a is
+ * granted and lets go at once: its hold must not be kept (c waits), and
+ * its next hold, with nobody else asking, must be. Frees and closes the
+ * three clients. */
+static inline void test_grant_with_one_queued_behind(dlock_client *h, dlock_client *a, dlock_client *c,
+                                                     const char *name)
+{
+    dlock_lock *lh = test_lock_named(h, name);
+    assert_int_equal(dlock_acquire(lh, 0), DLOCK_OK);
+    struct waiter wa = { .lock = test_lock_named(a, name) };
+    struct waiter wc = { .lock = test_lock_named(c, name) };
+    pthread_t ta, tc;
+    start_waiter(&wa, &ta, a); /* queued first */
+    start_waiter(&wc, &tc, c); /* then behind it */
+    assert_int_equal(dlock_release(lh), DLOCK_OK);
+    pthread_join(ta, NULL); /* a is granted and releases at once */
+    pthread_join(tc, NULL);
+    test_queued_grant_case_end(h, lh, a, wa.lock, wa.rc, c, wc.lock, wc.rc);
+}
+
 #endif

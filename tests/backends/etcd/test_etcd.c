@@ -1264,17 +1264,6 @@ static dlock_client *open_caching(int port)
     return test_client_open(text);
 }
 
-/* Until c has given a kept hold back (a few seconds at most, far less than
- * the idle limit). */
-static void gives_back_soon(dlock_client *c)
-{
-    int64_t t0 = now_ms();
-    while (test_client_metric(c, "dlock_cache_givebacks_total") < 1 && now_ms() - t0 < slack_ms(5000))
-        sleep_ms(10);
-    assert_int_equal(test_client_metric(c, "dlock_cache_givebacks_total"), 1);
-    assert_int_equal(test_client_metric(c, "dlock_cache_hits_total"), 0);
-}
-
 /* A hold granted with another request queued behind it is not kept: its
  * release is a real one and the request behind is granted. */
 static void a_hold_granted_while_others_wait_is_not_kept(void **state)
@@ -1319,7 +1308,7 @@ static void a_request_made_before_the_watch_is_in_place_is_heard(void **state)
     dlock_client *b = open_ok(30000);
     dlock_lock *lb = test_lock_named(b, "etcd-kept-early");
     assert_int_equal(dlock_acquire(lb, 0), DLOCK_EBUSY);
-    gives_back_soon(a);
+    test_gives_back_soon(a);
     assert_int_equal(dlock_acquire(lb, slack_ms(5000)), DLOCK_OK);
     assert_int_equal(dlock_release(lb), DLOCK_OK);
     fault_proxy_set(proxy, FAULT_PASS, 0);
@@ -1348,7 +1337,7 @@ static void a_lost_connection_gives_a_kept_hold_back(void **state)
     fault_proxy_set(proxy, FAULT_RESET, 0);
     sleep_ms(100);
     fault_proxy_set(proxy, FAULT_PASS, 0);
-    gives_back_soon(a);
+    test_gives_back_soon(a);
     dlock_lock_free(l);
     dlock_client_close(a);
     fault_proxy_stop(proxy);

@@ -876,6 +876,75 @@ static void stopped_server_times_out_then_recovers(void **state)
     dlock_client_close(a);
 }
 
+/* ---- lock caching ------------------------------------------------------------------------ */
+
+/* A lease-mode client whose released holds are kept for a minute unused. */
+static dlock_client *open_caching(void)
+{
+    char text[2048];
+    write_config(text, sizeof text, 30000, 100, "");
+    size_t used = strlen(text);
+    snprintf(text + used, sizeof text - used, "cache = { idle_ms = 60000; cooldown_ms = 0; };\n");
+    return test_client_open(text);
+}
+
+/* A hold granted through the name's line is not kept: those queued behind
+ * it wait for the line's head, which its holder keeps, and make no request
+ * it could hear. The request behind is granted at its release. */
+static void a_hold_granted_through_the_line_is_not_kept(void **state)
+{
+    (void)state;
+    dlock_client *h = open_ok(""), *c = open_ok(""), *a = open_caching();
+    test_grant_with_one_queued_behind(h, a, c, "pg-queued-grant");
+}
+
+/* A shared request that finds the name kept asks for it, as an exclusive
+ * one does: the keeper gives the hold back. */
+static void a_shared_request_asks_for_a_kept_hold(void **state)
+{
+    (void)state;
+    dlock_client *a = open_caching(), *b = open_ok("");
+    dlock_lock *la = test_lock_named(a, "pg-kept-shared");
+    assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
+    assert_int_equal(dlock_release(la), DLOCK_OK);
+    assert_int_equal(test_client_metric(a, "dlock_cache_keeps_total"), 1);
+    dlock_lock *lb = test_lock_of_kind(b, "pg-kept-shared", DLOCK_MODE_SHARED, 0);
+    /* The try's busy answer asks; its second look (a shared request looks
+     * again once it listens for releases) may find the hold given back. */
+    int rc = dlock_acquire(lb, 0);
+    if (rc == DLOCK_EBUSY)
+        rc = dlock_acquire(lb, slack_ms(5000));
+    assert_int_equal(rc, DLOCK_OK);
+    /* Granted after the keeper's give-back, well before the idle limit. */
+    assert_int_equal(test_client_metric(a, "dlock_cache_givebacks_total"), 1);
+    assert_int_equal(test_client_metric(a, "dlock_cache_hits_total"), 0);
+    assert_int_equal(dlock_release(lb), DLOCK_OK);
+    dlock_lock_free(lb);
+    dlock_lock_free(la);
+    dlock_client_close(b);
+    dlock_client_close(a);
+}
+
+/* The keeper's listening session terminated: a request could have been
+ * notified while nothing listened, so the kept hold is given back though
+ * nobody asked. */
+static void a_lost_listener_gives_a_kept_hold_back(void **state)
+{
+    (void)state;
+    dlock_client *a = open_caching();
+    dlock_lock *l = test_lock_named(a, "pg-kept-cut");
+    assert_int_equal(dlock_acquire(l, 0), DLOCK_OK);
+    assert_int_equal(dlock_release(l), DLOCK_OK);
+    assert_int_equal(test_client_metric(a, "dlock_cache_keeps_total"), 1);
+    assert_int_equal(test_client_metric(a, "dlock_cache_givebacks_total"), 0);
+    assert_string_equal(
+        admin("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE query LIKE 'LISTEN \"dlock\\_%w\"'"),
+        "1");
+    test_gives_back_soon(a);
+    dlock_lock_free(l);
+    dlock_client_close(a);
+}
+
 int main(void)
 {
     if (getenv("CMOCKA_FILTER")) /* one case by name, for checking it against older code */
@@ -916,6 +985,9 @@ int main(void)
         cmocka_unit_test(shared_holds_live_in_the_row),
         cmocka_unit_test(a_table_from_before_shared_holds),
         cmocka_unit_test(a_least_privilege_role_is_enough),
+        cmocka_unit_test(a_hold_granted_through_the_line_is_not_kept),
+        cmocka_unit_test(a_shared_request_asks_for_a_kept_hold),
+        cmocka_unit_test(a_lost_listener_gives_a_kept_hold_back),
         cmocka_unit_test(bad_settings_are_config_errors),
         cmocka_unit_test(release_resent_after_a_lost_answer_is_ok),
         cmocka_unit_test_prestate(a_downgrade_makes_the_row_shared_in_place, &downgrade),

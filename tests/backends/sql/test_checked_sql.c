@@ -111,9 +111,44 @@ static void lease_mode_config(char *config, size_t size, const char *backend)
     snprintf(config, size,
              "backend = \"%s\";\nlease_ms = %d;\nretry_base_ms = 5;\nretry_cap_ms = 100;\n"
              "%s = { port = %d; user = \"%s\"; database = \"%s\"; "
-             "connect_timeout_ms = 1000; command_timeout_ms = 1000; };\n",
+             "connect_timeout_ms = 1000; command_timeout_ms = 1000; };\n%s",
              backend, LEASE_MS, backend, pg ? postgres.port : mariadb.port, pg ? "postgres" : "root",
-             pg ? "postgres" : "dl");
+             pg ? "postgres" : "dl", fault_run_cache_group());
+}
+
+/* Kept holds in postgres lease mode: two workers, so that the name is
+ * often free of waiters when a worker comes back for it (a hold granted
+ * through the line is not kept). */
+static void postgres_kept_holds_start(struct fault_run *run)
+{
+    char config[512];
+    lease_mode_config(config, sizeof config, "postgres");
+    fault_run_start(run, config, 2, 6000 * fault_run_scale(), 40);
+    fault_sleep_ms(1000);
+}
+
+/* Workers that keep their released holds: some acquires take over the
+ * hold their client kept, with its token, and the checker proves each was
+ * one continuous hold (no other worker's grant in between). */
+static void postgres_kept_holds_no_fault(void **state)
+{
+    (void)state;
+    struct fault_run run;
+    postgres_kept_holds_start(&run);
+    fault_run_finish_kept_holds(&run, "postgres lease mode, kept holds, no fault");
+}
+
+/* A worker SIGKILLed just after its release, while its client may keep
+ * the hold: nobody gives it back, so the other worker is granted when the
+ * row's lease runs out; no violation. */
+static void postgres_kept_holds_and_a_keeper_killed(void **state)
+{
+    (void)state;
+    struct fault_run run;
+    postgres_kept_holds_start(&run);
+    fault_run_keep_going(&run, true); /* a kill late in the run still meets the other worker */
+    fault_run_kill_a_keeper(&run, fault_run_released_holder(&run, 5000),
+                            "postgres lease mode, kept holds, a keeper SIGKILLed", LEASE_MS);
 }
 
 /* Permits of a semaphore in lease mode, one holder SIGKILLed (see
@@ -209,6 +244,9 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(postgres_sessions_terminated),
         cmocka_unit_test(mysql_sessions_killed),
+        cmocka_unit_test_setup_teardown(postgres_kept_holds_no_fault, fault_run_caching_on, fault_run_caching_off),
+        cmocka_unit_test_setup_teardown(postgres_kept_holds_and_a_keeper_killed, fault_run_caching_on,
+                                        fault_run_caching_off),
         cmocka_unit_test(postgres_semaphore_holder_killed),
         cmocka_unit_test(mysql_semaphore_holder_killed),
         cmocka_unit_test(postgres_readers_and_a_writer_paused),

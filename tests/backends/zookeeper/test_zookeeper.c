@@ -920,17 +920,7 @@ static void a_hold_granted_while_others_wait_is_not_kept(void **state)
     (void)state;
     dlock_client *h = open_ok("", 4000), *c = open_ok("", 4000);
     dlock_client *a = open_caching(0, 4000);
-    dlock_lock *lh = test_lock_named(h, "zk-queued-grant");
-    assert_int_equal(dlock_acquire(lh, 0), DLOCK_OK);
-    struct waiter wa = { .lock = test_lock_named(a, "zk-queued-grant") };
-    struct waiter wc = { .lock = test_lock_named(c, "zk-queued-grant") };
-    pthread_t ta, tc;
-    start_waiter(&wa, &ta, a); /* queued first */
-    start_waiter(&wc, &tc, c); /* then behind it */
-    assert_int_equal(dlock_release(lh), DLOCK_OK);
-    pthread_join(ta, NULL); /* a is granted and releases at once */
-    pthread_join(tc, NULL);
-    test_queued_grant_case_end(h, lh, a, wa.lock, wa.rc, c, wc.lock, wc.rc);
+    test_grant_with_one_queued_behind(h, a, c, "zk-queued-grant");
 }
 
 /* The keeper's connection lost (the session lives on): a request could
