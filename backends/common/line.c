@@ -39,19 +39,13 @@ static int fair_turn(void *instance, struct dlock_provider_lock *lk, struct dloc
 /* What follows an attempt's answer rc; looked: the attempt was made
  * (a failure before it has nothing for busy to follow). */
 static int after_attempt(void *instance, struct dlock_provider_lock *lk, struct dlock_grant *g, int rc,
-                         bool looked)
+                         bool looked, bool may_block)
 {
     const struct line_host *c = instance;
     const struct line_ops *ops = c->ops;
     if (rc == DLOCK_OK) {
-        /* A grant that came through the line: others may be queued behind
-         * us, and a waiter queued there makes no request a keeper could
-         * hear (an exclusive holder keeps the line's head until it
-         * releases), so the hold is not kept (lock caching). */
-        if (ops->place(lk)->state != LINE_OUT)
-            g->others_waiting = 1;
         if (ops->granted)
-            ops->granted(instance, lk);
+            ops->granted(instance, lk, may_block ? g : NULL);
     } else if (rc != DLOCK_EBUSY) {
         ops->leave(instance, lk); /* no abandon follows a failure */
     } else if (looked && ops->busy && !kind_in_line(ops, lk)) {
@@ -74,7 +68,7 @@ int line_acquire(void *instance, struct dlock_provider_lock *lk, struct dlock_gr
         rc = late ? ops->attempt_late(instance, lk, g) : ops->attempt(instance, lk, g);
         looked = true;
     }
-    return after_attempt(instance, lk, g, rc, looked);
+    return after_attempt(instance, lk, g, rc, looked, true);
 }
 
 int line_attempt_begin(void *instance, struct dlock_provider_lock *lk)
@@ -89,7 +83,7 @@ int line_attempt_begin(void *instance, struct dlock_provider_lock *lk)
 
 int line_attempt_end(void *instance, struct dlock_provider_lock *lk, struct dlock_grant *g, int rc)
 {
-    return after_attempt(instance, lk, g, rc, true);
+    return after_attempt(instance, lk, g, rc, true, false);
 }
 
 /* Before a wait: the backend's preparation, and the join when out of the

@@ -70,8 +70,11 @@ struct line_ops {
      * and what this returns is the acquire's. May be NULL. */
     int (*busy)(void *instance, struct dlock_provider_lock *lk, struct dlock_grant *g, int rc);
     /* Granted: the place is given up, or kept where the hold keeps the
-     * turn until it ends. May be NULL (the attempt did it). */
-    void (*granted)(void *instance, struct dlock_provider_lock *lk);
+     * turn until it ends; g is the grant, whose others_waiting this may
+     * set (a round trip allowed), or NULL for a grant read without a
+     * thread (line_attempt_end: never blocks; the non-blocking API's
+     * holds are never kept). May be NULL (the attempt did it). */
+    void (*granted)(void *instance, struct dlock_provider_lock *lk, struct dlock_grant *g);
     /* Out of the line, the turn passed on: after a failure, and at
      * abandon. */
     void (*leave)(void *instance, struct dlock_provider_lock *lk);

@@ -11,6 +11,7 @@
 #include "config.h"
 
 #include "etcd_wanted.h"
+#include "../common/quiet_thread.h"
 
 #include <curl/curl.h>
 #include <pthread.h>
@@ -36,6 +37,7 @@ struct name_watch {
     char *body;
     struct etcd_buffer in;           /* received, not yet a whole line */
     bool cancelled;                  /* the server ended the watch: the stream is dropped */
+    bool reauthenticate;             /* it ended it for the token: get a new one first */
     int64_t reopen_at;               /* dlock_provider_now_ms() for the next stream */
     int64_t backoff_ms;
 };
@@ -109,7 +111,9 @@ static void read_message(struct name_watch *nw, const char *line)
             json_object_put(msg);
         return;
     }
-    nw->backoff_ms = 0; /* the server answers: a stream that ends later starts again at once */
+    struct json_object *canceled = etcd_json_get(result, "canceled");
+    if (!canceled || !json_object_get_boolean(canceled))
+        nw->backoff_ms = 0; /* the server answers: a stream that ends later starts again at once */
     struct json_object *events = etcd_json_get(result, "events");
     size_t n = events && json_object_is_type(events, json_type_array) ? json_object_array_length(events) : 0;
     bool asks = false;
@@ -129,9 +133,14 @@ static void read_message(struct name_watch *nw, const char *line)
     }
     /* A watch the server ended (a compacted revision, a token that
      * expired) sends nothing more, though its HTTP stream may stay open. */
-    struct json_object *canceled = etcd_json_get(result, "canceled");
-    if (canceled && json_object_get_boolean(canceled))
+    if (canceled && json_object_get_boolean(canceled)) {
         nw->cancelled = true;
+        /* An expired or revoked token: the server cancels every watch
+         * made with it at once, so the next is made with a new one. */
+        const char *reason = json_object_get_string(etcd_json_get(result, "cancel_reason"));
+        if (reason && strstr(reason, "auth"))
+            nw->reauthenticate = true;
+    }
     if (asks)
         tell_watch(nw);
     json_object_put(msg);
@@ -208,22 +217,27 @@ static void stream_ended(struct etcd_wanted *w, struct name_watch *nw)
 /* Opens nw's stream (the thread's). */
 static void open_stream(struct etcd_wanted *w, struct name_watch *nw)
 {
+    if (nw->reauthenticate) {
+        nw->reauthenticate = false;
+        if (etcd_authenticate(w->h) != DLOCK_OK)
+            dlock_provider_log(w->log_handle, DLOCK_LOG_WARN, "%s: cannot renew the token of a watch: %s",
+                               w->h->label, dlock_errmsg());
+    }
     char endpoint[256], token[512];
     etcd_http_target(w->h, endpoint, sizeof endpoint, token, sizeof token);
     nw->body = watch_body(nw);
     nw->easy = nw->body ? curl_easy_init() : NULL;
-    if (nw->easy)
+    if (nw->easy) {
         nw->headers = etcd_http_setup_post(w->h, nw->easy, endpoint, "/v3/watch", token, nw->body, on_data, nw);
-    if (!nw->headers || curl_multi_add_handle(w->multi, nw->easy) != CURLM_OK) {
-        stream_ended(w, nw);
-        return;
+        /* A connection that the network dropped without a word is found
+         * by the kernel's probes, and the stream made again. */
+        curl_easy_setopt(nw->easy, CURLOPT_TCP_KEEPALIVE, 1L);
+        curl_easy_setopt(nw->easy, CURLOPT_TCP_KEEPIDLE, 5L);
+        curl_easy_setopt(nw->easy, CURLOPT_TCP_KEEPINTVL, 2L);
+        curl_easy_setopt(nw->easy, CURLOPT_PRIVATE, nw);
     }
-    /* A connection that the network dropped without a word is found by
-     * the kernel's probes, and the stream made again. */
-    curl_easy_setopt(nw->easy, CURLOPT_TCP_KEEPALIVE, 1L);
-    curl_easy_setopt(nw->easy, CURLOPT_TCP_KEEPIDLE, 5L);
-    curl_easy_setopt(nw->easy, CURLOPT_TCP_KEEPINTVL, 2L);
-    curl_easy_setopt(nw->easy, CURLOPT_PRIVATE, nw);
+    if (!nw->headers || curl_multi_add_handle(w->multi, nw->easy) != CURLM_OK)
+        stream_ended(w, nw);
 }
 
 static void free_watch(struct name_watch *nw)
@@ -291,10 +305,13 @@ static void *run(void *arg)
                 pthread_mutex_lock(&w->mu);
                 bool watched = nw->lk != NULL;
                 pthread_mutex_unlock(&w->mu);
-                if (watched)
+                if (watched) {
                     stream_ended(w, nw);
-                else
+                    if (nw->backoff_ms < sleep_ms)
+                        sleep_ms = nw->backoff_ms; /* made again after its pause, not the poll's */
+                } else {
                     close_stream(w, nw);
+                }
             }
         }
         curl_multi_poll(w->multi, NULL, 0, (int)sleep_ms, NULL);
@@ -325,7 +342,8 @@ int etcd_wanted_watch(struct etcd_wanted *w, struct dlock_provider_lock *lk, con
     pthread_mutex_lock(&w->mu);
     int rc = DLOCK_OK;
     if (!w->started) {
-        if (pthread_create(&w->thread, NULL, run, w) != 0)
+        int err = quiet_thread_create(&w->thread, run, w);
+        if (err != 0)
             rc = dlock_seterr(DLOCK_ENOMEM, "etcd: could not start the watcher of kept holds");
         else
             w->started = true;

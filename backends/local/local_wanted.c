@@ -24,12 +24,12 @@
  * is not heard: the keeper gives the hold back at the idle limit. */
 #include "config.h"
 
+#include "../common/quiet_thread.h"
 #include "local_backend.h"
 #include "local_queue.h"
 
 #include <errno.h>
 #include <poll.h>
-#include <signal.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -108,11 +108,7 @@ static int start_listener(struct local_instance *inst)
     }
     inst->wanted_ifd = ifd + 1;
     inst->wanted_stop_fd = stop + 1;
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old); /* the application's signals are not for this thread */
-    int rc = pthread_create(&inst->wanted_thread, NULL, listen_for_requests, inst);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    int rc = quiet_thread_create(&inst->wanted_thread, listen_for_requests, inst);
     if (rc != 0) {
         close(ifd);
         close(stop);

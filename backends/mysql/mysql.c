@@ -215,6 +215,12 @@ static int disarm(void *instance, struct dlock_provider_lock *lk, bool in_line, 
                           inst->head.mode->lease_rows ? &watch : NULL, fired, inst->log_handle);
 }
 
+static void granted(void *instance, struct dlock_provider_lock *lk, struct dlock_grant *g)
+{
+    (void)g;
+    leave_line(instance, lk);
+}
+
 /* Every kind waits in the line; out of it, the core's next look joins it
  * again. Granted or failed, the gate goes to the next waiter. */
 static const struct line_ops my_line_ops = {
@@ -223,7 +229,7 @@ static const struct line_ops my_line_ops = {
     .turn = fair_turn,
     .attempt = sql_mode_attempt,
     .attempt_late = sql_mode_attempt_late,
-    .granted = leave_line,
+    .granted = granted,
     .leave = leave_line,
     .join = join_line,
     .before_wait = before_wait,

@@ -33,6 +33,7 @@ struct pg_instance {
     struct pg_pool pool;         /* lease-mode statements, status */
     struct pg_pool listeners;    /* connections that LISTEN while a lock is waited for */
     struct pg_wanted *wanted;    /* the listener of names whose holds may be kept (pg_wanted.c) */
+    void (*tell_wanted)(struct dlock_provider_lock *lk); /* env->wanted */
     PGconn *holder;
     void *log_handle;
     int native_in_flight;        /* connections carrying attempts sent without a thread (pg_native.c) */
@@ -52,6 +53,7 @@ struct pg_lock {
     int64_t native_hint_ms;      /* its busy answer's retry hint, while the registration is in flight */
     bool release_sent_before;    /* a release went out on a connection that died with it (pg_native.c) */
     int native_release_rc;       /* a release's result, while the gate is passed on after it */
+    bool watched;                /* between watch_wanted and unwatch_wanted (lock caching) */
 };
 /* sql_renew_batch_init reads the key at the start of each lock's state. */
 _Static_assert(offsetof(struct pg_lock, k) == 0, "the sql_lock_key comes first");

@@ -366,6 +366,28 @@ void pg_line_pass_drop(struct pg_pool *pool, struct pg_line *l)
     drop(pool, l, false);
 }
 
+bool pg_line_others_queued(const struct pg_line *l)
+{
+    if (l->place.state != LINE_HEAD || !l->conn || !l->ctl)
+        return l->place.state == LINE_ASKED; /* a place given back at a grant: others may be behind it */
+    char pid[16];
+    snprintf(pid, sizeof pid, "%d", PQbackendPID(l->conn));
+    const char *values[3] = { l->gate[0], l->gate[1], pid };
+    PGconn *c = NULL;
+    int rc;
+    if (pg_pool_get(l->ctl, &c) != DLOCK_OK)
+        return true;
+    PGresult *r = pg_exec(l->ctl->server, &c,
+                          "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 2\n"
+                          "  AND classid = $1::int4::oid AND objid = $2::int4::oid AND pid <> $3::int)",
+                          3, values, NULL, NULL, &rc);
+    bool others = !r || PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1 ||
+                  strcmp(PQgetvalue(r, 0, 0), "f") != 0;
+    PQclear(r);
+    pg_pool_put(l->ctl, c);
+    return others;
+}
+
 void pg_line_granted(struct pg_pool *pool, struct pg_line *l, bool keep_gate)
 {
     if (l->place.state == LINE_ASKED)

@@ -72,6 +72,13 @@ int pg_line_disarm(struct pg_pool *pool, struct pg_line *l, int fired, void *log
  * about to be made). */
 void pg_line_drain(struct pg_line *l);
 
+/* Whether another session waits for the gate l holds (one query on the
+ * control pool; a failure answers true). For a grant through the line:
+ * those waiters make no request until the gate is theirs, so a hold they
+ * wait behind must not be kept (lock caching). A place given back at the
+ * grant (LINE_ASKED) answers true, one out of the line false. */
+bool pg_line_others_queued(const struct pg_line *l);
+
 /* The caller was granted the lock. keep_gate: an exclusive hold keeps the
  * head (the next waiter may look when it is released); otherwise it is
  * passed on. A grant while the join is still unanswered (a look at a timer

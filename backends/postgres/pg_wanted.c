@@ -11,8 +11,11 @@
 #include "config.h"
 
 #include "pg_wanted.h"
+#include "../common/quiet_thread.h"
 
 #include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdbool.h>
@@ -20,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -132,7 +136,8 @@ static void drop_unwatched(struct pg_wanted *w)
         bool still = false;
         for (struct channel_watch *o = w->watches; o; o = o->next)
             still = still || (o->lk && strcmp(o->channel, cw->channel) == 0);
-        if (!still && w->conn && cw->listened_on == w->generation) {
+        /* Not while the client closes: the session ends with it. */
+        if (!still && !w->stopping && w->conn && cw->listened_on == w->generation) {
             char sql[64];
             snprintf(sql, sizeof sql, "UNLISTEN \"%s\"", cw->channel);
             pthread_mutex_unlock(&w->mu);
@@ -217,6 +222,25 @@ static bool read_notifications(struct pg_wanted *w)
     return ok;
 }
 
+/* The listening connection is idle for as long as nobody asks, and
+ * libpq's keepalives follow the system's (the first probe after two
+ * hours): a connection the network dropped would go unnoticed, its
+ * LISTENs gone on the server, and every kept hold deaf. Probes from 5 s
+ * of silence, 3 of them 2 s apart, end it within about 11 s; a LISTEN
+ * sent into a dead connection fails once unacknowledged for 10 s. */
+static void watch_the_socket(PGconn *conn)
+{
+    int fd = PQsocket(conn), on = 1, idle = 5, interval = 2, count = 3;
+    unsigned user_timeout_ms = 10000;
+    if (fd < 0)
+        return;
+    setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof on);
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof interval);
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof count);
+    setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout_ms, sizeof user_timeout_ms);
+}
+
 /* Under mu: waits up to ms for a wake-up, mu dropped meanwhile. */
 static void pause_ms(struct pg_wanted *w, int64_t ms)
 {
@@ -239,17 +263,24 @@ static void *run(void *arg)
             int rc;
             PGconn *conn = pg_connect(w->srv, &rc);
             pthread_mutex_lock(&w->mu);
-            if (!conn) {
+            if (conn)
+                watch_the_socket(conn);
+            w->conn = conn;
+            if (conn) {
+                w->generation++;
+                if (listen_all(w))
+                    conn = w->conn;
+                else
+                    conn = NULL; /* a server that refuses LISTEN (a standby) is not asked in a loop */
+            } else {
                 note_error(w, dlock_errmsg());
+            }
+            if (!conn) {
                 lost(w);
                 backoff = backoff ? backoff * 2 : RECONNECT_FIRST_MS;
-                pause_ms(w, backoff < RECONNECT_CAP_MS ? backoff : RECONNECT_CAP_MS);
-                continue;
-            }
-            w->conn = conn;
-            w->generation++;
-            if (!listen_all(w)) {
-                lost(w);
+                if (backoff > RECONNECT_CAP_MS)
+                    backoff = RECONNECT_CAP_MS;
+                pause_ms(w, backoff);
                 continue;
             }
             backoff = 0;
@@ -285,7 +316,8 @@ int pg_wanted_watch(struct pg_wanted *w, struct dlock_provider_lock *lk, const c
     cw->lk = lk;
     pthread_mutex_lock(&w->mu);
     if (!w->started) {
-        if (pthread_create(&w->thread, NULL, run, w) != 0) {
+        int err = quiet_thread_create(&w->thread, run, w);
+        if (err != 0) {
             pthread_mutex_unlock(&w->mu);
             free(cw);
             return dlock_seterr(DLOCK_ENOMEM, "postgres: could not start the listener of kept holds");

@@ -30,9 +30,12 @@ void pg_wanted_free(struct pg_wanted *w);
 /* Tells lk when a notification comes on channel (a NUL-terminated
  * identifier of at most 31 bytes), until pg_wanted_unwatch. Waits until
  * the LISTEN is in effect on the server (a NOTIFY committed before it
- * would reach nobody), at most the server's command timeout. A lost
+ * would reach nobody), at most the server's connect and command timeouts
+ * together. A lost
  * connection tells every watched lock, since a notification may have gone
- * unheard, and the listener connects and LISTENs again. DLOCK_OK, or
+ * unheard, and the listener connects and LISTENs again; one that the
+ * network dropped without a word is found by TCP keepalive probes within
+ * about 11 s. DLOCK_OK, or
  * DLOCK_EUNAVAILABLE / DLOCK_ENOMEM with the detail set. Thread-safe. */
 int pg_wanted_watch(struct pg_wanted *w, struct dlock_provider_lock *lk, const char *channel);
 /* Ends lk's watch: after it returns, lk is not told again. Thread-safe. */

@@ -174,13 +174,20 @@ static int listen_and_look(void *instance, struct dlock_provider_lock *lk, struc
     return rc;
 }
 
-/* An exclusive hold keeps the gate until it is released (pg_line.h). */
-static void granted(void *instance, struct dlock_provider_lock *lk)
+/* An exclusive hold keeps the gate until it is released (pg_line.h).
+ * Those queued for the gate behind it make no request its holder could
+ * hear, so a hold of a name whose holds may be kept asks whether anyone
+ * is (the first such hold asks when the name is first watched). */
+static void granted(void *instance, struct dlock_provider_lock *lk, struct dlock_grant *g)
 {
     struct pg_instance *inst = instance;
     struct pg_lock *pl = lk->priv;
-    if (waits_in_line(lk))
-        pg_line_granted(&inst->listeners, &pl->line, lk->mode == DLOCK_MODE_EXCLUSIVE);
+    if (!waits_in_line(lk))
+        return;
+    if (g && pl->watched && lk->mode == DLOCK_MODE_EXCLUSIVE && pl->line.place.state != LINE_OUT &&
+        pg_line_others_queued(&pl->line))
+        g->others_waiting = 1;
+    pg_line_granted(&inst->listeners, &pl->line, lk->mode == DLOCK_MODE_EXCLUSIVE);
 }
 
 static void leave_line(void *instance, struct dlock_provider_lock *lk)
@@ -400,6 +407,7 @@ static int pg_open(void **instance, const struct dlock_provider_env *env)
      * is kept, where a failing statement would cost it. */
     if (inst->head.no_shared_columns)
         inst->head.capabilities_off |= DLOCK_CAP_DOWNGRADE;
+    inst->tell_wanted = env->wanted;
     if (rc == DLOCK_OK)
         rc = pg_wanted_new(&inst->server, env->wanted, env->log_handle, &inst->wanted);
     if (rc != DLOCK_OK) {
@@ -418,15 +426,26 @@ static int pg_open(void **instance, const struct dlock_provider_env *env)
 static int pg_watch_wanted(void *instance, struct dlock_provider_lock *lk)
 {
     struct pg_instance *inst = instance;
+    struct pg_lock *pl = lk->priv;
     char channel[32];
     pg_wanted_channel(lk, channel);
-    return pg_wanted_watch(inst->wanted, lk, channel);
+    int rc = pg_wanted_watch(inst->wanted, lk, channel);
+    if (rc != DLOCK_OK)
+        return rc;
+    pl->watched = true;
+    /* The hold that made the name watched came through the line: anyone
+     * already queued behind it is told now (see granted). */
+    if (pl->line.place.state == LINE_HEAD && pg_line_others_queued(&pl->line))
+        inst->tell_wanted(lk);
+    return DLOCK_OK;
 }
 
 static void pg_unwatch_wanted(void *instance, struct dlock_provider_lock *lk)
 {
     struct pg_instance *inst = instance;
+    struct pg_lock *pl = lk->priv;
     pg_wanted_unwatch(inst->wanted, lk);
+    pl->watched = false;
 }
 
 static const struct dlock_provider pg_provider = {
