@@ -27,6 +27,20 @@ expect_status() {
 # A port nothing listens on now (the kernel's pick), for a throwaway
 # server: ports derived from $$ collide when two tests' PIDs differ by the
 # offsets they add.
+# start_on_private_port SHELL SCRIPT DIR: runs `SHELL SCRIPT start DIR PORT`
+# (a tests/support server script) on a port below the ephemeral range,
+# picked from this process's id, and sets port. Three suites run at once,
+# each starting servers: a port another one's server took is passed over
+# for the next of five (DIR is made afresh each time). 1 when none started.
+start_on_private_port() {
+    for attempt in 0 1 2 3 4; do
+        port=$(( 20000 + ($$ * 7 + attempt * 1009) % 12000 ))
+        rm -rf "$3"
+        "$1" "$2" start "$3" $port > /dev/null 2> "$3.err" && return 0
+    done
+    cat "$3.err" >&2
+    return 1
+}
 free_port() {
     python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }

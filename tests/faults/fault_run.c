@@ -390,6 +390,33 @@ pid_t fault_run_released_holder(const struct fault_run *run, int wait_ms)
     return 0;
 }
 
+uint64_t fault_shell_number(const char *cmd)
+{
+    char line[64] = "";
+    FILE *f = popen(cmd, "r");
+    if (!f)
+        return 0;
+    if (!fgets(line, sizeof line, f))
+        line[0] = 0;
+    pclose(f);
+    return strtoull(line, NULL, 10);
+}
+
+pid_t fault_run_keeper(const struct fault_run *run, int wait_ms, bool (*still_kept)(uint64_t fence))
+{
+    int64_t end = fault_now_us() + (int64_t)wait_ms * 1000;
+    while (fault_now_us() < end) {
+        pid_t released = fault_run_released_holder(run, (int)((end - fault_now_us()) / 1000) + 1);
+        if (released <= 0)
+            continue;
+        uint64_t fence = fault_run_last_fence(run, released);
+        if (fence > 0 && still_kept(fence))
+            return released;
+        kill(released, SIGCONT);
+    }
+    return 0;
+}
+
 int64_t fault_run_kill_a_keeper(struct fault_run *run, pid_t keeper, const char *scenario, int lease_ms)
 {
     struct history_report r;

@@ -74,6 +74,17 @@ pid_t fault_run_released_holder(const struct fault_run *run, int wait_ms);
 /* The fence of worker's latest grant, from its log; 0 if it has none. */
 uint64_t fault_run_last_fence(const struct fault_run *run, pid_t worker);
 
+/* The number on the first line cmd (a shell command) prints, 0 when none
+ * (a server's answer read with its command-line client). */
+uint64_t fault_shell_number(const char *cmd);
+
+/* A worker that has just released while its client keeps the hold: the
+ * server still has the hold of the worker's last grant (still_kept, given
+ * that grant's fence, asks the server), stopped (SIGSTOP) as
+ * fault_run_released_holder returns it; 0 when no such moment came within
+ * wait_ms. */
+pid_t fault_run_keeper(const struct fault_run *run, int wait_ms, bool (*still_kept)(uint64_t fence));
+
 /* Kills keeper (SIGKILL; the keep-going file must be on), waits up to
  * lease_ms + 5 s for another worker's grant, ends the run and checks it
  * (scenario names it), prints how long the grant took, and fails the case

@@ -4,8 +4,7 @@
 # fences handed to the runs strictly increase.
 . "${DLOCK_TEST_SRCDIR:-$(dirname "$0")/../..}/cli/lib.sh"
 SUPPORT=${DLOCK_TEST_SRCDIR:-$(dirname "$0")/../..}/support
-port=$(( 20000 + $$ % 12000 )) # below the ephemeral port range
-bash "$SUPPORT/etcd.sh" start "$T/etcd" $port > /dev/null || { not_ok "etcd did not start"; finish; exit 1; }
+start_on_private_port bash "$SUPPORT/etcd.sh" "$T/etcd" || { not_ok "etcd did not start"; finish; exit 1; }
 stop_etcd() { bash "$SUPPORT/etcd.sh" stop "$T/etcd"; rm -rf "$T"; }
 trap stop_etcd EXIT
 printf 'backend = "etcd";\netcd = { endpoints = ( "http://127.0.0.1:%d" ); };\n' $port > "$T/dlock.conf"

@@ -3,9 +3,8 @@
 # this script starts on a private port (and stops by PID).
 . "${DLOCK_TEST_SRCDIR:-$(dirname "$0")/../..}/cli/lib.sh"
 SUPPORT=${DLOCK_TEST_SRCDIR:-$(dirname "$0")/../..}/support
-port=$(( 20000 + $$ % 12000 )) # below the ephemeral port range
 chmod 755 "$T" # initdb runs as the postgres user, which must reach $T/pg
-sh "$SUPPORT/postgres.sh" start "$T/pg" $port > /dev/null || { not_ok "postgres did not start"; finish; exit 1; }
+start_on_private_port sh "$SUPPORT/postgres.sh" "$T/pg" || { not_ok "postgres did not start"; finish; exit 1; }
 stop_pg() { sh "$SUPPORT/postgres.sh" stop "$T/pg"; rm -rf "$T"; }
 trap stop_pg EXIT
 psql_value() { psql -X -A -t -h 127.0.0.1 -p $port -U postgres -d postgres -c "$1"; }

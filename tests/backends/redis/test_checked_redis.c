@@ -320,23 +320,11 @@ static bool fence_still(uint64_t fence)
     return yes;
 }
 
-/* The worker that has just released, while its client keeps the hold
- * (released in the worker, still on the server: the key there, and the
- * fence counter still at the worker's last grant, so the key is that
- * grant's hold), stopped; 0 when no such moment came within wait_ms. */
-static pid_t a_keeper(const struct fault_run *run, int wait_ms)
+/* Whether the server still has the hold of the grant whose fence this
+ * is: the key there, and the fence counter still at that grant. */
+static bool redis_still_kept(uint64_t fence)
 {
-    int64_t end = fault_now_us() + (int64_t)wait_ms * 1000;
-    while (fault_now_us() < end) {
-        pid_t released = fault_run_released_holder(run, (int)((end - fault_now_us()) / 1000) + 1);
-        if (released <= 0)
-            continue;
-        uint64_t fence = fault_run_last_fence(run, released);
-        if (fence > 0 && redis_exists("dlock:{fault-suite-lock}") && fence_still(fence))
-            return released;
-        kill(released, SIGCONT);
-    }
-    return 0;
+    return redis_exists("dlock:{fault-suite-lock}") && fence_still(fence);
 }
 
 /* A worker SIGKILLed while its client keeps the hold: nobody can give it
@@ -349,7 +337,8 @@ static void kept_holds_and_a_keeper_killed(void **state)
     start(&run, SHORT_HOLD_MS);
     fault_run_keep_going(&run, true); /* a kill late in the run still meets the other worker */
     int64_t granted_after_ms =
-        fault_run_kill_a_keeper(&run, a_keeper(&run, 5000), "redis, kept holds, a keeper SIGKILLed", LEASE_MS);
+        fault_run_kill_a_keeper(&run, fault_run_keeper(&run, 5000, redis_still_kept),
+                                "redis, kept holds, a keeper SIGKILLed", LEASE_MS);
     /* Renewed every third of the lease, the kept hold had at least two
      * thirds of it left when its keeper stopped: less than a third would
      * mean the kill found no kept hold, and the case proved nothing. */
@@ -368,7 +357,7 @@ static void kept_holds_and_the_server_restarted(void **state)
     struct history_report r;
     start(&run, SHORT_HOLD_MS);
     fault_run_keep_going(&run, true);
-    assert_true(a_keeper(&run, 5000) > 0);
+    assert_true(fault_run_keeper(&run, 5000, redis_still_kept) > 0);
     test_redis_kill(&server, 1);
     assert_int_equal(test_redis_start(&server), 0); /* same port, empty */
     int64_t restarted_at = fault_now_us();

@@ -138,17 +138,34 @@ static void postgres_kept_holds_no_fault(void **state)
     fault_run_finish_kept_holds(&run, "postgres lease mode, kept holds, no fault");
 }
 
-/* A worker SIGKILLed just after its release, while its client may keep
- * the hold: nobody gives it back, so the other worker is granted when the
- * row's lease runs out; no violation. */
+/* Whether the name's row is still held, with the fence of that grant. */
+static bool postgres_still_kept(uint64_t fence)
+{
+    char cmd[512];
+    snprintf(cmd, sizeof cmd,
+             "psql -q -h 127.0.0.1 -p %d -U postgres -d postgres -Atc \"SELECT fence FROM dlock_locks WHERE "
+             "name = convert_to('dlock:fault-suite-lock', 'UTF8') AND owner IS NOT NULL AND expires_at > now()\" "
+             "2>/dev/null",
+             postgres.port);
+    return fault_shell_number(cmd) == fence;
+}
+
+/* A worker SIGKILLed just after its release, while its client keeps the
+ * hold (the row still held with its grant's fence): nobody gives it back,
+ * so the other worker is granted when the row's lease runs out; no
+ * violation. */
 static void postgres_kept_holds_and_a_keeper_killed(void **state)
 {
     (void)state;
     struct fault_run run;
     postgres_kept_holds_start(&run);
     fault_run_keep_going(&run, true); /* a kill late in the run still meets the other worker */
-    fault_run_kill_a_keeper(&run, fault_run_released_holder(&run, 5000),
-                            "postgres lease mode, kept holds, a keeper SIGKILLed", LEASE_MS);
+    int64_t granted_after_ms = fault_run_kill_a_keeper(&run, fault_run_keeper(&run, 5000, postgres_still_kept),
+                                                       "postgres lease mode, kept holds, a keeper SIGKILLed", LEASE_MS);
+    /* Renewed every third of the lease, the kept row had at least two
+     * thirds of it left when its keeper died: a grant sooner would mean
+     * the kill found no kept hold. */
+    assert_true(granted_after_ms >= LEASE_MS / 3);
 }
 
 /* Permits of a semaphore in lease mode, one holder SIGKILLed (see

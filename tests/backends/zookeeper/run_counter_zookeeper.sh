@@ -4,8 +4,7 @@
 # exactly 200, and the fences handed to the runs strictly increase.
 . "${DLOCK_TEST_SRCDIR:-$(dirname "$0")/../..}/cli/lib.sh"
 SUPPORT=${DLOCK_TEST_SRCDIR:-$(dirname "$0")/../..}/support
-port=$(( 20000 + $$ % 12000 )) # below the ephemeral port range
-bash "$SUPPORT/zookeeper.sh" start "$T/zk" $port > /dev/null || { not_ok "zookeeper did not start"; finish; exit 1; }
+start_on_private_port bash "$SUPPORT/zookeeper.sh" "$T/zk" || { not_ok "zookeeper did not start"; finish; exit 1; }
 stop_zk() { bash "$SUPPORT/zookeeper.sh" stop "$T/zk"; rm -rf "$T"; }
 trap stop_zk EXIT
 printf 'backend = "zookeeper";\nzookeeper = { hosts = "127.0.0.1:%d"; };\n' $port > "$T/dlock.conf"
