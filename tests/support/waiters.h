@@ -93,12 +93,13 @@ static inline void more_waiters_than_waiting_connections(const char *config)
 }
 
 /* A hold of name granted to caching client a while client c waits
- * behind it: h holds the name, a queues, then c behind a; h lets go. a is
+ * behind it: h holds the name, a queues, then c behind a (c_queued, when
+ * not NULL, returns once the server shows c waiting); h lets go. a is
  * granted and lets go at once: its hold must not be kept (c waits), and
  * its next hold, with nobody else asking, must be. Frees and closes the
  * three clients. */
 static inline void test_grant_with_one_queued_behind(dlock_client *h, dlock_client *a, dlock_client *c,
-                                                     const char *name)
+                                                     const char *name, void (*c_queued)(void))
 {
     dlock_lock *lh = test_lock_named(h, name);
     assert_int_equal(dlock_acquire(lh, 0), DLOCK_OK);
@@ -107,6 +108,8 @@ static inline void test_grant_with_one_queued_behind(dlock_client *h, dlock_clie
     pthread_t ta, tc;
     start_waiter(&wa, &ta, a); /* queued first */
     start_waiter(&wc, &tc, c); /* then behind it */
+    if (c_queued)
+        c_queued();
     assert_int_equal(dlock_release(lh), DLOCK_OK);
     pthread_join(ta, NULL); /* a is granted and releases at once */
     pthread_join(tc, NULL);

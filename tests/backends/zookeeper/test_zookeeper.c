@@ -920,7 +920,7 @@ static void a_hold_granted_while_others_wait_is_not_kept(void **state)
     (void)state;
     dlock_client *h = open_ok("", 4000), *c = open_ok("", 4000);
     dlock_client *a = open_caching(0, 4000);
-    test_grant_with_one_queued_behind(h, a, c, "zk-queued-grant");
+    test_grant_with_one_queued_behind(h, a, c, "zk-queued-grant", NULL);
 }
 
 /* The keeper's connection lost (the session lives on): a request could
