@@ -71,10 +71,7 @@ static long long metric(dlock_client *c, const char *name)
 /* Until c has given a kept hold back (at most a few seconds). */
 static void await_give_back(dlock_client *c)
 {
-    int64_t t0 = now_ms();
-    while (metric(c, "dlock_cache_givebacks_total") < 1 && now_ms() - t0 < slack_ms(3000))
-        sleep_ms(10);
-    assert_int_equal(metric(c, "dlock_cache_givebacks_total"), 1);
+    test_await_give_back(c, 3000);
 }
 
 /* ---- where the backend keeps holds ---------------------------------------------------- */

@@ -133,15 +133,22 @@ static inline long long test_client_metric(dlock_client *c, const char *name)
     return v;
 }
 
+/* Until caching client c has given one kept hold back, at most wait_ms
+ * times the build's slack; fails the case when it has not. */
+static inline void test_await_give_back(dlock_client *c, int64_t wait_ms)
+{
+    int64_t t0 = now_ms();
+    while (test_client_metric(c, "dlock_cache_givebacks_total") < 1 && now_ms() - t0 < slack_ms(wait_ms))
+        sleep_ms(10);
+    assert_int_equal(test_client_metric(c, "dlock_cache_givebacks_total"), 1);
+}
+
 /* Until caching client c has given its one kept hold back, far sooner
  * than any idle limit (a few seconds at most, times the build's slack),
  * with no hit of it. */
 static inline void test_gives_back_soon(dlock_client *c)
 {
-    int64_t t0 = now_ms();
-    while (test_client_metric(c, "dlock_cache_givebacks_total") < 1 && now_ms() - t0 < slack_ms(5000))
-        sleep_ms(10);
-    assert_int_equal(test_client_metric(c, "dlock_cache_givebacks_total"), 1);
+    test_await_give_back(c, 5000);
     assert_int_equal(test_client_metric(c, "dlock_cache_hits_total"), 0);
 }
 
