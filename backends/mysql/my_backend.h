@@ -14,6 +14,7 @@
 #include "my_conn.h"
 #include "my_line.h"
 #include "my_sql.h"
+#include "my_wanted.h"
 
 #include <dlock/provider.h>
 #include <pthread.h>
@@ -35,6 +36,7 @@ struct my_instance {
     bool no_waker;               /* lease mode, the table has no waker column (create_table off): waiters back off */
     bool kill_denied_told;       /* the warning that KILL QUERY is refused was logged */
     int native_in_flight;        /* connections carrying attempts sent without a thread (my_native.c) */
+    struct my_wanted *wanted;    /* the poller of names whose holds may be kept (my_wanted.c) */
 };
 
 struct my_lock {
@@ -50,6 +52,7 @@ struct my_lock {
     int native_rc;
     struct my_outcome native_outcome;
     int ready_fd;                /* eventfd + 1 that says so to the core, once made */
+    struct my_wanted_watch *watch; /* between watch_wanted and unwatch_wanted (lock caching), else NULL */
 };
 /* sql_renew_batch_init reads the key at the start of each lock's state. */
 _Static_assert(offsetof(struct my_lock, k) == 0, "the sql_lock_key comes first");

@@ -68,6 +68,8 @@ int my_answer_acquire(struct my_instance *inst, struct dlock_provider_lock *lk, 
     g->fence = o->insert_id;
     g->has_fence = 1;
     ml->writer_registered = false; /* the grant raised the fence: that voids it */
+    if (ml->watch)
+        my_wanted_held(inst->wanted, ml->watch, true);
     return DLOCK_OK;
 }
 
@@ -286,6 +288,8 @@ static int lease_release(void *instance, struct dlock_provider_lock *lk)
         rc = my_pool_run(&inst->pool, MY_SHARED_RELEASE, sp, 3, -1, &o);
     } else {
         rc = my_pool_run(&inst->pool, MY_RELEASE, p, 2, -1, &o);
+        if (ml->watch) /* freed, or not ours any more: nothing left to poll for */
+            my_wanted_held(inst->wanted, ml->watch, false);
     }
     /* Sent twice because the connection died under the first: a hold
      * already freed is the first one's work, not a loss. */

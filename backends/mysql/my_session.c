@@ -191,10 +191,13 @@ static int session_status(void *instance, const struct sql_lock_key *k, dlock_st
 }
 
 /* GET_LOCK has no shared kind, and one connection carries every hold of a
- * client; with no shared holds there is nothing to downgrade to. */
+ * client; with no shared holds there is nothing to downgrade to. A named
+ * lock's busy answer leaves no mark anyone could read, so no hold is kept
+ * after its release. */
 const struct sql_mode my_session_mode = {
     .name = "session",
-    .capabilities_off = DLOCK_CAP_SHARED | DLOCK_CAP_SEMAPHORE | DLOCK_CAP_DOWNGRADE | DLOCK_CAP_ELECTION,
+    .capabilities_off = DLOCK_CAP_SHARED | DLOCK_CAP_SEMAPHORE | DLOCK_CAP_DOWNGRADE | DLOCK_CAP_ELECTION |
+                        DLOCK_CAP_CACHE,
     .lease_rows = false,
     .attempt = session_attempt,
     .attempt_late = NULL,

@@ -41,7 +41,14 @@
  * LAST_INSERT_ID (TAKE_WAKER), and the client ends that sleep with KILL
  * QUERY; with no waker the id is 0 and a release costs nothing more. A
  * grant of a free or expired row clears a waker left behind by a head whose
- * sleep ran out. A table without the column gets statements without it. */
+ * sleep ran out. A table without the column gets statements without it.
+ *
+ * The waker column also says that a holder was asked for its name: a busy
+ * answer leaves 0 in it when it is empty (0 wakes nobody), and a head that
+ * leaves while armed, or a writer that stops waiting, puts 0 back in place
+ * of the id it takes out. A client that keeps
+ * released holds polls its names for a waker (my_wanted.c); whatever frees
+ * the row, or grants it anew, clears the mark with the rest. */
 #include "config.h"
 
 #include "my_sql.h"
@@ -67,6 +74,9 @@
 /* Reads the waker out of the row into LAST_INSERT_ID (0: none) and leaves
  * NULL in its place: an assignment to waker. */
 #define TAKE_WAKER "NULLIF(0 * LAST_INSERT_ID(COALESCE(waker, 0)), 0)"
+/* The same for a row that stays held: a waker taken out leaves the mark
+ * of a request (0) in its place, and a mark stays. */
+#define TAKE_WAKER_MARKED "IF(LAST_INSERT_ID(COALESCE(waker, 0)) = 0 AND waker IS NULL, NULL, 0)"
 /* Whether a shared or permit request may take the row now. Parameters:
  * kind, kind, owner, permits, permits, permits, owner. */
 #define SHARED_TAKE "(owner IS NULL OR expires_at < " NOW_MS " OR owner = ?)\n" \
@@ -88,7 +98,8 @@ static char *acquire_text(const char *t, const char *free_cond, bool waker)
         "                fence + 0 * LAST_INSERT_ID(%llu + GREATEST(expires_at - " NOW_MS ", 0)))),\n"
         "  owner = IF(%s OR owner = VALUES(owner), VALUES(owner), owner),\n"
         "  expires_at = IF(owner = VALUES(owner), VALUES(expires_at), expires_at)",
-        t, waker ? "  waker = IF(" : "", waker ? free_cond : "", waker ? ", NULL, waker),\n" : "", free_cond,
+        t, waker ? "  waker = IF(" : "", waker ? free_cond : "",
+        waker ? ", NULL, IF(owner = VALUES(owner), waker, COALESCE(waker, 0))),\n" : "", free_cond,
         (unsigned long long)MY_BUSY_MARK, free_cond);
 }
 
@@ -164,7 +175,7 @@ int my_sql_init(struct my_sql *sql, const char *table, bool waker)
         "  writer = IF(@dlock_take, NULL, writer)\n"
         "WHERE name = ?",
         t, (unsigned long long)MY_KIND_MARK, (unsigned long long)MY_BUSY_MARK,
-        waker ? "  waker = IF(@dlock_take AND " FREE_OR_EXPIRED ", NULL, waker),\n" : "");
+        waker ? "  waker = IF(@dlock_take, IF(" FREE_OR_EXPIRED ", NULL, waker), COALESCE(waker, 0)),\n" : "");
     /* owner, lease, lease, key, owner */
     sql->text[MY_SHARED_RENEW] = sql_format(
         "UPDATE `%s` SET holders = JSON_SET(holders, " OWNER_PATH ", " NOW_MS " + ?),\n"
@@ -192,7 +203,7 @@ int my_sql_init(struct my_sql *sql, const char *table, bool waker)
         "  AND (writer IS NULL OR writer = ? OR writer_until < " NOW_MS " OR writer_fence <> fence)",
         t);
     sql->text[MY_UNREGISTER_WRITER] = sql_format("UPDATE `%s` SET writer = NULL%s WHERE name = ? AND writer = ?", t,
-                                                 take);
+                                                 waker ? ",\n  waker = " TAKE_WAKER_MARKED : "");
     /* owner, owner, key, owner, owner: our own exclusive row becomes shared
      * (holders: us alone, with our expiry); or, sent again after the
      * answer to the first was lost, our entry is already in the shared
@@ -245,11 +256,20 @@ int my_sql_init(struct my_sql *sql, const char *table, bool waker)
     sql->text[MY_SHARED_ARM] = sql_format("UPDATE `%s` SET waker = ?\nWHERE name = ? AND NOT COALESCE(" SHARED_TAKE
                                           ", FALSE)",
                                           t);
-    /* key, waker: a head that leaves while armed takes its own id out. */
-    sql->text[MY_DISARM] = sql_format("UPDATE `%s` SET waker = NULL WHERE name = ? AND waker = ?", t);
+    /* key, waker: a head that leaves while armed takes its own id out,
+     * and leaves the mark of a request in its place (the holder was asked
+     * for the name, and a keeper looks for that). */
+    sql->text[MY_DISARM] = sql_format("UPDATE `%s` SET waker = 0 WHERE name = ? AND waker = ?", t);
     sql->text[MY_HAS_WAKER] = sql_format(
         "SELECT COUNT(*) FROM information_schema.columns\n"
         "WHERE table_schema = DATABASE() AND table_name = ? AND column_name = 'waker'");
+    /* The names asked for while held exclusively (see my_wanted.h);
+     * followed by the names as hex literals, comma-separated, and ')'.
+     * Only run with the waker column: without it nothing keeps holds. */
+    sql->wanted_poll = sql_format("SELECT HEX(name) FROM `%s`\n"
+                                  "WHERE waker IS NOT NULL AND owner IS NOT NULL AND LEFT(owner, 1) <> '~'\n"
+                                  "  AND expires_at >= " NOW_MS " AND name IN (",
+                                  t);
     sql->text[MY_STATUS] = sql_format("SELECT owner, fence, GREATEST(expires_at - " NOW_MS ", 0),\n"
                                   "       owner IS NOT NULL AND expires_at >= " NOW_MS "\n"
                                   "FROM `%s` WHERE name = ?",
@@ -271,7 +291,7 @@ int my_sql_init(struct my_sql *sql, const char *table, bool waker)
     sql->text[MY_SESSION_RELEASE] = sql_format("SELECT RELEASE_LOCK(?)");
     sql->text[MY_SESSION_STATUS] = sql_format("SELECT IS_USED_LOCK(?)");
     bool ok = sql->create_table != NULL && sql->add_shared_columns != NULL && sql->add_waker_column != NULL &&
-              sql->create_values != NULL;
+              sql->create_values != NULL && sql->wanted_poll != NULL;
     for (int i = 0; i < MY_STATEMENT_COUNT; i++)
         ok &= sql->text[i] != NULL;
     if (!ok) {
@@ -287,6 +307,7 @@ void my_sql_free(struct my_sql *sql)
     free(sql->add_shared_columns);
     free(sql->add_waker_column);
     free(sql->create_values);
+    free(sql->wanted_poll);
     for (int i = 0; i < MY_STATEMENT_COUNT; i++)
         free(sql->text[i]);
     memset(sql, 0, sizeof *sql);

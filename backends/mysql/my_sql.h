@@ -69,6 +69,7 @@ struct my_sql {
     char *add_shared_columns;   /* for a table made before shared holds existed */
     char *add_waker_column;     /* for a table made before lease-mode waiting existed */
     char *create_values;        /* the table of election values */
+    char *wanted_poll;          /* the start of a keeper's poll (my_wanted.c) */
     char *text[MY_STATEMENT_COUNT];
 };
 

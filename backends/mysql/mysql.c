@@ -23,7 +23,10 @@
  * looks only at the head, so requests made in fair mode are granted in the
  * order the server queued them for the gate. Out of turn only when the
  * head seems to hang: in lease mode, an exclusive request whose wait ran
- * out may take a row that has been free for MY_LATE_MS. */
+ * out may take a row that has been free for MY_LATE_MS.
+ *
+ * Lock caching (lease mode): a keeper polls its held names' rows for the
+ * mark a request leaves in the waker column (my_wanted.h). */
 #include "config.h"
 
 #include "../common/line.h"
@@ -51,6 +54,7 @@ static const struct dlock_setting_spec my_settings[] = {
     { "connect_timeout_ms", DLOCK_SETTING_INT, 1, 600000 },
     { "command_timeout_ms", DLOCK_SETTING_INT, 1, 600000 },
     { "pool_size", DLOCK_SETTING_INT, 1, MY_POOL_MAX },
+    { "cache_poll_ms", DLOCK_SETTING_INT, 1, 60000 },
     { NULL, 0, 0, 0 },
 };
 
@@ -280,6 +284,7 @@ static void my_lock_fini(void *instance, struct dlock_provider_lock *lk)
 static void my_close(void *instance)
 {
     struct my_instance *inst = instance;
+    my_wanted_free(inst->wanted);
     my_conn_close(inst->holder); /* ends the session: the server frees its named locks */
     sql_instance_end(&inst->head);
     my_pool_destroy(&inst->pool);
@@ -327,7 +332,7 @@ static int my_open(void **instance, const struct dlock_provider_env *env)
      * the downgraded one: refused up front (DLOCK_ENOTSUP), the exclusive
      * hold is kept, where a failing statement would cost it. */
     if (inst->no_waker)
-        inst->head.capabilities_off |= DLOCK_CAP_NATIVE_WAIT | DLOCK_CAP_FAIR;
+        inst->head.capabilities_off |= DLOCK_CAP_NATIVE_WAIT | DLOCK_CAP_FAIR | DLOCK_CAP_CACHE;
     if (inst->head.no_shared_columns)
         inst->head.capabilities_off |= DLOCK_CAP_DOWNGRADE;
     /* No waker column: statements that do not name it. The connection the
@@ -338,6 +343,12 @@ static int my_open(void **instance, const struct dlock_provider_env *env)
         for (int i = 0; rc == DLOCK_OK && i < MY_STATEMENT_COUNT; i++)
             inst->server.statements[i] = inst->sql.text[i];
     }
+    /* A keeper asks for its names this often (see my_wanted.h). */
+    int64_t poll_ms = MY_CACHE_POLL_MS;
+    dlock_settings_int(env->settings, "cache_poll_ms", &poll_ms);
+    if (rc == DLOCK_OK && inst->head.mode->lease_rows && !inst->no_waker)
+        rc = my_wanted_new(&inst->server, inst->sql.wanted_poll, poll_ms, env->wanted, env->log_handle,
+                           &inst->wanted);
     if (rc != DLOCK_OK) {
         my_close(inst);
         return rc;
@@ -348,12 +359,30 @@ static int my_open(void **instance, const struct dlock_provider_env *env)
     return DLOCK_OK;
 }
 
+/* A name whose holds may be kept (lease mode with the waker column only:
+ * see my_wanted.h). */
+static int my_watch_wanted(void *instance, struct dlock_provider_lock *lk)
+{
+    struct my_instance *inst = instance;
+    struct my_lock *ml = lk->priv;
+    return my_wanted_watch(inst->wanted, lk, ml->k.key, ml->k.key_len, &ml->watch);
+}
+
+static void my_unwatch_wanted(void *instance, struct dlock_provider_lock *lk)
+{
+    struct my_instance *inst = instance;
+    struct my_lock *ml = lk->priv;
+    if (ml->watch)
+        my_wanted_unwatch(inst->wanted, ml->watch);
+    ml->watch = NULL;
+}
+
 static const struct dlock_provider my_provider = {
-    .version = DLOCK_PROVIDER_VERSION_6,
+    .version = DLOCK_PROVIDER_VERSION_8,
     .name = "mysql",
     .capabilities = DLOCK_CAP_RENEW | DLOCK_CAP_FENCE | DLOCK_CAP_SERVER_EXPIRY | DLOCK_CAP_MULTI_HOST |
                     DLOCK_CAP_SHARED | DLOCK_CAP_SEMAPHORE | DLOCK_CAP_DOWNGRADE | DLOCK_CAP_NATIVE_WAIT |
-                    DLOCK_CAP_FAIR | DLOCK_CAP_ELECTION,
+                    DLOCK_CAP_FAIR | DLOCK_CAP_ELECTION | DLOCK_CAP_CACHE,
     .lock_priv_size = sizeof(struct my_lock),
     .settings = my_settings,
     .open = my_open,
@@ -377,6 +406,8 @@ static const struct dlock_provider my_provider = {
     .acquire_send = my_acquire_send,
     .acquire_recv = my_acquire_recv,
     .acquire_drop = my_acquire_drop,
+    .watch_wanted = my_watch_wanted,
+    .unwatch_wanted = my_unwatch_wanted,
 };
 
 DLOCK_MODULE(my_provider)

@@ -12,6 +12,7 @@
 
 #include "pg_wanted.h"
 #include "../common/quiet_thread.h"
+#include "../common/wake_fd.h"
 
 #include <errno.h>
 #include <netinet/in.h>
@@ -22,7 +23,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -62,7 +62,7 @@ int pg_wanted_new(const struct pg_server *srv, void (*tell)(struct dlock_provide
     struct pg_wanted *w = calloc(1, sizeof *w);
     if (!w)
         return dlock_seterr(DLOCK_ENOMEM, "postgres: out of memory for the listener of kept holds");
-    w->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    w->wake_fd = wake_fd_open();
     if (w->wake_fd < 0) {
         free(w);
         return dlock_seterr(DLOCK_ENOMEM, "postgres: no eventfd for the listener of kept holds: %s",
@@ -83,16 +83,7 @@ int pg_wanted_new(const struct pg_server *srv, void (*tell)(struct dlock_provide
 
 static void wake(struct pg_wanted *w)
 {
-    uint64_t one = 1;
-    ssize_t n = write(w->wake_fd, &one, sizeof one);
-    (void)n; /* a counter at its limit is readable already */
-}
-
-static void drain(int fd)
-{
-    uint64_t n;
-    while (read(fd, &n, sizeof n) == (ssize_t)sizeof n)
-        ;
+    wake_fd_signal(w->wake_fd);
 }
 
 /* Under mu: keeps why the connection failed (one line), for a watch
@@ -247,7 +238,7 @@ static void pause_ms(struct pg_wanted *w, int64_t ms)
     pthread_mutex_unlock(&w->mu);
     struct pollfd p = { .fd = w->wake_fd, .events = POLLIN };
     poll(&p, 1, (int)ms);
-    drain(w->wake_fd);
+    wake_fd_drain(w->wake_fd);
     pthread_mutex_lock(&w->mu);
 }
 
@@ -298,7 +289,7 @@ static void *run(void *arg)
         pthread_mutex_unlock(&w->mu);
         struct pollfd p[2] = { { .fd = w->wake_fd, .events = POLLIN }, { .fd = fd, .events = POLLIN } };
         poll(p, 2, POLL_CAP_MS);
-        drain(w->wake_fd);
+        wake_fd_drain(w->wake_fd);
         pthread_mutex_lock(&w->mu);
         if ((p[1].revents || PQstatus(w->conn) != CONNECTION_OK) && !read_notifications(w))
             lost(w);

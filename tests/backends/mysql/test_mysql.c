@@ -948,6 +948,8 @@ static void a_table_from_before_shared_holds(void **state)
      * nowhere to arm a waiter: waiters back off. */
     assert_int_equal(dlock_client_capabilities(c) & DLOCK_CAP_DOWNGRADE, 0);
     assert_int_equal(dlock_client_capabilities(c) & DLOCK_CAP_NATIVE_WAIT, 0);
+    /* nor to mark a request for a kept hold: caching is refused. */
+    assert_int_equal(dlock_client_capabilities(c) & DLOCK_CAP_CACHE, 0);
     assert_int_equal(dlock_downgrade(x), DLOCK_ENOTSUP);
     assert_true(dlock_validity_ms(x) > 0);
     assert_int_equal(dlock_release(x), DLOCK_OK);
@@ -958,6 +960,102 @@ static void a_table_from_before_shared_holds(void **state)
     dlock_lock_free(x);
     dlock_client_close(c);
     admin("DROP TABLE old_locks, older_locks");
+}
+
+/* ---- lock caching ------------------------------------------------------------------------ */
+
+/* The row's waker as text: "none" for NULL, so that a mark (0) shows. */
+static const char *mark_of(const char *name)
+{
+    char sql[160];
+    snprintf(sql, sizeof sql, "SELECT IFNULL(waker, 'none') FROM dlock_locks WHERE name = 'dlock:%s'", name);
+    return admin(sql);
+}
+
+/* What a keeper polls for: every request that finds the name held leaves
+ * a mark in the row (a try's busy answer, a shared request's, a head that
+ * armed and then gave up), and what frees the row or grants it anew
+ * clears it. */
+static void a_request_for_a_held_name_leaves_a_mark_in_the_row(void **state)
+{
+    (void)state;
+    dlock_client *a = open_ok(""), *b = open_ok("");
+    dlock_lock *la = test_lock_named(a, "marked"), *lb = test_lock_named(b, "marked");
+    dlock_lock *ls = test_lock_of_kind(b, "marked", DLOCK_MODE_SHARED, 0);
+    assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
+    assert_string_equal(mark_of("marked"), "none");
+    assert_int_equal(dlock_acquire(lb, 0), DLOCK_EBUSY);
+    assert_string_equal(mark_of("marked"), "0");
+    assert_int_equal(dlock_release(la), DLOCK_OK);
+    assert_string_equal(mark_of("marked"), "none");
+    assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
+    assert_int_equal(dlock_acquire(ls, 0), DLOCK_EBUSY);
+    assert_string_equal(mark_of("marked"), "0");
+    assert_int_equal(dlock_release(la), DLOCK_OK);
+    assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
+    /* Waiters that armed the row with their id, then gave up: the id goes
+     * and the mark stays (a reader's own, a writer's with its place). */
+    assert_int_equal(dlock_acquire(ls, 300), DLOCK_ETIMEDOUT);
+    assert_string_equal(mark_of("marked"), "0");
+    assert_int_equal(dlock_release(la), DLOCK_OK);
+    assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
+    assert_int_equal(dlock_acquire(lb, 300), DLOCK_ETIMEDOUT);
+    assert_string_equal(mark_of("marked"), "0");
+    assert_int_equal(dlock_release(la), DLOCK_OK);
+    dlock_lock_free(ls);
+    dlock_lock_free(lb);
+    dlock_lock_free(la);
+    dlock_client_close(b);
+    dlock_client_close(a);
+}
+
+/* A lease-mode client configured with extra whose released holds are
+ * kept for a minute unused. */
+static dlock_client *open_caching(const char *extra)
+{
+    char text[2048];
+    write_config(text, sizeof text, 30000, 100, extra);
+    size_t used = strlen(text);
+    snprintf(text + used, sizeof text - used, "cache = { idle_ms = 60000; cooldown_ms = 0; };\n");
+    return test_client_open(text);
+}
+
+/* SELECT statements the server has run so far (this one included). */
+static long long selects_so_far(void)
+{
+    return atoll(admin("SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS "
+                       "WHERE VARIABLE_NAME = 'COM_SELECT'"));
+}
+
+/* A keeper polls its names while it holds one, and not once its holds are
+ * given back: an idle client that once kept a hold asks nothing. */
+static void a_keeper_polls_only_while_it_holds(void **state)
+{
+    (void)state;
+    dlock_client *a = open_caching("cache_poll_ms = 20;"), *b = open_ok("");
+    dlock_lock *la = test_lock_named(a, "polled"), *lb = test_lock_named(b, "polled");
+    assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
+    assert_int_equal(dlock_release(la), DLOCK_OK);
+    assert_int_equal(test_client_metric(a, "dlock_cache_keeps_total"), 1);
+    long long before = selects_so_far();
+    sleep_ms(500);
+    long long while_kept = selects_so_far() - before;
+    if (while_kept < 5)
+        fail_msg("%lld selects in 500 ms of a kept hold, polled every 20 ms", while_kept);
+    assert_int_equal(dlock_acquire(lb, 0), DLOCK_EBUSY);
+    test_gives_back_soon(a);
+    assert_int_equal(dlock_acquire(lb, 0), DLOCK_OK);
+    assert_int_equal(dlock_release(lb), DLOCK_OK);
+    sleep_ms(50); /* a poll under way when the hold went */
+    before = selects_so_far();
+    sleep_ms(500);
+    long long after = selects_so_far() - before;
+    if (after > 1) /* the second count itself */
+        fail_msg("%lld selects in 500 ms with no hold", after);
+    dlock_lock_free(lb);
+    dlock_lock_free(la);
+    dlock_client_close(b);
+    dlock_client_close(a);
 }
 
 static void missing_table_without_create_is_a_config_error(void **state)
@@ -1013,7 +1111,8 @@ static void a_least_privilege_user_is_enough(void **state)
 static void bad_settings_are_config_errors(void **state)
 {
     (void)state;
-    const char *bad[] = { "table = \"x`; DROP TABLE y\";", "mode = \"exclusive\";", "table = \"\";" };
+    const char *bad[] = { "table = \"x`; DROP TABLE y\";", "mode = \"exclusive\";", "table = \"\";",
+                          "cache_poll_ms = 0;" };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         int rc;
         dlock_client *c = open_with(bad[i], &rc);
@@ -1153,6 +1252,8 @@ int main(void)
         cmocka_unit_test(shared_holds_live_in_the_row),
         cmocka_unit_test(a_table_from_before_shared_holds),
         cmocka_unit_test(a_least_privilege_user_is_enough),
+        cmocka_unit_test(a_request_for_a_held_name_leaves_a_mark_in_the_row),
+        cmocka_unit_test(a_keeper_polls_only_while_it_holds),
         cmocka_unit_test(bad_settings_are_config_errors),
         cmocka_unit_test(unreachable_server_is_a_clear_error),
         cmocka_unit_test(sql_fence_guard_refuses_the_stale_holder),

@@ -1,10 +1,12 @@
 /* tests/backends/sql/test_checked_sql.c - the fault suite on the postgres and
- * mysql backends in session mode (holds tied to a connection): 4 worker
+ * mysql backends. In session mode (holds tied to a connection), 4 worker
  * processes contend for one lock and increment the fenced counter
  * (fault_worker) while an operator ends their sessions (pg_terminate_backend,
  * KILL). The holder must report the loss, and the checker proves growing
  * fences, stale writes refused and no lost increment; overlapping beliefs
- * are counted (the documented window of session mode). */
+ * are counted (the documented window of session mode). In lease mode: kept
+ * holds (lock caching), semaphores, readers and writers, mixed kinds and
+ * elections, each with a worker stopped or killed (fault_run.h). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -116,13 +118,13 @@ static void lease_mode_config(char *config, size_t size, const char *backend)
              pg ? "postgres" : "dl", fault_run_cache_group());
 }
 
-/* Kept holds in postgres lease mode: two workers, so that the name is
- * often free of waiters when a worker comes back for it (a hold granted
- * through the line is not kept). */
-static void postgres_kept_holds_start(struct fault_run *run)
+/* Kept holds in lease mode on backend: two workers, so that the name is
+ * often free of waiters when a worker comes back for it (on postgres, a
+ * hold granted through the line is not kept). */
+static void kept_holds_start(struct fault_run *run, const char *backend)
 {
     char config[512];
-    lease_mode_config(config, sizeof config, "postgres");
+    lease_mode_config(config, sizeof config, backend);
     fault_run_start(run, config, 2, 6000 * fault_run_scale(), 40);
     fault_sleep_ms(1000);
 }
@@ -134,7 +136,7 @@ static void postgres_kept_holds_no_fault(void **state)
 {
     (void)state;
     struct fault_run run;
-    postgres_kept_holds_start(&run);
+    kept_holds_start(&run, "postgres");
     fault_run_finish_kept_holds(&run, "postgres lease mode, kept holds, no fault");
 }
 
@@ -151,21 +153,54 @@ static bool postgres_still_kept(uint64_t fence)
 }
 
 /* A worker SIGKILLed just after its release, while its client keeps the
- * hold (the row still held with its grant's fence): nobody gives it back,
- * so the other worker is granted when the row's lease runs out; no
- * violation. */
-static void postgres_kept_holds_and_a_keeper_killed(void **state)
+ * hold (the row still held with its grant's fence, as still_kept says):
+ * nobody gives it back, so the other worker is granted when the row's
+ * lease runs out; no violation. */
+static void kept_holds_and_a_keeper_killed(const char *backend, bool (*still_kept)(uint64_t fence),
+                                           const char *scenario)
 {
-    (void)state;
     struct fault_run run;
-    postgres_kept_holds_start(&run);
+    kept_holds_start(&run, backend);
     fault_run_keep_going(&run, true); /* a kill late in the run still meets the other worker */
-    int64_t granted_after_ms = fault_run_kill_a_keeper(&run, fault_run_keeper(&run, 5000, postgres_still_kept),
-                                                       "postgres lease mode, kept holds, a keeper SIGKILLed", LEASE_MS);
+    int64_t granted_after_ms = fault_run_kill_a_keeper(&run, fault_run_keeper(&run, 5000, still_kept), scenario,
+                                                       LEASE_MS);
     /* Renewed every third of the lease, the kept row had at least two
      * thirds of it left when its keeper died: a grant sooner would mean
      * the kill found no kept hold. */
     assert_true(granted_after_ms >= LEASE_MS / 3);
+}
+
+static void postgres_kept_holds_and_a_keeper_killed(void **state)
+{
+    (void)state;
+    kept_holds_and_a_keeper_killed("postgres", postgres_still_kept,
+                                   "postgres lease mode, kept holds, a keeper SIGKILLed");
+}
+
+/* As on postgres: a keeper's client polls its row for requests. */
+static void mysql_kept_holds_no_fault(void **state)
+{
+    (void)state;
+    struct fault_run run;
+    kept_holds_start(&run, "mysql");
+    fault_run_finish_kept_holds(&run, "mysql lease mode, kept holds, no fault");
+}
+
+static bool mysql_still_kept(uint64_t fence)
+{
+    char cmd[512];
+    snprintf(cmd, sizeof cmd,
+             "mariadb --no-defaults -h 127.0.0.1 -P %d -u root -N dl -e \"SET time_zone = '+00:00'; "
+             "SELECT fence FROM dlock_locks WHERE name = 'dlock:fault-suite-lock' AND owner IS NOT NULL "
+             "AND expires_at >= UNIX_TIMESTAMP(NOW(3)) * 1000\" 2>/dev/null",
+             mariadb.port);
+    return fault_shell_number(cmd) == fence;
+}
+
+static void mysql_kept_holds_and_a_keeper_killed(void **state)
+{
+    (void)state;
+    kept_holds_and_a_keeper_killed("mysql", mysql_still_kept, "mysql lease mode, kept holds, a keeper SIGKILLed");
 }
 
 /* Permits of a semaphore in lease mode, one holder SIGKILLed (see
@@ -263,6 +298,9 @@ int main(void)
         cmocka_unit_test(mysql_sessions_killed),
         cmocka_unit_test_setup_teardown(postgres_kept_holds_no_fault, fault_run_caching_on, fault_run_caching_off),
         cmocka_unit_test_setup_teardown(postgres_kept_holds_and_a_keeper_killed, fault_run_caching_on,
+                                        fault_run_caching_off),
+        cmocka_unit_test_setup_teardown(mysql_kept_holds_no_fault, fault_run_caching_on, fault_run_caching_off),
+        cmocka_unit_test_setup_teardown(mysql_kept_holds_and_a_keeper_killed, fault_run_caching_on,
                                         fault_run_caching_off),
         cmocka_unit_test(postgres_semaphore_holder_killed),
         cmocka_unit_test(mysql_semaphore_holder_killed),
