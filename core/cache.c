@@ -86,7 +86,10 @@ void dlock__cache_note_release(struct dlock__entry *e, int64_t release_us)
  * name nobody kept would have been granted at its first ask. So a backend
  * whose cycle is cheap beside its wake-ups (local: two system calls)
  * keeps only a name that one client takes again and again, and one whose
- * cycle is round trips keeps a name that is mostly its own. A name whose
+ * cycle is round trips keeps a name that is mostly its own. A backend
+ * that hears requests late (mysql polls for them) says how late on
+ * average (DLOCK_CTL_HEARING_DELAY): the asker waits that long too before
+ * the keeper's part starts, once per request. A name whose
  * averages say it does not pay, after two requests, is not kept for
  * cache.cooldown_ms, twice as long each time that recurs with no
  * verdict for keeping in between (at most 32 times). e->mu held. */
@@ -114,7 +117,8 @@ static void note_asked(dlock_client *c, struct dlock__entry *e, int64_t give_bac
         return;
     int64_t cycle_us = e->cache_attempt_us + e->cache_release_us;
     int64_t saved_x16 = e->cache_hits_per_ask_x16 * cycle_us;
-    int64_t cost_x16 = 16 * 2 * e->cache_give_back_us;
+    int64_t cost_us = 2 * e->cache_give_back_us + c->cache_hearing_us;
+    int64_t cost_x16 = 16 * cost_us;
     if (saved_x16 >= cost_x16) {
         e->cache_cooldown_ms = 0;
         return;
@@ -129,7 +133,7 @@ static void note_asked(dlock_client *c, struct dlock__entry *e, int64_t give_bac
                 "request costs %lld us): not kept for %lld ms",
                 dlock__entry_show(e), (long long)(e->cache_hits_per_ask_x16 / 16),
                 (long long)(e->cache_hits_per_ask_x16 % 16 * 100 / 16), (long long)cycle_us,
-                (long long)(2 * e->cache_give_back_us), (long long)pause);
+                (long long)cost_us, (long long)pause);
 }
 
 void dlock__cache_unwatch(dlock_client *c, struct dlock__entry *e)

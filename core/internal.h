@@ -330,6 +330,7 @@ struct dlock_client {
     const struct dlock_provider *provider;
     void *instance;
     unsigned capabilities;          /* DLOCK_CAP_* of this client: the module's, less what its instance lacks */
+    int64_t cache_hearing_us;       /* DLOCK_CTL_HEARING_DELAY: a request's wait before the provider tells it */
     char client_id[33];             /* 128 random bits, hex */
     struct dlock__log log;
     struct dlock__metrics metrics;

@@ -64,6 +64,10 @@ int dlock__p_open(dlock_client *c, const struct dlock_provider_env *env)
     if (p->version < DLOCK_PROVIDER_VERSION_8 || !(caps & DLOCK_CAP_RENEW))
         caps &= ~(unsigned)DLOCK_CAP_CACHE;
     c->capabilities = caps;
+    int64_t hearing_us = 0;
+    if ((caps & DLOCK_CAP_CACHE) && p->ctl && p->ctl(c->instance, DLOCK_CTL_HEARING_DELAY, &hearing_us) == DLOCK_OK &&
+        hearing_us > 0)
+        c->cache_hearing_us = hearing_us;
     return DLOCK_OK;
 }
 

@@ -131,6 +131,10 @@ int sql_mode_ctl(void *instance, int op, void *arg)
         *(unsigned *)arg &= ~(h->mode->capabilities_off | h->capabilities_off);
         return DLOCK_OK;
     }
+    if (op == DLOCK_CTL_HEARING_DELAY && h->hearing_delay_us > 0) {
+        *(int64_t *)arg = h->hearing_delay_us;
+        return DLOCK_OK;
+    }
     return DLOCK_ENOTSUP;
 }
 

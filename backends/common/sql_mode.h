@@ -57,6 +57,7 @@ struct sql_instance_head {
     const struct sql_mode *mode;
     char prefix[SQL_PREFIX_MAX + 1]; /* the key prefix of every name (sql_lock_key_init) */
     unsigned capabilities_off;   /* what this instance's table cannot do, found at open */
+    int64_t hearing_delay_us;    /* DLOCK_CTL_HEARING_DELAY's answer, 0: none (told by push, or no caching) */
     bool no_shared_columns;      /* the table has none (create_table off): writers do not register, no downgrade */
     pthread_mutex_t holder_mu;   /* session mode: one connection carries the holds */
     uint64_t holder_generation;  /* bumped at each new holder connection */

@@ -346,9 +346,13 @@ static int my_open(void **instance, const struct dlock_provider_env *env)
     /* A keeper asks for its names this often (see my_wanted.h). */
     int64_t poll_ms = MY_CACHE_POLL_MS;
     dlock_settings_int(env->settings, "cache_poll_ms", &poll_ms);
-    if (rc == DLOCK_OK && inst->head.mode->lease_rows && !inst->no_waker)
+    if (rc == DLOCK_OK && inst->head.mode->lease_rows && !inst->no_waker) {
         rc = my_wanted_new(&inst->server, inst->sql.wanted_poll, poll_ms, env->wanted, env->log_handle,
                            &inst->wanted);
+        /* A request waits half an interval, on average, for the poll that
+         * reads it: the core weighs that in what keeping a name costs. */
+        inst->head.hearing_delay_us = poll_ms * 1000 / 2;
+    }
     if (rc != DLOCK_OK) {
         my_close(inst);
         return rc;

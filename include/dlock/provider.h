@@ -236,7 +236,14 @@ enum dlock_ctl_op {
     /* arg: unsigned *, the module's capabilities on entry: clear the bits
      * this instance lacks (a mode chosen in the configuration that cannot
      * keep them). Asked once, right after open. */
-    DLOCK_CTL_CAPABILITIES = 2
+    DLOCK_CTL_CAPABILITIES = 2,
+    /* arg: int64_t *, 0 on entry: how long after another owner's request
+     * a keeper hears of it, on average, in microseconds, beyond what the
+     * core measures itself (which starts at env->wanted): a backend that
+     * polls for requests reports half its interval. The core counts it in
+     * what a request for a kept hold costs (lock caching). Asked once,
+     * right after open; DLOCK_ENOTSUP, or 0, for a backend told by push. */
+    DLOCK_CTL_HEARING_DELAY = 3
 };
 
 /* What dlock_provider.list receives: one page of a listing. */
