@@ -288,9 +288,11 @@ static int lease_release(void *instance, struct dlock_provider_lock *lk)
         rc = my_pool_run(&inst->pool, MY_SHARED_RELEASE, sp, 3, -1, &o);
     } else {
         rc = my_pool_run(&inst->pool, MY_RELEASE, p, 2, -1, &o);
-        if (ml->watch) /* freed, or not ours any more: nothing left to poll for */
-            my_wanted_held(inst->wanted, ml->watch, false);
     }
+    /* Freed, or not ours any more: nothing left to poll for (a hold
+     * downgraded since its grant ends here too, as a shared one). */
+    if (ml->watch)
+        my_wanted_held(inst->wanted, ml->watch, false);
     /* Sent twice because the connection died under the first: a hold
      * already freed is the first one's work, not a loss. */
     if (rc == DLOCK_OK && o.affected != 1)

@@ -142,10 +142,41 @@ static void tell_marked(struct my_wanted *w, MYSQL_RES *res)
     }
 }
 
+/* Runs sql on the thread's connection (connected first if there is none),
+ * once more on a new one if an existing one turned out dead: one left idle
+ * past the server's wait_timeout is no reason to give holds back. */
+static int run_poll(struct my_wanted *w, const char *sql, MYSQL_RES **res)
+{
+    int rc = DLOCK_OK;
+    for (int attempt = 0; attempt < 2; attempt++) {
+        bool fresh = !w->conn;
+        if (fresh && !(w->conn = my_connect(w->srv, &rc)))
+            return rc;
+        rc = my_query_rows(w->srv, w->conn, sql, res);
+        if (rc == DLOCK_OK || !my_conn_broken(w->conn))
+            return rc;
+        my_conn_close(w->conn);
+        w->conn = NULL;
+        if (fresh)
+            break;
+    }
+    return rc;
+}
+
+/* Under mu: tells every held watch (a poll failed: requests for them may
+ * go unread for as long as it keeps failing, so they are given back). */
+static void tell_held(struct my_wanted *w)
+{
+    for (struct my_wanted_watch *ww = w->watches; ww; ww = ww->next)
+        if (ww->lk && ww->held)
+            w->tell(ww->lk);
+}
+
 /* Under mu: one poll of every held name. False when the connection could
- * not be had or broke (the caller backs off). mu is dropped around each
- * statement; the list may change meanwhile, but only this thread frees a
- * watch, so the place reached stays valid. */
+ * not be had or the statement failed: every held name is told, and the
+ * caller backs off. mu is dropped around each statement; the list may
+ * change meanwhile, but only this thread frees a watch, so the place
+ * reached stays valid. */
 static bool poll_held(struct my_wanted *w)
 {
     struct my_wanted_watch *from = w->watches;
@@ -153,33 +184,29 @@ static bool poll_held(struct my_wanted *w)
     char *sql;
     while ((sql = next_poll(w, &from, &oom)) != NULL) {
         pthread_mutex_unlock(&w->mu);
-        int rc = DLOCK_OK;
-        if (!w->conn)
-            w->conn = my_connect(w->srv, &rc);
         MYSQL_RES *res = NULL;
-        if (w->conn)
-            rc = my_query_rows(w->srv, w->conn, sql, &res);
+        int rc = run_poll(w, sql, &res);
         free(sql);
         pthread_mutex_lock(&w->mu);
         if (rc != DLOCK_OK) {
             if (!w->down_told)
                 dlock_provider_log(w->log_handle, DLOCK_LOG_WARN,
-                                   "%s: cannot ask whether kept holds are wanted (%s); trying again",
+                                   "%s: cannot ask whether kept holds are wanted (%s); giving them back, "
+                                   "and trying again",
                                    w->srv->label, dlock_errmsg());
             w->down_told = true;
-            if (w->conn && my_conn_broken(w->conn)) {
-                my_conn_close(w->conn);
-                w->conn = NULL;
-            }
+            tell_held(w);
             return false;
         }
         w->down_told = false;
         tell_marked(w, res);
         mysql_free_result(res);
     }
-    if (oom)
+    if (oom) {
         dlock_provider_log(w->log_handle, DLOCK_LOG_WARN, "%s: out of memory for the poll of kept holds",
                            w->srv->label);
+        tell_held(w);
+    }
     return !oom;
 }
 

@@ -8,9 +8,10 @@
  * (a waiting head's id, or 0 for a busy answer or a head that left; see
  * my_sql.c), and a thread per client reads, once per poll_ms, which of
  * the names it holds carry one. The mark stays in the row until the hold
- * ends, so a request made before a watch, or while the poll's connection
- * was down, is read by the next poll: nothing is lost, and no watch waits
- * for the server.
+ * ends, so a request made before a watch is read by the next poll, and no
+ * watch waits for the server. A poll that fails (the server or the
+ * poll's own connection refused, after one reconnect) tells every held
+ * name: requests would go unread for as long as it keeps failing.
  *
  * The poll runs only while the client holds a watched name (held or
  * kept): a client whose kept holds were all given back asks nothing.

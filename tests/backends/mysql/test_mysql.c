@@ -1052,10 +1052,46 @@ static void a_keeper_polls_only_while_it_holds(void **state)
     long long after = selects_so_far() - before;
     if (after > 1) /* the second count itself */
         fail_msg("%lld selects in 500 ms with no hold", after);
+    /* Nor after a hold downgraded since its grant was released. */
+    assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
+    assert_int_equal(dlock_downgrade(la), DLOCK_OK);
+    assert_int_equal(dlock_release(la), DLOCK_OK);
+    sleep_ms(50);
+    before = selects_so_far();
+    sleep_ms(500);
+    after = selects_so_far() - before;
+    if (after > 1)
+        fail_msg("%lld selects in 500 ms after a downgraded hold's release", after);
     dlock_lock_free(lb);
     dlock_lock_free(la);
     dlock_client_close(b);
     dlock_client_close(a);
+}
+
+/* A keeper whose polls fail cannot read requests for its holds (its
+ * user may open one connection, the pool's: the poll's is refused), so
+ * it gives them back rather than keep them unread until the idle limit. */
+static void a_keeper_that_cannot_poll_gives_its_holds_back(void **state)
+{
+    (void)state;
+    admin("DROP USER IF EXISTS 'dlock_one'@'127.0.0.1'");
+    admin("CREATE USER 'dlock_one'@'127.0.0.1' IDENTIFIED BY 'one-secret' WITH MAX_USER_CONNECTIONS 1");
+    admin("GRANT SELECT, INSERT, UPDATE ON dl.dlock_locks TO 'dlock_one'@'127.0.0.1'");
+    char text[512];
+    snprintf(text, sizeof text,
+             "backend = \"mysql\";\nmysql = { port = %d; user = \"dlock_one\"; password = \"one-secret\";"
+             " database = \"dl\"; create_table = false; pool_size = 1; };\n"
+             "cache = { idle_ms = 60000; cooldown_ms = 0; };\n",
+             server.port);
+    dlock_client *a = test_client_open(text);
+    dlock_lock *l = test_lock_named(a, "unpolled");
+    assert_int_equal(dlock_acquire(l, 0), DLOCK_OK);
+    assert_int_equal(dlock_release(l), DLOCK_OK);
+    assert_int_equal(test_client_metric(a, "dlock_cache_keeps_total"), 1);
+    test_gives_back_soon(a);
+    dlock_lock_free(l);
+    dlock_client_close(a);
+    admin("DROP USER 'dlock_one'@'127.0.0.1'");
 }
 
 /* A request waits for the keeper's poll before the keeper hears it (half
@@ -1296,6 +1332,7 @@ int main(void)
         cmocka_unit_test(a_request_for_a_held_name_leaves_a_mark_in_the_row),
         cmocka_unit_test(a_keeper_polls_only_while_it_holds),
         cmocka_unit_test(a_late_heard_request_weighs_against_keeping),
+        cmocka_unit_test(a_keeper_that_cannot_poll_gives_its_holds_back),
         cmocka_unit_test(bad_settings_are_config_errors),
         cmocka_unit_test(unreachable_server_is_a_clear_error),
         cmocka_unit_test(sql_fence_guard_refuses_the_stale_holder),
