@@ -13,6 +13,9 @@
 #include "../../support/service.h"
 #include "../../faults/fault_run.h"
 
+#define THREADED 1
+#include <zookeeper/zookeeper.h>
+
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -57,16 +60,57 @@ static void kept_holds_no_fault(void **state)
     fault_run_finish_kept_holds(&run, "zookeeper, kept holds, no fault");
 }
 
-/* A worker SIGKILLed just after its release, while its client may keep
- * the hold: nobody gives it back, so the other worker is granted when the
- * killed one's session ends; no violation. */
+static void quiet(const char *message)
+{
+    (void)message;
+}
+
+/* Whether a node of the lock still has the czxid of the last grant, the
+ * fence: the hold's node, alive with its session (the stopped keeper's
+ * session lasts its timeout past the last ping). Read on a session of
+ * the test's own. */
+static bool still_kept(uint64_t fence)
+{
+    char hosts[128];
+    snprintf(hosts, sizeof hosts, "127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d", ensemble.port, ensemble.port + 1,
+             ensemble.port + 2);
+    zoo_set_debug_level(ZOO_LOG_LEVEL_ERROR);
+    zhandle_t *zh = zookeeper_init2(hosts, NULL, 4000, NULL, NULL, 0, quiet);
+    for (int i = 0; zh && zoo_state(zh) != ZOO_CONNECTED_STATE && i < 300; i++)
+        fault_sleep_ms(10);
+    bool kept = false;
+    struct String_vector children = { 0, NULL };
+    const char *parent = "/dlock-faults/fault-suite-lock";
+    if (zh && zoo_state(zh) == ZOO_CONNECTED_STATE && zoo_get_children(zh, parent, 0, &children) == ZOK) {
+        for (int i = 0; i < children.count && !kept; i++) {
+            char path[512];
+            struct Stat st;
+            snprintf(path, sizeof path, "%s/%s", parent, children.data[i]);
+            kept = zoo_exists(zh, path, 0, &st) == ZOK && (uint64_t)st.czxid == fence;
+        }
+        deallocate_String_vector(&children);
+    }
+    if (zh)
+        zookeeper_close(zh);
+    return kept;
+}
+
+/* A worker SIGKILLed just after its release, while its client keeps the
+ * hold (its node still there with the grant's czxid): nobody gives it
+ * back, so the other worker is granted when the killed one's session
+ * ends; no violation. */
 static void kept_holds_and_a_keeper_killed(void **state)
 {
     (void)state;
     struct fault_run run;
     start(&run);
     fault_run_keep_going(&run, true); /* a kill late in the run still meets the other worker */
-    fault_run_kill_a_keeper(&run, fault_run_released_holder(&run, 5000), "zookeeper, kept holds, a keeper SIGKILLed", LEASE_MS);
+    int64_t granted_after_ms = fault_run_kill_a_keeper(&run, fault_run_keeper(&run, 5000, still_kept),
+                                                       "zookeeper, kept holds, a keeper SIGKILLed", LEASE_MS);
+    /* Pinged every third of its timeout, the killed keeper's session had
+     * at least two thirds of it left: a grant sooner would mean the kill
+     * found no kept hold. */
+    assert_true(granted_after_ms >= LEASE_MS / 3);
 }
 
 /* Permits of a semaphore, one holder SIGKILLed (see fault_run.h). */
