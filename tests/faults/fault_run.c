@@ -440,6 +440,30 @@ int64_t fault_run_kill_a_keeper(struct fault_run *run, pid_t keeper, const char 
     return granted_after_ms;
 }
 
+int64_t fault_run_pause_a_keeper(struct fault_run *run, pid_t keeper, const char *scenario, int lease_ms)
+{
+    struct history_report r;
+    assert_true(keeper > 0);
+    uint64_t kept_fence = fault_run_last_fence(run, keeper);
+    int64_t stopped_at = fault_now_us();
+    int after = fault_run_await_grant(run, stopped_at, lease_ms + 5000);
+    int64_t granted_after_ms = (fault_now_us() - stopped_at) / 1000;
+    fault_sleep_ms(300); /* the next holder's read, before the keeper can be heard */
+    kill(keeper, SIGCONT);
+    int64_t resumed_at = fault_now_us();
+    while (fault_run_last_fence(run, keeper) <= kept_fence && fault_now_us() - resumed_at < 5000 * 1000)
+        fault_sleep_ms(20);
+    uint64_t next_fence = fault_run_last_fence(run, keeper);
+    fault_run_keep_going(run, false);
+    fault_run_finish(run, scenario, &r);
+    printf("# the next grant came %lld ms after the keeper stopped (lease %d ms); resumed, it was granted fence %llu "
+           "after its kept %llu\n",
+           (long long)granted_after_ms, lease_ms, (unsigned long long)next_fence, (unsigned long long)kept_fence);
+    assert_true(after >= 1);
+    assert_true(next_fence > kept_fence);
+    return granted_after_ms;
+}
+
 void fault_run_finish_kept_holds(struct fault_run *run, const char *scenario)
 {
     struct history_report r;

@@ -91,6 +91,16 @@ pid_t fault_run_keeper(const struct fault_run *run, int wait_ms, bool (*still_ke
  * when no grant came. Returns how long it took, in ms. */
 int64_t fault_run_kill_a_keeper(struct fault_run *run, pid_t keeper, const char *scenario, int lease_ms);
 
+/* Leaves keeper stopped (the keep-going file must be on) until another
+ * worker is granted (up to lease_ms + 5 s: the kept hold's lease must run
+ * out first), continues it, lets it take the name again (1.5 s), ends the
+ * run and checks it (scenario names it): the resumed keeper may not serve
+ * its kept hold, whose lease ended while it was stopped (the checker
+ * counts a kept token after another worker's grant as a stale grant).
+ * Prints how long the grant took and fails the case when none came or
+ * the keeper was never granted again. Returns how long it took, in ms. */
+int64_t fault_run_pause_a_keeper(struct fault_run *run, pid_t keeper, const char *scenario, int lease_ms);
+
 /* Ends a run of kept holds with no fault and checks it (scenario names
  * it): no violation, no loss, no failed check, and at least one grant of
  * a kept token. */

@@ -177,6 +177,28 @@ static void postgres_kept_holds_and_a_keeper_killed(void **state)
                                    "postgres lease mode, kept holds, a keeper SIGKILLed");
 }
 
+/* A worker stopped just after its release while its client keeps the
+ * hold, past the row's lease: the other worker is granted once the lease
+ * runs out, and the resumed keeper goes to the server for a greater token
+ * instead of serving the hold it kept (see fault_run.h). */
+static void kept_holds_and_a_keeper_paused(const char *backend, bool (*still_kept)(uint64_t fence),
+                                           const char *scenario)
+{
+    struct fault_run run;
+    kept_holds_start(&run, backend);
+    fault_run_keep_going(&run, true);
+    int64_t granted_after_ms = fault_run_pause_a_keeper(&run, fault_run_keeper(&run, 5000, still_kept), scenario,
+                                                        LEASE_MS);
+    assert_true(granted_after_ms >= LEASE_MS / 3);
+}
+
+static void postgres_kept_holds_and_a_keeper_paused(void **state)
+{
+    (void)state;
+    kept_holds_and_a_keeper_paused("postgres", postgres_still_kept,
+                                   "postgres lease mode, kept holds, a keeper SIGSTOPped past its lease");
+}
+
 /* As on postgres: a keeper's client polls its row for requests. */
 static void mysql_kept_holds_no_fault(void **state)
 {
@@ -201,6 +223,13 @@ static void mysql_kept_holds_and_a_keeper_killed(void **state)
 {
     (void)state;
     kept_holds_and_a_keeper_killed("mysql", mysql_still_kept, "mysql lease mode, kept holds, a keeper SIGKILLed");
+}
+
+static void mysql_kept_holds_and_a_keeper_paused(void **state)
+{
+    (void)state;
+    kept_holds_and_a_keeper_paused("mysql", mysql_still_kept,
+                                   "mysql lease mode, kept holds, a keeper SIGSTOPped past its lease");
 }
 
 /* Permits of a semaphore in lease mode, one holder SIGKILLed (see
@@ -299,8 +328,12 @@ int main(void)
         cmocka_unit_test_setup_teardown(postgres_kept_holds_no_fault, fault_run_caching_on, fault_run_caching_off),
         cmocka_unit_test_setup_teardown(postgres_kept_holds_and_a_keeper_killed, fault_run_caching_on,
                                         fault_run_caching_off),
+        cmocka_unit_test_setup_teardown(postgres_kept_holds_and_a_keeper_paused, fault_run_caching_on,
+                                        fault_run_caching_off),
         cmocka_unit_test_setup_teardown(mysql_kept_holds_no_fault, fault_run_caching_on, fault_run_caching_off),
         cmocka_unit_test_setup_teardown(mysql_kept_holds_and_a_keeper_killed, fault_run_caching_on,
+                                        fault_run_caching_off),
+        cmocka_unit_test_setup_teardown(mysql_kept_holds_and_a_keeper_paused, fault_run_caching_on,
                                         fault_run_caching_off),
         cmocka_unit_test(postgres_semaphore_holder_killed),
         cmocka_unit_test(mysql_semaphore_holder_killed),

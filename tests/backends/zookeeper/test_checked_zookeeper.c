@@ -113,6 +113,22 @@ static void kept_holds_and_a_keeper_killed(void **state)
     assert_true(granted_after_ms >= LEASE_MS / 3);
 }
 
+/* A worker stopped just after its release while its client keeps the
+ * hold, past its session: the other worker is granted once the session
+ * expires, and the resumed keeper goes to the server for a greater token
+ * instead of serving the hold it kept (see fault_run.h). */
+static void kept_holds_and_a_keeper_paused(void **state)
+{
+    (void)state;
+    struct fault_run run;
+    start(&run);
+    fault_run_keep_going(&run, true);
+    int64_t granted_after_ms = fault_run_pause_a_keeper(&run, fault_run_keeper(&run, 5000, still_kept),
+                                                        "zookeeper, kept holds, a keeper SIGSTOPped past its session",
+                                                        LEASE_MS);
+    assert_true(granted_after_ms >= LEASE_MS / 3);
+}
+
 /* Permits of a semaphore, one holder SIGKILLed (see fault_run.h). */
 static void semaphore_holder_killed(void **state)
 {
@@ -238,6 +254,7 @@ int main(void)
         cmocka_unit_test(election_leader_paused_then_killed),
         cmocka_unit_test_setup_teardown(kept_holds_no_fault, fault_run_caching_on, fault_run_caching_off),
         cmocka_unit_test_setup_teardown(kept_holds_and_a_keeper_killed, fault_run_caching_on, fault_run_caching_off),
+        cmocka_unit_test_setup_teardown(kept_holds_and_a_keeper_paused, fault_run_caching_on, fault_run_caching_off),
         cmocka_unit_test(leader_killed), /* last: leaves two nodes */
     };
     int failed = cmocka_run_group_tests_name("checked faults (zookeeper, 3 nodes)", tests, NULL, NULL);
