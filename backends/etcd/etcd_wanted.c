@@ -229,6 +229,16 @@ static void open_stream(struct etcd_wanted *w, struct name_watch *nw)
     nw->easy = nw->body ? curl_easy_init() : NULL;
     if (nw->easy) {
         nw->headers = etcd_http_setup_post(w->h, nw->easy, endpoint, "/v3/watch", token, nw->body, on_data, nw);
+        /* A member cut off from its cluster's quorum would keep the stream
+         * open and silent while requests are made through the others. Asked
+         * to require a leader (gRPC metadata, which the gateway takes from
+         * this header), it ends the stream after a few election timeouts
+         * without one: the stream's end tells the name. */
+        struct curl_slist *more = nw->headers ? curl_slist_append(nw->headers, "Grpc-Metadata-Hasleader: true") : NULL;
+        if (more) {
+            nw->headers = more;
+            curl_easy_setopt(nw->easy, CURLOPT_HTTPHEADER, nw->headers);
+        }
         /* A connection that the network dropped without a word is found
          * by the kernel's probes, and the stream made again. */
         curl_easy_setopt(nw->easy, CURLOPT_TCP_KEEPALIVE, 1L);

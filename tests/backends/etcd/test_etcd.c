@@ -1197,6 +1197,19 @@ static void authentication_with_a_least_privilege_user(void **state)
     assert_non_null(strstr(dlock_errmsg(), "permission"));
 }
 
+/* The pid of member i (1..3) of the cluster. */
+static pid_t cluster_member(int i)
+{
+    char pidfile[300];
+    snprintf(pidfile, sizeof pidfile, "%s/%d/pid", cluster.data, i);
+    FILE *f = fopen(pidfile, "r");
+    long pid = 0;
+    assert_non_null(f);
+    assert_int_equal(fscanf(f, "%ld", &pid), 1);
+    fclose(f);
+    return (pid_t)pid;
+}
+
 /* A 3-member cluster loses its leader (SIGKILL) while a lock is held:
  * the hold survives (its renewals go to the next
  * endpoint) or is reported lost, never silently; fences keep growing; and
@@ -1229,14 +1242,7 @@ static void holds_survive_the_leader_being_killed(void **state)
     pclose(p);
     int leader = atoi(out);
     assert_true(leader >= 1 && leader <= 3);
-    char pidfile[300];
-    snprintf(pidfile, sizeof pidfile, "%s/%d/pid", cluster.data, leader);
-    FILE *f = fopen(pidfile, "r");
-    long pid = 0;
-    assert_non_null(f);
-    assert_int_equal(fscanf(f, "%ld", &pid), 1);
-    fclose(f);
-    kill((pid_t)pid, SIGKILL);
+    kill(cluster_member(leader), SIGKILL);
     sleep_ms(4000); /* an election, and more than a lease */
     int64_t valid = dlock_validity_ms(la);
     bool told = __atomic_load_n(&lost_at, __ATOMIC_SEQ_CST) != 0;
@@ -1266,6 +1272,42 @@ static dlock_client *open_caching(int port)
     size_t used = strlen(text);
     snprintf(text + used, sizeof text - used, "cache = { idle_ms = 60000; cooldown_ms = 0; };\n");
     return test_client_open(text);
+}
+
+/* The member a keeper watches through loses its cluster's quorum (the
+ * other two stopped): requests made through the others would go unheard
+ * on a stream that stays open, so the member is asked to end it once it
+ * has no leader, and that end tells the keeper. Once the two are back,
+ * the kept hold is given back, though nobody asked. */
+static void a_watch_on_a_member_without_a_leader_ends(void **state)
+{
+    (void)state;
+    assert_int_equal(test_service_start(&cluster), 0);
+    char text[1024];
+    snprintf(text, sizeof text,
+             "backend = \"etcd\";\nlease_ms = 30000;\n"
+             "etcd = { endpoints = (\"http://127.0.0.1:%d\"); command_timeout_ms = 1000; connect_timeout_ms = 1000; };\n"
+             "cache = { idle_ms = 60000; cooldown_ms = 0; };\n",
+             cluster.port);
+    dlock_client *a = test_client_open(text);
+    dlock_lock *l = test_lock_named(a, "no-leader");
+    assert_int_equal(dlock_acquire(l, 0), DLOCK_OK);
+    assert_int_equal(dlock_release(l), DLOCK_OK);
+    assert_int_equal(test_client_metric(a, "dlock_cache_keeps_total"), 1);
+    sleep_ms(200); /* the stream in place */
+    pid_t m2 = cluster_member(2), m3 = cluster_member(3);
+    kill(m2, SIGSTOP);
+    kill(m3, SIGSTOP);
+    /* The member gives up on a leader after three election timeouts of
+     * 500 ms with none: about 2 s. */
+    sleep_ms(slack_ms(3500));
+    kill(m2, SIGCONT);
+    kill(m3, SIGCONT);
+    test_await_give_back(a, 10000);
+    assert_int_equal(test_client_metric(a, "dlock_cache_hits_total"), 0);
+    dlock_lock_free(l);
+    dlock_client_close(a);
+    assert_int_equal(test_service_stop(&cluster), 0);
 }
 
 /* A hold granted with another request queued behind it is not kept: its
@@ -1394,6 +1436,7 @@ int main(void)
         cmocka_unit_test(tls_with_the_servers_ca),
         cmocka_unit_test(a_dead_endpoint_is_followed_within_the_call),
         cmocka_unit_test(holds_survive_the_leader_being_killed),
+        cmocka_unit_test(a_watch_on_a_member_without_a_leader_ends),
         cmocka_unit_test(authentication_with_a_least_privilege_user), /* last: auth stays on */
     };
     failed += cmocka_run_group_tests_name("etcd", particular, NULL, NULL);
