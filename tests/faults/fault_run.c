@@ -365,7 +365,7 @@ uint64_t fault_run_last_fence(const struct fault_run *run, pid_t worker)
     return 0;
 }
 
-pid_t fault_run_released_holder(const struct fault_run *run, int wait_ms)
+pid_t fault_run_released_holder(struct fault_run *run, int wait_ms)
 {
     /* The holder file empties before the worker's write and its release:
      * a worker killed at that moment dies holding, and its window in the
@@ -381,6 +381,7 @@ pid_t fault_run_released_holder(const struct fault_run *run, int wait_ms)
             int status;
             if (waitpid(pid, &status, WUNTRACED) != pid || !WIFSTOPPED(status))
                 continue;
+            run->stopped_us = fault_now_us();
             if (log_ends_with_release(run, i))
                 return pid;
             kill(pid, SIGCONT);
@@ -402,7 +403,7 @@ uint64_t fault_shell_number(const char *cmd)
     return strtoull(line, NULL, 10);
 }
 
-pid_t fault_run_keeper(const struct fault_run *run, int wait_ms, bool (*still_kept)(uint64_t fence))
+pid_t fault_run_keeper(struct fault_run *run, int wait_ms, bool (*still_kept)(uint64_t fence))
 {
     int64_t end = fault_now_us() + (int64_t)wait_ms * 1000;
     while (fault_now_us() < end) {
@@ -417,11 +418,25 @@ pid_t fault_run_keeper(const struct fault_run *run, int wait_ms, bool (*still_ke
     return 0;
 }
 
+/* No keeper came: the run is ended (its workers would go on into the next
+ * case) before the case fails. */
+static void fail_without_a_keeper(struct fault_run *run, const char *scenario)
+{
+    struct history_report r;
+    fault_run_keep_going(run, false);
+    fault_run_finish(run, scenario, &r);
+    fail_msg("%s: no worker was stopped while its client kept its hold", scenario);
+}
+
 int64_t fault_run_kill_a_keeper(struct fault_run *run, pid_t keeper, const char *scenario, int lease_ms)
 {
     struct history_report r;
-    assert_true(keeper > 0);
-    int64_t killed_at = fault_now_us();
+    if (keeper <= 0)
+        fail_without_a_keeper(run, scenario);
+    /* Timed from the stop, not from now: the server's lease of the kept
+     * hold has been running out since its last renewal before it, and the
+     * check that it was kept took a while. */
+    int64_t stopped_at = run->stopped_us, killed_at = fault_now_us();
     kill(keeper, SIGKILL);
     /* The scenario is a keeper killed between holds: one killed holding
      * would claim its whole validity in the history, which a backend whose
@@ -431,10 +446,11 @@ int64_t fault_run_kill_a_keeper(struct fault_run *run, pid_t keeper, const char 
         if (run->pids[i] == keeper)
             between_holds = log_ends_with_release(run, i);
     int after = fault_run_await_grant(run, killed_at, lease_ms + 5000);
-    int64_t granted_after_ms = (fault_now_us() - killed_at) / 1000;
+    int64_t granted_after_ms = (fault_now_us() - stopped_at) / 1000;
     fault_run_keep_going(run, false);
     fault_run_finish(run, scenario, &r);
-    printf("# the next grant came %lld ms after the kill (lease %d ms)\n", (long long)granted_after_ms, lease_ms);
+    printf("# the next grant came %lld ms after the keeper was stopped, %lld ms after the kill (lease %d ms)\n",
+           (long long)granted_after_ms, (long long)(granted_after_ms - (killed_at - stopped_at) / 1000), lease_ms);
     assert_true(between_holds); /* checked after the run ended: a failure leaves no worker going */
     assert_true(after >= 1);
     return granted_after_ms;
@@ -443,15 +459,17 @@ int64_t fault_run_kill_a_keeper(struct fault_run *run, pid_t keeper, const char 
 int64_t fault_run_pause_a_keeper(struct fault_run *run, pid_t keeper, const char *scenario, int lease_ms)
 {
     struct history_report r;
-    assert_true(keeper > 0);
+    if (keeper <= 0)
+        fail_without_a_keeper(run, scenario);
     uint64_t kept_fence = fault_run_last_fence(run, keeper);
-    int64_t stopped_at = fault_now_us();
+    int64_t stopped_at = run->stopped_us;
     int after = fault_run_await_grant(run, stopped_at, lease_ms + 5000);
     int64_t granted_after_ms = (fault_now_us() - stopped_at) / 1000;
     fault_sleep_ms(300); /* the next holder's read, before the keeper can be heard */
     kill(keeper, SIGCONT);
     int64_t resumed_at = fault_now_us();
-    while (fault_run_last_fence(run, keeper) <= kept_fence && fault_now_us() - resumed_at < 5000 * 1000)
+    while (fault_run_last_fence(run, keeper) <= kept_fence &&
+           fault_now_us() - resumed_at < (int64_t)5000 * 1000 * fault_run_scale())
         fault_sleep_ms(20);
     uint64_t next_fence = fault_run_last_fence(run, keeper);
     fault_run_keep_going(run, false);

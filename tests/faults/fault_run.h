@@ -32,6 +32,7 @@ struct fault_run {
     int readers;            /* > 0: the last this many workers hold the lock shared and read */
     int permit_workers;     /* > 0: a mixed run: after the readers, this many more ask for the
                              * lock's name as a semaphore of `permits` */
+    int64_t stopped_us;     /* when fault_run_released_holder last stopped the worker it returned */
 };
 
 /* How long a worker holding for hold_ms waits for each acquire: 2 s
@@ -69,7 +70,7 @@ pid_t fault_run_holder(const struct fault_run *run, int wait_ms);
  * release), within wait_ms; 0 if none did. With lock caching its client
  * may keep the hold now. The worker is returned stopped (SIGSTOP): the
  * caller kills it, or continues it with SIGCONT. */
-pid_t fault_run_released_holder(const struct fault_run *run, int wait_ms);
+pid_t fault_run_released_holder(struct fault_run *run, int wait_ms);
 
 /* The fence of worker's latest grant, from its log; 0 if it has none. */
 uint64_t fault_run_last_fence(const struct fault_run *run, pid_t worker);
@@ -83,22 +84,26 @@ uint64_t fault_shell_number(const char *cmd);
  * that grant's fence, asks the server), stopped (SIGSTOP) as
  * fault_run_released_holder returns it; 0 when no such moment came within
  * wait_ms. */
-pid_t fault_run_keeper(const struct fault_run *run, int wait_ms, bool (*still_kept)(uint64_t fence));
+pid_t fault_run_keeper(struct fault_run *run, int wait_ms, bool (*still_kept)(uint64_t fence));
 
 /* Kills keeper (SIGKILL; the keep-going file must be on), waits up to
  * lease_ms + 5 s for another worker's grant, ends the run and checks it
- * (scenario names it), prints how long the grant took, and fails the case
- * when no grant came. Returns how long it took, in ms. */
+ * (scenario names it), prints how long the grant took after the keeper
+ * was stopped (run->stopped_us), and fails the case when there was no
+ * keeper (ending the run first) or no grant came. Returns that time, in
+ * ms. */
 int64_t fault_run_kill_a_keeper(struct fault_run *run, pid_t keeper, const char *scenario, int lease_ms);
 
 /* Leaves keeper stopped (the keep-going file must be on) until another
  * worker is granted (up to lease_ms + 5 s: the kept hold's lease must run
- * out first), continues it, lets it take the name again (1.5 s), ends the
- * run and checks it (scenario names it): the resumed keeper may not serve
- * its kept hold, whose lease ended while it was stopped (the checker
- * counts a kept token after another worker's grant as a stale grant).
- * Prints how long the grant took and fails the case when none came or
- * the keeper was never granted again. Returns how long it took, in ms. */
+ * out first), continues it, waits for its next grant (up to 5 s, times the
+ * build's scale), ends the run and checks it (scenario names it): the
+ * resumed keeper may not serve its kept hold, whose lease ended while it
+ * was stopped (the checker counts a kept token after another worker's
+ * grant as a stale grant). Prints how long the grant took after the
+ * keeper was stopped, and fails the case when there was no keeper
+ * (ending the run first), no grant came, or the keeper was not granted a
+ * greater token. Returns that time, in ms. */
 int64_t fault_run_pause_a_keeper(struct fault_run *run, pid_t keeper, const char *scenario, int lease_ms);
 
 /* Ends a run of kept holds with no fault and checks it (scenario names
