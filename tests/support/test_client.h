@@ -133,6 +133,15 @@ static inline long long test_client_metric(dlock_client *c, const char *name)
     return v;
 }
 
+/* One acquire (try once) and release of l by caching client c, after
+ * which c has kept keeps holds in all (dlock_cache_keeps_total). */
+static inline void test_cycle_keeps(dlock_client *c, dlock_lock *l, long long keeps)
+{
+    assert_int_equal(dlock_acquire(l, 0), DLOCK_OK);
+    assert_int_equal(dlock_release(l), DLOCK_OK);
+    assert_int_equal(test_client_metric(c, "dlock_cache_keeps_total"), keeps);
+}
+
 /* Until caching client c has given one kept hold back, at most wait_ms
  * times the build's slack; fails the case when it has not. */
 static inline void test_await_give_back(dlock_client *c, int64_t wait_ms)
@@ -163,9 +172,7 @@ static inline void test_queued_grant_case_end(dlock_client *h, dlock_lock *lh, d
     assert_int_equal(rc_a, DLOCK_OK);
     assert_int_equal(rc_c, DLOCK_OK);
     assert_int_equal(test_client_metric(a, "dlock_cache_keeps_total"), 0);
-    assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
-    assert_int_equal(dlock_release(la), DLOCK_OK);
-    assert_int_equal(test_client_metric(a, "dlock_cache_keeps_total"), 1);
+    test_cycle_keeps(a, la, 1);
     dlock_lock_free(la);
     dlock_lock_free(lc);
     dlock_lock_free(lh);

@@ -1291,9 +1291,7 @@ static void a_watch_on_a_member_without_a_leader_ends(void **state)
              cluster.port);
     dlock_client *a = test_client_open(text);
     dlock_lock *l = test_lock_named(a, "no-leader");
-    assert_int_equal(dlock_acquire(l, 0), DLOCK_OK);
-    assert_int_equal(dlock_release(l), DLOCK_OK);
-    assert_int_equal(test_client_metric(a, "dlock_cache_keeps_total"), 1);
+    test_cycle_keeps(a, l, 1);
     sleep_ms(200); /* the stream in place */
     pid_t m2 = cluster_member(2), m3 = cluster_member(3);
     kill(m2, SIGSTOP);
@@ -1348,9 +1346,8 @@ static void a_request_made_before_the_watch_is_in_place_is_heard(void **state)
     dlock_client *a = open_caching(port);
     dlock_lock *la = test_lock_named(a, "etcd-kept-early");
     fault_proxy_set(proxy, FAULT_DELAY, 300);
-    assert_int_equal(dlock_acquire(la, 0), DLOCK_OK); /* the watch is sent after this grant */
-    assert_int_equal(dlock_release(la), DLOCK_OK);
-    assert_int_equal(test_client_metric(a, "dlock_cache_keeps_total"), 1);
+    /* The watch is sent after this grant. */
+    test_cycle_keeps(a, la, 1);
     dlock_client *b = open_ok(30000);
     dlock_lock *lb = test_lock_named(b, "etcd-kept-early");
     assert_int_equal(dlock_acquire(lb, 0), DLOCK_EBUSY);
@@ -1375,9 +1372,7 @@ static void a_lost_connection_gives_a_kept_hold_back(void **state)
     assert_non_null(proxy);
     dlock_client *a = open_caching(port);
     dlock_lock *l = test_lock_named(a, "etcd-kept-cut");
-    assert_int_equal(dlock_acquire(l, 0), DLOCK_OK);
-    assert_int_equal(dlock_release(l), DLOCK_OK);
-    assert_int_equal(test_client_metric(a, "dlock_cache_keeps_total"), 1);
+    test_cycle_keeps(a, l, 1);
     sleep_ms(200); /* the watch in place */
     assert_int_equal(test_client_metric(a, "dlock_cache_givebacks_total"), 0);
     fault_proxy_set(proxy, FAULT_RESET, 0);

@@ -1139,15 +1139,11 @@ static void leftovers_of_dead_waiters_do_not_stop_keeping(void **state)
      * for, as any request then would. */
     inotify_events_read();
     /* A grant of the watched name looks at the line, */
-    assert_int_equal(dlock_acquire(l, 0), DLOCK_OK);
-    assert_int_equal(dlock_release(l), DLOCK_OK);
-    assert_int_equal(test_client_metric(a, "dlock_cache_keeps_total"), 2);
+    test_cycle_keeps(a, l, 2);
     dlock_lock_free(l);
     /* and so does a first watch. */
     l = test_lock_named(a, "leftovers");
-    assert_int_equal(dlock_acquire(l, 0), DLOCK_OK);
-    assert_int_equal(dlock_release(l), DLOCK_OK);
-    assert_int_equal(test_client_metric(a, "dlock_cache_keeps_total"), 3);
+    test_cycle_keeps(a, l, 3);
     dlock_lock_free(l);
     dlock_client_close(a);
 }

@@ -182,11 +182,17 @@ static void busy_answer_carries_the_holders_remaining_lease(void **state)
     dlock_client_close(b);
 }
 
+/* The row's waker as text, with null_as for NULL. */
+static const char *waker_as(const char *name, const char *null_as)
+{
+    char sql[200];
+    snprintf(sql, sizeof sql, "SELECT IFNULL(waker, '%s') FROM dlock_locks WHERE name = 'dlock:%s'", null_as, name);
+    return admin(sql);
+}
+
 static const char *waker_of(const char *name)
 {
-    char sql[160];
-    snprintf(sql, sizeof sql, "SELECT COALESCE(waker, 0) FROM dlock_locks WHERE name = 'dlock:%s'", name);
-    return admin(sql);
+    return waker_as(name, "0");
 }
 
 /* Lease mode waits in the server: while the holder holds (1.5 s, where the
@@ -967,9 +973,7 @@ static void a_table_from_before_shared_holds(void **state)
 /* The row's waker as text: "none" for NULL, so that a mark (0) shows. */
 static const char *mark_of(const char *name)
 {
-    char sql[160];
-    snprintf(sql, sizeof sql, "SELECT IFNULL(waker, 'none') FROM dlock_locks WHERE name = 'dlock:%s'", name);
-    return admin(sql);
+    return waker_as(name, "none");
 }
 
 /* What a keeper polls for: every request that finds the name held leaves
@@ -1034,9 +1038,7 @@ static void a_keeper_polls_only_while_it_holds(void **state)
     (void)state;
     dlock_client *a = open_caching("cache_poll_ms = 20;"), *b = open_ok("");
     dlock_lock *la = test_lock_named(a, "polled"), *lb = test_lock_named(b, "polled");
-    assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
-    assert_int_equal(dlock_release(la), DLOCK_OK);
-    assert_int_equal(test_client_metric(a, "dlock_cache_keeps_total"), 1);
+    test_cycle_keeps(a, la, 1);
     long long before = selects_so_far();
     sleep_ms(500);
     long long while_kept = selects_so_far() - before;
@@ -1085,9 +1087,7 @@ static void a_keeper_that_cannot_poll_gives_its_holds_back(void **state)
              server.port);
     dlock_client *a = test_client_open(text);
     dlock_lock *l = test_lock_named(a, "unpolled");
-    assert_int_equal(dlock_acquire(l, 0), DLOCK_OK);
-    assert_int_equal(dlock_release(l), DLOCK_OK);
-    assert_int_equal(test_client_metric(a, "dlock_cache_keeps_total"), 1);
+    test_cycle_keeps(a, l, 1);
     test_gives_back_soon(a);
     dlock_lock_free(l);
     dlock_client_close(a);

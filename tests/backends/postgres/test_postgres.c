@@ -916,9 +916,7 @@ static void a_shared_request_asks_for_a_kept_hold(void **state)
     (void)state;
     dlock_client *a = open_caching(), *b = open_ok("");
     dlock_lock *la = test_lock_named(a, "pg-kept-shared");
-    assert_int_equal(dlock_acquire(la, 0), DLOCK_OK);
-    assert_int_equal(dlock_release(la), DLOCK_OK);
-    assert_int_equal(test_client_metric(a, "dlock_cache_keeps_total"), 1);
+    test_cycle_keeps(a, la, 1);
     dlock_lock *lb = test_lock_of_kind(b, "pg-kept-shared", DLOCK_MODE_SHARED, 0);
     /* The try's busy answer asks; its second look (a shared request looks
      * again once it listens for releases) may find the hold given back. */
@@ -944,9 +942,7 @@ static void a_lost_listener_gives_a_kept_hold_back(void **state)
     (void)state;
     dlock_client *a = open_caching();
     dlock_lock *l = test_lock_named(a, "pg-kept-cut");
-    assert_int_equal(dlock_acquire(l, 0), DLOCK_OK);
-    assert_int_equal(dlock_release(l), DLOCK_OK);
-    assert_int_equal(test_client_metric(a, "dlock_cache_keeps_total"), 1);
+    test_cycle_keeps(a, l, 1);
     assert_int_equal(test_client_metric(a, "dlock_cache_givebacks_total"), 0);
     /* Ours, and perhaps a closed client's whose session has not ended
      * yet: the last statement of a listening session is its LISTEN. */

@@ -933,9 +933,7 @@ static void a_lost_connection_gives_a_kept_hold_back(void **state)
     assert_non_null(proxy);
     dlock_client *a = open_caching(port, 4000);
     dlock_lock *l = test_lock_named(a, "zk-kept-cut");
-    assert_int_equal(dlock_acquire(l, 0), DLOCK_OK);
-    assert_int_equal(dlock_release(l), DLOCK_OK);
-    assert_int_equal(test_client_metric(a, "dlock_cache_keeps_total"), 1);
+    test_cycle_keeps(a, l, 1);
     assert_int_equal(test_client_metric(a, "dlock_cache_givebacks_total"), 0);
     fault_proxy_set(proxy, FAULT_RESET, 0);
     sleep_ms(100);
