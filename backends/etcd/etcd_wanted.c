@@ -12,6 +12,7 @@
 
 #include "etcd_wanted.h"
 #include "../common/quiet_thread.h"
+#include "../common/reconnect_pause.h"
 
 #include <curl/curl.h>
 #include <pthread.h>
@@ -19,10 +20,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* After a stream that ended or failed, the next is opened this long after
- * (doubling up to the cap while they keep failing), so that a server that
- * is down is not asked in a loop. */
-enum { REOPEN_FIRST_MS = 50, REOPEN_CAP_MS = 2000, POLL_CAP_MS = 1000 };
+/* After a stream that ended or failed, the next is opened after a pause
+ * (reconnect_pause.h), so that a server that is down is not asked in a
+ * loop. */
+enum { POLL_CAP_MS = 1000 };
 
 struct name_watch {
     struct name_watch *next;
@@ -208,9 +209,7 @@ static void stream_ended(struct etcd_wanted *w, struct name_watch *nw)
 {
     close_stream(w, nw);
     tell_watch(nw);
-    nw->backoff_ms = nw->backoff_ms ? nw->backoff_ms * 2 : REOPEN_FIRST_MS;
-    if (nw->backoff_ms > REOPEN_CAP_MS)
-        nw->backoff_ms = REOPEN_CAP_MS;
+    nw->backoff_ms = reconnect_pause_next(nw->backoff_ms);
     nw->reopen_at = dlock_provider_now_ms() + nw->backoff_ms;
 }
 

@@ -9,6 +9,7 @@
 
 #include "my_wanted.h"
 #include "../common/quiet_thread.h"
+#include "../common/reconnect_pause.h"
 #include "../common/wake_fd.h"
 #include "../common/sql_text.h"
 
@@ -21,10 +22,10 @@
 #include <strings.h>
 #include <unistd.h>
 
-/* A poller that cannot connect tries again this long after (doubling up
- * to the cap); names per statement, so that a client holding thousands
- * asks in statements of a sane size. */
-enum { RECONNECT_FIRST_MS = 50, RECONNECT_CAP_MS = 2000, NAMES_PER_POLL = 200 };
+/* Names per statement, so that a client holding thousands asks in
+ * statements of a sane size. A poller that cannot connect tries again
+ * after a pause (reconnect_pause.h). */
+enum { NAMES_PER_POLL = 200 };
 
 struct my_wanted_watch {
     struct my_wanted_watch *next;
@@ -233,9 +234,7 @@ static void *run(void *arg)
             backoff = 0;
             pause_ms(w, w->poll_ms);
         } else {
-            backoff = backoff ? backoff * 2 : RECONNECT_FIRST_MS;
-            if (backoff > RECONNECT_CAP_MS)
-                backoff = RECONNECT_CAP_MS;
+            backoff = reconnect_pause_next(backoff);
             pause_ms(w, backoff > w->poll_ms ? backoff : w->poll_ms);
         }
     }

@@ -12,6 +12,7 @@
 
 #include "pg_wanted.h"
 #include "../common/quiet_thread.h"
+#include "../common/reconnect_pause.h"
 #include "../common/wake_fd.h"
 
 #include <errno.h>
@@ -27,9 +28,9 @@
 #include <time.h>
 #include <unistd.h>
 
-/* A listener that cannot connect tries again this long after (doubling
- * up to the cap). */
-enum { RECONNECT_FIRST_MS = 50, RECONNECT_CAP_MS = 2000, POLL_CAP_MS = 1000 };
+/* A listener that cannot connect tries again after a pause
+ * (reconnect_pause.h). */
+enum { POLL_CAP_MS = 1000 };
 
 struct channel_watch {
     struct channel_watch *next;
@@ -268,9 +269,7 @@ static void *run(void *arg)
             }
             if (!conn) {
                 lost(w);
-                backoff = backoff ? backoff * 2 : RECONNECT_FIRST_MS;
-                if (backoff > RECONNECT_CAP_MS)
-                    backoff = RECONNECT_CAP_MS;
+                backoff = reconnect_pause_next(backoff);
                 pause_ms(w, backoff);
                 continue;
             }

@@ -6,6 +6,7 @@
 #include "config.h"
 
 #include "redis_subscriber.h"
+#include "../common/reconnect_pause.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -241,7 +242,7 @@ static void *subscriber_main(void *arg)
                 sub->conn_gen++;
                 sub->connected = true;
             } else {
-                backoff_ms = backoff_ms ? (backoff_ms * 2 > 2000 ? 2000 : backoff_ms * 2) : 50;
+                backoff_ms = reconnect_pause_next(backoff_ms);
                 retry_at = dlock_provider_now_ms() + backoff_ms;
                 snprintf(sub->last_error, sizeof sub->last_error, "%s", dlock_errmsg());
                 sub->connect_failures++;
@@ -287,7 +288,7 @@ static void *subscriber_main(void *arg)
             redisFree(ctx);
             ctx = NULL;
             mark_disconnected(sub);
-            retry_at = dlock_provider_now_ms() + (backoff_ms = 50);
+            retry_at = dlock_provider_now_ms() + (backoff_ms = RECONNECT_PAUSE_FIRST_MS);
         }
         if (ctx && !sub->subs) {
             /* Nobody waits: no need to keep a connection open. */
