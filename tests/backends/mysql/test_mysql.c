@@ -1070,14 +1070,18 @@ static void a_keeper_polls_only_while_it_holds(void **state)
     dlock_client_close(a);
 }
 
-/* A keeper whose polls fail cannot read requests for its holds (its
- * user may open one connection, the pool's: the poll's is refused), so
- * it gives them back rather than keep them unread until the idle limit. */
+/* A keeper whose polls fail cannot read requests for its holds, so it
+ * gives them back rather than keep them unread until the idle limit. Its
+ * user may open two connections: the pool's and the poll's, so the hold
+ * is kept; then only one, and the poll's is ended: its reconnect is
+ * refused while the pool's still works. (Refused from the start, the
+ * first poll fails at the grant, and the release is a real one or a
+ * give-back, depending on which comes first.) */
 static void a_keeper_that_cannot_poll_gives_its_holds_back(void **state)
 {
     (void)state;
     admin("DROP USER IF EXISTS 'dlock_one'@'127.0.0.1'");
-    admin("CREATE USER 'dlock_one'@'127.0.0.1' IDENTIFIED BY 'one-secret' WITH MAX_USER_CONNECTIONS 1");
+    admin("CREATE USER 'dlock_one'@'127.0.0.1' IDENTIFIED BY 'one-secret' WITH MAX_USER_CONNECTIONS 2");
     admin("GRANT SELECT, INSERT, UPDATE ON dl.dlock_locks TO 'dlock_one'@'127.0.0.1'");
     char text[512];
     snprintf(text, sizeof text,
@@ -1088,6 +1092,17 @@ static void a_keeper_that_cannot_poll_gives_its_holds_back(void **state)
     dlock_client *a = test_client_open(text);
     dlock_lock *l = test_lock_named(a, "unpolled");
     test_cycle_keeps(a, l, 1);
+    /* The poll's connection is the user's second: the pool's was opened
+     * with the client. */
+    int64_t t0 = now_ms();
+    while (atoi(admin("SELECT COUNT(*) FROM information_schema.processlist WHERE user = 'dlock_one'")) < 2 &&
+           now_ms() - t0 < slack_ms(5000))
+        sleep_ms(10);
+    admin("ALTER USER 'dlock_one'@'127.0.0.1' WITH MAX_USER_CONNECTIONS 1");
+    char sql[64];
+    snprintf(sql, sizeof sql, "KILL %s",
+             admin("SELECT MAX(id) FROM information_schema.processlist WHERE user = 'dlock_one'"));
+    admin(sql);
     test_gives_back_soon(a);
     dlock_lock_free(l);
     dlock_client_close(a);
